@@ -1,0 +1,128 @@
+"""The EKS cluster: ``aws_eks_v2.Cluster`` with managed node groups only.
+
+``aws_eks_v2.Cluster`` defaults to EKS Auto Mode; this library needs managed node groups
+(launch templates with EFA interfaces), so the default capacity type is NODEGROUP with no
+default capacity. Anything applied through kubectl (Helm, manifests, cdk8s) runs in a kubectl
+Lambda whose layer minor must match the cluster: ``KubectlV35Layer`` for Kubernetes 1.35.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from aws_cdk import aws_ec2 as ec2, aws_eks_v2 as eks
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+from constructs import Construct
+
+from .nag import acknowledge_cluster
+
+KUBERNETES_VERSIONS = {"1.35": eks.KubernetesVersion.V1_35}
+
+LOG_TYPES = {
+    "api": eks.ClusterLoggingTypes.API,
+    "audit": eks.ClusterLoggingTypes.AUDIT,
+    "authenticator": eks.ClusterLoggingTypes.AUTHENTICATOR,
+    "controllerManager": eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    "scheduler": eks.ClusterLoggingTypes.SCHEDULER,
+}
+DEFAULT_LOG_TYPES = ("api", "audit", "authenticator")
+
+ENDPOINT_ACCESS = {
+    "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
+    "private": eks.EndpointAccess.PRIVATE,
+    "public": eks.EndpointAccess.PUBLIC,
+}
+
+# Installed before any node joins: a node is NotReady until the VPC CNI runs on it.
+NETWORKING_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+# CoreDNS is a Deployment: it reports healthy only once a node can run it.
+DNS_ADDON = "coredns"
+
+
+class InferenceCluster(Construct):
+    """An EKS cluster ready for managed node groups, with the core add-ons as EKS managed add-ons.
+
+    Default settings:
+    - Kubernetes 1.35 and the matching kubectl layer (``aws-cdk.lambda-layer-kubectl-v35``).
+    - No Auto Mode, no default capacity: node groups are added by ``SystemNodeGroup`` and
+      ``EfaGpuNodeGroup``.
+    - Control-plane logs: api, audit, authenticator.
+    - Endpoint: public and private; the public side open to ``public_access_cidrs``
+      (default ``0.0.0.0/0``; narrow it to your office or CI ranges).
+    - Managed add-ons vpc-cni, kube-proxy, eks-pod-identity-agent and coredns, each at the
+      default version for the cluster's Kubernetes version. EKS does not also install its
+      self-managed copies (``bootstrap_self_managed_addons=False``), so exactly one owner
+      manages each.
+    - An optional admin IAM role granted cluster admin through an access entry.
+
+    Public attributes: ``cluster`` (the ``aws_eks_v2.Cluster``), ``addons`` (name -> Addon),
+    ``admin_access_entry``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        kubernetes_version: str = "1.35",
+        cluster_name: str | None = None,
+        endpoint_access: str = "public-and-private",
+        public_access_cidrs: Sequence[str] = ("0.0.0.0/0",),
+        control_plane_logs: Sequence[str] = DEFAULT_LOG_TYPES,
+        admin_role_arn: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if kubernetes_version not in KUBERNETES_VERSIONS:
+            raise ValueError(
+                f"InferenceCluster: kubernetes_version {kubernetes_version!r} has no kubectl layer here; "
+                f"accepted: {', '.join(KUBERNETES_VERSIONS)}"
+            )
+        if endpoint_access not in ENDPOINT_ACCESS:
+            raise ValueError(
+                f"InferenceCluster: endpoint_access {endpoint_access!r} is not accepted; "
+                f"accepted: {', '.join(ENDPOINT_ACCESS)}"
+            )
+        unknown_logs = [t for t in control_plane_logs if t not in LOG_TYPES]
+        if unknown_logs:
+            raise ValueError(
+                f"InferenceCluster: control_plane_logs {unknown_logs} not accepted; accepted: {', '.join(LOG_TYPES)}"
+            )
+        access = ENDPOINT_ACCESS[endpoint_access]
+        if endpoint_access != "private":
+            access = access.only_from(*public_access_cidrs)
+        self.control_plane_logs = tuple(control_plane_logs)
+
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            version=KUBERNETES_VERSIONS[kubernetes_version],
+            cluster_name=cluster_name,
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            bootstrap_self_managed_addons=False,
+            endpoint_access=access,
+            cluster_logging=[LOG_TYPES[t] for t in control_plane_logs],
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
+            ),
+        )
+        acknowledge_cluster(self.cluster)
+        self.addons: dict[str, eks.Addon] = {
+            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name)
+            for name in (*NETWORKING_ADDONS, DNS_ADDON)
+        }
+        self.admin_access_entry: eks.AccessEntry | None = None
+        if admin_role_arn:
+            self.admin_access_entry = self.cluster.grant_cluster_admin("AdminAccess", admin_role_arn)
+
+    @property
+    def networking_addons(self) -> list[eks.Addon]:
+        """The add-ons a node needs before it can become Ready."""
+        return [self.addons[name] for name in NETWORKING_ADDONS]
+
+    @property
+    def dns_addon(self) -> eks.Addon:
+        return self.addons[DNS_ADDON]

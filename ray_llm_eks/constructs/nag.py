@@ -1,0 +1,94 @@
+"""cdk-nag AwsSolutions acknowledgments, each scoped to one construct and one finding.
+
+Every acknowledgment here names the exact finding (``RuleId[FindingId]``) on the exact
+construct that aws-cdk-lib or EKS makes us create, with the reason a security reviewer
+needs. Nothing is acknowledged at stack or app level.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk import Acknowledgment, Stack, Validations, aws_eks_v2 as eks, aws_iam as iam
+from constructs import IConstruct
+
+PACK = "AwsSolutions::AwsSolutions"
+
+
+def _managed_policy(name: str) -> str:
+    return f"{PACK}-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]"
+
+
+def _acknowledge(construct: IConstruct, finding: str, reason: str) -> None:
+    Validations.of(construct).acknowledge(Acknowledgment(id=finding, reason=reason))
+
+
+def acknowledge_node_role(role: iam.IRole, managed_policies: tuple[str, ...]) -> None:
+    """The managed policies that EKS documents as required on worker node roles."""
+    reasons = {
+        "AmazonEKSWorkerNodePolicy": "EKS requires this AWS managed policy on every worker node role "
+        "(EKS user guide, 'Amazon EKS node IAM role') so kubelet can register and describe the cluster.",
+        "AmazonEKS_CNI_Policy": "The Amazon VPC CNI add-on needs it to attach ENIs and assign pod IPs; "
+        "EKS documents it as required on the node role when the add-on has no role of its own.",
+        "AmazonEC2ContainerRegistryPullOnly": "Nodes pull images from ECR (the Ray LLM image lives in the "
+        "AWS DLC account 763104351884); PullOnly is the narrowest AWS managed policy that allows it.",
+    }
+    for name in managed_policies:
+        _acknowledge(role, _managed_policy(name), reasons[name])
+
+
+def acknowledge_cluster(cluster: eks.Cluster) -> None:
+    """Findings on the roles and functions aws-cdk-lib's ``aws_eks_v2.Cluster`` creates itself."""
+    _acknowledge(
+        cluster.role,
+        _managed_policy("AmazonEKSClusterPolicy"),
+        "EKS requires this AWS managed policy on the cluster service role (EKS user guide, 'Amazon EKS cluster IAM role').",
+    )
+    provider = cluster.node.find_child("KubectlProvider")
+    handler = provider.node.find_child("Handler")
+    handler_role = handler.node.find_child("ServiceRole")
+    lambda_basic = (
+        "AWS managed policy attached by aws-cdk-lib's kubectl provider to write its Lambda logs; "
+        "it grants only CloudWatch Logs writes."
+    )
+    lambda_vpc = (
+        "AWS managed policy attached by aws-cdk-lib's kubectl provider so its Lambda can run in the VPC "
+        "and reach a private cluster endpoint (ENI management only)."
+    )
+    _acknowledge(handler_role, _managed_policy("service-role/AWSLambdaBasicExecutionRole"), lambda_basic)
+    _acknowledge(handler_role, _managed_policy("service-role/AWSLambdaVPCAccessExecutionRole"), lambda_vpc)
+    _acknowledge(
+        handler_role,
+        _managed_policy("AmazonEC2ContainerRegistryReadOnly"),
+        "aws-cdk-lib's kubectl provider pulls Helm charts stored as OCI artifacts in ECR; read-only.",
+    )
+    has_ecr_public = Stack.of(cluster).get_logical_id(handler.node.find_child("HasEcrPublic"))
+    ecr_public_arn = {
+        "Fn::If": [
+            has_ecr_public,
+            {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},
+            {"Ref": "AWS::NoValue"},
+        ]
+    }
+    _acknowledge(
+        handler_role,
+        f"{PACK}-IAM4[Policy::{json.dumps(ecr_public_arn, separators=(',', ':'))}]",
+        "aws-cdk-lib's kubectl provider adds read-only ECR Public access, only in partitions that have "
+        "ECR Public, to pull public OCI charts.",
+    )
+    _acknowledge(
+        handler.node.find_child("Resource"),
+        f"{PACK}-L1",
+        "The kubectl handler's runtime is chosen by aws-cdk-lib to match the kubectl and awscli layers; "
+        "it moves with aws-cdk-lib upgrades, not in this library.",
+    )
+    on_event_role = provider.node.find_child("Provider").node.find_child("framework-onEvent").node.find_child("ServiceRole")
+    _acknowledge(on_event_role, _managed_policy("service-role/AWSLambdaBasicExecutionRole"), lambda_basic)
+    _acknowledge(on_event_role, _managed_policy("service-role/AWSLambdaVPCAccessExecutionRole"), lambda_vpc)
+    handler_function = Stack.of(cluster).get_logical_id(handler.node.find_child("Resource"))
+    _acknowledge(
+        on_event_role.node.find_child("DefaultPolicy"),
+        f"{PACK}-IAM5[Resource::<{handler_function}.Arn>:*]",
+        "The custom-resource framework may invoke any version or alias of the one kubectl handler "
+        "function (ARN suffix ':*'); the resource is that single function, not a wildcard over functions.",
+    )

@@ -1,0 +1,181 @@
+"""The VPC: two AZs for the EKS control plane, one AZ for every node (the single-AZ data plane).
+
+EKS requires cluster subnets in at least two AZs (EKS user guide, "Amazon EKS VPC and subnet
+requirements"); EFA traffic cannot cross an AZ, so all nodes share one private subnet.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from aws_cdk import RemovalPolicy, Token, aws_ec2 as ec2, aws_logs as logs
+from constructs import Construct
+
+# CloudWatch Logs accepts only these retention periods (PutRetentionPolicy API).
+LOG_RETENTION_DAYS: dict[int, logs.RetentionDays] = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+    1096: logs.RetentionDays.THREE_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    2192: logs.RetentionDays.SIX_YEARS,
+    2557: logs.RetentionDays.SEVEN_YEARS,
+    2922: logs.RetentionDays.EIGHT_YEARS,
+    3288: logs.RetentionDays.NINE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+def retention_days(days: int) -> logs.RetentionDays:
+    try:
+        return LOG_RETENTION_DAYS[days]
+    except KeyError:
+        raise ValueError(
+            f"log retention {days} days is not accepted by CloudWatch Logs; "
+            f"accepted: {', '.join(str(d) for d in LOG_RETENTION_DAYS)}"
+        ) from None
+
+
+class InferenceVpc(Construct):
+    """A VPC for inference, or an existing one (existing XOR props).
+
+    Default settings (new VPC):
+    - CIDR ``10.0.0.0/16``; one public /24 and one private /19 subnet per AZ (the /19 leaves
+      room for the VPC CNI, which gives every pod a VPC address).
+    - One NAT gateway, in the data-plane AZ: every node lives there, so that is where egress
+      traffic starts; the other AZ only holds EKS control-plane network interfaces.
+    - VPC flow logs (all traffic) to a CloudWatch Logs group kept 30 days.
+
+    :param data_plane_az: the AZ of every node; its private subnet is ``data_plane_subnet``.
+    :param availability_zones: AZ names (at least two) for a new VPC. No lookups, so synth runs offline.
+    :param cidr: the new VPC's CIDR. Default ``10.0.0.0/16``.
+    :param nat_gateways: NAT gateways of the new VPC (1 or one per AZ). Default 1.
+    :param flow_log_retention_days: retention of the flow log group. Default 30.
+    :param vpc: an existing VPC instead of a new one; give ``data_plane_subnet`` with it and none
+        of the props above.
+    :param data_plane_subnet: the existing private subnet, in ``data_plane_az``, with a route to NAT.
+    """
+
+    DEFAULT_CIDR = "10.0.0.0/16"
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        data_plane_az: str,
+        availability_zones: Sequence[str] | None = None,
+        cidr: str | None = None,
+        nat_gateways: int | None = None,
+        flow_log_retention_days: int | None = None,
+        vpc: ec2.IVpc | None = None,
+        data_plane_subnet: ec2.ISubnet | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.data_plane_az = data_plane_az
+        self.flow_log: ec2.FlowLog | None = None
+        self.flow_log_group: logs.LogGroup | None = None
+
+        if vpc is not None or data_plane_subnet is not None:
+            self._use_existing(
+                vpc,
+                data_plane_subnet,
+                new_vpc_props={
+                    "availability_zones": availability_zones,
+                    "cidr": cidr,
+                    "nat_gateways": nat_gateways,
+                    "flow_log_retention_days": flow_log_retention_days,
+                },
+            )
+            return
+
+        if not availability_zones or len(availability_zones) < 2:
+            raise ValueError(
+                f"InferenceVpc: availability_zones needs at least two AZs (EKS requires it); got {availability_zones!r}"
+            )
+        if data_plane_az not in availability_zones:
+            raise ValueError(
+                f"InferenceVpc: data_plane_az {data_plane_az!r} must be one of availability_zones {list(availability_zones)}"
+            )
+        nat_count = 1 if nat_gateways is None else nat_gateways
+        if not 1 <= nat_count <= len(availability_zones):
+            raise ValueError(
+                f"InferenceVpc: nat_gateways {nat_count} must be between 1 and {len(availability_zones)} (one per AZ)"
+            )
+        # The first NAT gateway goes in the data-plane AZ, where all egress originates.
+        nat_azs = [data_plane_az, *[az for az in availability_zones if az != data_plane_az]][:nat_count]
+
+        self.vpc: ec2.IVpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(cidr or self.DEFAULT_CIDR),
+            availability_zones=list(availability_zones),
+            nat_gateways=nat_count,
+            nat_gateway_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PUBLIC, availability_zones=nat_azs
+            ),
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                ec2.SubnetConfiguration(
+                    name="Private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=19
+                ),
+            ],
+        )
+        self.flow_log_group = logs.LogGroup(
+            self,
+            "FlowLogGroup",
+            retention=retention_days(30 if flow_log_retention_days is None else flow_log_retention_days),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.flow_log = self.vpc.add_flow_log(
+            "FlowLog",
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+        selected = self.vpc.select_subnets(
+            subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[data_plane_az]
+        ).subnets
+        self.data_plane_subnet: ec2.ISubnet = selected[0]
+
+    def _use_existing(
+        self,
+        vpc: ec2.IVpc | None,
+        data_plane_subnet: ec2.ISubnet | None,
+        new_vpc_props: dict[str, object],
+    ) -> None:
+        if vpc is None or data_plane_subnet is None:
+            raise ValueError(
+                "InferenceVpc: an existing VPC needs both vpc and data_plane_subnet "
+                f"(got vpc={'set' if vpc else 'None'}, data_plane_subnet={'set' if data_plane_subnet else 'None'})"
+            )
+        given = sorted(name for name, value in new_vpc_props.items() if value is not None)
+        if given:
+            raise ValueError(
+                "InferenceVpc: give either an existing vpc or the props to create one, not both; "
+                f"with vpc set, remove: {', '.join(given)}"
+            )
+
+        subnet_az = data_plane_subnet.availability_zone
+        if not Token.is_unresolved(subnet_az) and subnet_az != self.data_plane_az:
+            raise ValueError(
+                f"InferenceVpc: data_plane_subnet is in {subnet_az!r}, but data_plane_az is {self.data_plane_az!r}"
+            )
+        self.vpc = vpc
+        self.data_plane_subnet = data_plane_subnet
+
+    @property
+    def data_plane_subnets(self) -> ec2.SubnetSelection:
+        """The data-plane subnet as a selection, for node groups and anything else that must sit beside them."""
+        return ec2.SubnetSelection(subnets=[self.data_plane_subnet])

@@ -1,0 +1,266 @@
+"""Managed node groups: one CPU system node, and EFA GPU nodes for prefill and decode.
+
+Facts (BRIEF section 2, "GPU node groups with EFA"; eksctl ``efaEnabled``; terraform-aws-eks
+EFA support; EKS launch-template docs):
+- EFA needs its own launch template network interface: ``InterfaceType: efa``, ``DeviceIndex 0``,
+  ``NetworkCardIndex 0``, security groups in the interface's ``Groups``, no ``SubnetId`` (EKS
+  places the node in the node group's subnet) and no top-level ``SecurityGroupIds``.
+- A launch template that names any security group stops EKS from attaching the cluster security
+  group, so the interface carries both the cluster security group and the EFA security group.
+- The EFA security group allows all traffic in from and out to itself: EFA's SRD transport is
+  not IP, so CIDR rules do not admit it.
+- With a launch template the root volume is sized in its block-device mappings, not ``disk_size``.
+- AMI ``AL2023_x86_64_NVIDIA`` ships the NVIDIA driver, container toolkit and the EFA kernel
+  module, but neither device plugin (see ``addons.GpuDevicePlugins``).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Tags, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
+from constructs import Construct
+
+from .. import instance_types
+from .nag import acknowledge_node_role
+
+ROLE_LABEL = "role"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 EKS-optimized AMIs boot from /dev/xvda.
+
+# EKS managed policies every worker node role needs. Image pulls use the narrower PullOnly
+# policy (pull, no listing or describing of repositories) instead of ReadOnly.
+NODE_MANAGED_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryPullOnly",
+)
+
+
+def make_node_role(scope: Construct, construct_id: str) -> iam.Role:
+    """An EC2 role for EKS worker nodes with exactly the managed policies EKS requires.
+
+    The Ray LLM image lives in ECR in the AWS Deep Learning Containers account 763104351884;
+    ``AmazonEC2ContainerRegistryPullOnly`` covers pulls from it as from your own account.
+    Workloads never use this role: IMDS hop limit 1 keeps pods off it, and they get AWS access
+    through EKS Pod Identity.
+    """
+    role = iam.Role(
+        scope,
+        construct_id,
+        assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_MANAGED_POLICIES],
+    )
+    acknowledge_node_role(role, NODE_MANAGED_POLICIES)
+    return role
+
+
+def _require_known(name: str, owner: str) -> instance_types.InstanceType:
+    try:
+        return instance_types.lookup(name)
+    except KeyError as error:
+        raise ValueError(f"{owner}: {error.args[0]}") from None
+
+
+def _metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
+    # IMDSv2 only, hop limit 1: a container (one hop further) cannot reach the node role.
+    return ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+    )
+
+
+def _gp3_root(size_gib: int, throughput_mbps: int | None = None, iops: int | None = None):
+    return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+        device_name=ROOT_DEVICE_NAME,
+        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+            volume_type="gp3",
+            volume_size=size_gib,
+            throughput=throughput_mbps,
+            iops=iops,
+            encrypted=True,
+            delete_on_termination=True,
+        ),
+    )
+
+
+class SystemNodeGroup(Construct):
+    """The CPU node for CoreDNS, the KubeRay operator and the Ray head (label ``role=system``).
+
+    Default settings: one ``m7i.xlarge``, AMI ``AL2023_x86_64_STANDARD``, encrypted gp3 root
+    volume of 50 GiB, IMDSv2 required (hop limit 1), in the data-plane subnet.
+
+    Public attributes: ``nodegroup``, ``launch_template``, ``role``.
+    """
+
+    LABELS = {ROLE_LABEL: "system"}
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        subnet: ec2.ISubnet,
+        instance_type: str = "m7i.xlarge",
+        count: int = 1,
+        root_volume_size_gib: int = 50,
+        node_role: iam.IRole | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        facts = _require_known(instance_type, "SystemNodeGroup")
+        if facts.has_gpu:
+            raise ValueError(
+                f"SystemNodeGroup: instance_type {instance_type!r} has a GPU; the system node runs CPU-only pods"
+            )
+        if count < 1:
+            raise ValueError(f"SystemNodeGroup: count {count} must be at least 1")
+        self.role = node_role or make_node_role(self, "NodeRole")
+        self.launch_template = ec2.CfnLaunchTemplate(
+            self,
+            "LaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                block_device_mappings=[_gp3_root(root_volume_size_gib)],
+                metadata_options=_metadata_options(),
+            ),
+        )
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Nodegroup",
+            cluster=cluster,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            instance_types=[ec2.InstanceType(instance_type)],
+            min_size=count,
+            desired_size=count,
+            max_size=count,
+            subnets=ec2.SubnetSelection(subnets=[subnet]),
+            labels=dict(self.LABELS),
+            node_role=self.role,
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+            ),
+        )
+
+
+class EfaGpuNodeGroup(Construct):
+    """A GPU node group with one EFA interface per node, for the ``prefill`` or ``decode`` role.
+
+    Default settings:
+    - ``g6.8xlarge`` (one L4, EFA), AMI ``AL2023_x86_64_NVIDIA``, min/desired/max 1.
+    - Launch template: one network interface (``InterfaceType efa``, ``DeviceIndex 0``,
+      ``NetworkCardIndex 0``) whose ``Groups`` are the cluster security group and this group's
+      EFA security group; encrypted gp3 root volume of 200 GiB at 1000 MB/s and 16000 IOPS
+      (gp3's baseline 125 MB/s makes an 18 GiB checkpoint take ~150 s to read; 1000 MB/s ~19 s);
+      IMDSv2 required, hop limit 1.
+    - A cluster placement group (turn off with ``placement_group=False`` when using capacity
+      reservations: eksctl #7949, terraform-aws-eks #3730).
+    - Labels ``role=<role>`` and ``nvidia.com/gpu.present=true`` (the NVIDIA device plugin's
+      node affinity looks for it); taint ``ray-llm-eks/gpu-role=<role>:NoSchedule`` keeps every
+      pod that does not tolerate it off these dedicated nodes.
+    - Exactly one subnet: the data-plane subnet (EFA traffic cannot cross AZs).
+
+    Refuses, at construction, an instance type without a GPU or without EFA support.
+
+    Public attributes: ``nodegroup``, ``launch_template``, ``efa_security_group``,
+    ``placement_group`` (or None), ``role``, ``instance`` (the instance facts), ``labels``, ``taint``.
+    """
+
+    TAINT_KEY = "ray-llm-eks/gpu-role"
+    ROLES = ("prefill", "decode")
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        subnet: ec2.ISubnet,
+        role: str,
+        instance_type: str = "g6.8xlarge",
+        min_size: int = 1,
+        desired_size: int = 1,
+        max_size: int = 1,
+        root_volume_size_gib: int = 200,
+        root_volume_throughput_mbps: int = 1000,
+        root_volume_iops: int = 16000,
+        placement_group: bool = True,
+        node_role: iam.IRole | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if role not in self.ROLES:
+            raise ValueError(f"EfaGpuNodeGroup: role {role!r} is not accepted; accepted: {', '.join(self.ROLES)}")
+        facts = _require_known(instance_type, "EfaGpuNodeGroup")
+        accepted = ", ".join(instance_types.efa_gpu_names())
+        if not facts.has_gpu:
+            raise ValueError(f"EfaGpuNodeGroup: instance_type {instance_type!r} has no GPU; accepted: {accepted}")
+        if not facts.efa:
+            raise ValueError(f"EfaGpuNodeGroup: instance_type {instance_type!r} does not support EFA; accepted: {accepted}")
+        if not min_size <= desired_size <= max_size:
+            raise ValueError(
+                "EfaGpuNodeGroup: sizes must satisfy min_size <= desired_size <= max_size; "
+                f"got {min_size}, {desired_size}, {max_size}"
+            )
+        self.instance = facts
+        self.labels = {ROLE_LABEL: role, GPU_PRESENT_LABEL: "true"}
+        self.taint = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=self.TAINT_KEY, value=role)
+        self.role = node_role or make_node_role(self, "NodeRole")
+
+        self.efa_security_group = ec2.SecurityGroup(
+            self,
+            "EfaSecurityGroup",
+            vpc=cluster.vpc,
+            description=f"EFA traffic between {role} GPU nodes and their peers (self-referencing, all protocols)",
+            allow_all_outbound=False,
+        )
+        self.efa_security_group.add_ingress_rule(
+            self.efa_security_group, ec2.Port.all_traffic(), "EFA: all traffic from members of this group"
+        )
+        self.efa_security_group.add_egress_rule(
+            self.efa_security_group, ec2.Port.all_traffic(), "EFA: all traffic to members of this group"
+        )
+
+        self.placement_group: ec2.PlacementGroup | None = None
+        placement = None
+        if placement_group:
+            self.placement_group = ec2.PlacementGroup(
+                self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
+            )
+            placement = ec2.CfnLaunchTemplate.PlacementProperty(
+                group_name=self.placement_group.placement_group_name
+            )
+
+        self.launch_template = ec2.CfnLaunchTemplate(
+            self,
+            "LaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                network_interfaces=[
+                    ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+                        device_index=0,
+                        network_card_index=0,
+                        interface_type="efa",
+                        groups=[cluster.cluster_security_group_id, self.efa_security_group.security_group_id],
+                        delete_on_termination=True,
+                    )
+                ],
+                block_device_mappings=[
+                    _gp3_root(root_volume_size_gib, root_volume_throughput_mbps, root_volume_iops)
+                ],
+                metadata_options=_metadata_options(),
+                placement=placement,
+            ),
+        )
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Nodegroup",
+            cluster=cluster,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            instance_types=[ec2.InstanceType(instance_type)],
+            min_size=min_size,
+            desired_size=desired_size,
+            max_size=max_size,
+            subnets=ec2.SubnetSelection(subnets=[subnet]),
+            labels=dict(self.labels),
+            taints=[self.taint],
+            node_role=self.role,
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+            ),
+        )
+        Tags.of(self).add("ray-llm-eks/role", role)

@@ -1,0 +1,41 @@
+"""Render cdk8s charts as plain YAML, one file per chart, for reviewers and GitOps users."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import cdk8s
+import yaml
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Plain YAML: no &anchors/*aliases, which GitOps tools and reviewers trip over."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def chart_objects(chart: cdk8s.Chart) -> list[dict]:
+    """The Kubernetes objects of one chart, as plain dicts, in cdk8s's order."""
+    return list(chart.to_json())
+
+
+def render_chart(chart: cdk8s.Chart) -> str:
+    return yaml.dump_all(chart_objects(chart), Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False)
+
+
+def chart_file_name(chart: cdk8s.Chart) -> str:
+    return f"{chart.node.id}.yaml"
+
+
+def write_manifests(charts: Iterable[cdk8s.Chart], outdir: str | Path) -> list[Path]:
+    """Write each chart to ``<outdir>/manifests/<chart id>.yaml``; returns the paths written."""
+    folder = Path(outdir) / "manifests"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for chart in charts:
+        path = folder / chart_file_name(chart)
+        path.write_text(render_chart(chart))
+        written.append(path)
+    return written

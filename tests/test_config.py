@@ -1,0 +1,158 @@
+"""Every validation rule of the configuration, fed as a YAML file as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_llm_eks.config import (
+    CLOUDWATCH_RETENTION_DAYS,
+    ConfigError,
+    DeploymentConfig,
+    Topology,
+    load_config,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "deployment.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_for(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    return str(caught.value)
+
+
+def test_defaults_are_the_reference_deployment():
+    config = DeploymentConfig()
+    assert config.region == "us-west-2"
+    assert config.control_plane_azs == ["us-west-2a", "us-west-2b"]
+    assert config.data_plane_az == "us-west-2a"
+    assert config.cluster.kubernetes_version == "1.35"
+    assert (config.system.instance_type, config.system.count) == ("m7i.xlarge", 1)
+    for role in (config.prefill, config.decode):
+        assert role.instance_type == "g6.8xlarge"
+        assert (role.min_size, role.desired_size, role.max_size) == (1, 1, 1)
+        assert (role.root_volume.size_gib, role.root_volume.throughput_mbps, role.root_volume.iops) == (200, 1000, 16000)
+        assert role.placement_group is True
+    assert config.topology is Topology.disaggregated
+    model = config.model
+    assert (model.served_name, model.source, model.revision) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B", None)
+    assert (model.dtype, model.max_model_len, model.gpu_memory_utilization) == ("bfloat16", 4096, 0.9)
+    assert model.enforce_eager is True and model.tensor_parallel_size == 1
+    assert config.image_uri == "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    assert (config.versions.ray, config.versions.kuberay) == ("2.58.0", "1.4.0")
+    assert config.nixl.backends == ["LIBFABRIC"]
+    assert config.serving.namespace == "inference"
+    assert config.strict is False
+
+
+def test_empty_file_and_no_file_give_defaults(tmp_path):
+    assert load_config(write(tmp_path, "")) == DeploymentConfig()
+    assert load_config(None) == DeploymentConfig()
+
+
+def test_a_full_valid_file_loads(tmp_path):
+    config = load_config(
+        write(
+            tmp_path,
+            """
+region: us-east-1
+control_plane_azs: [us-east-1a, us-east-1b]
+data_plane_az: us-east-1b
+topology: colocated
+decode: {instance_type: g6e.8xlarge, min_size: 1, desired_size: 2, max_size: 3}
+image: {digest: "sha256:%s"}
+model: {revision: 0123abcd}
+"""
+            % ("a" * 64),
+        )
+    )
+    assert config.decode.desired_size == 2
+    assert config.image_uri == "763104351884.dkr.ecr.us-east-1.amazonaws.com/ray@sha256:" + "a" * 64
+    assert config.reproducibility_problems() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "fragments"),
+    [
+        ("prefil: {}", "prefil", ["unknown key"]),
+        ("model: {max_model_length: 8192}", "model.max_model_length", ["unknown key"]),
+        ("data_plane_az: us-west-2c", "data_plane_az", ["us-west-2c", "us-west-2a", "us-west-2b"]),
+        ("data_plane_az: eu-west-1a", "data_plane_az", ["eu-west-1a", "not in region 'us-west-2'"]),
+        ("control_plane_azs: [us-west-2a]", "control_plane_azs", ["at least two", "us-west-2a"]),
+        ("prefill: {instance_type: m7i.xlarge}", "prefill.instance_type", ["m7i.xlarge", "no GPU", "g6.8xlarge"]),
+        ("decode: {instance_type: g6.xlarge}", "decode.instance_type", ["g6.xlarge", "does not support EFA", "g6.8xlarge"]),
+        ("decode: {instance_type: p9.huge}", "decode.instance_type", ["p9.huge", "unknown", "g6.8xlarge"]),
+        ("topology: pipelined", "topology", ["pipelined", "disaggregated", "colocated"]),
+        ("model: {max_model_len: 0}", "model.max_model_len", ["greater than 0", "0"]),
+        ("model: {max_model_len: -5}", "model.max_model_len", ["greater than 0", "-5"]),
+        ("model: {gpu_memory_utilization: 0}", "model.gpu_memory_utilization", ["greater than 0"]),
+        ("model: {gpu_memory_utilization: 1.2}", "model.gpu_memory_utilization", ["less than or equal to 1", "1.2"]),
+        ("model: {tensor_parallel_size: 2}", "model.tensor_parallel_size", ["2", "1 GPU", "g6.8xlarge"]),
+        ("image: {tag: null}", "image", ["neither", "tag", "digest"]),
+        ("image: {digest: 'sha256:abc'}", "image.digest", ["sha256:abc", "64"]),
+        ("prefill: {min_size: 2}", "prefill", ["min_size=2", "desired_size=1", "max_size=1"]),
+        ("decode: {desired_size: 3, max_size: 2}", "decode", ["desired_size=3", "max_size=2"]),
+        ("serving: {service_name: %s}" % ("r" * 48), "serving.service_name", ["48", "47"]),
+        ("network: {flow_log_retention_days: 31}", "network.flow_log_retention_days", ["31", "accepted"]),
+        ("versions: {nvidia_device_plugin: 0.19.1}", "versions.nvidia_device_plugin", ["0.19.1", "MOFED", "0.20"]),
+        ("prefill: {root_volume: {throughput_mbps: 2000}}", "prefill.root_volume.throughput_mbps", ["2000", "1000"]),
+        (
+            "decode: {instance_type: g6.12xlarge, tensor_parallel_size: 2}",
+            "decode.tensor_parallel_size",
+            ["hybrid", "prefill=1", "decode=2"],
+        ),
+    ],
+)
+def test_bad_input_names_the_field_the_value_and_what_is_accepted(tmp_path, text, field, fragments):
+    message = error_for(tmp_path, text)
+    assert f"  {field}:" in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_malformed_yaml_reports_line_and_column(tmp_path):
+    message = error_for(tmp_path, "region: us-west-2\nmodel:\n  max_model_len: [1, 2\n")
+    assert "malformed YAML" in message
+    assert "line 4" in message or "line 3" in message
+    assert "column" in message
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    assert "must be a mapping" in error_for(tmp_path, "- a\n- b\n")
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_retention_periods_agree_with_the_construct_table():
+    from ray_llm_eks.constructs.network import LOG_RETENTION_DAYS
+
+    assert tuple(LOG_RETENTION_DAYS) == CLOUDWATCH_RETENTION_DAYS
+
+
+def test_the_app_reports_config_errors_without_a_jsii_traceback(tmp_path):
+    bad = write(tmp_path, "prefill: {instance_type: g6.xlarge}\n")
+    env = dict(os.environ, CDK_CONTEXT_JSON=json.dumps({"config": str(bad)}), CDK_OUTDIR=str(tmp_path / "out"))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the venv's Node 24 for jsii
+    result = subprocess.run(
+        [sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 2
+    assert "prefill.instance_type" in result.stderr
+    assert "g6.xlarge" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "jsii" not in result.stderr.lower()
