@@ -1,0 +1,441 @@
+"""What a deployment needs and costs, computed from its config before anything is deployed.
+
+Pure computation: no AWS calls. Inputs are the :class:`~ray_llm_eks.config.DeploymentConfig`,
+the model architecture table (:mod:`ray_llm_eks.models`, or ``model.architecture`` in the
+config), the instance facts (:mod:`ray_llm_eks.instance_types`) and the dated price table
+(:mod:`ray_llm_eks.pricing`). ``docs/plan.md`` works the reference deployment by hand.
+
+Every assumption that is not a published fact is a named constant below with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import instance_types
+from .config import DeploymentConfig, GpuNodeGroupConfig, Topology
+from .models import ModelArchitecture, known_architecture
+from .pricing import PriceBasis, PriceTable, load_price_table
+
+GIB = 2**30
+MIB = 2**20
+MEGABYTE = 10**6  # gp3 throughput is sold in MB/s (decimal), not MiB/s.
+GIGABIT = 10**9
+
+# Bytes per weight / KV element. "auto" means the checkpoint's own dtype; every model in the
+# table (and any model supplied in the config) is assumed to ship 16-bit weights.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "auto": 2}
+
+# GPU memory as EC2 reports it (DescribeInstanceTypes GpuInfo.Gpus[].MemoryInfo.SizeInMiB; the
+# same figures are in moto 5.2.5's snapshot of that API). This is what the driver exposes, not the
+# marketing "24 GB": an L4 offers 22,888 MiB = 22.35 GiB. GPU models missing here fall back to
+# instance_types.InstanceType.gpu_memory_gib.
+EC2_GPU_MEMORY_MIB = {"L4": 22_888, "A10G": 22_888, "L40S": 45_776}
+
+# vLLM sizes its KV pool as  total x gpu_memory_utilization - weights - peak activations -
+# non-torch memory (CUDA context, cuBLAS/NCCL workspaces), measured by a profiling pass at startup.
+# We cannot run that pass here, so we reserve a fixed amount for the last two terms. 1.5 GiB is a
+# deliberately cautious round figure for a ~9B model with enforce_eager (no CUDA graphs) and
+# vLLM's default batched-token budget; vLLM's startup log line "Available KV cache memory" is the
+# ground truth to compare against.
+ACTIVATION_AND_RUNTIME_RESERVE_GIB = 1.5
+
+# When NIXL silently falls back to TCP (UCX over the ENA interface), one flow is what moves a
+# request's KV cache. EC2 limits single-flow traffic to 5 Gbps between instances, 10 Gbps
+# inside one cluster placement group (EC2 User Guide, "Amazon EC2 instance network bandwidth").
+TCP_SINGLE_FLOW_GBPS = 5.0
+TCP_SINGLE_FLOW_GBPS_IN_PLACEMENT_GROUP = 10.0
+
+
+class PlanError(ValueError):
+    """The plan cannot be computed from this config (for example, unknown model architecture)."""
+
+
+def architecture_for(config: DeploymentConfig) -> ModelArchitecture:
+    """``model.architecture`` from the config when given, else the package's table."""
+    supplied = config.model.architecture
+    if supplied is not None:
+        return ModelArchitecture(name=config.model.source, source="model.architecture in the configuration",
+                                 **supplied.model_dump())
+    known = known_architecture(config.model.source)
+    if known is None:
+        raise PlanError(
+            f"model.source {config.model.source!r} is not in the package's architecture table; "
+            "add model.architecture to the configuration (parameter_count, num_hidden_layers, "
+            "full_attention_layers, num_attention_heads, num_key_value_heads, head_dim, and the "
+            "linear_* fields for hybrid models), taken from the model's config.json"
+        )
+    return known
+
+
+def gpu_memory_gib(instance: instance_types.InstanceType) -> float:
+    mib = EC2_GPU_MEMORY_MIB.get(instance.gpu_model or "")
+    return mib / 1024 if mib is not None else float(instance.gpu_memory_gib)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    role: str
+    instance_type: str
+    count: int
+    vcpus: int
+    memory_gib: int
+    gpus: int
+    gpu_model: str | None
+    network_gbps: float
+    efa: bool
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """One GPU of one worker of a leg (prefill or decode)."""
+
+    role: str
+    instance_type: str
+    tensor_parallel_size: int
+    gpu_memory_gib: float
+    gpu_memory_utilization: float
+    usable_gib: float
+    weights_gib: float
+    reserve_gib: float
+    kv_pool_gib: float
+    kv_cache_bytes_per_token: int
+    linear_state_bytes_per_sequence: int
+    bytes_per_max_length_sequence: int
+    max_concurrent_sequences: int
+    problem: str | None = None
+    fixes: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    bytes_per_request: int
+    prompt_tokens: int
+    efa_gbps: float
+    efa_seconds: float
+    tcp_fallback_gbps: float
+    tcp_fallback_seconds: float
+    applies: bool
+    assumption: str
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    checkpoint_bytes: int
+    by_role: dict[str, float]
+    """Seconds to read the checkpoint from each leg's root volume."""
+    throughput_mbps: dict[str, int]
+
+    @property
+    def seconds(self) -> float:
+        # The service is ready when its slowest leg has loaded.
+        return max(self.by_role.values())
+
+
+@dataclass(frozen=True)
+class CostLine:
+    item: str
+    quantity: float
+    unit: str
+    usd_per_hour: float
+    basis: PriceBasis
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    region: str
+    lines: tuple[CostLine, ...]
+    hours_per_month: int
+    price_table_as_of: str
+    price_sources: dict[str, str]
+    excluded: tuple[str, ...]
+    estimate_note: str | None
+
+    @property
+    def hourly_usd(self) -> float:
+        return sum(line.usd_per_hour for line in self.lines)
+
+    @property
+    def monthly_usd(self) -> float:
+        return self.hourly_usd * self.hours_per_month
+
+    @property
+    def has_estimates(self) -> bool:
+        return any(line.basis is PriceBasis.estimate for line in self.lines)
+
+    def usd_per_million_output_tokens(self, tokens_per_second: float) -> float:
+        if tokens_per_second <= 0:
+            raise ValueError(f"tokens_per_second must be positive; got {tokens_per_second}")
+        return self.hourly_usd / (tokens_per_second * 3600) * 1_000_000
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: ModelArchitecture
+    topology: Topology
+    region: str
+    data_plane_az: str
+    endpoint: str
+    dtype_bytes: int
+    max_model_len: int
+    nodes: tuple[NodePlan, ...]
+    budgets: tuple[MemoryBudget, ...]
+    kv_transfer: KvTransfer
+    cold_start: ColdStart
+    cost: CostEstimate
+    tokens_per_second: float | None = None
+    assumptions: tuple[str, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        return all(budget.fits for budget in self.budgets)
+
+    @property
+    def decode_budget(self) -> MemoryBudget:
+        # Decode holds sequences for their whole generation, so it bounds concurrency.
+        return next(b for b in self.budgets if b.role == "decode")
+
+    def summary(self) -> dict[str, Any]:
+        """The machine-readable plan (``plan --json``)."""
+        decode = self.decode_budget
+        result: dict[str, Any] = {
+            "fits": self.fits,
+            "hourly_cost_usd": round(self.cost.hourly_usd, 6),
+            "monthly_cost_usd": round(self.cost.monthly_usd, 4),
+            "hours_per_month": self.cost.hours_per_month,
+            "kv_cache_bytes_per_token": self.model.kv_cache_bytes_per_token(self.dtype_bytes),
+            "linear_state_bytes_per_sequence": self.model.linear_state_bytes_per_sequence(self.dtype_bytes),
+            "weights_gib": round(self.model.weight_bytes(self.dtype_bytes) / GIB, 4),
+            "kv_pool_gib": round(decode.kv_pool_gib, 4),
+            "max_concurrent_sequences": decode.max_concurrent_sequences,
+            "cold_start_seconds": round(self.cold_start.seconds, 3),
+            "kv_transfer_bytes_per_request": self.kv_transfer.bytes_per_request,
+            "kv_transfer_seconds_per_request": round(self.kv_transfer.efa_seconds, 6),
+            "kv_transfer_seconds_per_request_tcp_fallback": round(self.kv_transfer.tcp_fallback_seconds, 6),
+            "cost_per_million_output_tokens_usd": (
+                round(self.cost.usd_per_million_output_tokens(self.tokens_per_second), 6)
+                if self.tokens_per_second else None
+            ),
+            "model": self.model.name,
+            "topology": self.topology.value,
+            "region": self.region,
+            "data_plane_az": self.data_plane_az,
+            "max_model_len": self.max_model_len,
+            "price_table_as_of": self.cost.price_table_as_of,
+            "price_includes_estimates": self.cost.has_estimates,
+            "nodes": [asdict(node) for node in self.nodes],
+            "memory": [
+                {**asdict(b), "fits": b.fits, "fixes": list(b.fixes)} for b in self.budgets
+            ],
+            "kv_transfer": asdict(self.kv_transfer),
+            "cold_start": {**asdict(self.cold_start), "seconds": round(self.cold_start.seconds, 3)},
+            "cost_lines": [{**asdict(line), "basis": line.basis.value} for line in self.cost.lines],
+            "cost_excluded": list(self.cost.excluded),
+            "assumptions": list(self.assumptions),
+        }
+        return result
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+def _budget(role: str, group: GpuNodeGroupConfig, tp: int, model: ModelArchitecture,
+            config: DeploymentConfig, dtype_bytes: int) -> MemoryBudget:
+    instance = group.instance
+    total = gpu_memory_gib(instance)
+    utilization = config.model.gpu_memory_utilization
+    usable = total * utilization
+    # Tensor parallelism splits the weights across the GPUs of one worker.
+    weights = model.weight_bytes(dtype_bytes) / tp / GIB
+    kv_per_token = model.kv_cache_bytes_per_token(dtype_bytes, tp)
+    state = model.linear_state_bytes_per_sequence(dtype_bytes, tp)
+    per_sequence = config.model.max_model_len * kv_per_token + state
+    pool = usable - weights - ACTIVATION_AND_RUNTIME_RESERVE_GIB
+    sequences = max(0, math.floor(pool * GIB / per_sequence)) if pool > 0 else 0
+
+    problem = None
+    fixes: list[str] = []
+    if pool <= 0:
+        problem = (
+            f"{role}: the weights ({weights:.2f} GiB per GPU) do not fit on one {instance.gpu_model} of "
+            f"{group.instance_type}: vLLM may use {usable:.2f} GiB ({total:.2f} GiB x gpu_memory_utilization "
+            f"{utilization}), minus a {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB activation/runtime reserve, "
+            f"leaving {usable - ACTIVATION_AND_RUNTIME_RESERVE_GIB:.2f} GiB: short by {-pool:.2f} GiB"
+        )
+    elif sequences < 1:
+        longest = math.floor((pool * GIB - state) / kv_per_token) if pool * GIB > state else 0
+        problem = (
+            f"{role}: after the weights, the KV pool is {pool:.2f} GiB per GPU, less than one sequence of "
+            f"max_model_len {config.model.max_model_len} needs ({per_sequence / GIB:.2f} GiB); "
+            f"vLLM refuses to start. The longest sequence that fits is about {longest} tokens"
+        )
+        if longest > 0:
+            fixes.append(f"lower model.max_model_len to {longest} or less")
+    if problem:
+        fixes.extend(_bigger_instances(role, model, config, dtype_bytes, per_sequence_tokens=config.model.max_model_len))
+        needed_utilization = (weights + ACTIVATION_AND_RUNTIME_RESERVE_GIB + per_sequence / GIB) / total
+        if needed_utilization <= 0.98:
+            fixes.append(f"raise model.gpu_memory_utilization to at least {needed_utilization:.2f}")
+    return MemoryBudget(
+        role=role, instance_type=group.instance_type, tensor_parallel_size=tp, gpu_memory_gib=total,
+        gpu_memory_utilization=utilization, usable_gib=usable, weights_gib=weights,
+        reserve_gib=ACTIVATION_AND_RUNTIME_RESERVE_GIB, kv_pool_gib=max(pool, 0.0),
+        kv_cache_bytes_per_token=kv_per_token, linear_state_bytes_per_sequence=state,
+        bytes_per_max_length_sequence=per_sequence, max_concurrent_sequences=sequences,
+        problem=problem, fixes=tuple(fixes),
+    )
+
+
+def _bigger_instances(role: str, model: ModelArchitecture, config: DeploymentConfig, dtype_bytes: int,
+                      per_sequence_tokens: int) -> list[str]:
+    """EFA GPU instance types on which one max-length sequence would fit, using all their GPUs."""
+    fits = []
+    for name in instance_types.efa_gpu_names():
+        instance = instance_types.INSTANCE_TYPES[name]
+        tp = instance.gpus
+        usable = gpu_memory_gib(instance) * config.model.gpu_memory_utilization
+        pool = usable - model.weight_bytes(dtype_bytes) / tp / GIB - ACTIVATION_AND_RUNTIME_RESERVE_GIB
+        need = per_sequence_tokens * model.kv_cache_bytes_per_token(dtype_bytes, tp) \
+            + model.linear_state_bytes_per_sequence(dtype_bytes, tp)
+        if pool * GIB >= need:
+            fits.append(f"{name} with tensor_parallel_size {tp}" if tp > 1 else name)
+    if fits:
+        return [f"use a larger GPU instance type for {role}: {', '.join(fits)}"]
+    return [
+        "no instance type the library knows can hold this model in 16-bit; use a quantized checkpoint "
+        "or a smaller model"
+    ]
+
+
+# --- transfer and cold start ---------------------------------------------------------------------
+
+def _kv_transfer(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes: int) -> KvTransfer:
+    prompt = config.model.max_model_len
+    # The whole KV cache of the prompt crosses the network whatever the TP size, plus, for hybrid
+    # models, the linear-attention state (vLLM PR #41869 moves it with the blocks).
+    size = prompt * model.kv_cache_bytes_per_token(dtype_bytes) + model.linear_state_bytes_per_sequence(dtype_bytes)
+    link = min(config.prefill.instance.network_gbps, config.decode.instance.network_gbps)
+    in_placement_group = config.prefill.placement_group and config.decode.placement_group
+    tcp = TCP_SINGLE_FLOW_GBPS_IN_PLACEMENT_GROUP if in_placement_group else TCP_SINGLE_FLOW_GBPS
+    applies = config.topology is Topology.disaggregated
+    assumption = (
+        f"EFA at the node's {link:g} Gbps line rate (an upper bound: G-series has no GPUDirect RDMA, so the "
+        f"KV cache is staged through host memory); TCP fallback = one flow at {tcp:g} Gbps, EC2's single-flow "
+        f"limit {'inside' if in_placement_group else 'outside'} a cluster placement group"
+    )
+    if not applies:
+        assumption = "colocated topology: prefill and decode run in the same worker, no KV cache crosses the network"
+    return KvTransfer(
+        bytes_per_request=size if applies else 0,
+        prompt_tokens=prompt,
+        efa_gbps=link,
+        efa_seconds=size * 8 / (link * GIGABIT) if applies else 0.0,
+        tcp_fallback_gbps=tcp,
+        tcp_fallback_seconds=size * 8 / (tcp * GIGABIT) if applies else 0.0,
+        applies=applies,
+        assumption=assumption,
+    )
+
+
+def _cold_start(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes: int) -> ColdStart:
+    checkpoint = model.weight_bytes(dtype_bytes)
+    throughput = {role: getattr(config, role).root_volume.throughput_mbps for role in ("prefill", "decode")}
+    return ColdStart(
+        checkpoint_bytes=checkpoint,
+        by_role={role: checkpoint / (mbps * MEGABYTE) for role, mbps in throughput.items()},
+        throughput_mbps=throughput,
+    )
+
+
+# --- cost -----------------------------------------------------------------------------------------
+
+def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
+    prices = table.region(config.region)
+    hours = table.hours_per_month
+    lines = [CostLine("EKS control plane", 1, "cluster", prices.eks_cluster_hour, PriceBasis.confirmed)]
+    system = prices.instance(config.system.instance_type)
+    lines.append(CostLine(f"system node {config.system.instance_type}", config.system.count, "node",
+                          system.usd_per_hour * config.system.count, system.basis))
+    for role in ("prefill", "decode"):
+        group: GpuNodeGroupConfig = getattr(config, role)
+        price = prices.instance(group.instance_type)
+        lines.append(CostLine(f"{role} node {group.instance_type}", group.desired_size, "node",
+                              price.usd_per_hour * group.desired_size, price.basis))
+    nat = config.network.nat_gateways
+    lines.append(CostLine("NAT gateway (hours only)", nat, "gateway", prices.nat_gateway.usd_per_hour * nat,
+                          prices.nat_gateway.basis))
+    lines.append(CostLine("public IPv4 of the NAT gateway", nat, "address", prices.public_ipv4_hour * nat,
+                          PriceBasis.confirmed))
+    for role in ("prefill", "decode"):
+        group = getattr(config, role)
+        volume = group.root_volume
+        monthly = prices.gp3.volume_usd_per_month(volume.size_gib, volume.throughput_mbps, volume.iops)
+        lines.append(CostLine(
+            f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mbps} MB/s, {volume.iops} IOPS",
+            group.desired_size, "volume", monthly / hours * group.desired_size, prices.gp3.basis))
+    system_monthly = prices.gp3.volume_usd_per_month(config.system.root_volume_size_gib,
+                                                     prices.gp3.BASELINE_THROUGHPUT_MBPS, prices.gp3.BASELINE_IOPS)
+    lines.append(CostLine(f"system root gp3 {config.system.root_volume_size_gib} GiB", config.system.count, "volume",
+                          system_monthly / hours * config.system.count, prices.gp3.basis))
+    excluded = [
+        "NAT gateway data processing and internet data transfer (per GB, traffic-dependent)",
+        "CloudWatch Logs for VPC flow logs and the control plane (per GB ingested)",
+        "ECR storage and image pulls; Hugging Face downloads go through the NAT gateway",
+    ]
+    if config.serving.endpoint.value == "internal-nlb":
+        excluded.append("the internal Network Load Balancer (hourly + LCU; not in the price table)")
+    return CostEstimate(
+        region=config.region, lines=tuple(lines), hours_per_month=hours, price_table_as_of=table.as_of,
+        price_sources=table.sources, excluded=tuple(excluded), estimate_note=prices.multiplier_note,
+    )
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
+              price_table: PriceTable | None = None) -> Plan:
+    """Compute the plan. Raises :class:`PlanError` (no architecture) or
+    :class:`~ray_llm_eks.pricing.PriceError` (region/instance not in the price table).
+    A model that does not fit is NOT an exception: the plan says so (``plan.fits``)."""
+    if tokens_per_second is not None and tokens_per_second <= 0:
+        raise PlanError(f"tokens per second must be positive; got {tokens_per_second}")
+    model = architecture_for(config)
+    dtype_bytes = DTYPE_BYTES[config.model.dtype]
+    table = price_table or load_price_table()
+    cost = _cost(config, table)  # first: an unpriced region or type is an error before anything else
+
+    nodes = [NodePlan("system", config.system.instance_type, config.system.count,
+                      *_facts(instance_types.INSTANCE_TYPES[config.system.instance_type]))]
+    budgets = []
+    for role in ("prefill", "decode"):
+        group: GpuNodeGroupConfig = getattr(config, role)
+        nodes.append(NodePlan(role, group.instance_type, group.desired_size, *_facts(group.instance)))
+        budgets.append(_budget(role, group, config.tensor_parallel_size(role), model, config, dtype_bytes))
+
+    assumptions = (
+        f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({config.model.dtype})",
+        f"GPU memory as EC2 reports it ({', '.join(f'{k} {v:,} MiB' for k, v in EC2_GPU_MEMORY_MIB.items())})",
+        f"KV pool = GPU memory x gpu_memory_utilization - weights - {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB "
+        "activation/runtime reserve (vLLM measures the reserve at startup; compare its 'Available KV cache memory' line)",
+        "KV cache per token counts only full-attention layers; hybrid models add a fixed per-sequence "
+        "linear-attention state (recurrent + convolution)",
+        "cold start = checkpoint bytes / root-volume throughput (MB/s = 10^6 B/s), checkpoint already on the volume",
+        f"monthly = hourly x {table.hours_per_month} hours",
+    )
+    return Plan(
+        model=model, topology=config.topology, region=config.region, data_plane_az=config.data_plane_az,
+        endpoint=config.serving.endpoint.value, dtype_bytes=dtype_bytes, max_model_len=config.model.max_model_len,
+        nodes=tuple(nodes), budgets=tuple(budgets), kv_transfer=_kv_transfer(config, model, dtype_bytes),
+        cold_start=_cold_start(config, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
+        assumptions=assumptions,
+    )
+
+
+def _facts(instance: instance_types.InstanceType) -> tuple[int, int, int, str | None, float, bool]:
+    return (instance.vcpus, instance.memory_gib, instance.gpus, instance.gpu_model, instance.network_gbps,
+            instance.efa)

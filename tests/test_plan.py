@@ -1,0 +1,218 @@
+"""`planning`, `pricing` and the architecture table: the reference figures of docs/plan.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_llm_eks import instance_types
+from ray_llm_eks.config import DeploymentConfig, parse_config
+from ray_llm_eks.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
+from ray_llm_eks.planning import GIB, PlanError, make_plan
+from ray_llm_eks.pricing import PriceBasis, PriceError, load_price_table
+
+REQUIRED_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-northeast-1", "sa-east-1")
+
+# A Llama-3-70B-shaped dense model (80 layers, 64 heads, 8 KV heads, head_dim 128).
+DENSE_70B = {
+    "parameter_count": 70_553_706_496,
+    "num_hidden_layers": 80,
+    "full_attention_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+}
+
+
+def _config(**overrides) -> DeploymentConfig:
+    return parse_config(overrides)
+
+
+# --- the architecture table ------------------------------------------------------------------
+
+def test_qwen35_9b_facts_from_its_config_json():
+    arch = known_architecture("qwen/qwen3.5-9b")  # case-insensitive like the HF hub
+    assert arch is not None
+    assert (arch.num_hidden_layers, arch.full_attention_layers, arch.linear_attention_layers) == (32, 8, 24)
+    assert (arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim) == (16, 4, 256)
+    assert (arch.linear_num_key_heads, arch.linear_num_value_heads) == (16, 32)
+    assert (arch.linear_key_head_dim, arch.linear_value_head_dim, arch.linear_conv_kernel_dim) == (128, 128, 4)
+    assert arch.parameter_count * 2 == 19_306_216_416  # the BF16 checkpoint's total_size
+
+
+def test_hybrid_kv_cache_counts_only_full_attention_layers():
+    arch = KNOWN_ARCHITECTURES["qwen/qwen3.5-9b"]
+    # 8 full-attention layers x (K and V) x 4 KV heads x 256 x 2 bytes
+    assert arch.kv_cache_bytes_per_token(2) == 8 * 2 * 4 * 256 * 2 == 32_768
+    # 24 linear layers x (32 x 128 x 128 x 4 B recurrent + 3 x (2 x 16 x 128 + 32 x 128) x 2 B conv)
+    assert arch.linear_state_bytes_per_sequence(2) == 24 * (2_097_152 + 49_152) == 51_511_296
+
+
+def test_tensor_parallel_splits_heads_but_never_below_one():
+    arch = KNOWN_ARCHITECTURES["qwen/qwen3.5-9b"]
+    assert arch.kv_cache_bytes_per_token(2, tensor_parallel_size=4) == 32_768 // 4
+    # 8 GPUs for 4 KV heads: vLLM replicates, each GPU still holds one head.
+    assert arch.kv_cache_bytes_per_token(2, tensor_parallel_size=8) == 8 * 2 * 1 * 256 * 2
+
+
+def test_dense_model_has_no_linear_state():
+    dense = ModelArchitecture(name="x/dense", source="test", **DENSE_70B)
+    assert not dense.is_hybrid
+    assert dense.linear_state_bytes_per_sequence(2) == 0
+    assert dense.kv_cache_bytes_per_token(2) == 80 * 2 * 8 * 128 * 2
+
+
+def test_layer_counts_must_add_up():
+    with pytest.raises(ValueError, match="must equal num_hidden_layers"):
+        ModelArchitecture(name="x/bad", source="test", **{**DENSE_70B, "full_attention_layers": 79})
+
+
+# --- the reference deployment (docs/plan.md, "Worked example") -------------------------------
+
+def test_reference_plan_matches_the_hand_calculation():
+    summary = make_plan(DeploymentConfig()).summary()
+    assert summary["fits"] is True
+    assert summary["weights_gib"] == pytest.approx(19_306_216_416 / GIB, abs=1e-4)  # 17.9803
+    assert summary["kv_cache_bytes_per_token"] == 32_768
+    # 22,888 MiB x 0.9 - 17.9803 GiB - 1.5 GiB
+    assert summary["kv_pool_gib"] == pytest.approx(22_888 / 1024 * 0.9 - 19_306_216_416 / GIB - 1.5, abs=1e-4)
+    assert summary["kv_pool_gib"] == pytest.approx(0.6361, abs=1e-4)
+    assert summary["max_concurrent_sequences"] == 3  # floor(0.6361 GiB / 177.125 MiB)
+    assert summary["cold_start_seconds"] == pytest.approx(19.306, abs=1e-3)
+    assert summary["kv_transfer_bytes_per_request"] == 4096 * 32_768 + 51_511_296 == 185_729_024
+    assert summary["kv_transfer_seconds_per_request"] == pytest.approx(185_729_024 * 8 / 25e9, abs=1e-6)
+    assert summary["kv_transfer_seconds_per_request_tcp_fallback"] == pytest.approx(185_729_024 * 8 / 10e9, abs=1e-6)
+    # EKS 0.10 + m7i.xlarge 0.2016 + 2 x g6.8xlarge 2.0144 + NAT 0.045 + IPv4 0.005
+    # + gp3 (2 x (200 x 0.08 + 875 x 0.04 + 13000 x 0.005) + 50 x 0.08) / 730
+    expected_hourly = 0.10 + 0.2016 + 2 * 2.0144 + 0.045 + 0.005 + (2 * 116.0 + 4.0) / 730
+    assert summary["hourly_cost_usd"] == pytest.approx(expected_hourly, abs=1e-6)
+    assert summary["hourly_cost_usd"] == pytest.approx(4.703688, abs=1e-6)
+    assert summary["monthly_cost_usd"] == pytest.approx(expected_hourly * 730, abs=1e-3)
+
+
+def test_cold_start_follows_root_volume_throughput():
+    slow = _config(prefill={"root_volume": {"throughput_mbps": 125, "iops": 3000}},
+                   decode={"root_volume": {"throughput_mbps": 125, "iops": 3000}})
+    plan = make_plan(slow)
+    # 18 GiB at gp3's 125 MB/s baseline: about 154 s (the sample measured ~145 s).
+    assert plan.cold_start.seconds == pytest.approx(19_306_216_416 / 125e6)
+    assert 150 < plan.cold_start.seconds < 160
+
+
+def test_slowest_leg_sets_the_cold_start():
+    mixed = _config(prefill={"root_volume": {"throughput_mbps": 250, "iops": 3000}})
+    plan = make_plan(mixed)
+    assert plan.cold_start.by_role["decode"] < plan.cold_start.by_role["prefill"]
+    assert plan.cold_start.seconds == plan.cold_start.by_role["prefill"]
+
+
+def test_tcp_fallback_is_slower_outside_a_placement_group():
+    plan = make_plan(_config(prefill={"placement_group": False}))
+    assert plan.kv_transfer.tcp_fallback_gbps == 5.0
+    assert plan.kv_transfer.tcp_fallback_seconds == pytest.approx(185_729_024 * 8 / 5e9)
+
+
+def test_colocated_topology_moves_no_kv_cache():
+    summary = make_plan(_config(topology="colocated")).summary()
+    assert summary["kv_transfer_bytes_per_request"] == 0
+    assert summary["kv_transfer_seconds_per_request"] == 0
+
+
+def test_cost_per_million_output_tokens():
+    plan = make_plan(DeploymentConfig(), tokens_per_second=500)
+    expected = plan.cost.hourly_usd / (500 * 3600) * 1_000_000
+    assert plan.summary()["cost_per_million_output_tokens_usd"] == pytest.approx(expected, abs=1e-6)
+    with pytest.raises(PlanError, match="positive"):
+        make_plan(DeploymentConfig(), tokens_per_second=0)
+
+
+def test_more_nodes_cost_more():
+    base = make_plan(DeploymentConfig()).cost.hourly_usd
+    bigger = make_plan(_config(decode={"min_size": 2, "desired_size": 2, "max_size": 2})).cost.hourly_usd
+    gp3_per_node = (200 * 0.08 + 875 * 0.04 + 13000 * 0.005) / 730
+    assert bigger - base == pytest.approx(2.0144 + gp3_per_node)
+
+
+# --- models that do not fit, and missing facts -----------------------------------------------
+
+def test_70b_model_on_one_l4_does_not_fit_and_says_what_to_change():
+    plan = make_plan(_config(model={"source": "example/dense-70b", "served_name": "dense-70b",
+                                    "architecture": DENSE_70B}))
+    assert not plan.fits
+    decode = plan.decode_budget
+    assert "do not fit" in decode.problem and "short by" in decode.problem
+    assert decode.max_concurrent_sequences == 0
+    # 131.4 GiB of BF16 weights: only 4 x L40S (g6e.12xlarge, 4 x 44.7 GiB) can hold them.
+    assert decode.fixes == ("use a larger GPU instance type for decode: g6e.12xlarge with tensor_parallel_size 4",)
+
+
+def test_model_too_big_for_every_known_instance_suggests_quantization():
+    huge = {**DENSE_70B, "parameter_count": 400_000_000_000}
+    plan = make_plan(_config(model={"source": "example/dense-400b", "served_name": "dense-400b",
+                                    "architecture": huge}))
+    assert not plan.fits
+    assert any("quantized" in fix for fix in plan.decode_budget.fixes)
+
+
+def test_model_that_fits_only_on_bigger_gpus_names_them():
+    # Qwen3.5-9B with a 64k context: weights fit on an L4, the KV of one sequence does not.
+    plan = make_plan(_config(model={"max_model_len": 65536}))
+    assert not plan.fits
+    decode = plan.decode_budget
+    assert "less than one sequence" in decode.problem
+    assert any(fix.startswith("lower model.max_model_len") for fix in decode.fixes)
+    assert any("g6e.8xlarge" in fix for fix in decode.fixes)
+
+
+def test_unknown_model_without_architecture_is_a_plan_error():
+    with pytest.raises(PlanError, match="model.architecture"):
+        make_plan(_config(model={"source": "someone/unknown-model", "served_name": "unknown"}))
+
+
+def test_config_architecture_overrides_the_table():
+    supplied = {**DENSE_70B, "parameter_count": 1_000_000_000, "num_hidden_layers": 16,
+                "full_attention_layers": 16, "num_key_value_heads": 2, "head_dim": 64}
+    plan = make_plan(_config(model={"architecture": supplied}))
+    assert plan.model.parameter_count == 1_000_000_000
+    assert plan.summary()["kv_cache_bytes_per_token"] == 16 * 2 * 2 * 64 * 2
+
+
+# --- the price table ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("region", REQUIRED_REGIONS)
+def test_price_table_covers_every_known_instance_type(region):
+    prices = load_price_table().region(region)
+    for name in instance_types.known_names():
+        if name in prices.unavailable:
+            with pytest.raises(PriceError, match="not offered"):
+                prices.instance(name)
+        else:
+            assert prices.instance(name).usd_per_hour > 0
+    assert prices.eks_cluster_hour == 0.10
+
+
+def test_price_table_is_dated_and_sourced():
+    table = load_price_table()
+    assert table.as_of == "2026-11-30"
+    assert table.hours_per_month == 730
+    assert {"eks", "nat_gateway", "ebs_gp3", "instances_us_east_1"} <= set(table.sources)
+
+
+def test_unknown_region_is_a_clear_error():
+    with pytest.raises(PriceError, match="no prices for region 'ap-south-2'"):
+        make_plan(_config(region="ap-south-2", control_plane_azs=["ap-south-2a", "ap-south-2b"],
+                          data_plane_az="ap-south-2a"))
+
+
+def test_instance_type_not_offered_in_region_is_a_clear_error():
+    with pytest.raises(PriceError, match="g6.8xlarge is not offered in eu-west-1"):
+        make_plan(_config(region="eu-west-1", control_plane_azs=["eu-west-1a", "eu-west-1b"],
+                          data_plane_az="eu-west-1a"))
+
+
+def test_estimated_prices_are_flagged():
+    plan = make_plan(_config(region="ap-northeast-1", control_plane_azs=["ap-northeast-1a", "ap-northeast-1c"],
+                             data_plane_az="ap-northeast-1a"))
+    assert plan.cost.has_estimates
+    assert plan.summary()["price_includes_estimates"] is True
+    assert not make_plan(DeploymentConfig()).cost.has_estimates
+    assert all(line.basis is not PriceBasis.estimate for line in make_plan(DeploymentConfig()).cost.lines)
