@@ -1,0 +1,206 @@
+"""The Ray head and worker pod templates, as typed ``cdk8s_plus_35.k8s`` objects.
+
+Placement (labels and taint set by ``ray_llm_eks.constructs.nodegroups``): the head runs on the
+system node (``role=system``); each worker group runs on its own GPU node group
+(``role=prefill|decode``) and tolerates that group's ``NoSchedule`` taint, which keeps every
+other pod off the GPU nodes.
+
+Worker choices, each with its reason:
+
+- GPUs: ``nvidia.com/gpu`` = every GPU of the node, and ``rayStartParams.num-gpus`` the same
+  number (KubeRay docs: keep them equal, or Ray schedules on GPUs the pod does not have).
+- EFA: ``vpc.amazonaws.com/efa: 1`` (the EFA device plugin mounts ``/dev/infiniband/uverbs*``).
+- ``FI_PROVIDER=efa`` makes libfabric use EFA rather than probing TCP/sockets providers.
+- ``FI_EFA_USE_HUGE_PAGE=0`` instead of requesting ``hugepages-2Mi``: EFA nodes pre-allocate
+  2 MiB huge pages and libfabric's EFA provider maps its bounce buffers from them, but a pod
+  that does not request huge pages gets a hugetlb cgroup limit of 0, and touching such a page
+  kills the process with SIGBUS. Requesting them would tie scheduling to a per-node pool size
+  the AMI sets and we do not control (a pod asking for more stays Pending). The KV cache itself
+  is registered user memory (CUDA or host), not libfabric's bounce buffers, so the cost of
+  regular pages is small (BRIEF section 2: "request hugepages-2Mi or set FI_EFA_USE_HUGE_PAGE=0").
+- ``FI_EFA_USE_DEVICE_RDMA`` is never set: G-series GPUs have no GPUDirect RDMA
+  (aws-ofi-nccl #547), and the instance table's ``gpudirect_rdma`` is False for all of them.
+- ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` for hybrid Gated-DeltaNet models (``ray_llm_eks.models``):
+  vLLM's NIXL path asserts it (vLLM PR #41869). It is set in both topologies so the colocated
+  baseline runs the same engine layout.
+- ``/dev/shm``: a memory-backed emptyDir of :data:`SHM_SIZE_GIB`; Ray's object store is pinned
+  to :data:`OBJECT_STORE_GIB` inside it (Ray caps its default at 10 GB or /dev/shm, and falls
+  back to slow /tmp when /dev/shm is smaller); the rest is for NCCL and vLLM's shared-memory
+  queues. Serve LLM passes requests and responses, not weights, through the object store.
+- Security: ``privileged`` (the reference deployment; NIXL registers memory with the EFA
+  device) or ``ipc-lock`` (experimental, see docs/rayservice.md): not privileged, no privilege
+  escalation, capability ``IPC_LOCK`` only, which lets the process pin memory for RDMA
+  registration past ``RLIMIT_MEMLOCK``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from cdk8s_plus_35 import k8s
+
+from .. import instance_types
+from ..config import DeploymentConfig, SecurityProfile
+from ..constructs.nodegroups import ROLE_LABEL, EfaGpuNodeGroup, SystemNodeGroup
+from . import serve_config, sizing
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+SHM_SIZE_GIB = 8
+OBJECT_STORE_GIB = 4
+GIB = 1024**3
+
+HEAD_CONTAINER = "ray-head"
+WORKER_CONTAINER = "ray-worker"
+
+# Labels on every Ray pod of this deployment, so Services can select them without depending on
+# the generated RayCluster name (which KubeRay suffixes with a hash).
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+NAME_LABEL = "app.kubernetes.io/name"
+NAME = "ray-llm-eks"
+RAY_ROLE_LABEL = "ray-llm-eks/ray-role"
+SERVES_HTTP_LABEL = "ray-llm-eks/serves-http"
+
+
+@dataclass(frozen=True)
+class NamedPort:
+    name: str
+    port: int
+
+
+HEAD_PORTS = (
+    NamedPort("gcs", 6379),
+    NamedPort("dashboard", 8265),
+    NamedPort("serve", serve_config.SERVE_PORT),
+    NamedPort("metrics", 8080),
+)
+"""The image does not declare ports; KubeRay's Services and probes look them up by these names."""
+
+WORKER_PORTS = (
+    NamedPort("serve", serve_config.SERVE_PORT),
+    NamedPort("metrics", 8080),
+)
+
+
+def pod_labels(config: DeploymentConfig, ray_role: str, *, serves_http: bool) -> dict[str, str]:
+    return {
+        NAME_LABEL: NAME,
+        INSTANCE_LABEL: config.serving.service_name,
+        RAY_ROLE_LABEL: ray_role,
+        SERVES_HTTP_LABEL: "true" if serves_http else "false",
+    }
+
+
+def _ports(ports: tuple[NamedPort, ...] | list[NamedPort]) -> list[k8s.ContainerPort]:
+    return [k8s.ContainerPort(name=p.name, container_port=p.port, protocol="TCP") for p in ports]
+
+
+def _guaranteed(resources: sizing.PodResources, extra: Mapping[str, int] | None = None) -> k8s.ResourceRequirements:
+    """Requests equal to limits: the Guaranteed QoS class (see ``sizing``)."""
+    amounts = {
+        "cpu": k8s.Quantity.from_string(resources.cpu_quantity),
+        "memory": k8s.Quantity.from_string(resources.memory_quantity),
+    }
+    amounts.update({name: k8s.Quantity.from_number(count) for name, count in (extra or {}).items()})
+    return k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
+
+
+def _env(values: Mapping[str, str]) -> list[k8s.EnvVar]:
+    return [k8s.EnvVar(name=name, value=value) for name, value in values.items()]
+
+
+def worker_env(config: DeploymentConfig) -> dict[str, str]:
+    env = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}
+    if config.model.is_hybrid:
+        env["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
+    return env
+
+
+def worker_security_context(profile: SecurityProfile) -> k8s.SecurityContext:
+    if profile is SecurityProfile.privileged:
+        return k8s.SecurityContext(privileged=True)
+    return k8s.SecurityContext(
+        privileged=False,
+        allow_privilege_escalation=False,
+        capabilities=k8s.Capabilities(add=["IPC_LOCK"]),
+    )
+
+
+def head_ray_start_params() -> dict[str, str]:
+    # num-cpus 0 as well as num-gpus 0: no Serve replica (ingress or model) lands on the small
+    # system node; the GCS, dashboard and Serve controller need no logical CPUs.
+    return {"num-gpus": "0", "num-cpus": "0", "dashboard-host": "0.0.0.0"}
+
+
+def worker_ray_start_params(config: DeploymentConfig, role: str) -> dict[str, str]:
+    instance = getattr(config, role).instance
+    return {
+        "num-gpus": str(instance.gpus),
+        "num-cpus": str(sizing.worker_resources(instance).whole_cpus),
+        "object-store-memory": str(OBJECT_STORE_GIB * GIB),
+    }
+
+
+def head_template(config: DeploymentConfig, service_account: str) -> k8s.PodTemplateSpec:
+    resources = sizing.head_resources(instance_types.lookup(config.system.instance_type))
+    return k8s.PodTemplateSpec(
+        metadata=k8s.ObjectMeta(labels=pod_labels(config, "head", serves_http=False)),
+        spec=k8s.PodSpec(
+            service_account_name=service_account,
+            node_selector=dict(SystemNodeGroup.LABELS),
+            containers=[
+                k8s.Container(
+                    name=HEAD_CONTAINER,
+                    image=config.image_uri,
+                    ports=_ports(HEAD_PORTS),
+                    resources=_guaranteed(resources),
+                    security_context=k8s.SecurityContext(allow_privilege_escalation=False),
+                )
+            ],
+        ),
+    )
+
+
+def worker_template(config: DeploymentConfig, role: str, service_account: str) -> k8s.PodTemplateSpec:
+    group = getattr(config, role)
+    instance = group.instance
+    if instance.gpudirect_rdma:
+        # Nothing in the table has it today; GPUDirect RDMA settings would need their own review.
+        raise ValueError(f"{group.instance_type} has GPUDirect RDMA: worker settings were written for G-series")
+    nixl_ports = [
+        NamedPort(f"nixl-{index}", port)
+        for index, port in enumerate(serve_config.nixl_side_channel_ports(config, role))
+    ]
+    return k8s.PodTemplateSpec(
+        metadata=k8s.ObjectMeta(labels=pod_labels(config, role, serves_http=True)),
+        spec=k8s.PodSpec(
+            service_account_name=service_account,
+            node_selector={ROLE_LABEL: role},
+            tolerations=[
+                k8s.Toleration(key=EfaGpuNodeGroup.TAINT_KEY, operator="Equal", value=role, effect="NoSchedule")
+            ],
+            containers=[
+                k8s.Container(
+                    name=WORKER_CONTAINER,
+                    image=config.image_uri,
+                    env=_env(worker_env(config)),
+                    ports=_ports([*WORKER_PORTS, *nixl_ports]),
+                    resources=_guaranteed(
+                        sizing.worker_resources(instance),
+                        {GPU_RESOURCE: instance.gpus, EFA_RESOURCE: 1},
+                    ),
+                    security_context=worker_security_context(config.serving.security_profile),
+                    volume_mounts=[k8s.VolumeMount(name="dshm", mount_path="/dev/shm")],
+                )
+            ],
+            volumes=[
+                k8s.Volume(
+                    name="dshm",
+                    empty_dir=k8s.EmptyDirVolumeSource(
+                        medium="Memory", size_limit=k8s.Quantity.from_string(f"{SHM_SIZE_GIB}Gi")
+                    ),
+                )
+            ],
+        ),
+    )

@@ -1,0 +1,288 @@
+"""The Ray Serve config (``serveConfigV2``) for both topologies, built from typed objects.
+
+Field names follow Ray 2.58's own models, which the tests validate against:
+``ray.llm._internal.serve.core.configs.llm_config.LLMConfig`` for each model config and
+``ray.serve.schema.ServeDeploySchema`` for the whole document.
+
+- ``disaggregated``: ``ray.serve.llm:build_pd_openai_app`` with ``prefill_config`` and
+  ``decode_config`` (``ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py``,
+  ``PDServingArgs``). The deprecated ``proxy_*`` args are never emitted: Ray 2.58 ignores them
+  with a warning and 2.59 rejects them. Both legs share ``model_id`` (PDServingArgs refuses a
+  mismatch) and carry ``engine_kwargs.kv_transfer_config`` (it refuses a missing one).
+- ``colocated``: ``ray.serve.llm:build_openai_app`` with one ``llm_configs`` entry and no KV
+  connector: the baseline a benchmark compares against, on the same GPUs.
+
+Model revision: Ray's ``ModelLoadingConfig`` has no revision field; for a Hugging Face
+``model_source`` Ray hands the id to vLLM, which downloads it, so the revision travels as
+vLLM's engine arguments ``revision`` and ``tokenizer_revision`` (vLLM ``EngineArgs``).
+
+NIXL side channel: Ray sets ``VLLM_NIXL_SIDE_CHANNEL_PORT`` to
+``experimental_configs.NIXL_SIDE_CHANNEL_PORT_BASE`` (default 20000; PDServingArgs defaults the
+decode leg to 22000) plus ``replica rank * tensor_parallel_size``, and each TP worker adds its
+rank (``ray/llm/_internal/serve/engines/vllm/kv_transfer/nixl.py`` and ``base.py``). The bases
+are written out explicitly so the ports the pods declare come from the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ..config import ConfigError, DeploymentConfig, Topology
+from ..instance_types import InstanceType
+
+PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+COLOCATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
+APPLICATION_NAME = "llm"
+SERVE_PORT = 8000
+
+NIXL_SIDE_CHANNEL_PORT_BASE = {"prefill": 20000, "decode": 22000}
+"""Ray's defaults for the two legs, written out so pods and Serve agree."""
+
+RAY_ACCELERATOR_TYPES = frozenset({"L4", "A10G", "L40S"})
+"""GPU models of the instance table that Ray 2.58 accepts as ``accelerator_type``
+(``ray.util.accelerators``: ``NVIDIA_L4``, ``NVIDIA_TESLA_A10G``, ``NVIDIA_L40S``). A test
+checks this set against Ray's own ``AcceleratorType`` enum."""
+
+
+def _without_none(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class KvTransferConfig:
+    """vLLM's ``kv_transfer_config`` for the NIXL connector (vLLM ``vllm/config/kv_transfer.py``).
+
+    ``kv_both``: every engine can send and receive KV blocks; the P/D builder decides which
+    leg prefills. ``backends`` must name LIBFABRIC to use EFA: NIXL's default, UCX, silently
+    runs over TCP on EFA nodes.
+    """
+
+    backends: tuple[str, ...]
+    kv_buffer_device: str | None = None
+    kv_connector: str = "NixlConnector"
+    kv_role: str = "kv_both"
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(
+            {
+                "kv_connector": self.kv_connector,
+                "kv_role": self.kv_role,
+                "kv_buffer_device": self.kv_buffer_device,
+                "kv_connector_extra_config": {"backends": list(self.backends)},
+            }
+        )
+
+
+@dataclass(frozen=True)
+class EngineKwargs:
+    """The vLLM engine arguments both topologies share (plus the KV connector for P/D)."""
+
+    dtype: str
+    max_model_len: int
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    tensor_parallel_size: int
+    revision: str | None = None
+    kv_transfer_config: KvTransferConfig | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(
+            {
+                "dtype": self.dtype,
+                "max_model_len": self.max_model_len,
+                "gpu_memory_utilization": self.gpu_memory_utilization,
+                "enforce_eager": self.enforce_eager,
+                "tensor_parallel_size": self.tensor_parallel_size,
+                "revision": self.revision,
+                # Same commit for the tokenizer: vLLM resolves it separately.
+                "tokenizer_revision": self.revision,
+                "kv_transfer_config": self.kv_transfer_config.to_dict() if self.kv_transfer_config else None,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    """One Ray Serve LLM ``LLMConfig`` (a model deployment)."""
+
+    model_id: str
+    model_source: str
+    engine_kwargs: EngineKwargs
+    num_replicas: int
+    accelerator_type: str | None = None
+    nixl_side_channel_port_base: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        experimental = (
+            {"NIXL_SIDE_CHANNEL_PORT_BASE": self.nixl_side_channel_port_base}
+            if self.nixl_side_channel_port_base is not None
+            else None
+        )
+        return _without_none(
+            {
+                "model_loading_config": {"model_id": self.model_id, "model_source": self.model_source},
+                "accelerator_type": self.accelerator_type,
+                "engine_kwargs": self.engine_kwargs.to_dict(),
+                "deployment_config": {"num_replicas": self.num_replicas},
+                "experimental_configs": experimental,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class ServeApplication:
+    name: str
+    import_path: str
+    args: dict[str, Any]
+    route_prefix: str = "/"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "route_prefix": self.route_prefix, "import_path": self.import_path, "args": self.args}
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The document KubeRay submits to the Serve REST API (``ServeDeploySchema``)."""
+
+    applications: tuple[ServeApplication, ...]
+    http_host: str = "0.0.0.0"  # proxies must listen on the pod IP, not loopback
+    http_port: int = SERVE_PORT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "http_options": {"host": self.http_host, "port": self.http_port},
+            "applications": [application.to_dict() for application in self.applications],
+        }
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+
+
+# Derivations from the deployment config.
+
+
+def accelerator_type(instance: InstanceType) -> str | None:
+    """Ray's ``accelerator_type`` for the instance's GPU, when Ray knows that model."""
+    return instance.gpu_model if instance.gpu_model in RAY_ACCELERATOR_TYPES else None
+
+
+def replicas_for(config: DeploymentConfig, role: str) -> int:
+    """One model replica per tensor-parallel group of GPUs in the role's node group.
+
+    Each node runs one Ray worker pod with all of the node's GPUs, so the role has
+    ``desired_size * gpus`` GPUs; a replica spans ``tensor_parallel_size`` of them on one node
+    (vLLM's Ray executor packs a replica's placement group), hence
+    ``desired_size * (gpus // tensor_parallel_size)``.
+    """
+    group = getattr(config, role)
+    tp = config.tensor_parallel_size(role)
+    gpus = group.instance.gpus
+    if gpus % tp:
+        raise ConfigError(
+            f"{role}: tensor_parallel_size {tp} does not divide the {gpus} GPUs of one "
+            f"{group.instance_type}; {gpus % tp} GPU(s) per node would sit idle; accepted: a divisor of {gpus}"
+        )
+    if group.desired_size < 1:
+        raise ConfigError(
+            f"{role}.desired_size is 0: the {role} leg would have no GPU to run on; accepted: at least 1"
+        )
+    return group.desired_size * (gpus // tp)
+
+
+def engine_kwargs(config: DeploymentConfig, role: str, *, with_kv_transfer: bool) -> EngineKwargs:
+    model = config.model
+    kv = (
+        KvTransferConfig(backends=tuple(config.nixl.backends), kv_buffer_device=config.nixl.kv_buffer_device)
+        if with_kv_transfer
+        else None
+    )
+    return EngineKwargs(
+        dtype=model.dtype,
+        max_model_len=model.max_model_len,
+        gpu_memory_utilization=model.gpu_memory_utilization,
+        enforce_eager=model.enforce_eager,
+        tensor_parallel_size=config.tensor_parallel_size(role),
+        revision=model.revision,
+        kv_transfer_config=kv,
+    )
+
+
+def pd_leg(config: DeploymentConfig, role: str) -> LlmConfig:
+    group = getattr(config, role)
+    return LlmConfig(
+        model_id=config.model.served_name,
+        model_source=config.model.source,
+        engine_kwargs=engine_kwargs(config, role, with_kv_transfer=True),
+        num_replicas=replicas_for(config, role),
+        accelerator_type=accelerator_type(group.instance),
+        nixl_side_channel_port_base=NIXL_SIDE_CHANNEL_PORT_BASE[role],
+    )
+
+
+def colocated_model(config: DeploymentConfig) -> LlmConfig:
+    """One LLMConfig spread over both node groups: the same GPUs, no KV connector.
+
+    One LLMConfig has one tensor-parallel size and one accelerator type, so the two node groups
+    must agree on both; otherwise the colocated baseline would not run on the hardware the
+    disaggregated topology uses, and the comparison would not be like with like.
+    """
+    tp = {role: config.tensor_parallel_size(role) for role in ("prefill", "decode")}
+    if tp["prefill"] != tp["decode"]:
+        raise ConfigError(
+            f"topology colocated serves one model config, so both node groups need the same "
+            f"tensor_parallel_size; got prefill={tp['prefill']}, decode={tp['decode']}"
+        )
+    gpu_models = {role: getattr(config, role).instance.gpu_model for role in ("prefill", "decode")}
+    if gpu_models["prefill"] != gpu_models["decode"]:
+        raise ConfigError(
+            f"topology colocated serves one model config on one GPU model; got prefill="
+            f"{gpu_models['prefill']} ({config.prefill.instance_type}), decode={gpu_models['decode']} "
+            f"({config.decode.instance_type}); use the same GPU model in both node groups"
+        )
+    return LlmConfig(
+        model_id=config.model.served_name,
+        model_source=config.model.source,
+        engine_kwargs=engine_kwargs(config, "prefill", with_kv_transfer=False),
+        num_replicas=replicas_for(config, "prefill") + replicas_for(config, "decode"),
+        accelerator_type=accelerator_type(config.prefill.instance),
+    )
+
+
+def build_serve_config(config: DeploymentConfig) -> ServeConfig:
+    if config.topology is Topology.disaggregated:
+        application = ServeApplication(
+            name=APPLICATION_NAME,
+            import_path=PD_IMPORT_PATH,
+            args={
+                "prefill_config": pd_leg(config, "prefill").to_dict(),
+                "decode_config": pd_leg(config, "decode").to_dict(),
+            },
+        )
+    else:
+        application = ServeApplication(
+            name=APPLICATION_NAME,
+            import_path=COLOCATED_IMPORT_PATH,
+            args={"llm_configs": [colocated_model(config).to_dict()]},
+        )
+    return ServeConfig(applications=(application,))
+
+
+def nixl_side_channel_ports(config: DeploymentConfig, role: str) -> list[int]:
+    """The TCP ports the role's NIXL listeners may bind, on any of its pods.
+
+    Which replica rank lands on which pod is Ray's choice, so every pod of the role declares the
+    whole range ``base .. base + replicas * tensor_parallel_size - 1``. Empty when colocated.
+    """
+    if config.topology is not Topology.disaggregated:
+        return []
+    base = NIXL_SIDE_CHANNEL_PORT_BASE[role]
+    ports = list(range(base, base + replicas_for(config, role) * config.tensor_parallel_size(role)))
+    if role == "prefill" and ports[-1] >= NIXL_SIDE_CHANNEL_PORT_BASE["decode"]:
+        raise ConfigError(
+            f"prefill needs NIXL side-channel ports {ports[0]}-{ports[-1]}, which run into the decode "
+            f"range from {NIXL_SIDE_CHANNEL_PORT_BASE['decode']}; use fewer prefill replicas"
+        )
+    return ports

@@ -1,0 +1,150 @@
+"""The cdk8s charts of the serving layer, in apply order.
+
+1. ``serving-namespace``: the Namespace and the ServiceAccount the Ray pods run as (bound to an
+   IAM role through EKS Pod Identity by ``ray_llm_eks.constructs.serving``).
+2. ``serving-rayservice``: the KubeRay ``RayService`` and the Service of the OpenAI API.
+
+Chart ids are public API: they name the files in ``cdk.out/manifests/`` and the CDK constructs
+that apply them. Switching topology changes only what is inside ``serving-rayservice``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cdk8s
+import cdk8s_plus_35 as kplus
+
+from ..config import ConfigError, DeploymentConfig, EndpointType, RAY_SERVICE_NAME_MAX
+from . import pod_templates, serve_config
+from .rayservice import (
+    HeadGroupSpec,
+    RayClusterConfig,
+    RayService,
+    RayServiceSpec,
+    UpgradeStrategy,
+    WorkerGroupSpec,
+)
+
+NAMESPACE_CHART_ID = "serving-namespace"
+RAYSERVICE_CHART_ID = "serving-rayservice"
+OPENAI_SERVICE_SUFFIX = "-openai"
+
+INTERNAL_NLB_ANNOTATIONS = {
+    # Handled by the in-tree AWS cloud provider that EKS runs (no AWS Load Balancer Controller
+    # needed): an NLB instead of a Classic ELB, in the private subnets (those tagged
+    # kubernetes.io/role/internal-elb=1).
+    "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+}
+
+
+def openai_service_name(config: DeploymentConfig) -> str:
+    return f"{config.serving.service_name}{OPENAI_SERVICE_SUFFIX}"
+
+
+class ServingNamespaceChart(cdk8s.Chart):
+    """Namespace ``config.serving.namespace`` and the ServiceAccount of the Ray pods."""
+
+    def __init__(self, scope: cdk8s.App, id: str, *, config: DeploymentConfig) -> None:
+        super().__init__(scope, id, disable_resource_name_hashes=True)
+        self.namespace_object = kplus.Namespace(self, "Namespace", metadata=cdk8s.ApiObjectMetadata(name=config.serving.namespace))
+        self.service_account = kplus.ServiceAccount(
+            self,
+            "ServiceAccount",
+            metadata=cdk8s.ApiObjectMetadata(name=config.serving.service_name, namespace=config.serving.namespace),
+            # cdk8s-plus defaults to no token. The account has no RBAC bindings, so the token
+            # grants nothing in the cluster; mounting it keeps AWS SDKs' credential chain and
+            # the Pod Identity webhook on their documented default path.
+            automount_token=True,
+        )
+        self.service_account.node.add_dependency(self.namespace_object)
+
+
+class RayServiceChart(cdk8s.Chart):
+    """The RayService (head + prefill + decode worker groups) and the OpenAI API Service."""
+
+    def __init__(self, scope: cdk8s.App, id: str, *, config: DeploymentConfig, service_account_name: str) -> None:
+        super().__init__(scope, id, namespace=config.serving.namespace, disable_resource_name_hashes=True)
+        name = config.serving.service_name
+        if len(name) > RAY_SERVICE_NAME_MAX:  # also refused by the config; the CRD's limit matters here
+            raise ConfigError(f"serving.service_name {name!r} is longer than {RAY_SERVICE_NAME_MAX} characters")
+
+        self.serve_config = serve_config.build_serve_config(config)
+        workers = [
+            WorkerGroupSpec(
+                group_name=role,
+                replicas=getattr(config, role).desired_size,
+                min_replicas=getattr(config, role).min_size,
+                max_replicas=getattr(config, role).max_size,
+                ray_start_params=pod_templates.worker_ray_start_params(config, role),
+                template=pod_templates.worker_template(config, role, service_account_name),
+            )
+            for role in ("prefill", "decode")
+        ]
+        self.spec = RayServiceSpec(
+            serve_config_v2=self.serve_config.to_yaml(),
+            upgrade_strategy=UpgradeStrategy.none,
+            exclude_head_pod_from_serve_svc=True,
+            ray_cluster_config=RayClusterConfig(
+                ray_version=config.versions.ray,
+                head_group_spec=HeadGroupSpec(
+                    ray_start_params=pod_templates.head_ray_start_params(),
+                    template=pod_templates.head_template(config, service_account_name),
+                ),
+                worker_group_specs=workers,
+            ),
+        )
+        self.ray_service = RayService(
+            self,
+            "RayService",
+            name=name,
+            spec=self.spec,
+            labels={pod_templates.NAME_LABEL: pod_templates.NAME, pod_templates.INSTANCE_LABEL: name},
+        )
+
+        internal_nlb = config.serving.endpoint is EndpointType.internal_nlb
+        self.openai_service = kplus.Service(
+            self,
+            "OpenAiService",
+            metadata=cdk8s.ApiObjectMetadata(
+                name=openai_service_name(config),
+                annotations=dict(INTERNAL_NLB_ANNOTATIONS) if internal_nlb else None,
+            ),
+            type=kplus.ServiceType.LOAD_BALANCER if internal_nlb else kplus.ServiceType.CLUSTER_IP,
+            ports=[
+                kplus.ServicePort(
+                    name="http",
+                    port=serve_config.SERVE_PORT,
+                    target_port=serve_config.SERVE_PORT,
+                    protocol=kplus.Protocol.TCP,
+                )
+            ],
+        )
+        # Every worker runs a Serve proxy next to its model replica; the head runs none.
+        # KubeRay's readiness probe on workers keeps a pod out until its proxy answers.
+        self.openai_service.select_label(pod_templates.INSTANCE_LABEL, name)
+        self.openai_service.select_label(pod_templates.SERVES_HTTP_LABEL, "true")
+
+
+@dataclass(frozen=True)
+class ServingCharts:
+    namespace: ServingNamespaceChart
+    rayservice: RayServiceChart
+
+    @property
+    def charts(self) -> list[cdk8s.Chart]:
+        """Apply order: the namespace and service account before anything that lives in them."""
+        return [self.namespace, self.rayservice]
+
+
+def build_serving_charts(app: cdk8s.App, config: DeploymentConfig) -> ServingCharts:
+    namespace_chart = ServingNamespaceChart(app, NAMESPACE_CHART_ID, config=config)
+    rayservice_chart = RayServiceChart(
+        app,
+        RAYSERVICE_CHART_ID,
+        config=config,
+        service_account_name=namespace_chart.service_account.name,
+    )
+    rayservice_chart.add_dependency(namespace_chart)
+    return ServingCharts(namespace=namespace_chart, rayservice=rayservice_chart)

@@ -1,0 +1,146 @@
+"""CPU and memory requests for the Ray pods, computed from the instance table.
+
+A Ray worker owns its GPU node (one worker pod per node, pinned by label and taint), so it
+should ask for everything the node can give after what Kubernetes keeps for itself; asking for
+more leaves it Pending forever, asking for much less wastes host memory that vLLM, NIXL's
+host-staged KV transfers and the page cache (model load, BRIEF section 1) can use.
+
+What a node can give pods is estimated, since it is only known once the node runs:
+
+``allocatable = capacity - kube-reserved - eviction threshold``, then minus the DaemonSets.
+
+- capacity: the kernel sees less memory than the instance's nominal size (firmware and kernel
+  reservations); :data:`KERNEL_VISIBLE_MEMORY_FRACTION` is a conservative 96 % (a 16 GiB
+  ``m5.xlarge`` reports about 15.4 GiB, 96.5 %).
+- kube-reserved, as the EKS AL2023 AMI's ``nodeadm`` computes it (awslabs/amazon-eks-ami,
+  ``nodeadm/internal/kubelet/config.go``): CPU 6 % of the first core, 1 % of the second, 0.5 %
+  of the third and fourth, 0.25 % of every further core; memory ``11 MiB * maxPods + 255 MiB``.
+  maxPods depends on ENI limits that the instance table does not hold, so the upper bound the
+  AMI applies is used: 110 for instances up to 30 vCPUs, 250 above.
+- eviction threshold: the kubelet's ``memory.available<100Mi``.
+- DaemonSets on every node: aws-node (VPC CNI), kube-proxy, eks-pod-identity-agent, and on GPU
+  nodes the NVIDIA and EFA device plugins; :data:`DAEMONSET_BUDGET` covers their requests with
+  room to spare.
+
+Worker requests are rounded down to whole CPUs (Ray's ``num-cpus`` is an integer) and whole
+GiB. Requests equal limits, so the pods get the Guaranteed QoS class (last to be OOM-killed or
+evicted) and Ray's memory monitor, which reads the cgroup limit, sees the real budget; this is
+what the KubeRay documentation recommends for Ray pods.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..instance_types import InstanceType
+
+MIB_PER_GIB = 1024
+
+KERNEL_VISIBLE_MEMORY_FRACTION = 0.96
+EVICTION_HARD_MEMORY_MIB = 100
+MAX_PODS_SMALL, MAX_PODS_LARGE, MAX_PODS_VCPU_THRESHOLD = 110, 250, 30
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """CPU in millicores and memory in MiB; rendered as Kubernetes quantities."""
+
+    cpu_millis: int
+    memory_mib: int
+
+    def __sub__(self, other: PodResources) -> PodResources:
+        return PodResources(self.cpu_millis - other.cpu_millis, self.memory_mib - other.memory_mib)
+
+    @property
+    def cpu_quantity(self) -> str:
+        if self.cpu_millis % 1000 == 0:
+            return str(self.cpu_millis // 1000)
+        return f"{self.cpu_millis}m"
+
+    @property
+    def memory_quantity(self) -> str:
+        if self.memory_mib % MIB_PER_GIB == 0:
+            return f"{self.memory_mib // MIB_PER_GIB}Gi"
+        return f"{self.memory_mib}Mi"
+
+    @property
+    def whole_cpus(self) -> int:
+        return self.cpu_millis // 1000
+
+
+DAEMONSET_BUDGET = PodResources(cpu_millis=500, memory_mib=512)
+"""aws-node asks 25m, kube-proxy 100m, the device plugins and the Pod Identity agent a few tens
+of millicores and MiB each: 500m and 512 MiB leave room for a log or metrics agent."""
+
+SYSTEM_POD_BUDGET = PodResources(cpu_millis=500, memory_mib=1024)
+"""Besides the Ray head, the system node runs CoreDNS (two replicas of 100m/70Mi) and the
+KubeRay operator (its chart asks 100m/512Mi)."""
+
+HEAD_MINIMUM = PodResources(cpu_millis=500, memory_mib=2 * MIB_PER_GIB)
+"""Below this the GCS, dashboard and Serve controller start too slowly to pass their probes."""
+
+HEAD_TARGET = PodResources(cpu_millis=2000, memory_mib=8 * MIB_PER_GIB)
+"""The head runs no model (``num-gpus``/``num-cpus`` 0): GCS, dashboard and the Serve controller
+fit in 2 CPUs and 8 GiB; the rest of a larger system node stays free for other system pods."""
+
+
+def kube_reserved_cpu_millis(vcpus: int) -> int:
+    """nodeadm's CPU reservation: 6 % / 1 % / 0.5 % / 0.5 % / 0.25 % per further core."""
+    millis = 0.0
+    for core in range(vcpus):
+        if core == 0:
+            millis += 60
+        elif core == 1:
+            millis += 10
+        elif core < 4:
+            millis += 5
+        else:
+            millis += 2.5
+    return math.ceil(millis)
+
+
+def max_pods_upper_bound(vcpus: int) -> int:
+    return MAX_PODS_LARGE if vcpus > MAX_PODS_VCPU_THRESHOLD else MAX_PODS_SMALL
+
+
+def kube_reserved_memory_mib(vcpus: int) -> int:
+    return 11 * max_pods_upper_bound(vcpus) + 255
+
+
+def estimated_allocatable(instance: InstanceType) -> PodResources:
+    """What the kubelet will report as allocatable, estimated low rather than high."""
+    capacity_mib = math.floor(instance.memory_gib * MIB_PER_GIB * KERNEL_VISIBLE_MEMORY_FRACTION)
+    return PodResources(
+        cpu_millis=instance.vcpus * 1000 - kube_reserved_cpu_millis(instance.vcpus),
+        memory_mib=capacity_mib - kube_reserved_memory_mib(instance.vcpus) - EVICTION_HARD_MEMORY_MIB,
+    )
+
+
+def worker_resources(instance: InstanceType) -> PodResources:
+    """The Ray worker's CPU and memory on a GPU node it has to itself."""
+    room = estimated_allocatable(instance) - DAEMONSET_BUDGET
+    return PodResources(
+        cpu_millis=room.whole_cpus * 1000,
+        memory_mib=(room.memory_mib // MIB_PER_GIB) * MIB_PER_GIB,
+    )
+
+
+def head_resources(instance: InstanceType) -> PodResources:
+    """The Ray head's share of the system node: :data:`HEAD_TARGET`, or what is left if less,
+    rounded down to 100m and 256 MiB steps.
+
+    Raises ``ValueError`` when the system node is too small to run the head at all.
+    """
+    room = estimated_allocatable(instance) - DAEMONSET_BUDGET - SYSTEM_POD_BUDGET
+    head = PodResources(
+        cpu_millis=min(HEAD_TARGET.cpu_millis, (room.cpu_millis // 100) * 100),
+        memory_mib=min(HEAD_TARGET.memory_mib, (room.memory_mib // 256) * 256),
+    )
+    if head.cpu_millis < HEAD_MINIMUM.cpu_millis or head.memory_mib < HEAD_MINIMUM.memory_mib:
+        raise ValueError(
+            f"system instance type {instance.name} leaves {head.cpu_quantity} CPU and "
+            f"{head.memory_quantity} memory for the Ray head; it needs at least "
+            f"{HEAD_MINIMUM.cpu_quantity} CPU and {HEAD_MINIMUM.memory_quantity}: choose a larger system instance"
+        )
+    return head
