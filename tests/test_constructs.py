@@ -1,0 +1,119 @@
+"""Each construct refuses bad input at construction, with a message naming what to change;
+and an app of the user's own composes them (examples/existing_vpc)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+
+from conftest import ROOT, TEST_CONTEXT
+from ray_llm_eks.constructs import EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
+from ray_llm_eks.stack import default_context
+
+
+@pytest.fixture(scope="module")
+def base():
+    """One stack with a VPC and a cluster; each test adds (and fails to add) one construct."""
+    app = cdk.App(context={**default_context(), **TEST_CONTEXT})
+    stack = cdk.Stack(app, "Refusals", env=cdk.Environment(region="us-west-2"))
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    return stack, network, cluster
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "message"),
+    [("m7i.xlarge", "has no GPU"), ("g6.xlarge", "does not support EFA"), ("x9.mega", "unknown instance type")],
+)
+def test_gpu_node_group_refuses_instance_types_without_gpu_or_efa(base, instance_type, message):
+    stack, network, cluster = base
+    with pytest.raises(ValueError, match=message) as caught:
+        EfaGpuNodeGroup(stack, f"Bad-{instance_type}", cluster=cluster.cluster, subnet=network.data_plane_subnet,
+                        role="prefill", instance_type=instance_type)
+    assert "g6.8xlarge" in str(caught.value) or "known" in str(caught.value)
+
+
+def test_gpu_node_group_refuses_unknown_roles_and_unordered_sizes(base):
+    stack, network, cluster = base
+    with pytest.raises(ValueError, match="role 'router'"):
+        EfaGpuNodeGroup(stack, "BadRole", cluster=cluster.cluster, subnet=network.data_plane_subnet, role="router")
+    with pytest.raises(ValueError, match="min_size <= desired_size <= max_size"):
+        EfaGpuNodeGroup(stack, "BadSizes", cluster=cluster.cluster, subnet=network.data_plane_subnet,
+                        role="decode", min_size=2, desired_size=1, max_size=1)
+
+
+def test_system_node_group_refuses_a_gpu_instance(base):
+    stack, network, cluster = base
+    with pytest.raises(ValueError, match="has a GPU"):
+        SystemNodeGroup(stack, "BadSystem", cluster=cluster.cluster, subnet=network.data_plane_subnet, instance_type="g6.8xlarge")
+
+
+def test_vpc_existing_xor_props(base):
+    stack, network, _ = base
+    with pytest.raises(ValueError, match="not both; with vpc set, remove: cidr, nat_gateways"):
+        InferenceVpc(stack, "Both", data_plane_az="us-west-2a", vpc=network.vpc,
+                     data_plane_subnet=network.data_plane_subnet, cidr="10.1.0.0/16", nat_gateways=1)
+    with pytest.raises(ValueError, match="needs both vpc and data_plane_subnet"):
+        InferenceVpc(stack, "VpcOnly", data_plane_az="us-west-2a", vpc=network.vpc)
+    with pytest.raises(ValueError, match="at least two AZs"):
+        InferenceVpc(stack, "OneAz", data_plane_az="us-west-2a", availability_zones=["us-west-2a"])
+    with pytest.raises(ValueError, match="must be one of availability_zones"):
+        InferenceVpc(stack, "ElsewhereAz", data_plane_az="us-west-2c", availability_zones=["us-west-2a", "us-west-2b"])
+    other_az = network.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=["us-west-2b"]).subnets[0]
+    with pytest.raises(ValueError, match="data_plane_subnet is in 'us-west-2b'"):
+        InferenceVpc(stack, "WrongSubnet", data_plane_az="us-west-2a", vpc=network.vpc, data_plane_subnet=other_az)
+
+
+def test_cluster_refuses_versions_without_a_kubectl_layer_and_unknown_options(base):
+    stack, network, _ = base
+    with pytest.raises(ValueError, match="kubernetes_version '1.30'"):
+        InferenceCluster(stack, "Old", vpc=network.vpc, kubernetes_version="1.30")
+    with pytest.raises(ValueError, match="endpoint_access 'internet'"):
+        InferenceCluster(stack, "Open", vpc=network.vpc, endpoint_access="internet")
+    with pytest.raises(ValueError, match="control_plane_logs"):
+        InferenceCluster(stack, "Logs", vpc=network.vpc, control_plane_logs=["everything"])
+
+
+def test_device_plugins_refuse_the_nvidia_versions_that_break_efa(base):
+    stack, _, cluster = base
+    with pytest.raises(ValueError, match="MOFED"):
+        GpuDevicePlugins(stack, "Broken", cluster=cluster.cluster, gpu_taint_key=EfaGpuNodeGroup.TAINT_KEY,
+                         gpu_instance_types=["g6.8xlarge"], nvidia_chart_version="0.19.2")
+
+
+@pytest.fixture(scope="session")
+def example(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("existing_vpc_app", ROOT / "examples" / "existing_vpc" / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    app = cdk.App(context={**default_context(), **TEST_CONTEXT}, outdir=str(tmp_path_factory.mktemp("example")))
+    stack = module.build(app)
+    assembly = app.synth()
+    outdir = Path(assembly.directory)
+    template = json.loads((outdir / f"{stack.artifact_id}.template.json").read_text())
+    return stack, template, outdir
+
+
+def test_example_app_uses_the_existing_vpc_g6e_and_two_decode_nodes(example):
+    stack, template, outdir = example
+    resources = template["Resources"]
+    assert sum(r["Type"] == "AWS::EC2::VPC" for r in resources.values()) == 1  # the platform's, none of ours
+    nodegroups = {r["Properties"]["Labels"]["role"]: r["Properties"] for r in resources.values() if r["Type"] == "AWS::EKS::Nodegroup"}
+    assert nodegroups["decode"]["InstanceTypes"] == ["g6e.8xlarge"]
+    assert nodegroups["decode"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
+    assert nodegroups["prefill"]["InstanceTypes"] == ["g6e.8xlarge"]
+    subnets = {json.dumps(n["Subnets"]) for n in nodegroups.values()}
+    assert len(subnets) == 1  # every node in the one data-plane subnet
+    cluster = next(r for r in resources.values() if r["Type"] == "AWS::EKS::Cluster")["Properties"]
+    assert cluster["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+
+
+def test_example_app_passes_cdk_nag(example):
+    _, _, outdir = example
+    report = json.loads((outdir / "validation-report.json").read_text())
+    assert all(p["conclusion"] == "success" for p in report["pluginReports"])
