@@ -23,8 +23,7 @@ from aws_cdk import assertions  # noqa: E402
 
 from ray_llm_eks.config import DeploymentConfig, parse_config  # noqa: E402
 from ray_llm_eks.stack import RayLlmEksStack, build_app  # noqa: E402
-
-TEST_CONTEXT = {"aws:cdk:disable-asset-staging": True}
+from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT  # noqa: E402
 
 
 @dataclass

@@ -11,9 +11,11 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
-from conftest import ROOT, TEST_CONTEXT
 from ray_llm_eks.constructs import EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
 from ray_llm_eks.stack import default_context
+from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
