@@ -1,0 +1,277 @@
+"""The ``ray-llm-eks`` command line: ``plan`` (no AWS calls) and ``preflight`` (read-only AWS checks).
+
+Exit codes (also in ``docs/plan.md``):
+
+====  ==========================================================================================
+ 0    success: the plan fits / every preflight check passed
+ 1    the model does not fit (plan) / at least one check failed (preflight)
+ 2    the configuration cannot be used: invalid file, unknown model architecture, a region or
+      instance type the price table does not cover or that the region does not offer
+ 3    preflight only: no usable AWS credentials
+====  ==========================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from enum import IntEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+
+from .config import ConfigError, DeploymentConfig, load_config
+from .planning import GIB, Plan, PlanError, make_plan
+from .preflight import CHECK_TITLES, NoCredentials, PreflightReport, run_preflight
+from .pricing import PriceBasis, PriceError
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    CHECK_FAILED = 1
+    CONFIG_ERROR = 2
+    NO_CREDENTIALS = 3
+
+
+app = typer.Typer(
+    name="ray-llm-eks",
+    help="Plan and check a disaggregated Ray Serve LLM deployment on Amazon EKS before deploying it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Deployment YAML (the same file `cdk synth -c config=...` takes); "
+                                        "default: the reference deployment."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")]
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _error_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(code: ExitCode, message: str, as_json: bool) -> NoReturn:
+    if as_json:
+        typer.echo(json.dumps({"error": message, "exit_code": int(code)}, indent=2))
+    _error_console().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    raise typer.Exit(int(code))
+
+
+def _load(path: Path | None, as_json: bool) -> DeploymentConfig:
+    try:
+        return load_config(path)
+    except ConfigError as error:
+        _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
+
+
+# --- plan -------------------------------------------------------------------------------------
+
+@app.command()
+def plan(
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+    tokens_per_second: Annotated[
+        float | None,
+        typer.Option("--tokens-per-second", min=0.0, clamp=False,
+                     help="Measured output tokens per second of the whole deployment, to price 1M output tokens."),
+    ] = None,
+) -> None:
+    """Memory, KV-transfer, cold-start and cost figures for a deployment. No AWS calls."""
+    deployment = _load(config, as_json)
+    try:
+        result = make_plan(deployment, tokens_per_second=tokens_per_second)
+    except (PlanError, PriceError) as error:
+        _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
+    problems = [budget.problem for budget in result.budgets if budget.problem]
+    if as_json:
+        summary = result.summary()
+        summary["problems"] = problems
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _print_plan(result)
+    if not result.fits:
+        if not as_json:
+            _print_problems(result)
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+def _gib(value_bytes: float) -> str:
+    return f"{value_bytes / GIB:.2f} GiB"
+
+
+def _print_plan(result: Plan) -> None:
+    console = _console()
+    model = result.model
+    console.print(Panel.fit(
+        f"[bold]{model.name}[/] ({model.parameter_count / 1e9:.2f} B parameters, "
+        f"{'hybrid: ' + str(model.full_attention_layers) + ' of ' + str(model.num_hidden_layers) + ' layers full attention' if model.is_hybrid else 'dense'})\n"
+        f"topology [bold]{result.topology.value}[/], region {result.region}, data-plane AZ {result.data_plane_az}, "
+        f"endpoint {result.endpoint} on port 8000 (OpenAI /v1/chat/completions)",
+        title="ray-llm-eks plan", border_style="cyan",
+    ))
+
+    nodes = Table(title="Nodes", title_justify="left")
+    for column in ("role", "instance type", "count", "vCPU", "memory", "GPU", "network", "EFA"):
+        nodes.add_column(column, justify="right" if column in {"count", "vCPU", "memory", "network"} else "left")
+    for node in result.nodes:
+        gpu = f"{node.gpus} x {node.gpu_model}" if node.gpus else "-"
+        nodes.add_row(node.role, node.instance_type, str(node.count), str(node.vcpus), f"{node.memory_gib} GiB",
+                      gpu, f"{node.network_gbps:g} Gbps", "[green]yes[/]" if node.efa else "no")
+    console.print(nodes)
+
+    memory = Table(title="GPU memory per worker GPU (max_model_len "
+                         f"{result.max_model_len})", title_justify="left")
+    for column in ("leg", "GPU memory", "x utilization", "weights", "reserve", "KV pool", "KV / token",
+                   "state / seq", "per max-len seq", "max concurrent"):
+        memory.add_column(column, justify="left" if column == "leg" else "right")
+    for b in result.budgets:
+        pool = f"[green]{b.kv_pool_gib:.2f} GiB[/]" if b.fits else f"[red]{b.kv_pool_gib:.2f} GiB[/]"
+        memory.add_row(
+            f"{b.role} ({b.instance_type}, TP {b.tensor_parallel_size})", f"{b.gpu_memory_gib:.2f} GiB",
+            f"{b.usable_gib:.2f} GiB", f"{b.weights_gib:.2f} GiB", f"{b.reserve_gib:.2f} GiB", pool,
+            f"{b.kv_cache_bytes_per_token:,} B", f"{b.linear_state_bytes_per_sequence / 2**20:.1f} MiB",
+            f"{b.bytes_per_max_length_sequence / 2**20:.1f} MiB",
+            f"[bold]{b.max_concurrent_sequences}[/]" if b.fits else "[red]0[/]",
+        )
+    console.print(memory)
+
+    transfer = result.kv_transfer
+    if transfer.applies:
+        console.print(
+            f"[bold]KV transfer per request[/] ({transfer.prompt_tokens} prompt tokens): "
+            f"{_gib(transfer.bytes_per_request)} ({transfer.bytes_per_request:,} bytes) -> "
+            f"[green]{transfer.efa_seconds * 1000:.1f} ms[/] over EFA at {transfer.efa_gbps:g} Gbps, "
+            f"[yellow]{transfer.tcp_fallback_seconds * 1000:.1f} ms[/] on the TCP fallback at "
+            f"{transfer.tcp_fallback_gbps:g} Gbps\n  [dim]{transfer.assumption}[/]"
+        )
+    else:
+        console.print(f"[bold]KV transfer[/]: none ({transfer.assumption})")
+    cold = result.cold_start
+    per_role = ", ".join(f"{role} {cold.by_role[role]:.0f} s at {cold.throughput_mbps[role]} MB/s" for role in cold.by_role)
+    console.print(f"[bold]Cold start[/] (model load from the root volume): {_gib(cold.checkpoint_bytes)} -> "
+                  f"[bold]{cold.seconds:.0f} s[/] ({per_role})")
+
+    cost = result.cost
+    table = Table(title=f"All-in cost, {cost.region} on-demand (price table as of {cost.price_table_as_of})",
+                  title_justify="left")
+    table.add_column("item")
+    table.add_column("qty", justify="right")
+    table.add_column("USD / hour", justify="right")
+    table.add_column("basis")
+    for line in cost.lines:
+        basis = f"[yellow]{line.basis.value}[/]" if line.basis is PriceBasis.estimate else line.basis.value
+        table.add_row(line.item, f"{line.quantity:g}", f"{line.usd_per_hour:.4f}", basis)
+    table.add_row("[bold]total[/]", "", f"[bold]{cost.hourly_usd:.4f}[/]", "")
+    console.print(table)
+    console.print(f"[bold]${cost.hourly_usd:.2f} per hour, ${cost.monthly_usd:,.2f} per month[/] "
+                  f"(monthly = hourly x {cost.hours_per_month} h)")
+    if result.tokens_per_second:
+        console.print(f"[bold]${cost.usd_per_million_output_tokens(result.tokens_per_second):.2f} per 1M output "
+                      f"tokens[/] at {result.tokens_per_second:g} tokens/s, running 24/7")
+    console.print("[dim]Not included: " + "; ".join(cost.excluded) + "[/]")
+    console.print("[dim]Price sources: " + " | ".join(f"{k}: {v}" for k, v in cost.price_sources.items()) + "[/]")
+    if cost.has_estimates:
+        console.print(f"[yellow]warning:[/] some prices for {cost.region} are estimates, not confirmed against the "
+                      f"AWS price list: {cost.estimate_note or ''}".rstrip())
+    console.print("[dim]Assumptions: " + "; ".join(result.assumptions) + "[/]")
+
+
+def _print_problems(result: Plan) -> None:
+    # Plain lines, not a panel: people copy these sentences into tickets, so they must not wrap in a box.
+    console = _error_console()
+    console.print("[bold red]does not fit:[/]")
+    for budget in result.budgets:
+        if budget.problem:
+            console.print(f"[red]{budget.problem}[/]", soft_wrap=True)
+            for fix in budget.fixes:
+                console.print(f"  - {fix}", soft_wrap=True)
+
+
+# --- preflight --------------------------------------------------------------------------------
+
+@app.command()
+def preflight(
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+    profile: Annotated[str | None, typer.Option("--profile", help="AWS named profile to use.")] = None,
+) -> None:
+    """Read-only AWS checks: instance types in the AZ, EFA, vCPU quotas, EKS version, CDK bootstrap."""
+    deployment = _load(config, as_json)
+    import boto3  # imported here so `plan` never needs AWS libraries at startup
+    from botocore.exceptions import ProfileNotFound
+
+    try:
+        session = boto3.Session(profile_name=profile, region_name=deployment.region)
+    except ProfileNotFound as error:
+        _fail(ExitCode.NO_CREDENTIALS, f"{error}", as_json)
+    try:
+        if as_json:
+            report = run_preflight(deployment, session)
+        else:
+            report = _run_with_progress(deployment, session)
+    except NoCredentials as error:
+        _fail(ExitCode.NO_CREDENTIALS,
+              f"{error}. preflight needs read-only AWS credentials for the target account: set AWS_PROFILE "
+              "(or --profile), or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws sso login`", as_json)
+    if as_json:
+        typer.echo(json.dumps(report.summary(), indent=2))
+    else:
+        _print_report(report)
+    raise typer.Exit(int(ExitCode.OK if report.passed else ExitCode.CHECK_FAILED))
+
+
+def _run_with_progress(deployment: DeploymentConfig, session: Any) -> PreflightReport:
+    # Transient: the bar disappears once the results table is ready.
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), console=_error_console(), transient=True) as progress:
+        task = progress.add_task("checking credentials", total=len(CHECK_TITLES))
+        started: list[str] = []
+
+        def advance(title: str) -> None:
+            if started:
+                progress.advance(task)
+            started.append(title)
+            progress.update(task, description=f"checking {title}")
+
+        report = run_preflight(deployment, session, on_check=advance)
+        progress.advance(task)
+    return report
+
+
+def _print_report(report: PreflightReport) -> None:
+    console = _console()
+    table = Table(title=f"preflight: account {report.account}, {report.region} ({report.caller_arn})",
+                  title_justify="left", show_lines=True)
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail / fix")
+    for result in report.results:
+        mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+        text = result.detail if result.passed else f"{result.detail}\n[yellow]fix:[/] {result.fix}"
+        table.add_row(result.title, mark, text)
+    console.print(table)
+    failed = sum(not r.passed for r in report.results)
+    if failed:
+        console.print(f"[bold red]{failed} of {len(report.results)} checks failed[/]")
+    else:
+        console.print(f"[bold green]all {len(report.results)} checks passed[/]")
+
+
+def main() -> None:
+    """Console-script entry point (``ray-llm-eks``)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The `ray-llm-eks` command line through typer's CliRunner: output, JSON keys and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from ray_llm_eks import cli
+from ray_llm_eks.preflight import G_AND_VT_QUOTA, STANDARD_QUOTA
+
+from test_preflight import BOOTSTRAP_PARAMETER, REGION, StubbedEksSession, aws, ec2_quotas  # noqa: F401
+
+runner = CliRunner()
+
+PLAN_KEYS = ("hourly_cost_usd", "monthly_cost_usd", "kv_cache_bytes_per_token", "weights_gib", "kv_pool_gib",
+             "max_concurrent_sequences", "cold_start_seconds", "kv_transfer_bytes_per_request",
+             "kv_transfer_seconds_per_request")
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "deployment.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_main_exists_and_shows_both_commands():
+    result = runner.invoke(cli.app, ["--help"])
+    assert result.exit_code == 0
+    assert "plan" in result.output and "preflight" in result.output
+    assert callable(cli.main)
+
+
+def test_plan_json_has_the_documented_numeric_keys_and_reference_figures():
+    result = runner.invoke(cli.app, ["plan", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in PLAN_KEYS:
+        assert isinstance(data[key], (int, float)) and not isinstance(data[key], bool), key
+    # The worked example in docs/plan.md.
+    assert data["weights_gib"] == pytest.approx(17.9803, abs=1e-4)
+    assert data["kv_cache_bytes_per_token"] == 32_768
+    assert data["kv_pool_gib"] == pytest.approx(0.6361, abs=1e-4)
+    assert data["max_concurrent_sequences"] == 3
+    assert data["cold_start_seconds"] == pytest.approx(19.306, abs=1e-3)
+    assert data["kv_transfer_bytes_per_request"] == 185_729_024
+    assert data["kv_transfer_seconds_per_request"] == pytest.approx(0.059433, abs=1e-6)
+    assert data["hourly_cost_usd"] == pytest.approx(4.703688, abs=1e-6)
+    assert data["monthly_cost_usd"] == pytest.approx(3433.692, abs=1e-3)
+    assert data["problems"] == []
+
+
+def test_plan_tables_show_date_source_and_totals():
+    result = runner.invoke(cli.app, ["plan", "--tokens-per-second", "500"])
+    assert result.exit_code == 0, result.output
+    assert "price table as of 2026-11-30" in result.output
+    assert "$4.70 per hour" in result.output and "x 730 h" in result.output
+    assert "per 1M output tokens" in result.output
+    assert "https://aws.amazon.com/eks/pricing/" in result.output
+
+
+def test_plan_cost_per_million_tokens_in_json():
+    data = json.loads(runner.invoke(cli.app, ["plan", "--json", "--tokens-per-second", "500"]).stdout)
+    assert data["cost_per_million_output_tokens_usd"] == pytest.approx(4.703688 / (500 * 3600) * 1e6, abs=1e-5)
+
+
+def test_plan_exits_1_when_a_70b_model_does_not_fit_on_one_l4(tmp_path):
+    config = _write(tmp_path, """
+model:
+  source: example/dense-70b
+  served_name: dense-70b
+  architecture:
+    parameter_count: 70553706496
+    num_hidden_layers: 80
+    full_attention_layers: 80
+    num_attention_heads: 64
+    num_key_value_heads: 8
+    head_dim: 128
+""")
+    result = runner.invoke(cli.app, ["plan", "--config", config])
+    assert result.exit_code == 1
+    assert "does not fit" in result.output
+    assert "short by 112.80 GiB" in result.output
+    assert "g6e.12xlarge with tensor_parallel_size 4" in result.output
+    as_json = runner.invoke(cli.app, ["plan", "--config", config, "--json"])
+    assert as_json.exit_code == 1
+    data = json.loads(as_json.stdout)
+    assert data["fits"] is False and len(data["problems"]) == 2
+
+
+def test_plan_exits_2_for_a_config_error(tmp_path):
+    result = runner.invoke(cli.app, ["plan", "--config", _write(tmp_path, "regoin: us-west-2\n")])
+    assert result.exit_code == 2
+    assert "regoin: unknown key" in result.output
+
+
+def test_plan_exits_2_for_a_region_missing_from_the_price_table(tmp_path):
+    config = _write(tmp_path, "region: ap-south-2\ncontrol_plane_azs: [ap-south-2a, ap-south-2b]\n"
+                              "data_plane_az: ap-south-2a\n")
+    result = runner.invoke(cli.app, ["plan", "--config", config, "--json"])
+    assert result.exit_code == 2
+    assert "no prices for region 'ap-south-2'" in json.loads(result.stdout)["error"]
+
+
+def test_plan_exits_2_for_an_instance_type_the_region_does_not_offer(tmp_path):
+    config = _write(tmp_path, "region: eu-west-1\ncontrol_plane_azs: [eu-west-1a, eu-west-1b]\n"
+                              "data_plane_az: eu-west-1a\n")
+    result = runner.invoke(cli.app, ["plan", "--config", config])
+    assert result.exit_code == 2
+    assert "not offered in eu-west-1" in result.output
+
+
+def test_plan_warns_about_estimated_prices(tmp_path):
+    config = _write(tmp_path, "region: sa-east-1\ncontrol_plane_azs: [sa-east-1a, sa-east-1b]\n"
+                              "data_plane_az: sa-east-1a\n")
+    result = runner.invoke(cli.app, ["plan", "--config", config])
+    assert result.exit_code == 0
+    assert "estimates, not confirmed" in result.output
+
+
+def test_preflight_exits_3_without_credentials(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    result = runner.invoke(cli.app, ["preflight"])
+    assert result.exit_code == 3
+    assert "no AWS credentials found" in result.output
+    assert "AWS_PROFILE" in result.output
+
+
+def test_preflight_exits_0_when_every_check_passes(aws, ec2_quotas, monkeypatch):  # noqa: F811
+    ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
+    boto3.client("ssm", region_name=REGION).put_parameter(Name=BOOTSTRAP_PARAMETER, Value="27", Type="String")
+    monkeypatch.setattr(boto3, "Session", StubbedEksSession)
+    result = runner.invoke(cli.app, ["preflight"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("PASS") == 5
+    assert "all 5 checks passed" in result.output
+
+
+def test_preflight_exits_1_and_prints_the_fix_when_a_check_fails(aws, ec2_quotas, monkeypatch):  # noqa: F811
+    ec2_quotas.update({G_AND_VT_QUOTA: 32, STANDARD_QUOTA: 32})
+    monkeypatch.setattr(boto3, "Session", StubbedEksSession)
+    result = runner.invoke(cli.app, ["preflight", "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    by_name = {check["name"]: check for check in data["checks"]}
+    assert by_name["vcpu-quotas"]["status"] == "fail"
+    assert "L-DB2E81BA" in by_name["vcpu-quotas"]["fix"]
+    assert by_name["cdk-bootstrap"]["status"] == "fail"
+    assert by_name["instance-types-offered"]["status"] == "pass"
