@@ -1,0 +1,314 @@
+"""Targeted facts of the RayService, one test per fact (issue 4; BRIEF section 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_llm_eks.cdk8s_charts import NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID
+from ray_llm_eks.constructs.nodegroups import EfaGpuNodeGroup
+
+from conftest import DIGEST, PINNED_REVISION
+
+ROLES = ("prefill", "decode")
+
+
+def env_of(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def ports_of(container: dict) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container["ports"]}
+
+
+# --- Charts and apply order ----------------------------------------------------------------
+
+
+def test_two_charts_in_apply_order_namespace_first(disaggregated):
+    assert [c.node.id for c in disaggregated.charts.charts] == [NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID]
+    assert [o["kind"] for o in disaggregated.objects[NAMESPACE_CHART_ID]] == ["Namespace", "ServiceAccount"]
+    assert sorted(o["kind"] for o in disaggregated.objects[RAYSERVICE_CHART_ID]) == ["RayService", "Service"]
+
+
+def test_namespace_and_service_account_names_follow_config(disaggregated, scenario):
+    namespace = disaggregated.one("Namespace")
+    account = disaggregated.one("ServiceAccount")
+    assert namespace["metadata"]["name"] == "inference"
+    assert account["metadata"] == {"name": "ray-llm", "namespace": "inference"}
+    hardened = scenario("hardened")
+    assert hardened.one("Namespace")["metadata"]["name"] == "llm"
+    assert hardened.ray_service["metadata"]["namespace"] == "llm"
+    assert hardened.ray_service["metadata"]["name"] == "qwen"
+
+
+def test_head_and_workers_run_as_the_service_account(disaggregated):
+    account = disaggregated.one("ServiceAccount")["metadata"]["name"]
+    assert disaggregated.head_group["template"]["spec"]["serviceAccountName"] == account
+    for role in ROLES:
+        assert disaggregated.worker_group(role)["template"]["spec"]["serviceAccountName"] == account
+
+
+# --- RayService top level -----------------------------------------------------------------
+
+
+def test_rayservice_top_level_settings(disaggregated):
+    spec = disaggregated.ray_service["spec"]
+    assert disaggregated.ray_service["apiVersion"] == "ray.io/v1"
+    assert spec["upgradeStrategy"] == {"type": "None"}
+    assert spec["excludeHeadPodFromServeSvc"] is True
+    assert disaggregated.cluster["rayVersion"] == "2.58.0"
+    assert isinstance(spec["serveConfigV2"], str)
+    # Documented as unused in v1: never emitted.
+    assert "serviceUnhealthySecondThreshold" not in spec
+    assert "deploymentUnhealthySecondThreshold" not in spec
+
+
+def test_image_is_the_dlc_tag_by_default_and_the_digest_when_pinned(disaggregated, scenario):
+    images = {c["image"] for c in [disaggregated.head_container, *map(disaggregated.worker_container, ROLES)]}
+    assert images == {"763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"}
+    hardened = scenario("hardened")
+    assert hardened.head_container["image"] == f"763104351884.dkr.ecr.us-west-2.amazonaws.com/ray@{DIGEST}"
+    assert hardened.worker_container("decode")["image"].endswith(f"@{DIGEST}")
+
+
+# --- Serve config: disaggregated -------------------------------------------------------------
+
+
+def test_disaggregated_app_is_build_pd_openai_app_with_prefill_and_decode_only(disaggregated):
+    application = disaggregated.application
+    assert application["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    assert set(application["args"]) == {"prefill_config", "decode_config"}
+    assert not any(key.startswith("proxy_") for key in application["args"])
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_both_legs_share_model_and_engine_settings(disaggregated, role):
+    leg = disaggregated.application["args"][f"{role}_config"]
+    assert leg["model_loading_config"] == {"model_id": "qwen3.5-9b", "model_source": "Qwen/Qwen3.5-9B"}
+    engine = leg["engine_kwargs"]
+    assert engine["dtype"] == "bfloat16"
+    assert engine["max_model_len"] == 4096
+    assert engine["gpu_memory_utilization"] == 0.9
+    assert engine["enforce_eager"] is True
+    assert engine["tensor_parallel_size"] == 1
+    assert leg["accelerator_type"] == "L4"
+    # No revision configured: nothing pins it (the config's reproducibility warning covers that).
+    assert "revision" not in engine
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_both_legs_use_nixl_over_libfabric(disaggregated, role):
+    kv = disaggregated.application["args"][f"{role}_config"]["engine_kwargs"]["kv_transfer_config"]
+    assert kv == {
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+    }
+
+
+def test_kv_buffer_device_is_emitted_only_when_configured(scenario):
+    for role in ROLES:
+        kv = scenario("hardened").application["args"][f"{role}_config"]["engine_kwargs"]["kv_transfer_config"]
+        assert kv["kv_buffer_device"] == "cpu"
+
+
+def test_a_pinned_revision_reaches_the_model_and_the_tokenizer(scenario):
+    for role in ROLES:
+        engine = scenario("hardened").application["args"][f"{role}_config"]["engine_kwargs"]
+        assert engine["revision"] == PINNED_REVISION
+        assert engine["tokenizer_revision"] == PINNED_REVISION
+
+
+def test_nixl_side_channel_bases_are_explicit_per_leg(disaggregated):
+    args = disaggregated.application["args"]
+    assert args["prefill_config"]["experimental_configs"] == {"NIXL_SIDE_CHANNEL_PORT_BASE": 20000}
+    assert args["decode_config"]["experimental_configs"] == {"NIXL_SIDE_CHANNEL_PORT_BASE": 22000}
+
+
+def test_one_replica_per_tensor_parallel_group_of_gpus(disaggregated, scenario):
+    args = disaggregated.application["args"]
+    assert args["prefill_config"]["deployment_config"] == {"num_replicas": 1}
+    assert args["decode_config"]["deployment_config"] == {"num_replicas": 1}
+    # 2 nodes x 4 GPUs / TP 2 = 4 replicas per leg.
+    multi = scenario("multi_gpu").application["args"]
+    assert multi["prefill_config"]["deployment_config"] == {"num_replicas": 4}
+    assert multi["decode_config"]["deployment_config"] == {"num_replicas": 4}
+    assert multi["decode_config"]["engine_kwargs"]["tensor_parallel_size"] == 2
+
+
+# --- Serve config: colocated ---------------------------------------------------------------------
+
+
+def test_colocated_app_is_build_openai_app_without_kv_connector(colocated, disaggregated):
+    application = colocated.application
+    assert application["import_path"] == "ray.serve.llm:build_openai_app"
+    (model,) = application["args"]["llm_configs"]
+    assert "kv_transfer_config" not in model["engine_kwargs"]
+    assert "experimental_configs" not in model
+    # Same model and engine settings as the disaggregated legs, minus the KV connector.
+    leg = dict(disaggregated.application["args"]["decode_config"]["engine_kwargs"])
+    leg.pop("kv_transfer_config")
+    assert model["engine_kwargs"] == leg
+    assert model["model_loading_config"] == disaggregated.application["args"]["decode_config"]["model_loading_config"]
+    assert model["accelerator_type"] == "L4"
+
+
+def test_colocated_uses_one_replica_per_gpu_group_across_both_node_groups(colocated, scenario):
+    (model,) = colocated.application["args"]["llm_configs"]
+    assert model["deployment_config"] == {"num_replicas": 2}
+    (multi,) = scenario("multi_gpu_colocated").application["args"]["llm_configs"]
+    assert multi["deployment_config"] == {"num_replicas": 8}
+
+
+def test_switching_topology_changes_only_the_serve_config_and_nixl_ports(disaggregated, colocated):
+    assert disaggregated.objects[NAMESPACE_CHART_ID] == colocated.objects[NAMESPACE_CHART_ID]
+    assert disaggregated.one("Service") == colocated.one("Service")
+    assert disaggregated.head_group == colocated.head_group
+    for role in ROLES:
+        ours, theirs = disaggregated.worker_group(role), colocated.worker_group(role)
+        assert {k: v for k, v in ours.items() if k != "template"} == {k: v for k, v in theirs.items() if k != "template"}
+        ours_container, theirs_container = disaggregated.worker_container(role), colocated.worker_container(role)
+        assert {k: v for k, v in ours_container.items() if k != "ports"} == {
+            k: v for k, v in theirs_container.items() if k != "ports"
+        }
+        assert not any(name.startswith("nixl") for name in ports_of(theirs_container))
+
+
+# --- Head ------------------------------------------------------------------------------------
+
+
+def test_head_runs_on_the_system_node_without_gpus(disaggregated):
+    head = disaggregated.head_group
+    assert head["template"]["spec"]["nodeSelector"] == {"role": "system"}
+    assert "tolerations" not in head["template"]["spec"]
+    assert head["rayStartParams"]["num-gpus"] == "0"
+    assert head["rayStartParams"]["num-cpus"] == "0"
+    limits = disaggregated.head_container["resources"]["limits"]
+    assert "nvidia.com/gpu" not in limits
+
+
+def test_head_declares_serve_dashboard_gcs_and_metrics_ports(disaggregated):
+    assert ports_of(disaggregated.head_container) == {"serve": 8000, "dashboard": 8265, "gcs": 6379, "metrics": 8080}
+
+
+def test_head_fits_the_system_node(disaggregated):
+    resources = disaggregated.head_container["resources"]
+    assert resources["requests"] == resources["limits"] == {"cpu": "2", "memory": "8Gi"}
+
+
+# --- Workers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_worker_group_is_pinned_to_its_node_group_and_tolerates_its_taint(disaggregated, role):
+    spec = disaggregated.worker_group(role)["template"]["spec"]
+    assert spec["nodeSelector"] == {"role": role}
+    assert spec["tolerations"] == [
+        {"key": EfaGpuNodeGroup.TAINT_KEY, "operator": "Equal", "value": role, "effect": "NoSchedule"}
+    ]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_worker_gets_the_node_gpus_one_efa_device_and_matching_num_gpus(disaggregated, role):
+    group = disaggregated.worker_group(role)
+    resources = disaggregated.worker_container(role)["resources"]
+    for side in ("requests", "limits"):
+        assert resources[side]["nvidia.com/gpu"] == 1
+        assert resources[side]["vpc.amazonaws.com/efa"] == 1
+    assert group["rayStartParams"]["num-gpus"] == "1"
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 1)
+
+
+def test_multi_gpu_workers_take_all_four_gpus_and_follow_node_group_sizes(scenario):
+    multi = scenario("multi_gpu")
+    prefill = multi.worker_group("prefill")
+    assert prefill["rayStartParams"]["num-gpus"] == "4"
+    assert multi.worker_container("prefill")["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert (prefill["replicas"], prefill["minReplicas"], prefill["maxReplicas"]) == (2, 2, 3)
+    decode = multi.worker_group("decode")
+    assert (decode["replicas"], decode["minReplicas"], decode["maxReplicas"]) == (2, 1, 2)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_worker_cpu_and_memory_fit_a_g6_8xlarge_after_reservations(disaggregated, role):
+    resources = disaggregated.worker_container(role)["resources"]
+    # 32 vCPU / 128 GiB, minus kube-reserved, eviction threshold and DaemonSets (see sizing.py).
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "31"
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "119Gi"
+    assert disaggregated.worker_group(role)["rayStartParams"]["num-cpus"] == "31"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_worker_shm_is_memory_backed_and_holds_the_object_store(disaggregated, role):
+    spec = disaggregated.worker_group(role)["template"]["spec"]
+    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}]
+    assert disaggregated.worker_container(role)["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    object_store = int(disaggregated.worker_group(role)["rayStartParams"]["object-store-memory"])
+    assert object_store == 4 * 1024**3 < 8 * 1024**3
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_worker_environment_for_efa_and_hybrid_models(disaggregated, role):
+    env = env_of(disaggregated.worker_container(role))
+    assert env == {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0", "VLLM_SSM_CONV_STATE_LAYOUT": "DS"}
+    # Hugepages are handled by FI_EFA_USE_HUGE_PAGE=0, so none are requested.
+    assert not any(k.startswith("hugepages-") for k in disaggregated.worker_container(role)["resources"]["limits"])
+
+
+def test_non_hybrid_models_do_not_get_the_ssm_layout(scenario):
+    for role in ROLES:
+        assert "VLLM_SSM_CONV_STATE_LAYOUT" not in env_of(scenario("multi_gpu").worker_container(role))
+
+
+def test_gpudirect_rdma_is_never_requested(scenario):
+    for name in ("disaggregated", "colocated", "hardened", "multi_gpu"):
+        for role in ROLES:
+            assert "FI_EFA_USE_DEVICE_RDMA" not in env_of(scenario(name).worker_container(role))
+
+
+def test_workers_declare_serve_metrics_and_nixl_side_channel_ports(disaggregated, scenario):
+    assert ports_of(disaggregated.worker_container("prefill")) == {"serve": 8000, "metrics": 8080, "nixl-0": 20000}
+    assert ports_of(disaggregated.worker_container("decode")) == {"serve": 8000, "metrics": 8080, "nixl-0": 22000}
+    # 4 replicas x TP 2 = ports base .. base + 7 on every pod of the leg.
+    multi = ports_of(scenario("multi_gpu").worker_container("decode"))
+    assert sorted(p for n, p in multi.items() if n.startswith("nixl")) == list(range(22000, 22008))
+
+
+def test_privileged_is_the_default_security_profile(disaggregated):
+    for role in ROLES:
+        assert disaggregated.worker_container(role)["securityContext"] == {"privileged": True}
+    assert disaggregated.head_container["securityContext"] == {"allowPrivilegeEscalation": False}
+
+
+def test_ipc_lock_profile_drops_privileged_and_adds_only_ipc_lock(scenario):
+    for role in ROLES:
+        assert scenario("hardened").worker_container(role)["securityContext"] == {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["IPC_LOCK"]},
+        }
+
+
+# --- OpenAI endpoint Service -------------------------------------------------------------------
+
+
+def test_openai_service_is_cluster_ip_on_8000_selecting_the_serving_workers(disaggregated):
+    service = disaggregated.one("Service")
+    assert service["metadata"]["name"] == "ray-llm-openai"
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "protocol": "TCP", "targetPort": 8000}]
+    selector = service["spec"]["selector"]
+    assert selector == {"app.kubernetes.io/instance": "ray-llm", "ray-llm-eks/serves-http": "true"}
+    # The selector matches both worker groups and not the head (which is out of the serve path).
+    for role in ROLES:
+        labels = disaggregated.worker_group(role)["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items()
+    assert not selector.items() <= disaggregated.head_group["template"]["metadata"]["labels"].items()
+
+
+def test_internal_nlb_option_sets_the_aws_annotations(scenario):
+    service = scenario("hardened").one("Service")
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["metadata"]["annotations"] == {
+        "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+        "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+    }

@@ -1,0 +1,114 @@
+"""RayLlmServing in the full stack: Pod Identity role and association, manifests and their order.
+
+Uses the session's shared stack synthesis (tests/conftest.py ``synth``), so each scenario is
+synthesized once for all test files.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ray_llm_eks.cdk8s_charts import NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID
+from ray_llm_eks.manifests import chart_file_name, write_manifests
+
+MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
+
+
+@pytest.fixture(scope="session")
+def stack_disaggregated(synth):
+    return synth()
+
+
+@pytest.fixture(scope="session")
+def stack_colocated(synth):
+    return synth({"topology": "colocated"})
+
+
+def test_pod_role_is_trusted_by_eks_pod_identity_and_has_no_permissions(stack_disaggregated):
+    serving = stack_disaggregated.stack.serving
+    role = stack_disaggregated.template_json["Resources"][stack_disaggregated.logical_id(serving.pod_role)]
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Action": ["sts:AssumeRole", "sts:TagSession"],
+            "Effect": "Allow",
+            "Principal": {"Service": "pods.eks.amazonaws.com"},
+        }
+    ]
+    assert "ManagedPolicyArns" not in role["Properties"]
+    role_id = stack_disaggregated.logical_id(serving.pod_role)
+    policies = stack_disaggregated.resources("AWS::IAM::Policy")
+    assert not [p for p in policies.values() if {"Ref": role_id} in p["Properties"].get("Roles", [])]
+
+
+def test_pod_identity_association_binds_the_service_account_to_the_role(stack_disaggregated):
+    serving = stack_disaggregated.stack.serving
+    association = stack_disaggregated.template_json["Resources"][stack_disaggregated.logical_id(serving.pod_identity)]
+    assert association["Type"] == "AWS::EKS::PodIdentityAssociation"
+    properties = association["Properties"]
+    assert properties["Namespace"] == "inference"
+    assert properties["ServiceAccount"] == "ray-llm"
+    assert properties["RoleArn"] == {"Fn::GetAtt": [stack_disaggregated.logical_id(serving.pod_role), "Arn"]}
+    assert properties["ClusterName"] == {"Ref": stack_disaggregated.logical_id(stack_disaggregated.stack.cluster.cluster)}
+
+
+def test_charts_are_exposed_in_apply_order(stack_disaggregated):
+    serving = stack_disaggregated.stack.serving
+    assert [c.node.id for c in serving.charts] == [NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID]
+    assert stack_disaggregated.stack.charts == serving.charts
+    assert (serving.namespace, serving.service_account_name, serving.openai_service_name) == (
+        "inference", "ray-llm", "ray-llm-openai",
+    )
+
+
+def test_manifests_wait_for_kuberay_the_device_plugins_and_the_previous_chart(stack_disaggregated):
+    stack = stack_disaggregated.stack
+    resources = stack_disaggregated.template_json["Resources"]
+    namespace_id = stack_disaggregated.logical_id(stack.serving.manifests[NAMESPACE_CHART_ID])
+    rayservice_id = stack_disaggregated.logical_id(stack.serving.manifests[RAYSERVICE_CHART_ID])
+    operator_and_plugins = {
+        stack_disaggregated.logical_id(stack.kuberay.chart),
+        *(stack_disaggregated.logical_id(chart) for chart in stack.device_plugins.charts),
+    }
+    for manifest_id in (namespace_id, rayservice_id):
+        assert resources[manifest_id]["Type"] == MANIFEST_TYPE
+        assert operator_and_plugins <= set(resources[manifest_id]["DependsOn"])
+    assert namespace_id in resources[rayservice_id]["DependsOn"]
+
+
+def test_the_rayservice_manifest_carries_the_rayservice(stack_disaggregated):
+    stack = stack_disaggregated.stack
+    manifest = stack_disaggregated.template_json["Resources"][
+        stack_disaggregated.logical_id(stack.serving.manifests[RAYSERVICE_CHART_ID])
+    ]
+    body = manifest["Properties"]["Manifest"]
+    text = body if isinstance(body, str) else json.dumps(body)
+    assert "RayService" in text and "build_pd_openai_app" in text
+
+
+def _without_manifest_bodies(template: dict) -> dict:
+    resources = {}
+    for logical_id, resource in template["Resources"].items():
+        resource = json.loads(json.dumps(resource))
+        if resource["Type"] == MANIFEST_TYPE:
+            resource["Properties"].pop("Manifest")
+        resources[logical_id] = resource
+    return resources
+
+
+def test_switching_topology_changes_only_kubernetes_manifests(stack_disaggregated, stack_colocated):
+    assert _without_manifest_bodies(stack_disaggregated.template_json) == _without_manifest_bodies(
+        stack_colocated.template_json
+    )
+    rayservice_id = stack_colocated.logical_id(stack_colocated.stack.serving.manifests[RAYSERVICE_CHART_ID])
+    assert (
+        stack_disaggregated.template_json["Resources"][rayservice_id]["Properties"]["Manifest"]
+        != stack_colocated.template_json["Resources"][rayservice_id]["Properties"]["Manifest"]
+    )
+
+
+def test_manifest_files_are_named_after_the_chart_ids(stack_disaggregated, tmp_path):
+    written = write_manifests(stack_disaggregated.stack.serving.charts, tmp_path)
+    assert [p.name for p in written] == [f"{NAMESPACE_CHART_ID}.yaml", f"{RAYSERVICE_CHART_ID}.yaml"]
+    assert chart_file_name(stack_disaggregated.stack.serving.charts[1]) == "serving-rayservice.yaml"
