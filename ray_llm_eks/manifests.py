@@ -9,11 +9,20 @@ import cdk8s
 import yaml
 
 
-class _NoAliasDumper(yaml.SafeDumper):
+class _ManifestDumper(yaml.SafeDumper):
     """Plain YAML: no &anchors/*aliases, which GitOps tools and reviewers trip over."""
 
     def ignore_aliases(self, data: object) -> bool:
         return True
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Multi-line strings (serveConfigV2) as literal blocks, so a review diff shows the changed line.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ManifestDumper.add_representer(str, _string)
 
 
 def chart_objects(chart: cdk8s.Chart) -> list[dict]:
@@ -22,7 +31,7 @@ def chart_objects(chart: cdk8s.Chart) -> list[dict]:
 
 
 def render_chart(chart: cdk8s.Chart) -> str:
-    return yaml.dump_all(chart_objects(chart), Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False)
+    return yaml.dump_all(chart_objects(chart), Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False)
 
 
 def chart_file_name(chart: cdk8s.Chart) -> str:

@@ -1,9 +1,175 @@
-"""Helpers for testing stacks built with ray-llm-eks, in this project and in users' apps."""
+"""Helpers for testing stacks built with ray-llm-eks, in this project and in users' apps.
+
+Snapshot a stack so the snapshot changes only when the infrastructure does::
+
+    from aws_cdk import App
+    from ray_llm_eks.testing import FAST_SYNTH_CONTEXT, normalized_template
+
+    def test_my_stack(snapshot):
+        app = App(context=FAST_SYNTH_CONTEXT)
+        stack = MyInferenceStack(app, "Inference")
+        assert normalized_template(stack) == snapshot
+
+And check that a change replaces nothing you care about::
+
+    before, after = normalized_template(stack_a), normalized_template(stack_b)
+    assert replaced_resources(before, after) == set()
+"""
 
 from __future__ import annotations
 
+import copy
+import json
+import re
 from typing import Any
+
+import yaml
 
 # Skips copying the kubectl and awscli layer assets (~57 MB) into cdk.out on every synth;
 # templates are unchanged apart from asset paths.
 FAST_SYNTH_CONTEXT: dict[str, Any] = {"aws:cdk:disable-asset-staging": True}
+
+ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+ASSET_HASH_MASK = "<asset-hash>"
+
+# Properties whose change makes CloudFormation replace the resource ("Update requires:
+# Replacement" in the CloudFormation resource reference), for the resources a platform team
+# must never lose by accident. Dotted paths reach into nested properties.
+REPLACING_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "AWS::EC2::VPC": ("CidrBlock", "InstanceTenancy", "Ipv4IpamPoolId", "Ipv4NetmaskLength"),
+    "AWS::EC2::Subnet": ("AvailabilityZone", "AvailabilityZoneId", "CidrBlock", "VpcId", "Ipv6Native"),
+    "AWS::EKS::Cluster": (
+        "Name",
+        "RoleArn",
+        "EncryptionConfig",
+        "KubernetesNetworkConfig",
+        "BootstrapSelfManagedAddons",
+        "AccessConfig.BootstrapClusterCreatorAdminPermissions",
+        "ResourcesVpcConfig.SubnetIds",
+        "ResourcesVpcConfig.SecurityGroupIds",
+    ),
+    "AWS::EKS::Nodegroup": (
+        "AmiType",
+        "CapacityType",
+        "ClusterName",
+        "DiskSize",
+        "InstanceTypes",
+        "NodeRole",
+        "NodegroupName",
+        "RemoteAccess",
+        "Subnets",
+        "LaunchTemplate.Id",
+        "LaunchTemplate.Name",
+    ),
+    "AWS::EC2::LaunchTemplate": ("LaunchTemplateName",),
+    "AWS::EC2::PlacementGroup": ("Strategy", "PartitionCount", "SpreadLevel"),
+    "AWS::EC2::SecurityGroup": ("GroupDescription", "GroupName", "VpcId"),
+}
+
+
+def _template_json(stack_or_template: Any) -> dict[str, Any]:
+    if isinstance(stack_or_template, dict):
+        return copy.deepcopy(stack_or_template)
+    from aws_cdk.assertions import Template
+
+    return Template.from_stack(stack_or_template).to_json()
+
+
+def _mask_hashes(value: Any) -> Any:
+    if isinstance(value, str):
+        return ASSET_HASH.sub(ASSET_HASH_MASK, value)
+    if isinstance(value, list):
+        return [_mask_hashes(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _mask_hashes(item) for key, item in value.items()}
+    return value
+
+
+def _expand_serve_config(value: Any) -> Any:
+    """serveConfigV2 is a YAML string inside the RayService: parse it so diffs show fields."""
+    if isinstance(value, list):
+        return [_expand_serve_config(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            key: yaml.safe_load(item) if key == "serveConfigV2" and isinstance(item, str) else _expand_serve_config(item)
+            for key, item in value.items()
+        }
+    return value
+
+
+def _parse_embedded_json(value: Any) -> Any:
+    # A plain JSON string parses; a string built with Fn::Join (tokens inside) stays as it is,
+    # with its literal parts left for the reader.
+    if isinstance(value, str):
+        try:
+            return _expand_serve_config(json.loads(value))
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def normalized_template(stack_or_template: Any) -> dict[str, Any]:
+    """The stack's CloudFormation template, changed only where infrastructure changes.
+
+    - Asset hashes (64 hex characters) are masked, and asset metadata dropped.
+    - The ``BootstrapVersion`` parameter and ``CheckBootstrapVersion`` rule are dropped.
+    - Every embedded Kubernetes manifest (``Manifest`` of ``Custom::AWSCDK-EKS-KubernetesResource``)
+      and Helm ``Values`` string is parsed back into JSON, and a RayService's ``serveConfigV2``
+      YAML into a mapping, so a diff shows the changed field rather than one long line.
+
+    Accepts a ``Stack`` (synthesized here) or a template already loaded as a dict.
+    """
+    template = _template_json(stack_or_template)
+    template.get("Parameters", {}).pop("BootstrapVersion", None)
+    template.get("Rules", {}).pop("CheckBootstrapVersion", None)
+    for section in ("Parameters", "Rules"):
+        if section in template and not template[section]:
+            del template[section]
+    for resource in template.get("Resources", {}).values():
+        metadata = resource.get("Metadata")
+        if metadata:
+            for key in [k for k in metadata if k.startswith("aws:asset:")]:
+                del metadata[key]
+            if not metadata:
+                del resource["Metadata"]
+        properties = resource.get("Properties", {})
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "Manifest" in properties:
+            properties["Manifest"] = _parse_embedded_json(properties["Manifest"])
+        if resource["Type"] == "Custom::AWSCDK-EKS-HelmChart" and "Values" in properties:
+            properties["Values"] = _parse_embedded_json(properties["Values"])
+    return _mask_hashes(template)
+
+
+def _dig(properties: dict[str, Any], dotted: str) -> Any:
+    value: Any = properties
+    for part in dotted.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def replaced_resources(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[str]]:
+    """Logical IDs that a deploy from ``before`` to ``after`` would replace or delete, with why.
+
+    Covers the resource types in ``REPLACING_PROPERTIES`` (VPC, subnets, cluster, node groups,
+    launch templates, placement and security groups). A logical ID that disappears counts as
+    replaced: CloudFormation deletes the old resource and creates the new one.
+    """
+    old, new = before.get("Resources", {}), after.get("Resources", {})
+    replaced: dict[str, list[str]] = {}
+    for logical_id, resource in old.items():
+        watched = REPLACING_PROPERTIES.get(resource["Type"])
+        if watched is None:
+            continue
+        if logical_id not in new or new[logical_id]["Type"] != resource["Type"]:
+            replaced[logical_id] = ["logical ID removed"]
+            continue
+        changed = [
+            path
+            for path in watched
+            if _dig(resource.get("Properties", {}), path) != _dig(new[logical_id].get("Properties", {}), path)
+        ]
+        if changed:
+            replaced[logical_id] = changed
+    return replaced
