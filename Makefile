@@ -13,7 +13,7 @@ PIP_FLAGS := --quiet --disable-pip-version-check
 CONFIG ?=
 CDK_CONFIG := $(if $(CONFIG),-c config=$(CONFIG),)
 
-.PHONY: synth test bootstrap clean snapshot-update
+.PHONY: synth test bootstrap clean snapshot-update docs
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -37,6 +37,10 @@ test: bootstrap
 
 snapshot-update: bootstrap
 	$(BIN)/python -m pytest --snapshot-update
+
+# docs/configuration.md is generated from ray_llm_eks/config.py; a test fails when it is stale.
+docs: bootstrap
+	$(BIN)/python -m ray_llm_eks.docgen > docs/configuration.md
 
 clean:
 	rm -rf cdk.out .pytest_cache

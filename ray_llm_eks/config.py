@@ -49,7 +49,7 @@ class _FieldProblem(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True)
 
 
 class Topology(str, Enum):
@@ -83,8 +83,11 @@ class RootVolumeConfig(_Strict):
     """
 
     size_gib: int = Field(200, ge=20, le=16384)
+    """Root volume size; holds the image (~20 GB) and the Hugging Face cache (an 18 GiB checkpoint for Qwen3.5-9B)."""
     throughput_mbps: int = Field(1000, ge=125, le=1000)
+    """gp3 throughput; 1000 MB/s (the maximum) loads 18 GiB in ~19 s instead of ~150 s at the 125 MB/s baseline."""
     iops: int = Field(16000, ge=3000, le=16000)
+    """gp3 IOPS; 16000 is the maximum (gp3 allows 0.25 MB/s per IOPS, so 1000 MB/s needs at least 4000)."""
 
     @model_validator(mode="after")
     def _gp3_ratios(self) -> RootVolumeConfig:
@@ -106,8 +109,11 @@ class SystemNodeGroupConfig(_Strict):
     """The CPU node for system pods, the KubeRay operator and the Ray head."""
 
     instance_type: str = "m7i.xlarge"
+    """CPU instance type for system pods, the KubeRay operator and the Ray head (must have no GPU)."""
     count: int = Field(1, ge=1, le=10)
+    """Number of system nodes."""
     root_volume_size_gib: int = Field(50, ge=20, le=16384)
+    """Encrypted gp3 root volume of each system node."""
 
     @field_validator("instance_type")
     @classmethod
@@ -123,10 +129,15 @@ class GpuNodeGroupConfig(_Strict):
     """One EFA GPU node group (prefill or decode). One Ray worker pod runs on each node."""
 
     instance_type: str = "g6.8xlarge"
+    """GPU instance type with EFA (one L4 24 GB, 32 vCPU, 25 Gbps on g6.8xlarge); refused if the library knows it has no GPU or no EFA."""
     min_size: int = Field(1, ge=0, le=100)
+    """Minimum nodes (and Ray worker pods) of this role."""
     desired_size: int = Field(1, ge=0, le=100)
+    """Nodes at deploy time; one Ray worker pod per node."""
     max_size: int = Field(1, ge=1, le=100)
+    """Maximum nodes of this role."""
     root_volume: RootVolumeConfig = RootVolumeConfig()
+    """gp3 root volume, sized in the launch template."""
     placement_group: bool = True
     """A cluster placement group keeps the nodes close; turn it off when using capacity
     reservations (eksctl #7949, terraform-aws-eks #3730 report insufficient capacity)."""
@@ -166,18 +177,31 @@ class ModelArchitectureConfig(_Strict):
     table does not list; dense models leave the ``linear_*`` fields at 0."""
 
     parameter_count: int = Field(gt=0)
+    """Total parameters (weights bytes = parameters x dtype bytes)."""
     num_hidden_layers: int = Field(gt=0)
+    """Decoder layers (config.json ``num_hidden_layers``)."""
     full_attention_layers: int = Field(ge=0)
+    """Layers with full attention: only these hold a per-token KV cache."""
     num_attention_heads: int = Field(gt=0)
+    """Query heads of a full-attention layer."""
     num_key_value_heads: int = Field(gt=0)
+    """KV heads of a full-attention layer (GQA)."""
     head_dim: int = Field(gt=0)
+    """Dimension of one attention head."""
     linear_attention_layers: int = Field(0, ge=0)
+    """Linear-attention (Gated-DeltaNet) layers; 0 for dense models."""
     linear_num_key_heads: int = Field(0, ge=0)
+    """Key heads of a linear-attention layer."""
     linear_num_value_heads: int = Field(0, ge=0)
+    """Value heads of a linear-attention layer."""
     linear_key_head_dim: int = Field(0, ge=0)
+    """Key head dimension of a linear-attention layer."""
     linear_value_head_dim: int = Field(0, ge=0)
+    """Value head dimension of a linear-attention layer."""
     linear_conv_kernel_dim: int = Field(0, ge=0)
+    """Short-convolution kernel size of a linear-attention layer."""
     linear_state_dtype_bytes: int = Field(4, ge=1, le=8)
+    """Bytes per element of the per-sequence linear-attention state (float32 in Qwen3.5)."""
 
     @model_validator(mode="after")
     def _layers_add_up(self) -> ModelArchitectureConfig:
@@ -199,10 +223,15 @@ class ModelConfig(_Strict):
     revision: str | None = None
     """A commit hash pins the weights; unpinned gives a warning (an error with ``strict``)."""
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
+    """vLLM weight and activation dtype (the reference uses bfloat16)."""
     max_model_len: int = Field(4096, gt=0)
+    """Longest prompt plus output, in tokens; bounds the KV cache per sequence."""
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """Fraction of GPU memory vLLM may use (weights + KV cache), in (0, 1]."""
     enforce_eager: bool = True
+    """Skip CUDA graph capture: faster start, less memory, as the reference does."""
     tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs per model replica, for both legs (at most the GPUs of one node)."""
     architecture: ModelArchitectureConfig | None = None
     """Architecture facts for ``plan`` when ``source`` is not in the package's model table."""
 
@@ -229,7 +258,9 @@ class ImageConfig(_Strict):
     repository: str | None = None
     """Defaults to the DLC repository in the deployment's region."""
     tag: str | None = "serve-llm-cuda-v1.0"
+    """Image tag (Ray 2.58, vLLM 0.26, CUDA 13.0, EFA stack). Tags are mutable: prefer a digest."""
     digest: str | None = None
+    """``sha256:`` + 64 hex; when set the manifests use ``repository@digest`` (reproducible)."""
 
     @field_validator("digest")
     @classmethod
@@ -247,6 +278,7 @@ class ImageConfig(_Strict):
 
 class NetworkConfig(_Strict):
     vpc_cidr: str = "10.0.0.0/16"
+    """CIDR of the new VPC."""
     nat_gateways: int = Field(1, ge=1, le=2)
     """One NAT gateway, in the data-plane AZ, unless you want NAT redundancy for the control-plane AZ."""
     flow_log_retention_days: int = 30
@@ -269,7 +301,9 @@ class ClusterConfig(_Strict):
     kubernetes_version: Literal["1.35"] = "1.35"
     """Must match the kubectl layer the library ships (aws-cdk.lambda-layer-kubectl-v35)."""
     endpoint_access: EndpointAccess = EndpointAccess.public_and_private
+    """EKS API endpoint: public-and-private, private, or public."""
     public_access_cidrs: list[str] = ["0.0.0.0/0"]
+    """CIDRs allowed to reach the public endpoint; narrow this to your networks."""
     admin_role_arn: str | None = None
     """An IAM role granted cluster admin through an EKS access entry."""
     control_plane_logs: list[Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]] = [
@@ -291,6 +325,7 @@ class VersionsConfig(_Strict):
     ray: str = "2.58.0"
     """Must equal the Ray inside the image (serve-llm-cuda-v1.0 ships Ray 2.58)."""
     kuberay: str = "1.4.0"
+    """KubeRay operator chart version (the RayService CRD schema the charts are tested against)."""
     nvidia_device_plugin: str = "0.20.1"
     """0.19.0-0.19.2 default to MOFED mode, which breaks EFA; 0.20.x is the supported line."""
     efa_device_plugin: str = "v0.5.20"
@@ -324,8 +359,11 @@ class ServingConfig(_Strict):
     service_name: str = "ray-llm"
     """RayService name (at most 47 characters: KubeRay derives longer names from it)."""
     namespace: str = "inference"
+    """Kubernetes namespace of the RayService, its Service and ServiceAccount."""
     security_profile: SecurityProfile = SecurityProfile.privileged
+    """Worker pod privilege: privileged (the reference; NIXL registers CUDA memory with EFA) or ipc-lock (experimental)."""
     endpoint: EndpointType = EndpointType.cluster_ip
+    """How the OpenAI API on port 8000 is exposed: ClusterIP (port-forward) or internal-nlb."""
 
     @field_validator("service_name", "namespace")
     @classmethod
@@ -348,24 +386,37 @@ class DeploymentConfig(_Strict):
     """A whole deployment. ``DeploymentConfig()`` is the reference deployment."""
 
     region: str = "us-west-2"
+    """AWS region of the stack."""
     control_plane_azs: list[str] = ["us-west-2a", "us-west-2b"]
     """EKS needs subnets in at least two AZs for its control plane."""
     data_plane_az: str = "us-west-2a"
     """Every node lives here: EFA traffic cannot cross AZs."""
     stack_name: str = "RayLlmEks"
+    """CloudFormation stack name (and construct ID of the stack)."""
     topology: Topology = Topology.disaggregated
+    """disaggregated (prefill/decode with NIXL over EFA) or colocated (the baseline); changes only the RayService."""
     strict: bool = False
     """Turn the tag-only image and unpinned model revision warnings into errors."""
     network: NetworkConfig = NetworkConfig()
+    """VPC settings."""
     cluster: ClusterConfig = ClusterConfig()
+    """EKS cluster settings."""
     system: SystemNodeGroupConfig = SystemNodeGroupConfig()
+    """The CPU system node group."""
     prefill: GpuNodeGroupConfig = GpuNodeGroupConfig()
+    """The prefill GPU node group."""
     decode: GpuNodeGroupConfig = GpuNodeGroupConfig()
+    """The decode GPU node group."""
     model: ModelConfig = ModelConfig()
+    """The served model and engine settings."""
     image: ImageConfig = ImageConfig()
+    """The Ray LLM container image."""
     versions: VersionsConfig = VersionsConfig()
+    """Pinned versions of Ray and the Helm charts."""
     nixl: NixlConfig = NixlConfig()
+    """NIXL KV-transfer settings."""
     serving: ServingConfig = ServingConfig()
+    """Kubernetes-side serving settings."""
 
     @field_validator("region")
     @classmethod

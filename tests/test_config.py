@@ -156,3 +156,11 @@ def test_the_app_reports_config_errors_without_a_jsii_traceback(tmp_path):
     assert "g6.xlarge" in result.stderr
     assert "Traceback" not in result.stderr
     assert "jsii" not in result.stderr.lower()
+
+
+def test_configuration_reference_is_generated_from_the_model():
+    from ray_llm_eks.docgen import configuration_reference
+
+    committed = (ROOT / "docs" / "configuration.md").read_text()
+    assert committed == configuration_reference(), "run `make docs` and commit docs/configuration.md"
+    assert "|  |" not in committed, "every field needs a docstring saying why"

@@ -315,3 +315,10 @@ def test_stack_is_account_agnostic_and_needs_no_lookups(default):
     manifest = json.loads((default.outdir / "manifest.json").read_text())
     assert not any(a.get("missing") for a in [manifest])  # no context lookups requested
     assert "missing" not in manifest
+
+
+def test_subnets_are_tagged_for_kubernetes_load_balancers(default):
+    for subnet in default.resources("AWS::EC2::Subnet").values():
+        tags = {t["Key"]: t["Value"] for t in props(subnet)["Tags"]}
+        role = "kubernetes.io/role/elb" if props(subnet)["MapPublicIpOnLaunch"] else "kubernetes.io/role/internal-elb"
+        assert tags[role] == "1"

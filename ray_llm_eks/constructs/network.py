@@ -57,6 +57,9 @@ class InferenceVpc(Construct):
     - One NAT gateway, in the data-plane AZ: every node lives there, so that is where egress
       traffic starts; the other AZ only holds EKS control-plane network interfaces.
     - VPC flow logs (all traffic) to a CloudWatch Logs group kept 30 days.
+    - Load-balancer subnet tags (``kubernetes.io/role/internal-elb`` on private subnets,
+      ``kubernetes.io/role/elb`` on public ones) come from ``aws_eks_v2.Cluster``, which tags the
+      VPC it is given; the optional internal NLB of the OpenAI endpoint relies on them.
 
     :param data_plane_az: the AZ of every node; its private subnet is ``data_plane_subnet``.
     :param availability_zones: AZ names (at least two) for a new VPC. No lookups, so synth runs offline.
