@@ -133,6 +133,21 @@ class RayLlmEksStack(cdk.Stack):
             depends_on=[self.kuberay.chart, *self.device_plugins.charts],
         )
 
+        cluster_name = self.cluster.cluster.cluster_name
+        cdk.CfnOutput(self, "ClusterName", value=cluster_name)
+        cdk.CfnOutput(
+            self,
+            "ConfigCommand",
+            description="Point kubectl at the cluster (needs an IAM principal with an access entry)",
+            value=cdk.Fn.join("", ["aws eks update-kubeconfig --region ", self.region, " --name ", cluster_name]),
+        )
+        cdk.CfnOutput(
+            self,
+            "EndpointCommand",
+            description="Reach the OpenAI-compatible API on localhost:8000",
+            value=f"kubectl -n {config.serving.namespace} port-forward svc/{self.serving.openai_service_name} 8000:8000",
+        )
+
     @property
     def charts(self) -> list[cdk8s.Chart]:
         """Every cdk8s chart this stack applies, in apply order."""

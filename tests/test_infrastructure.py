@@ -322,3 +322,9 @@ def test_subnets_are_tagged_for_kubernetes_load_balancers(default):
         tags = {t["Key"]: t["Value"] for t in props(subnet)["Tags"]}
         role = "kubernetes.io/role/elb" if props(subnet)["MapPublicIpOnLaunch"] else "kubernetes.io/role/internal-elb"
         assert tags[role] == "1"
+
+
+def test_outputs_tell_how_to_reach_the_cluster_and_the_endpoint(default):
+    outputs = default.template_json["Outputs"]
+    assert "update-kubeconfig" in json.dumps(outputs["ConfigCommand"]["Value"])
+    assert outputs["EndpointCommand"]["Value"] == "kubectl -n inference port-forward svc/ray-llm-openai 8000:8000"
