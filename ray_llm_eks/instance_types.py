@@ -1,7 +1,8 @@
 """The EC2 instance types the library knows, with the facts that drive validation and sizing.
 
-Sources: the Amazon EC2 instance type pages for accelerated computing (G5, G6, G6e) and
-general purpose (M7i), and the EFA supported-instance list
+Sources: EC2 DescribeInstanceTypes (tests/test_instance_types.py checks every row against the
+snapshot of that API that moto ships), the Amazon EC2 instance type pages for accelerated
+computing (G5, G6, G6e) and general purpose (M7i), and the EFA supported-instance list
 (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types).
 G-series has no GPUDirect RDMA (aws-ofi-nccl #547: only P-series from p4d), so
 ``gpudirect_rdma`` is False for every type listed here.
@@ -23,8 +24,9 @@ class InstanceType:
     gpus: int = 0
     gpu_model: str | None = None
     """NVIDIA model name, which is also Ray's ``accelerator_type`` for it (L4, A10G, L40S)."""
-    gpu_memory_gib: int = 0
-    """Memory of ONE GPU."""
+    gpu_memory_mib: int = 0
+    """Memory of ONE GPU as EC2 reports it (DescribeInstanceTypes ``GpuInfo.Gpus[].MemoryInfo.SizeInMiB``):
+    what the driver exposes, not the marketing figure (an "L4 24 GB" offers 22,888 MiB = 22.35 GiB)."""
     network_gbps: float = 0.0
     """Sustained bandwidth ("up to" figures are given as their burst value and marked below)."""
     network_burst_only: bool = False
@@ -39,6 +41,10 @@ class InstanceType:
         return self.name.split(".", 1)[0]
 
     @property
+    def gpu_memory_gib(self) -> float:
+        return self.gpu_memory_mib / 1024
+
+    @property
     def has_gpu(self) -> bool:
         return self.gpus > 0
 
@@ -50,25 +56,25 @@ _TYPES = [
     InstanceType("m7i.2xlarge", vcpus=8, memory_gib=32, network_gbps=12.5, network_burst_only=True),
     InstanceType("m7i.4xlarge", vcpus=16, memory_gib=64, network_gbps=12.5, network_burst_only=True),
     # NVIDIA L4 (24 GB). EFA from 8xlarge up.
-    InstanceType("g6.xlarge", vcpus=4, memory_gib=16, gpus=1, gpu_model="L4", gpu_memory_gib=24,
+    InstanceType("g6.xlarge", vcpus=4, memory_gib=16, gpus=1, gpu_model="L4", gpu_memory_mib=22_888,
                  network_gbps=10, network_burst_only=True, nvme_gb=250),
-    InstanceType("g6.4xlarge", vcpus=16, memory_gib=64, gpus=1, gpu_model="L4", gpu_memory_gib=24,
+    InstanceType("g6.4xlarge", vcpus=16, memory_gib=64, gpus=1, gpu_model="L4", gpu_memory_mib=22_888,
                  network_gbps=25, network_burst_only=True, nvme_gb=600),
-    InstanceType("g6.8xlarge", vcpus=32, memory_gib=128, gpus=1, gpu_model="L4", gpu_memory_gib=24,
-                 network_gbps=25, efa=True, nvme_gb=450),
-    InstanceType("g6.12xlarge", vcpus=48, memory_gib=192, gpus=4, gpu_model="L4", gpu_memory_gib=24,
+    InstanceType("g6.8xlarge", vcpus=32, memory_gib=128, gpus=1, gpu_model="L4", gpu_memory_mib=22_888,
+                 network_gbps=25, efa=True, nvme_gb=900),
+    InstanceType("g6.12xlarge", vcpus=48, memory_gib=192, gpus=4, gpu_model="L4", gpu_memory_mib=22_888,
                  network_gbps=40, efa=True, nvme_gb=3760),
-    InstanceType("g6.16xlarge", vcpus=64, memory_gib=256, gpus=1, gpu_model="L4", gpu_memory_gib=24,
+    InstanceType("g6.16xlarge", vcpus=64, memory_gib=256, gpus=1, gpu_model="L4", gpu_memory_mib=22_888,
                  network_gbps=25, efa=True, nvme_gb=1880),
     # NVIDIA L40S (48 GB).
-    InstanceType("g6e.8xlarge", vcpus=32, memory_gib=256, gpus=1, gpu_model="L40S", gpu_memory_gib=48,
+    InstanceType("g6e.8xlarge", vcpus=32, memory_gib=256, gpus=1, gpu_model="L40S", gpu_memory_mib=45_776,
                  network_gbps=25, efa=True, nvme_gb=900),
-    InstanceType("g6e.12xlarge", vcpus=48, memory_gib=384, gpus=4, gpu_model="L40S", gpu_memory_gib=48,
+    InstanceType("g6e.12xlarge", vcpus=48, memory_gib=384, gpus=4, gpu_model="L40S", gpu_memory_mib=45_776,
                  network_gbps=100, efa=True, nvme_gb=3800),
     # NVIDIA A10G (24 GB).
-    InstanceType("g5.8xlarge", vcpus=32, memory_gib=128, gpus=1, gpu_model="A10G", gpu_memory_gib=24,
+    InstanceType("g5.8xlarge", vcpus=32, memory_gib=128, gpus=1, gpu_model="A10G", gpu_memory_mib=22_888,
                  network_gbps=25, efa=True, nvme_gb=900),
-    InstanceType("g5.12xlarge", vcpus=48, memory_gib=192, gpus=4, gpu_model="A10G", gpu_memory_gib=24,
+    InstanceType("g5.12xlarge", vcpus=48, memory_gib=192, gpus=4, gpu_model="A10G", gpu_memory_mib=22_888,
                  network_gbps=40, efa=True, nvme_gb=3800),
 ]
 

@@ -28,12 +28,6 @@ GIGABIT = 10**9
 # table (and any model supplied in the config) is assumed to ship 16-bit weights.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "auto": 2}
 
-# GPU memory as EC2 reports it (DescribeInstanceTypes GpuInfo.Gpus[].MemoryInfo.SizeInMiB; the
-# same figures are in moto 5.2.5's snapshot of that API). This is what the driver exposes, not the
-# marketing "24 GB": an L4 offers 22,888 MiB = 22.35 GiB. GPU models missing here fall back to
-# instance_types.InstanceType.gpu_memory_gib.
-EC2_GPU_MEMORY_MIB = {"L4": 22_888, "A10G": 22_888, "L40S": 45_776}
-
 # vLLM sizes its KV pool as  total x gpu_memory_utilization - weights - peak activations -
 # non-torch memory (CUDA context, cuBLAS/NCCL workspaces), measured by a profiling pass at startup.
 # We cannot run that pass here, so we reserve a fixed amount for the last two terms. 1.5 GiB is a
@@ -68,11 +62,6 @@ def architecture_for(config: DeploymentConfig) -> ModelArchitecture:
             "linear_* fields for hybrid models), taken from the model's config.json"
         )
     return known
-
-
-def gpu_memory_gib(instance: instance_types.InstanceType) -> float:
-    mib = EC2_GPU_MEMORY_MIB.get(instance.gpu_model or "")
-    return mib / 1024 if mib is not None else float(instance.gpu_memory_gib)
 
 
 @dataclass(frozen=True)
@@ -247,7 +236,7 @@ class Plan:
 def _budget(role: str, group: GpuNodeGroupConfig, tp: int, model: ModelArchitecture,
             config: DeploymentConfig, dtype_bytes: int) -> MemoryBudget:
     instance = group.instance
-    total = gpu_memory_gib(instance)
+    total = instance.gpu_memory_gib
     utilization = config.model.gpu_memory_utilization
     usable = total * utilization
     # Tensor parallelism splits the weights across the GPUs of one worker.
@@ -298,7 +287,7 @@ def _bigger_instances(role: str, model: ModelArchitecture, config: DeploymentCon
     for name in instance_types.efa_gpu_names():
         instance = instance_types.INSTANCE_TYPES[name]
         tp = instance.gpus
-        usable = gpu_memory_gib(instance) * config.model.gpu_memory_utilization
+        usable = instance.gpu_memory_gib * config.model.gpu_memory_utilization
         pool = usable - model.weight_bytes(dtype_bytes) / tp / GIB - ACTIVATION_AND_RUNTIME_RESERVE_GIB
         need = per_sequence_tokens * model.kv_cache_bytes_per_token(dtype_bytes, tp) \
             + model.linear_state_bytes_per_sequence(dtype_bytes, tp)
@@ -419,7 +408,7 @@ def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
 
     assumptions = (
         f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({config.model.dtype})",
-        f"GPU memory as EC2 reports it ({', '.join(f'{k} {v:,} MiB' for k, v in EC2_GPU_MEMORY_MIB.items())})",
+        f"GPU memory as EC2 reports it ({', '.join(sorted({f'{t.gpu_model} {t.gpu_memory_mib:,} MiB' for t in instance_types.INSTANCE_TYPES.values() if t.has_gpu}))})",
         f"KV pool = GPU memory x gpu_memory_utilization - weights - {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB "
         "activation/runtime reserve (vLLM measures the reserve at startup; compare its 'Available KV cache memory' line)",
         "KV cache per token counts only full-attention layers; hybrid models add a fixed per-sequence "
