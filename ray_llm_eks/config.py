@@ -29,6 +29,8 @@ DLC_ACCOUNT = "763104351884"
 CLOUDWATCH_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
                              2557, 2922, 3288, 3653)
 RAY_SERVICE_NAME_MAX = 47  # KubeRay derives longer names from it and refuses more than 47.
+# NVIDIA device plugin chart versions whose MOFED default breaks EFA (BRIEF section 2, "Add-ons").
+BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS = frozenset({"0.19.0", "0.19.1", "0.19.2"})
 
 _AZ = re.compile(r"^([a-z]{2}(-[a-z]+)+-\d+)[a-z]$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -117,11 +119,8 @@ class SystemNodeGroupConfig(_Strict):
 
     @field_validator("instance_type")
     @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in instance_types.INSTANCE_TYPES:
-            raise ValueError(
-                f"unknown instance type {value!r}; accepted: {', '.join(instance_types.known_names())}"
-            )
+    def _cpu_only(cls, value: str) -> str:
+        instance_types.require_cpu_only(value)
         return value
 
 
@@ -147,23 +146,12 @@ class GpuNodeGroupConfig(_Strict):
     @field_validator("instance_type")
     @classmethod
     def _gpu_with_efa(cls, value: str) -> str:
-        accepted = ", ".join(instance_types.efa_gpu_names())
-        known = instance_types.INSTANCE_TYPES.get(value)
-        if known is None:
-            raise ValueError(f"unknown instance type {value!r}; accepted GPU types with EFA: {accepted}")
-        if not known.has_gpu:
-            raise ValueError(f"instance type {value!r} has no GPU; accepted GPU types with EFA: {accepted}")
-        if not known.efa:
-            raise ValueError(f"instance type {value!r} does not support EFA; accepted GPU types with EFA: {accepted}")
+        instance_types.require_efa_gpu(value)
         return value
 
     @model_validator(mode="after")
     def _sizes_ordered(self) -> GpuNodeGroupConfig:
-        if not self.min_size <= self.desired_size <= self.max_size:
-            raise ValueError(
-                f"sizes must satisfy min_size <= desired_size <= max_size; "
-                f"got min_size={self.min_size}, desired_size={self.desired_size}, max_size={self.max_size}"
-            )
+        instance_types.require_ordered_sizes(self.min_size, self.desired_size, self.max_size)
         return self
 
     @property
@@ -334,7 +322,7 @@ class VersionsConfig(_Strict):
     @field_validator("nvidia_device_plugin")
     @classmethod
     def _not_broken(cls, value: str) -> str:
-        if value in {"0.19.0", "0.19.1", "0.19.2"}:
+        if value in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
             raise ValueError(
                 f"nvidia_device_plugin {value!r} defaults to MOFED mode, which breaks EFA; accepted: 0.20.x"
             )

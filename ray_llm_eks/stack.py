@@ -17,7 +17,7 @@ from .config import ConfigError, DeploymentConfig
 from .constructs.addons import GpuDevicePlugins, KubeRayOperator
 from .constructs.cluster import InferenceCluster
 from .constructs.network import InferenceVpc
-from .constructs.nodegroups import EfaGpuNodeGroup, SystemNodeGroup
+from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
 
 
@@ -60,6 +60,7 @@ class RayLlmEksStack(cdk.Stack):
             self,
             "Cluster",
             vpc=self.network.vpc,
+            kubernetes_version=config.cluster.kubernetes_version,
             cluster_name=config.cluster.name,
             endpoint_access=config.cluster.endpoint_access.value,
             public_access_cidrs=config.cluster.public_access_cidrs,
@@ -69,11 +70,18 @@ class RayLlmEksStack(cdk.Stack):
         self.system_nodes = SystemNodeGroup(
             self,
             "SystemNodes",
-            cluster=self.cluster.cluster,
+            cluster=self.cluster,
             subnet=self.network.data_plane_subnet,
             instance_type=config.system.instance_type,
             count=config.system.count,
             root_volume_size_gib=config.system.root_volume_size_gib,
+        )
+        # One EFA security group and placement group for both roles: the KV cache crosses roles.
+        self.efa_fabric = EfaFabric(
+            self,
+            "EfaFabric",
+            vpc=self.network.vpc,
+            placement_group=config.prefill.placement_group or config.decode.placement_group,
         )
         self.gpu_node_groups: dict[str, EfaGpuNodeGroup] = {}
         for role, construct_id in (("prefill", "PrefillNodes"), ("decode", "DecodeNodes")):
@@ -81,9 +89,10 @@ class RayLlmEksStack(cdk.Stack):
             self.gpu_node_groups[role] = EfaGpuNodeGroup(
                 self,
                 construct_id,
-                cluster=self.cluster.cluster,
+                cluster=self.cluster,
                 subnet=self.network.data_plane_subnet,
                 role=role,
+                fabric=self.efa_fabric,
                 instance_type=group.instance_type,
                 min_size=group.min_size,
                 desired_size=group.desired_size,
@@ -93,12 +102,6 @@ class RayLlmEksStack(cdk.Stack):
                 root_volume_iops=group.root_volume.iops,
                 placement_group=group.placement_group,
             )
-        # A node stays NotReady until the VPC CNI runs on it; CoreDNS is healthy only once a node
-        # can run it. So: networking add-ons, then nodes, then CoreDNS.
-        for nodes in (self.system_nodes, *self.gpu_node_groups.values()):
-            for addon in self.cluster.networking_addons:
-                nodes.nodegroup.node.add_dependency(addon)
-        self.cluster.dns_addon.node.add_dependency(self.system_nodes.nodegroup)
         self.prefill_nodes = self.gpu_node_groups["prefill"]
         self.decode_nodes = self.gpu_node_groups["decode"]
 

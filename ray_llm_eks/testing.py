@@ -13,7 +13,7 @@ Snapshot a stack so the snapshot changes only when the infrastructure does::
 And check that a change replaces nothing you care about::
 
     before, after = normalized_template(stack_a), normalized_template(stack_b)
-    assert replaced_resources(before, after) == set()
+    assert replaced_resources(before, after) == {}
 """
 
 from __future__ import annotations

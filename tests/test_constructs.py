@@ -11,7 +11,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
-from ray_llm_eks.constructs import EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
+from ray_llm_eks.constructs import EfaFabric, EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT
 
@@ -38,6 +38,14 @@ def test_gpu_node_group_refuses_instance_types_without_gpu_or_efa(base, instance
         EfaGpuNodeGroup(stack, f"Bad-{instance_type}", cluster=cluster.cluster, subnet=network.data_plane_subnet,
                         role="prefill", instance_type=instance_type)
     assert "g6.8xlarge" in str(caught.value) or "known" in str(caught.value)
+
+
+def test_gpu_node_group_refuses_a_placement_group_its_fabric_lacks(base):
+    stack, network, cluster = base
+    fabric = EfaFabric(stack, "NoPlacement", vpc=network.vpc, placement_group=False)
+    with pytest.raises(ValueError, match="fabric has no placement group"):
+        EfaGpuNodeGroup(stack, "WantsPlacement", cluster=cluster, subnet=network.data_plane_subnet,
+                        role="prefill", fabric=fabric)
 
 
 def test_gpu_node_group_refuses_unknown_roles_and_unordered_sizes(base):
@@ -113,6 +121,20 @@ def test_example_app_uses_the_existing_vpc_g6e_and_two_decode_nodes(example):
     assert len(subnets) == 1  # every node in the one data-plane subnet
     cluster = next(r for r in resources.values() if r["Type"] == "AWS::EKS::Cluster")["Properties"]
     assert cluster["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+
+
+def test_example_app_orders_addons_and_nodes_through_the_constructs(example):
+    _, template, _ = example
+    resources = template["Resources"]
+    addons = {r["Properties"]["AddonName"]: lid for lid, r in resources.items() if r["Type"] == "AWS::EKS::Addon"}
+    nodegroups = {r["Properties"]["Labels"]["role"]: lid for lid, r in resources.items() if r["Type"] == "AWS::EKS::Nodegroup"}
+    for lid in nodegroups.values():
+        assert addons["vpc-cni"] in resources[lid]["DependsOn"]
+    assert nodegroups["system"] in resources[addons["coredns"]]["DependsOn"]
+    efa_groups = {json.dumps(r["Properties"]["LaunchTemplateData"]["NetworkInterfaces"][0]["Groups"])
+                  for r in resources.values() if r["Type"] == "AWS::EC2::LaunchTemplate"
+                  and "NetworkInterfaces" in r["Properties"]["LaunchTemplateData"]}
+    assert len(efa_groups) == 1
 
 
 def test_example_app_passes_cdk_nag(example):

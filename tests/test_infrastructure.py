@@ -187,12 +187,13 @@ def test_gpu_launch_template_has_one_efa_interface_with_both_security_groups(def
     ]
 
 
-@pytest.mark.parametrize("role", ["prefill", "decode"])
-def test_efa_security_group_allows_all_traffic_to_and_from_itself_only(default, role):
-    sg_id = default.logical_id(default.stack.gpu_node_groups[role].efa_security_group)
+def test_prefill_and_decode_share_one_efa_security_group_open_only_to_itself(default):
+    efa_groups = {default.logical_id(g.efa_security_group) for g in default.stack.gpu_node_groups.values()}
+    assert len(efa_groups) == 1  # the KV cache crosses roles, so both roles must be members
+    (sg_id,) = efa_groups
     sg = props(default.template_json["Resources"][sg_id])
-    # allow_all_outbound=False leaves CDK's placeholder egress rule only (no 0.0.0.0/0 -1).
-    assert all(rule.get("IpProtocol") != "-1" or rule.get("CidrIp") != "0.0.0.0/0" for rule in sg.get("SecurityGroupEgress", []))
+    # allow_all_outbound=False: no 0.0.0.0/0 egress on the EFA group, only the self-reference.
+    assert all(rule.get("CidrIp") != "0.0.0.0/0" for rule in sg.get("SecurityGroupEgress", []))
     self_ref = {"Fn::GetAtt": [sg_id, "GroupId"]}
     default.template.has_resource_properties(
         "AWS::EC2::SecurityGroupIngress",
@@ -221,15 +222,22 @@ def test_imdsv2_required_with_hop_limit_one(default, role):
     assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1}
 
 
-def test_cluster_placement_group_is_on_by_default_and_optional(default, synth):
+def test_one_cluster_placement_group_for_both_roles_on_by_default_and_optional(default, synth):
     groups = default.resources("AWS::EC2::PlacementGroup")
-    assert [props(g)["Strategy"] for g in groups.values()] == ["cluster", "cluster"]
-    data = launch_template_of(default, nodegroups_by_role(default)["prefill"])
-    assert data["Placement"]["GroupName"]["Fn::GetAtt"][0] in groups
+    assert [props(g)["Strategy"] for g in groups.values()] == ["cluster"]
+    (group_id,) = groups
+    for role in ("prefill", "decode"):
+        data = launch_template_of(default, nodegroups_by_role(default)[role])
+        assert data["Placement"]["GroupName"] == {"Fn::GetAtt": [group_id, "GroupName"]}
 
     without = synth({"prefill": {"placement_group": False}, "decode": {"placement_group": False}})
     assert without.resources("AWS::EC2::PlacementGroup") == {}
     assert "Placement" not in launch_template_of(without, nodegroups_by_role(without)["prefill"])
+
+    decode_only = synth({"prefill": {"placement_group": False}})
+    assert len(decode_only.resources("AWS::EC2::PlacementGroup")) == 1
+    assert "Placement" not in launch_template_of(decode_only, nodegroups_by_role(decode_only)["prefill"])
+    assert "Placement" in launch_template_of(decode_only, nodegroups_by_role(decode_only)["decode"])
 
 
 def test_sizes_and_instance_type_come_from_config(synth):

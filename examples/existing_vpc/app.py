@@ -15,6 +15,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from ray_llm_eks.constructs import (
+    EfaFabric,
     EfaGpuNodeGroup,
     GpuDevicePlugins,
     InferenceCluster,
@@ -57,18 +58,19 @@ class L40sInferenceStack(cdk.Stack):
             self, "Network", data_plane_az=DATA_PLANE_AZ, vpc=platform.vpc, data_plane_subnet=data_plane_subnet
         )
         cluster = InferenceCluster(self, "Cluster", vpc=network.vpc, endpoint_access="private")
-        system = SystemNodeGroup(self, "SystemNodes", cluster=cluster.cluster, subnet=network.data_plane_subnet)
+        # Given the InferenceCluster (not only its eks.Cluster), node groups wait for the VPC CNI
+        # and CoreDNS waits for the system node.
+        system = SystemNodeGroup(self, "SystemNodes", cluster=cluster, subnet=network.data_plane_subnet)
+        # Prefill and decode share one EFA security group and placement group.
+        fabric = EfaFabric(self, "EfaFabric", vpc=network.vpc)
         self.prefill = EfaGpuNodeGroup(
-            self, "PrefillNodes", cluster=cluster.cluster, subnet=network.data_plane_subnet,
+            self, "PrefillNodes", cluster=cluster, subnet=network.data_plane_subnet, fabric=fabric,
             role="prefill", instance_type="g6e.8xlarge",
         )
         self.decode = EfaGpuNodeGroup(
-            self, "DecodeNodes", cluster=cluster.cluster, subnet=network.data_plane_subnet,
+            self, "DecodeNodes", cluster=cluster, subnet=network.data_plane_subnet, fabric=fabric,
             role="decode", instance_type="g6e.8xlarge", min_size=2, desired_size=2, max_size=2,
         )
-        for nodes in (system, self.prefill, self.decode):
-            for addon in cluster.networking_addons:
-                nodes.nodegroup.node.add_dependency(addon)
         GpuDevicePlugins(
             self, "DevicePlugins", cluster=cluster.cluster,
             gpu_taint_key=EfaGpuNodeGroup.TAINT_KEY, gpu_instance_types=["g6e.8xlarge"],

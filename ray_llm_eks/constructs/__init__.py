@@ -7,9 +7,10 @@ Lives inside the package so a top-level ``constructs/`` folder can never shadow 
 from .addons import GpuDevicePlugins, KubeRayOperator
 from .cluster import InferenceCluster
 from .network import InferenceVpc
-from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup, make_node_role
+from .nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup, make_node_role
 
 __all__ = [
+    "EfaFabric",
     "EfaGpuNodeGroup",
     "GpuDevicePlugins",
     "InferenceCluster",

@@ -11,15 +11,13 @@ from typing import Sequence
 from aws_cdk import Duration, aws_eks_v2 as eks
 from constructs import Construct
 
+from ..config import BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS
 from .nodegroups import GPU_PRESENT_LABEL, ROLE_LABEL, SystemNodeGroup
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
 EFA_REPOSITORY = "https://aws.github.io/eks-charts"
 KUBERAY_REPOSITORY = "https://ray-project.github.io/kuberay-helm/"
 
-# Chart versions 0.19.0-0.19.2 of the NVIDIA device plugin default to MOFED mode, which breaks
-# EFA (BRIEF section 2, "Add-ons").
-BROKEN_NVIDIA_VERSIONS = frozenset({"0.19.0", "0.19.1", "0.19.2"})
 
 
 def _tolerate(taint_key: str) -> dict[str, str]:
@@ -56,7 +54,7 @@ class GpuDevicePlugins(Construct):
         efa_chart_version: str = "v0.5.20",
     ) -> None:
         super().__init__(scope, construct_id)
-        if nvidia_chart_version in BROKEN_NVIDIA_VERSIONS:
+        if nvidia_chart_version in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
             raise ValueError(
                 f"GpuDevicePlugins: nvidia_chart_version {nvidia_chart_version!r} defaults to MOFED mode, "
                 "which breaks EFA; accepted: 0.20.x"
@@ -64,7 +62,7 @@ class GpuDevicePlugins(Construct):
         if not gpu_instance_types:
             raise ValueError("GpuDevicePlugins: gpu_instance_types must name the GPU node groups' instance types")
         gpu_nodes = {GPU_PRESENT_LABEL: "true"}
-        tolerations = [_tolerate(gpu_taint_key), _tolerate("nvidia.com/gpu")]
+        tolerations = [_tolerate(gpu_taint_key)]
         self.nvidia = eks.HelmChart(
             self,
             "NvidiaDevicePlugin",

@@ -20,6 +20,7 @@ from aws_cdk import Tags, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
 from .. import instance_types
+from .cluster import InferenceCluster
 from .nag import acknowledge_node_role
 
 ROLE_LABEL = "role"
@@ -53,11 +54,57 @@ def make_node_role(scope: Construct, construct_id: str) -> iam.Role:
     return role
 
 
-def _require_known(name: str, owner: str) -> instance_types.InstanceType:
+def _checked(check, name: str, owner: str) -> instance_types.InstanceType:
     try:
-        return instance_types.lookup(name)
-    except KeyError as error:
-        raise ValueError(f"{owner}: {error.args[0]}") from None
+        return check(name)
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}") from None
+
+
+def _eks_cluster(cluster: "eks.Cluster | InferenceCluster") -> eks.Cluster:
+    return cluster.cluster if isinstance(cluster, InferenceCluster) else cluster
+
+
+def _managed_nodegroup(
+    scope: Construct,
+    *,
+    cluster: "eks.Cluster | InferenceCluster",
+    ami_type: eks.NodegroupAmiType,
+    instance_type: str,
+    sizes: tuple[int, int, int],
+    subnet: ec2.ISubnet,
+    labels: dict[str, str],
+    role: iam.IRole,
+    launch_template: ec2.CfnLaunchTemplate,
+    taints: list[eks.TaintSpec] | None = None,
+) -> eks.Nodegroup:
+    """A managed node group on a launch template, in exactly one subnet.
+
+    Given an ``InferenceCluster``, the node group waits for its networking add-ons: a node is
+    NotReady until the VPC CNI runs on it.
+    """
+    min_size, desired_size, max_size = sizes
+    nodegroup = eks.Nodegroup(
+        scope,
+        "Nodegroup",
+        cluster=_eks_cluster(cluster),
+        ami_type=ami_type,
+        instance_types=[ec2.InstanceType(instance_type)],
+        min_size=min_size,
+        desired_size=desired_size,
+        max_size=max_size,
+        subnets=ec2.SubnetSelection(subnets=[subnet]),
+        labels=dict(labels),
+        taints=taints,
+        node_role=role,
+        launch_template_spec=eks.LaunchTemplateSpec(
+            id=launch_template.ref, version=launch_template.attr_latest_version_number
+        ),
+    )
+    if isinstance(cluster, InferenceCluster):
+        for addon in cluster.networking_addons:
+            nodegroup.node.add_dependency(addon)
+    return nodegroup
 
 
 def _metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
@@ -85,7 +132,9 @@ class SystemNodeGroup(Construct):
     """The CPU node for CoreDNS, the KubeRay operator and the Ray head (label ``role=system``).
 
     Default settings: one ``m7i.xlarge``, AMI ``AL2023_x86_64_STANDARD``, encrypted gp3 root
-    volume of 50 GiB, IMDSv2 required (hop limit 1), in the data-plane subnet.
+    volume of 50 GiB, IMDSv2 required (hop limit 1), in the data-plane subnet. Given an
+    ``InferenceCluster``, it waits for the networking add-ons and CoreDNS waits for it (CoreDNS
+    is a Deployment: it reports healthy only once a node can run it).
 
     Public attributes: ``nodegroup``, ``launch_template``, ``role``.
     """
@@ -97,7 +146,7 @@ class SystemNodeGroup(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: eks.Cluster | InferenceCluster,
         subnet: ec2.ISubnet,
         instance_type: str = "m7i.xlarge",
         count: int = 1,
@@ -105,11 +154,7 @@ class SystemNodeGroup(Construct):
         node_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        facts = _require_known(instance_type, "SystemNodeGroup")
-        if facts.has_gpu:
-            raise ValueError(
-                f"SystemNodeGroup: instance_type {instance_type!r} has a GPU; the system node runs CPU-only pods"
-            )
+        _checked(instance_types.require_cpu_only, instance_type, "SystemNodeGroup")
         if count < 1:
             raise ValueError(f"SystemNodeGroup: count {count} must be at least 1")
         self.role = node_role or make_node_role(self, "NodeRole")
@@ -121,22 +166,55 @@ class SystemNodeGroup(Construct):
                 metadata_options=_metadata_options(),
             ),
         )
-        self.nodegroup = eks.Nodegroup(
+        self.nodegroup = _managed_nodegroup(
             self,
-            "Nodegroup",
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            instance_types=[ec2.InstanceType(instance_type)],
-            min_size=count,
-            desired_size=count,
-            max_size=count,
-            subnets=ec2.SubnetSelection(subnets=[subnet]),
-            labels=dict(self.LABELS),
-            node_role=self.role,
-            launch_template_spec=eks.LaunchTemplateSpec(
-                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
-            ),
+            instance_type=instance_type,
+            sizes=(count, count, count),
+            subnet=subnet,
+            labels=self.LABELS,
+            role=self.role,
+            launch_template=self.launch_template,
         )
+        if isinstance(cluster, InferenceCluster):
+            cluster.dns_addon.node.add_dependency(self.nodegroup)
+
+
+class EfaFabric(Construct):
+    """What every EFA GPU node shares so prefill and decode reach each other over EFA.
+
+    - One EFA security group allowing all traffic in from and out to itself. The KV cache moves
+      from prefill nodes to decode nodes, so both roles must be in the SAME group: the cluster
+      security group's rules are CIDR-based for egress, and CIDR rules do not admit EFA's SRD
+      traffic.
+    - One cluster placement group (strategy ``cluster``, single AZ) that both roles join, so
+      prefill and decode nodes land close to each other. Optional: with capacity reservations a
+      placement group can cause insufficient-capacity errors (eksctl #7949, terraform-aws-eks #3730).
+
+    Public attributes: ``security_group``, ``placement_group`` (or None).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, placement_group: bool = True) -> None:
+        super().__init__(scope, construct_id)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="EFA traffic between GPU nodes (prefill and decode): all protocols, members only",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_ingress_rule(
+            self.security_group, ec2.Port.all_traffic(), "EFA: all traffic from members of this group"
+        )
+        self.security_group.add_egress_rule(
+            self.security_group, ec2.Port.all_traffic(), "EFA: all traffic to members of this group"
+        )
+        self.placement_group: ec2.PlacementGroup | None = None
+        if placement_group:
+            self.placement_group = ec2.PlacementGroup(
+                self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
+            )
 
 
 class EfaGpuNodeGroup(Construct):
@@ -145,20 +223,23 @@ class EfaGpuNodeGroup(Construct):
     Default settings:
     - ``g6.8xlarge`` (one L4, EFA), AMI ``AL2023_x86_64_NVIDIA``, min/desired/max 1.
     - Launch template: one network interface (``InterfaceType efa``, ``DeviceIndex 0``,
-      ``NetworkCardIndex 0``) whose ``Groups`` are the cluster security group and this group's
+      ``NetworkCardIndex 0``) whose ``Groups`` are the cluster security group and the fabric's
       EFA security group; encrypted gp3 root volume of 200 GiB at 1000 MB/s and 16000 IOPS
       (gp3's baseline 125 MB/s makes an 18 GiB checkpoint take ~150 s to read; 1000 MB/s ~19 s);
       IMDSv2 required, hop limit 1.
-    - A cluster placement group (turn off with ``placement_group=False`` when using capacity
-      reservations: eksctl #7949, terraform-aws-eks #3730).
+    - ``fabric``: the ``EfaFabric`` shared with the other role's node group (pass the same one
+      to prefill and decode, or they cannot exchange the KV cache over EFA). Without one, the
+      node group makes its own, which suits a single node group only.
+    - Joins the fabric's cluster placement group (``placement_group=False`` opts out).
     - Labels ``role=<role>`` and ``nvidia.com/gpu.present=true`` (the NVIDIA device plugin's
       node affinity looks for it); taint ``ray-llm-eks/gpu-role=<role>:NoSchedule`` keeps every
       pod that does not tolerate it off these dedicated nodes.
     - Exactly one subnet: the data-plane subnet (EFA traffic cannot cross AZs).
+    - Given an ``InferenceCluster``, waits for its networking add-ons.
 
     Refuses, at construction, an instance type without a GPU or without EFA support.
 
-    Public attributes: ``nodegroup``, ``launch_template``, ``efa_security_group``,
+    Public attributes: ``nodegroup``, ``launch_template``, ``fabric``, ``efa_security_group``,
     ``placement_group`` (or None), ``role``, ``instance`` (the instance facts), ``labels``, ``taint``.
     """
 
@@ -170,9 +251,10 @@ class EfaGpuNodeGroup(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.Cluster | InferenceCluster,
         subnet: ec2.ISubnet,
         role: str,
+        fabric: EfaFabric | None = None,
         instance_type: str = "g6.8xlarge",
         min_size: int = 1,
         desired_size: int = 1,
@@ -186,46 +268,29 @@ class EfaGpuNodeGroup(Construct):
         super().__init__(scope, construct_id)
         if role not in self.ROLES:
             raise ValueError(f"EfaGpuNodeGroup: role {role!r} is not accepted; accepted: {', '.join(self.ROLES)}")
-        facts = _require_known(instance_type, "EfaGpuNodeGroup")
-        accepted = ", ".join(instance_types.efa_gpu_names())
-        if not facts.has_gpu:
-            raise ValueError(f"EfaGpuNodeGroup: instance_type {instance_type!r} has no GPU; accepted: {accepted}")
-        if not facts.efa:
-            raise ValueError(f"EfaGpuNodeGroup: instance_type {instance_type!r} does not support EFA; accepted: {accepted}")
-        if not min_size <= desired_size <= max_size:
+        self.instance = _checked(instance_types.require_efa_gpu, instance_type, "EfaGpuNodeGroup")
+        try:
+            instance_types.require_ordered_sizes(min_size, desired_size, max_size)
+        except ValueError as error:
+            raise ValueError(f"EfaGpuNodeGroup: {error}") from None
+        eks_cluster = _eks_cluster(cluster)
+        self.fabric = fabric or EfaFabric(self, "Fabric", vpc=eks_cluster.vpc, placement_group=placement_group)
+        if placement_group and self.fabric.placement_group is None:
             raise ValueError(
-                "EfaGpuNodeGroup: sizes must satisfy min_size <= desired_size <= max_size; "
-                f"got {min_size}, {desired_size}, {max_size}"
+                "EfaGpuNodeGroup: placement_group=True but the fabric has no placement group; "
+                "create the EfaFabric with placement_group=True or pass placement_group=False"
             )
-        self.instance = facts
+        self.efa_security_group = self.fabric.security_group
+        self.placement_group = self.fabric.placement_group if placement_group else None
         self.labels = {ROLE_LABEL: role, GPU_PRESENT_LABEL: "true"}
         self.taint = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=self.TAINT_KEY, value=role)
         self.role = node_role or make_node_role(self, "NodeRole")
 
-        self.efa_security_group = ec2.SecurityGroup(
-            self,
-            "EfaSecurityGroup",
-            vpc=cluster.vpc,
-            description=f"EFA traffic between {role} GPU nodes and their peers (self-referencing, all protocols)",
-            allow_all_outbound=False,
-        )
-        self.efa_security_group.add_ingress_rule(
-            self.efa_security_group, ec2.Port.all_traffic(), "EFA: all traffic from members of this group"
-        )
-        self.efa_security_group.add_egress_rule(
-            self.efa_security_group, ec2.Port.all_traffic(), "EFA: all traffic to members of this group"
-        )
-
-        self.placement_group: ec2.PlacementGroup | None = None
         placement = None
-        if placement_group:
-            self.placement_group = ec2.PlacementGroup(
-                self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
-            )
+        if self.placement_group is not None:
             placement = ec2.CfnLaunchTemplate.PlacementProperty(
                 group_name=self.placement_group.placement_group_name
             )
-
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
@@ -235,7 +300,7 @@ class EfaGpuNodeGroup(Construct):
                         device_index=0,
                         network_card_index=0,
                         interface_type="efa",
-                        groups=[cluster.cluster_security_group_id, self.efa_security_group.security_group_id],
+                        groups=[eks_cluster.cluster_security_group_id, self.efa_security_group.security_group_id],
                         delete_on_termination=True,
                     )
                 ],
@@ -246,21 +311,16 @@ class EfaGpuNodeGroup(Construct):
                 placement=placement,
             ),
         )
-        self.nodegroup = eks.Nodegroup(
+        self.nodegroup = _managed_nodegroup(
             self,
-            "Nodegroup",
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            instance_types=[ec2.InstanceType(instance_type)],
-            min_size=min_size,
-            desired_size=desired_size,
-            max_size=max_size,
-            subnets=ec2.SubnetSelection(subnets=[subnet]),
-            labels=dict(self.labels),
+            instance_type=instance_type,
+            sizes=(min_size, desired_size, max_size),
+            subnet=subnet,
+            labels=self.labels,
             taints=[self.taint],
-            node_role=self.role,
-            launch_template_spec=eks.LaunchTemplateSpec(
-                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
-            ),
+            role=self.role,
+            launch_template=self.launch_template,
         )
         Tags.of(self).add("ray-llm-eks/role", role)
