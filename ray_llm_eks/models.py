@@ -8,6 +8,8 @@ block size on both legs (vLLM PR #41869). This is the one place that list lives.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # Hugging Face organisation/name prefixes, matched case-insensitively against model_source.
 HYBRID_GATED_DELTANET_FAMILIES: tuple[str, ...] = (
     "Qwen/Qwen3.5-",
@@ -24,7 +26,6 @@ def is_hybrid_gated_deltanet(model_source: str) -> bool:
 # Architecture facts that size GPU memory, KV cache and KV transfer (used by `ray-llm-eks plan`).
 # ---------------------------------------------------------------------------------------------
 
-from dataclasses import dataclass  # noqa: E402  (appended section; the list above stays as it was)
 
 
 @dataclass(frozen=True)

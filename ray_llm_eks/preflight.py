@@ -301,7 +301,7 @@ def check_eks_version(eks: Any, version: str, region: str) -> CheckResult:
 
 
 def check_cdk_bootstrap(ssm: Any, sts: Any, account: str, region: str,
-                        qualifier: str = CDK_DEFAULT_QUALIFIER) -> CheckResult:
+                        qualifier: str = CDK_DEFAULT_QUALIFIER, partition: str = "aws") -> CheckResult:
     name, title = "cdk-bootstrap", f"CDK bootstrap of aws://{account}/{region}"
     bootstrap = f"cdk bootstrap aws://{account}/{region}"
     parameter = f"/cdk-bootstrap/{qualifier}/version"
@@ -323,7 +323,7 @@ def check_cdk_bootstrap(ssm: Any, sts: Any, account: str, region: str,
     if version < CDK_MIN_BOOTSTRAP_VERSION:
         return _failed(name, title, f"bootstrap version {version} is older than the {CDK_MIN_BOOTSTRAP_VERSION} CDK v2 requires",
                        f"re-run `{bootstrap}` to upgrade the bootstrap stack")
-    role = f"arn:aws:iam::{account}:role/cdk-{qualifier}-deploy-role-{account}-{region}"
+    role = f"arn:{partition}:iam::{account}:role/cdk-{qualifier}-deploy-role-{account}-{region}"
     try:
         sts.assume_role(RoleArn=role, RoleSessionName="ray-llm-eks-preflight", DurationSeconds=900)
     except ClientError as error:
@@ -388,5 +388,5 @@ def run_preflight(config: DeploymentConfig, session: boto3.Session | None = None
     announce(CHECK_TITLES[4])
     results.append(check_cdk_bootstrap(session.client("ssm", region_name=config.region),
                                        session.client("sts", region_name=config.region), account, config.region,
-                                       qualifier))
+                                       qualifier, partition=identity["Arn"].split(":")[1]))
     return PreflightReport(account=account, caller_arn=identity["Arn"], region=config.region, results=tuple(results))

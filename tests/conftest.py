@@ -80,6 +80,18 @@ def synth(tmp_path_factory):
     return _synth
 
 
+@pytest.fixture
+def no_aws_credentials(monkeypatch, tmp_path):
+    """An environment where boto3 finds no credentials anywhere (env, files, containers, IMDS)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-role lookup
+
+
 @pytest.fixture(scope="session")
 def default(synth) -> Synthesized:
     """The reference deployment, synthesized with cdk-nag AwsSolutions as a validation plugin."""

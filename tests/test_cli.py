@@ -120,14 +120,7 @@ def test_plan_warns_about_estimated_prices(tmp_path):
     assert "estimates, not confirmed" in result.output
 
 
-def test_preflight_exits_3_without_credentials(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+def test_preflight_exits_3_without_credentials(no_aws_credentials):
     result = runner.invoke(cli.app, ["preflight"])
     assert result.exit_code == 3
     assert "no AWS credentials found" in result.output

@@ -239,13 +239,6 @@ def test_run_preflight_reports_each_failure(aws, ec2_quotas):
     assert failed == {"instance-types-offered", "vcpu-quotas", "cdk-bootstrap"}
 
 
-def test_no_credentials_is_its_own_error(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-role lookup
+def test_no_credentials_is_its_own_error(no_aws_credentials):
     with pytest.raises(NoCredentials, match="no AWS credentials"):
         run_preflight(DeploymentConfig(), boto3.Session(region_name=REGION))
