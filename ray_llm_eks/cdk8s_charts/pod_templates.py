@@ -9,6 +9,17 @@ Worker choices, each with its reason:
 
 - GPUs: ``nvidia.com/gpu`` = every GPU of the node, and ``rayStartParams.num-gpus`` the same
   number (KubeRay docs: keep them equal, or Ray schedules on GPUs the pod does not have).
+- Ray custom resource: ``rayStartParams.resources`` advertises one unit of the role's resource
+  (``prefill`` or ``decode``) per GPU, which that leg's placement group requires, so Ray places
+  each leg's replicas on its own worker group only (``serve_config`` module docstring).
+  Format: KubeRay pastes each rayStartParam into the ``/bin/bash -c`` command line as
+  ``--<key>=<value>``, so the value is shell-quoted: ``'{"prefill":1}'``, single quotes around
+  compact JSON. That is the form KubeRay itself writes when it fills ``resources``
+  (``ray-operator/controllers/ray/common/pod.go``: ``fmt.Sprintf("'%s'", json)``), the form
+  ``ray start``'s own error message shows, and it also parses in KubeRay's ``getResourcesMap``
+  (which trims the outer quotes and unmarshals the JSON). The older docs form
+  ``'"{\"Custom1\": 1}"'`` also works in bash but leaves backslashes that KubeRay's parser
+  cannot read.
 - EFA: ``vpc.amazonaws.com/efa: 1`` (the EFA device plugin mounts ``/dev/infiniband/uverbs*``).
 - ``FI_PROVIDER=efa`` makes libfabric use EFA rather than probing TCP/sockets providers.
 - ``FI_EFA_USE_HUGE_PAGE=0`` instead of requesting ``hugepages-2Mi``: EFA nodes pre-allocate
@@ -35,6 +46,7 @@ Worker choices, each with its reason:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -133,12 +145,21 @@ def head_ray_start_params() -> dict[str, str]:
     return {"num-gpus": "0", "num-cpus": "0", "dashboard-host": "0.0.0.0"}
 
 
+def ray_resources_param(resources: Mapping[str, int]) -> str:
+    """``rayStartParams.resources``: compact JSON in single quotes, for KubeRay's bash command line."""
+    text = json.dumps(dict(resources), separators=(",", ":"), sort_keys=True)
+    if "'" in text:
+        raise ValueError(f"Ray resource names must not contain a single quote: {text}")
+    return f"'{text}'"
+
+
 def worker_ray_start_params(config: DeploymentConfig, role: str) -> dict[str, str]:
     instance = getattr(config, role).instance
     return {
         "num-gpus": str(instance.gpus),
         "num-cpus": str(sizing.worker_resources(instance).whole_cpus),
         "object-store-memory": str(OBJECT_STORE_GIB * GIB),
+        "resources": ray_resources_param(serve_config.worker_custom_resources(config, role)),
     }
 
 

@@ -21,6 +21,37 @@ NIXL side channel: Ray sets ``VLLM_NIXL_SIDE_CHANNEL_PORT`` to
 decode leg to 22000) plus ``replica rank * tensor_parallel_size``, and each TP worker adds its
 rank (``ray/llm/_internal/serve/engines/vllm/kv_transfer/nixl.py`` and ``base.py``). The bases
 are written out explicitly so the ports the pods declare come from the same numbers.
+
+Pinning each leg to its worker group (Ray 2.58 ``ray/llm/_internal/common/placement.py``,
+``PlacementGroupConfig`` and ``BundleConfig``; used by
+``ray/llm/_internal/serve/engines/vllm/vllm_models.py``, ``VLLMEngineConfig.placement_bundles``,
+and ``ray/llm/_internal/serve/core/server/llm_server.py``, ``LLMServer.get_deployment_options``):
+the Kubernetes nodeSelector and taint place *pods*, but Ray places a replica's GPU bundles on any
+Ray node with free GPUs, so without more a prefill replica could run on a decode pod. Each worker
+group therefore advertises a Ray custom resource named after its role (``prefill``/``decode``,
+one unit per GPU of the node: :func:`worker_custom_resources`), and each P/D leg's
+``placement_group_config`` asks for one unit of its own role's resource beside each GPU:
+``{"bundles": [{"GPU": 1, "<role>": 1}] * tensor_parallel_size, "strategy": "STRICT_PACK"}``.
+
+- ``bundles`` is the full list, one bundle per vLLM worker (``tensor_parallel_size`` ×
+  ``pipeline_parallel_size``, and pipeline parallelism is not used here); each bundle is what
+  Ray's default GPU bundle is (``GPUAccelerator.default_bundles``: ``{"GPU": 1}``) plus the role
+  resource. Ray adds the ``accelerator_type:<GPU>`` hint (0.001) to each bundle itself, and
+  ``get_deployment_options`` adds the replica actor's own resources (1 CPU by default) to the
+  *first* bundle, so the replica actor sits with its first engine worker: the bundles must not
+  carry a CPU of their own.
+- ``STRICT_PACK`` keeps all bundles of a replica on one Ray node (one pod, one EC2 instance), as
+  :func:`replicas_for` assumes; Ray's default, ``PACK``, is only best effort.
+- A node advertises ``gpus`` units and a replica takes ``tensor_parallel_size`` of them, so
+  custom resource and GPUs run out together: exactly ``gpus // tensor_parallel_size`` replicas of
+  the role per node, ``desired_size`` times that per leg (the ``num_replicas`` written).
+- ``deployment_config.ray_actor_options.resources`` was the alternative; it lands only in the
+  first bundle, so under ``PACK`` the other tensor-parallel workers could still go elsewhere.
+  ``placement_group_config`` is where Ray Serve LLM takes the engine's GPU bundles, so the
+  requirement sits next to the GPUs it constrains.
+- ``colocated`` keeps ``STRICT_PACK`` bundles without a role resource: its one model config runs
+  on both worker groups by design (that is the baseline), and the workers advertise the same
+  resources in both topologies, so switching topology does not change the pods.
 """
 
 from __future__ import annotations
@@ -40,6 +71,19 @@ SERVE_PORT = 8000
 
 NIXL_SIDE_CHANNEL_PORT_BASE = {"prefill": 20000, "decode": 22000}
 """Ray's defaults for the two legs, written out so pods and Serve agree."""
+
+PLACEMENT_STRATEGY = "STRICT_PACK"
+"""Every bundle of a replica on one Ray node (one worker pod)."""
+
+ROLES = ("prefill", "decode")
+
+
+def role_resource(role: str) -> str:
+    """The Ray custom resource that the ``role`` worker group advertises and its leg requires."""
+    if role not in ROLES:
+        raise ValueError(f"unknown worker role {role!r}; accepted: {', '.join(ROLES)}")
+    return role
+
 
 RAY_ACCELERATOR_TYPES = frozenset({"L4", "A10G", "L40S"})
 """GPU models of the instance table that Ray 2.58 accepts as ``accelerator_type``
@@ -105,6 +149,18 @@ class EngineKwargs:
 
 
 @dataclass(frozen=True)
+class PlacementGroupConfig:
+    """Ray Serve LLM's ``placement_group_config`` in its explicit ``bundles`` form
+    (``ray/llm/_internal/common/placement.py``): one bundle per vLLM worker (GPU)."""
+
+    bundles: tuple[dict[str, float], ...]
+    strategy: str = PLACEMENT_STRATEGY
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bundles": [dict(bundle) for bundle in self.bundles], "strategy": self.strategy}
+
+
+@dataclass(frozen=True)
 class LlmConfig:
     """One Ray Serve LLM ``LLMConfig`` (a model deployment)."""
 
@@ -114,6 +170,7 @@ class LlmConfig:
     num_replicas: int
     accelerator_type: str | None = None
     nixl_side_channel_port_base: int | None = None
+    placement_group_config: PlacementGroupConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         experimental = (
@@ -125,6 +182,9 @@ class LlmConfig:
             {
                 "model_loading_config": {"model_id": self.model_id, "model_source": self.model_source},
                 "accelerator_type": self.accelerator_type,
+                "placement_group_config": (
+                    self.placement_group_config.to_dict() if self.placement_group_config else None
+                ),
                 "engine_kwargs": self.engine_kwargs.to_dict(),
                 "deployment_config": {"num_replicas": self.num_replicas},
                 "experimental_configs": experimental,
@@ -174,7 +234,7 @@ def replicas_for(config: DeploymentConfig, role: str) -> int:
 
     Each node runs one Ray worker pod with all of the node's GPUs, so the role has
     ``desired_size * gpus`` GPUs; a replica spans ``tensor_parallel_size`` of them on one node
-    (vLLM's Ray executor packs a replica's placement group), hence
+    (its placement group is ``STRICT_PACK``: :func:`placement_group_config`), hence
     ``desired_size * (gpus // tensor_parallel_size)``.
     """
     group = getattr(config, role)
@@ -190,6 +250,24 @@ def replicas_for(config: DeploymentConfig, role: str) -> int:
             f"{role}.desired_size is 0: the {role} leg would have no GPU to run on; accepted: at least 1"
         )
     return group.desired_size * (gpus // tp)
+
+
+def worker_custom_resources(config: DeploymentConfig, role: str) -> dict[str, int]:
+    """The Ray custom resources one ``role`` worker pod advertises: one unit of the role's
+    resource per GPU of the node, the same in both topologies."""
+    return {role_resource(role): getattr(config, role).instance.gpus}
+
+
+def placement_group_config(config: DeploymentConfig, role: str, *, pinned: bool) -> PlacementGroupConfig:
+    """One ``{"GPU": 1}`` bundle per tensor-parallel worker, all on one node (``STRICT_PACK``);
+    with ``pinned`` each bundle also takes one unit of the role's custom resource, which only the
+    role's worker group advertises (see the module docstring)."""
+    bundle: dict[str, float] = {"GPU": 1}
+    if pinned:
+        bundle[role_resource(role)] = 1
+    return PlacementGroupConfig(
+        bundles=tuple(dict(bundle) for _ in range(config.tensor_parallel_size(role))),
+    )
 
 
 def engine_kwargs(config: DeploymentConfig, role: str, *, with_kv_transfer: bool) -> EngineKwargs:
@@ -219,6 +297,7 @@ def pd_leg(config: DeploymentConfig, role: str) -> LlmConfig:
         num_replicas=replicas_for(config, role),
         accelerator_type=accelerator_type(group.instance),
         nixl_side_channel_port_base=NIXL_SIDE_CHANNEL_PORT_BASE[role],
+        placement_group_config=placement_group_config(config, role, pinned=True),
     )
 
 
@@ -248,6 +327,8 @@ def colocated_model(config: DeploymentConfig) -> LlmConfig:
         engine_kwargs=engine_kwargs(config, "prefill", with_kv_transfer=False),
         num_replicas=replicas_for(config, "prefill") + replicas_for(config, "decode"),
         accelerator_type=accelerator_type(config.prefill.instance),
+        # Either worker group may host a replica: no role resource, same bundle shape.
+        placement_group_config=placement_group_config(config, "prefill", pinned=False),
     )
 
 

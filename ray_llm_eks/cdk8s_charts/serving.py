@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import cdk8s
 import cdk8s_plus_35 as kplus
 
-from ..config import ConfigError, DeploymentConfig, EndpointType, RAY_SERVICE_NAME_MAX
+from ..config import DeploymentConfig, EndpointType
 from . import pod_templates, serve_config
 from .rayservice import (
     HeadGroupSpec,
@@ -31,7 +31,8 @@ RAYSERVICE_CHART_ID = "serving-rayservice"
 OPENAI_SERVICE_SUFFIX = "-openai"
 
 INTERNAL_NLB_ANNOTATIONS = {
-    # Handled by the in-tree AWS cloud provider that EKS runs (no AWS Load Balancer Controller
+    # Handled by the service controller of the AWS cloud-controller-manager, which EKS runs in
+    # its control plane (out of tree since Kubernetes 1.27; no AWS Load Balancer Controller
     # needed): an NLB instead of a Classic ELB, in the private subnets (those tagged
     # kubernetes.io/role/internal-elb=1).
     "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
@@ -66,9 +67,9 @@ class RayServiceChart(cdk8s.Chart):
 
     def __init__(self, scope: cdk8s.App, id: str, *, config: DeploymentConfig, service_account_name: str) -> None:
         super().__init__(scope, id, namespace=config.serving.namespace, disable_resource_name_hashes=True)
+        # The 47-character limit is checked by the config (serving.service_name) and, for use
+        # without a config, by the RayService object itself.
         name = config.serving.service_name
-        if len(name) > RAY_SERVICE_NAME_MAX:  # also refused by the config; the CRD's limit matters here
-            raise ConfigError(f"serving.service_name {name!r} is longer than {RAY_SERVICE_NAME_MAX} characters")
 
         self.serve_config = serve_config.build_serve_config(config)
         workers = [

@@ -6,8 +6,10 @@
 - A ``CfnPodIdentityAssociation`` binding that role to the ServiceAccount of the Ray pods.
 - The cdk8s charts of :mod:`ray_llm_eks.cdk8s_charts`, each applied with
   ``cluster.add_cdk8s_chart`` after everything in ``depends_on`` (the KubeRay operator's Helm
-  chart brings the RayService CRD; the device plugins advertise the GPU and EFA resources), and
-  each after the chart before it (the namespace exists before what lives in it).
+  chart brings the RayService CRD; the device plugins advertise the GPU and EFA resources),
+  after the Pod Identity association (the Pod Identity webhook injects credentials only into
+  pods created after the association exists, so no Ray pod starts without them), and each
+  after the chart before it (the namespace exists before what lives in it).
 
 Construct ids (``PodRole``, ``PodIdentity``, and the chart ids) are public API: CloudFormation
 logical ids derive from them.
@@ -81,6 +83,7 @@ class RayLlmServing(Construct):
         previous: eks.KubernetesManifest | None = None
         for chart in self.charts:
             manifest = cluster.add_cdk8s_chart(chart.node.id, chart)
+            manifest.node.add_dependency(self.pod_identity)
             for dependency in depends_on:
                 manifest.node.add_dependency(dependency)
             if previous is not None:

@@ -67,6 +67,7 @@ def test_every_llm_config_passes_ray_llmconfig(scenario, name):
         assert validated.model_id == llm_config["model_loading_config"]["model_id"]
         assert validated.engine_kwargs == llm_config["engine_kwargs"]
         assert validated.deployment_config == llm_config["deployment_config"]
+        assert validated.placement_group_config == llm_config["placement_group_config"]
 
 
 @pytest.mark.parametrize("name", ALL)

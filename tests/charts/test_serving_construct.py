@@ -77,6 +77,18 @@ def test_manifests_wait_for_kuberay_the_device_plugins_and_the_previous_chart(st
     assert namespace_id in resources[rayservice_id]["DependsOn"]
 
 
+def test_every_manifest_waits_for_the_pod_identity_association(stack_disaggregated):
+    """The Pod Identity webhook injects credentials only into pods created after the association
+    exists: no chart is applied before it (CloudFormation DependsOn)."""
+    stack = stack_disaggregated.stack
+    resources = stack_disaggregated.template_json["Resources"]
+    association_id = stack_disaggregated.logical_id(stack.serving.pod_identity)
+    assert resources[association_id]["Type"] == "AWS::EKS::PodIdentityAssociation"
+    assert set(stack.serving.manifests) == {NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID}
+    for manifest in stack.serving.manifests.values():
+        assert association_id in resources[stack_disaggregated.logical_id(manifest)]["DependsOn"]
+
+
 def test_the_rayservice_manifest_carries_the_rayservice(stack_disaggregated):
     stack = stack_disaggregated.stack
     manifest = stack_disaggregated.template_json["Resources"][
