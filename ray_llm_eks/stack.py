@@ -6,6 +6,8 @@ and changing one replaces the resource (see docs/replacement.md).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Mapping
 
 import aws_cdk as cdk
@@ -159,9 +161,6 @@ class RayLlmEksStack(cdk.Stack):
 
 def default_context() -> dict[str, Any]:
     """cdk.json's context, so code outside `cdk synth` (tests, examples) sees the same feature flags."""
-    import json
-    from pathlib import Path
-
     cdk_json = Path(__file__).resolve().parent.parent / "cdk.json"
     if not cdk_json.exists():  # installed as a wheel: no project cdk.json to follow
         return {}

@@ -1,0 +1,49 @@
+"""A tag-only image or an unpinned model revision: one visible warning, or an error with strict."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Annotations, Match
+
+from ray_llm_eks.config import ConfigError, parse_config
+from ray_llm_eks.stack import build_app
+from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
+
+DIGEST = "sha256:" + "c" * 64
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def reproducibility_warnings(stack) -> list:
+    return Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("ray-llm-eks:reproducibility|tags are mutable|no revision"))
+
+
+def test_unpinned_default_gives_one_warning_naming_both_fixes(default):
+    (warning,) = reproducibility_warnings(default.stack)
+    text = str(warning.entry.data)
+    assert "pinned by tag only" in text and "image.digest" in text
+    assert "no revision" in text and "model.revision" in text
+
+
+def test_pinned_image_and_revision_give_no_warning(synth):
+    pinned = synth({"image": {"digest": DIGEST}, "model": {"revision": REVISION}})
+    assert reproducibility_warnings(pinned.stack) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named", "not_named"),
+    [
+        ({"model": {"revision": REVISION}}, "image.digest", "model.revision"),
+        ({"image": {"digest": DIGEST}}, "model.revision", "image.digest"),
+    ],
+)
+def test_strict_refuses_what_it_would_warn_about(overrides, named, not_named):
+    config = parse_config({"strict": True, **overrides})
+    with pytest.raises(ConfigError, match="strict") as caught:
+        build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
+    assert named in str(caught.value) and not_named not in str(caught.value)
+
+
+def test_strict_with_everything_pinned_builds():
+    config = parse_config({"strict": True, "image": {"digest": DIGEST}, "model": {"revision": REVISION}})
+    _, stack = build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
+    assert stack.config.strict
