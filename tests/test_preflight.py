@@ -201,6 +201,24 @@ def test_bootstrap_fails_when_the_bootstrap_stack_is_too_old(aws):
     assert "older than the 6" in result.detail
 
 
+def test_bootstrap_fails_when_the_caller_cannot_assume_the_deploy_role(aws):
+    # moto allows every AssumeRole, so the refusal comes from a Stubber on STS alone; the SSM
+    # side stays on moto.
+    ssm = boto3.client("ssm", region_name=REGION)
+    ssm.put_parameter(Name=BOOTSTRAP_PARAMETER, Value="27", Type="String")
+    sts = boto3.client("sts", region_name=REGION)
+    role = f"arn:aws-cn:iam::{MOTO_ACCOUNT}:role/cdk-hnb659fds-deploy-role-{MOTO_ACCOUNT}-{REGION}"
+    with Stubber(sts) as stub:
+        stub.add_client_error(
+            "assume_role", service_error_code="AccessDenied", http_status_code=403,
+            expected_params={"RoleArn": role, "RoleSessionName": "ray-llm-eks-preflight", "DurationSeconds": 900},
+        )
+        result = check_cdk_bootstrap(ssm, sts, MOTO_ACCOUNT, REGION, partition="aws-cn")
+    assert result.status is CheckStatus.failed
+    assert role in result.detail and "AccessDenied" in result.detail
+    assert "assume the CDK deploy role" in result.fix
+
+
 # --- the whole run ---------------------------------------------------------------------------
 
 class StubbedEksSession(boto3.Session):
