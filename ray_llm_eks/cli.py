@@ -8,6 +8,7 @@ Exit codes (also in ``docs/plan.md``):
  2    the configuration cannot be used: invalid file, unknown model architecture, a region or
       instance type the price table does not cover or that the region does not offer
  3    preflight only: no usable AWS credentials
+ 4    preflight only: AWS cannot be reached
 ====  ==========================================================================================
 """
 
@@ -26,7 +27,7 @@ from rich.table import Table
 
 from .config import ConfigError, DeploymentConfig, load_config
 from .planning import GIB, Plan, PlanError, make_plan
-from .preflight import CHECK_TITLES, NoCredentials, PreflightReport, run_preflight
+from .preflight import CHECK_TITLES, AwsUnreachable, NoCredentials, PreflightReport, run_preflight
 from .pricing import PriceBasis, PriceError
 
 
@@ -35,6 +36,7 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 1
     CONFIG_ERROR = 2
     NO_CREDENTIALS = 3
+    AWS_UNREACHABLE = 4
 
 
 app = typer.Typer(
@@ -158,7 +160,7 @@ def _print_plan(result: Plan) -> None:
     else:
         console.print(f"[bold]KV transfer[/]: none ({transfer.assumption})")
     cold = result.cold_start
-    per_role = ", ".join(f"{role} {cold.by_role[role]:.0f} s at {cold.throughput_mbps[role]} MB/s" for role in cold.by_role)
+    per_role = ", ".join(f"{role} {cold.by_role[role]:.0f} s at {cold.throughput_mibps[role]} MiB/s" for role in cold.by_role)
     console.print(f"[bold]Cold start[/] (model load from the root volume): {_gib(cold.checkpoint_bytes)} -> "
                   f"[bold]{cold.seconds:.0f} s[/] ({per_role})")
 
@@ -224,6 +226,8 @@ def preflight(
         _fail(ExitCode.NO_CREDENTIALS,
               f"{error}. preflight needs read-only AWS credentials for the target account: set AWS_PROFILE "
               "(or --profile), or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws sso login`", as_json)
+    except AwsUnreachable as error:
+        _fail(ExitCode.AWS_UNREACHABLE, f"{error}. Check the network, any HTTPS proxy, and the region name", as_json)
     if as_json:
         typer.echo(json.dumps(report.summary(), indent=2))
     else:

@@ -21,7 +21,7 @@ from .pricing import PriceBasis, PriceTable, load_price_table
 
 GIB = 2**30
 MIB = 2**20
-MEGABYTE = 10**6  # gp3 throughput is sold in MB/s (decimal), not MiB/s.
+MEBIBYTE = 2**20  # gp3 throughput is provisioned in MiB/s (EC2 CreateVolume / launch template "Throughput").
 GIGABIT = 10**9
 
 # Bytes per weight / KV element. "auto" means the checkpoint's own dtype; every model in the
@@ -119,7 +119,7 @@ class ColdStart:
     checkpoint_bytes: int
     by_role: dict[str, float]
     """Seconds to read the checkpoint from each leg's root volume."""
-    throughput_mbps: dict[str, int]
+    throughput_mibps: dict[str, int]
 
     @property
     def seconds(self) -> float:
@@ -333,11 +333,11 @@ def _kv_transfer(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes
 
 def _cold_start(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes: int) -> ColdStart:
     checkpoint = model.weight_bytes(dtype_bytes)
-    throughput = {role: getattr(config, role).root_volume.throughput_mbps for role in ("prefill", "decode")}
+    throughput = {role: getattr(config, role).root_volume.throughput_mibps for role in ("prefill", "decode")}
     return ColdStart(
         checkpoint_bytes=checkpoint,
-        by_role={role: checkpoint / (mbps * MEGABYTE) for role, mbps in throughput.items()},
-        throughput_mbps=throughput,
+        by_role={role: checkpoint / (mibps * MEBIBYTE) for role, mibps in throughput.items()},
+        throughput_mibps=throughput,
     )
 
 
@@ -363,12 +363,12 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
     for role in ("prefill", "decode"):
         group = getattr(config, role)
         volume = group.root_volume
-        monthly = prices.gp3.volume_usd_per_month(volume.size_gib, volume.throughput_mbps, volume.iops)
+        monthly = prices.gp3.volume_usd_per_month(volume.size_gib, volume.throughput_mibps, volume.iops)
         lines.append(CostLine(
-            f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mbps} MB/s, {volume.iops} IOPS",
+            f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mibps} MiB/s, {volume.iops} IOPS",
             group.desired_size, "volume", monthly / hours * group.desired_size, prices.gp3.basis))
     system_monthly = prices.gp3.volume_usd_per_month(config.system.root_volume_size_gib,
-                                                     prices.gp3.BASELINE_THROUGHPUT_MBPS, prices.gp3.BASELINE_IOPS)
+                                                     prices.gp3.BASELINE_THROUGHPUT_MIBPS, prices.gp3.BASELINE_IOPS)
     lines.append(CostLine(f"system root gp3 {config.system.root_volume_size_gib} GiB", config.system.count, "volume",
                           system_monthly / hours * config.system.count, prices.gp3.basis))
     excluded = [
@@ -413,7 +413,7 @@ def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
         "activation/runtime reserve (vLLM measures the reserve at startup; compare its 'Available KV cache memory' line)",
         "KV cache per token counts only full-attention layers; hybrid models add a fixed per-sequence "
         "linear-attention state (recurrent + convolution)",
-        "cold start = checkpoint bytes / root-volume throughput (MB/s = 10^6 B/s), checkpoint already on the volume",
+        "cold start = checkpoint bytes / root-volume throughput (MiB/s = 2^20 B/s), checkpoint already in the node's model cache on the root volume (the first start on a node downloads it through the NAT gateway first)",
         f"monthly = hourly x {table.hours_per_month} hours",
     )
     return Plan(

@@ -23,7 +23,20 @@ from enum import Enum
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError as BotoConnectionError,
+    CredentialRetrievalError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    SSOError,
+    TokenRetrievalError,
+)
+
+# botocore's ways of saying "the credentials you configured cannot be obtained or used":
+# a failing credential_process, an expired or missing SSO token, a refresh that failed.
+_CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, SSOError, TokenRetrievalError)
 
 from . import instance_types
 from .config import DeploymentConfig
@@ -58,6 +71,10 @@ _BAD_CREDENTIAL_CODES = {
 
 class NoCredentials(RuntimeError):
     """No usable AWS credentials: preflight cannot ask AWS anything."""
+
+
+class AwsUnreachable(RuntimeError):
+    """The AWS endpoints cannot be reached (network, proxy, or a region name with no endpoint)."""
 
 
 class CheckStatus(str, Enum):
@@ -210,7 +227,9 @@ def planned_vcpus_by_quota(config: DeploymentConfig) -> dict[str, _QuotaNeed]:
 
 
 def _running_vcpus_by_quota(ec2: Any) -> dict[str, int]:
-    """vCPUs of instances already pending or running: they use the same quotas."""
+    """vCPUs of On-Demand instances already pending or running: they use the same quotas.
+
+    Spot and scheduled instances count against separate quotas, so they are left out."""
     used: dict[str, int] = {}
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
@@ -218,6 +237,8 @@ def _running_vcpus_by_quota(ec2: Any) -> dict[str, int]:
     for page in pages:
         for reservation in page["Reservations"]:
             for instance in reservation["Instances"]:
+                if instance.get("InstanceLifecycle") in ("spot", "scheduled"):
+                    continue
                 try:
                     code = quota_code_for(instance["InstanceType"])
                 except ValueError:
@@ -354,8 +375,10 @@ def caller_identity(session: boto3.Session) -> dict[str, str]:
         if session.get_credentials() is None:
             raise NoCredentials("no AWS credentials found")
         return session.client("sts").get_caller_identity()
-    except (NoCredentialsError, PartialCredentialsError) as error:
+    except _CREDENTIAL_ERRORS as error:
         raise NoCredentials(f"no usable AWS credentials: {error}") from error
+    except BotoConnectionError as error:
+        raise AwsUnreachable(f"cannot reach AWS STS: {error}") from error
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "Unknown")
         if code in _BAD_CREDENTIAL_CODES:

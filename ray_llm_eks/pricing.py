@@ -45,12 +45,12 @@ class Gp3Prices:
     usd_per_iops_month: float
     basis: PriceBasis
 
-    BASELINE_THROUGHPUT_MBPS = 125
+    BASELINE_THROUGHPUT_MIBPS = 125
     BASELINE_IOPS = 3000
 
-    def volume_usd_per_month(self, size_gib: int, throughput_mbps: int, iops: int) -> float:
+    def volume_usd_per_month(self, size_gib: int, throughput_mibps: int, iops: int) -> float:
         # AWS bills gp3 per GB-month of provisioned size; size_gib is what the launch template asks for.
-        extra_throughput = max(0, throughput_mbps - self.BASELINE_THROUGHPUT_MBPS)
+        extra_throughput = max(0, throughput_mibps - self.BASELINE_THROUGHPUT_MIBPS)
         extra_iops = max(0, iops - self.BASELINE_IOPS)
         return (
             size_gib * self.usd_per_gb_month

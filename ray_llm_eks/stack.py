@@ -100,7 +100,7 @@ class RayLlmEksStack(cdk.Stack):
                 desired_size=group.desired_size,
                 max_size=group.max_size,
                 root_volume_size_gib=group.root_volume.size_gib,
-                root_volume_throughput_mbps=group.root_volume.throughput_mbps,
+                root_volume_throughput_mibps=group.root_volume.throughput_mibps,
                 root_volume_iops=group.root_volume.iops,
                 placement_group=group.placement_group,
             )

@@ -44,7 +44,7 @@ def test_plan_json_has_the_documented_numeric_keys_and_reference_figures():
     assert data["kv_cache_bytes_per_token"] == 32_768
     assert data["kv_pool_gib"] == pytest.approx(0.6361, abs=1e-4)
     assert data["max_concurrent_sequences"] == 3
-    assert data["cold_start_seconds"] == pytest.approx(19.306, abs=1e-3)
+    assert data["cold_start_seconds"] == pytest.approx(18.412, abs=1e-3)
     assert data["kv_transfer_bytes_per_request"] == 185_729_024
     assert data["kv_transfer_seconds_per_request"] == pytest.approx(0.059433, abs=1e-6)
     assert data["hourly_cost_usd"] == pytest.approx(4.703688, abs=1e-6)
@@ -148,3 +148,13 @@ def test_preflight_exits_1_and_prints_the_fix_when_a_check_fails(aws, ec2_quotas
     assert "L-DB2E81BA" in by_name["vcpu-quotas"]["fix"]
     assert by_name["cdk-bootstrap"]["status"] == "fail"
     assert by_name["instance-types-offered"]["status"] == "pass"
+
+
+def test_preflight_exits_3_when_the_credential_process_fails(no_aws_credentials, tmp_path, monkeypatch):
+    config_file = tmp_path / "aws-config"
+    config_file.write_text("[profile broken]\ncredential_process = /bin/false\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))
+    result = runner.invoke(cli.app, ["preflight", "--profile", "broken"])
+    assert result.exit_code == 3, result.output
+    assert "no usable AWS credentials" in result.output
+    assert "Traceback" not in result.output

@@ -43,7 +43,7 @@ def test_defaults_are_the_reference_deployment():
     for role in (config.prefill, config.decode):
         assert role.instance_type == "g6.8xlarge"
         assert (role.min_size, role.desired_size, role.max_size) == (1, 1, 1)
-        assert (role.root_volume.size_gib, role.root_volume.throughput_mbps, role.root_volume.iops) == (200, 1000, 16000)
+        assert (role.root_volume.size_gib, role.root_volume.throughput_mibps, role.root_volume.iops) == (200, 1000, 16000)
         assert role.placement_group is True
     assert config.topology is Topology.disaggregated
     model = config.model
@@ -107,7 +107,7 @@ model: {revision: 0123abcd}
         ("serving: {service_name: %s}" % ("r" * 48), "serving.service_name", ["48", "47"]),
         ("network: {flow_log_retention_days: 31}", "network.flow_log_retention_days", ["31", "accepted"]),
         ("versions: {nvidia_device_plugin: 0.19.1}", "versions.nvidia_device_plugin", ["0.19.1", "MOFED", "0.20"]),
-        ("prefill: {root_volume: {throughput_mbps: 2000}}", "prefill.root_volume.throughput_mbps", ["2000", "1000"]),
+        ("prefill: {root_volume: {throughput_mibps: 2000}}", "prefill.root_volume.throughput_mibps", ["2000", "1000"]),
         (
             "decode: {instance_type: g6.12xlarge, tensor_parallel_size: 2}",
             "decode.tensor_parallel_size",

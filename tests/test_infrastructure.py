@@ -243,7 +243,7 @@ def test_one_cluster_placement_group_for_both_roles_on_by_default_and_optional(d
 def test_sizes_and_instance_type_come_from_config(synth):
     custom = synth({
         "decode": {"instance_type": "g6e.8xlarge", "min_size": 1, "desired_size": 2, "max_size": 3,
-                   "root_volume": {"size_gib": 300, "throughput_mbps": 500, "iops": 6000}},
+                   "root_volume": {"size_gib": 300, "throughput_mibps": 500, "iops": 6000}},
     })
     decode = nodegroups_by_role(custom)["decode"]
     assert decode["InstanceTypes"] == ["g6e.8xlarge"]

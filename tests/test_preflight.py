@@ -142,6 +142,16 @@ def test_quotas_count_instances_already_running(aws, ec2_quotas):
     assert "64 vCPUs needed, 32 available (quota 64, in use 32)" in result.detail
 
 
+def test_quotas_ignore_spot_instances(aws, ec2_quotas):
+    ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, InstanceType="g6.8xlarge", MinCount=1, MaxCount=1,
+                      InstanceMarketOptions={"MarketType": "spot"})
+    result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), DeploymentConfig())
+    assert result.status is CheckStatus.passed, result.detail
+
+
 # --- EKS version -----------------------------------------------------------------------------
 
 def test_eks_version_passes_in_standard_support():

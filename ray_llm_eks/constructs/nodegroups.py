@@ -114,13 +114,13 @@ def _metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
     )
 
 
-def _gp3_root(size_gib: int, throughput_mbps: int | None = None, iops: int | None = None):
+def _gp3_root(size_gib: int, throughput_mibps: int | None = None, iops: int | None = None):
     return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
         device_name=ROOT_DEVICE_NAME,
         ebs=ec2.CfnLaunchTemplate.EbsProperty(
             volume_type="gp3",
             volume_size=size_gib,
-            throughput=throughput_mbps,
+            throughput=throughput_mibps,
             iops=iops,
             encrypted=True,
             delete_on_termination=True,
@@ -224,8 +224,8 @@ class EfaGpuNodeGroup(Construct):
     - ``g6.8xlarge`` (one L4, EFA), AMI ``AL2023_x86_64_NVIDIA``, min/desired/max 1.
     - Launch template: one network interface (``InterfaceType efa``, ``DeviceIndex 0``,
       ``NetworkCardIndex 0``) whose ``Groups`` are the cluster security group and the fabric's
-      EFA security group; encrypted gp3 root volume of 200 GiB at 1000 MB/s and 16000 IOPS
-      (gp3's baseline 125 MB/s makes an 18 GiB checkpoint take ~150 s to read; 1000 MB/s ~19 s);
+      EFA security group; encrypted gp3 root volume of 200 GiB at 1000 MiB/s and 16000 IOPS
+      (gp3's baseline 125 MiB/s makes an 18 GiB checkpoint take ~147 s to read; 1000 MiB/s ~18 s);
       IMDSv2 required, hop limit 1.
     - ``fabric``: the ``EfaFabric`` shared with the other role's node group (pass the same one
       to prefill and decode, or they cannot exchange the KV cache over EFA). Without one, the
@@ -260,7 +260,7 @@ class EfaGpuNodeGroup(Construct):
         desired_size: int = 1,
         max_size: int = 1,
         root_volume_size_gib: int = 200,
-        root_volume_throughput_mbps: int = 1000,
+        root_volume_throughput_mibps: int = 1000,
         root_volume_iops: int = 16000,
         placement_group: bool = True,
         node_role: iam.IRole | None = None,
@@ -305,7 +305,7 @@ class EfaGpuNodeGroup(Construct):
                     )
                 ],
                 block_device_mappings=[
-                    _gp3_root(root_volume_size_gib, root_volume_throughput_mbps, root_volume_iops)
+                    _gp3_root(root_volume_size_gib, root_volume_throughput_mibps, root_volume_iops)
                 ],
                 metadata_options=_metadata_options(),
                 placement=placement,
