@@ -38,6 +38,11 @@ Worker choices, each with its reason:
   to :data:`OBJECT_STORE_GIB` inside it (Ray caps its default at 10 GB or /dev/shm, and falls
   back to slow /tmp when /dev/shm is smaller); the rest is for NCCL and vLLM's shared-memory
   queues. Serve LLM passes requests and responses, not weights, through the object store.
+- Model cache: a hostPath directory on the node's root volume, mounted at
+  :data:`HF_CACHE_MOUNT_PATH` with ``HF_HOME`` pointing at it (see :data:`HF_CACHE_HOST_PATH`).
+  Workers only: the head loads no model.
+- Labels: only this project's own keys (:data:`POD_LABEL_PREFIX`) on pod templates, never
+  ``app.kubernetes.io/*`` or ``ray.io/*`` (see :data:`KUBERAY_OWNED_LABEL_PREFIXES`).
 - Security: ``privileged`` (the reference deployment; NIXL registers memory with the EFA
   device) or ``ipc-lock`` (experimental, see docs/rayservice.md): not privileged, no privilege
   escalation, capability ``IPC_LOCK`` only, which lets the process pin memory for RDMA
@@ -68,11 +73,54 @@ WORKER_CONTAINER = "ray-worker"
 
 # Labels on every Ray pod of this deployment, so Services can select them without depending on
 # the generated RayCluster name (which KubeRay suffixes with a hash).
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-NAME_LABEL = "app.kubernetes.io/name"
+POD_LABEL_PREFIX = "ray-llm-eks/"
+INSTANCE_LABEL = f"{POD_LABEL_PREFIX}instance"
+RAY_ROLE_LABEL = f"{POD_LABEL_PREFIX}ray-role"
+SERVES_HTTP_LABEL = f"{POD_LABEL_PREFIX}serves-http"
+
+KUBERAY_OWNED_LABEL_PREFIXES = ("app.kubernetes.io/", "ray.io/")
+"""Label keys KubeRay sets on the pods it creates; pod templates must not set any of them.
+
+KubeRay merges its own pod labels (``ray.io/cluster``, ``ray.io/node-type``, ``ray.io/group``,
+``ray.io/identifier``, ``ray.io/is-ray-node``, ``app.kubernetes.io/name: kuberay``,
+``app.kubernetes.io/created-by: kuberay-operator``) under the template's, so a template label
+with the same key wins. But the selector of the RayService's ``<name>-head-svc``
+(``BuildHeadServiceForRayService``) is built from KubeRay's defaults, so a head pod labelled
+``app.kubernetes.io/name: ray-llm-eks`` matches no selector and that Service has no endpoints
+(kuberay issues #2147, #2648). The whole ``app.kubernetes.io/`` and ``ray.io/`` namespaces are
+kept off, not just today's keys. Top-level object metadata (the RayService, the Services) may
+carry ``app.kubernetes.io/*``: KubeRay does not copy those onto pods.
+"""
+
+# Top-level object metadata only (see KUBERAY_OWNED_LABEL_PREFIXES).
+APP_NAME_LABEL = "app.kubernetes.io/name"
+APP_INSTANCE_LABEL = "app.kubernetes.io/instance"
 NAME = "ray-llm-eks"
-RAY_ROLE_LABEL = "ray-llm-eks/ray-role"
-SERVES_HTTP_LABEL = "ray-llm-eks/serves-http"
+
+HF_CACHE_HOST_PATH = "/var/lib/ray-llm-eks/hf-cache"
+"""Node directory (hostPath, ``DirectoryOrCreate``) that holds the Hugging Face cache of workers.
+
+Without it, vLLM downloads the checkpoint (18 GiB for Qwen3.5-9B) into the container's writable
+layer on every pod start, through the NAT gateway, and loses it when the pod restarts; the GPU
+node's root volume (sized and provisioned at 1000 MiB/s for the checkpoint, see
+``config.RootVolumeConfig``) was then never read. Under ``/var/lib`` it lives on that root
+volume on the EKS AL2023 AMI. The first pod on a node downloads; later pods on the same node
+(restarts, RayService re-creation) load from disk. It is node-local and shared by the worker
+pods of that node; the GPU nodes are dedicated (taint), so only this deployment's workers
+mount it. The hub cache stores one snapshot per commit, so a pinned revision is not mixed up
+with another.
+"""
+
+HF_CACHE_MOUNT_PATH = "/var/cache/huggingface"
+"""Where :data:`HF_CACHE_HOST_PATH` appears in the worker container; ``HF_HOME`` points here.
+
+``HF_HOME`` is the root of every ``huggingface_hub`` cache, which vLLM (and Ray Serve LLM, which
+hands Hugging Face ids to vLLM) downloads through: the hub cache defaults to ``$HF_HOME/hub``
+(``HF_HUB_CACHE``), the Xet chunk cache to ``$HF_HOME/xet``.
+"""
+
+HF_CACHE_VOLUME = "hf-cache"
+HF_CACHE_INIT_CONTAINER = "hf-cache-permissions"
 
 
 @dataclass(frozen=True)
@@ -96,8 +144,8 @@ WORKER_PORTS = (
 
 
 def pod_labels(config: DeploymentConfig, ray_role: str, *, serves_http: bool) -> dict[str, str]:
+    """Pod-template labels: this project's keys only (:data:`KUBERAY_OWNED_LABEL_PREFIXES`)."""
     return {
-        NAME_LABEL: NAME,
         INSTANCE_LABEL: config.serving.service_name,
         RAY_ROLE_LABEL: ray_role,
         SERVES_HTTP_LABEL: "true" if serves_http else "false",
@@ -123,7 +171,7 @@ def _env(values: Mapping[str, str]) -> list[k8s.EnvVar]:
 
 
 def worker_env(config: DeploymentConfig) -> dict[str, str]:
-    env = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}
+    env = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0", "HF_HOME": HF_CACHE_MOUNT_PATH}
     if config.model.is_hybrid:
         env["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
     return env
@@ -136,6 +184,44 @@ def worker_security_context(profile: SecurityProfile) -> k8s.SecurityContext:
         privileged=False,
         allow_privilege_escalation=False,
         capabilities=k8s.Capabilities(add=["IPC_LOCK"]),
+    )
+
+
+def hf_cache_volume() -> k8s.Volume:
+    return k8s.Volume(
+        name=HF_CACHE_VOLUME,
+        host_path=k8s.HostPathVolumeSource(path=HF_CACHE_HOST_PATH, type="DirectoryOrCreate"),
+    )
+
+
+def hf_cache_init_container(image: str) -> k8s.Container:
+    """Makes the cache directory writable by the Ray container, whatever user the image runs as.
+
+    The kubelet creates a ``DirectoryOrCreate`` hostPath as root, mode 0755, which a non-root
+    image user could not write: Ray images run as ``ray``, and the AWS sample's
+    ``HF_HOME=/home/ray/hf-cache`` suggests the DLC does too (not checked against the image).
+    This container runs as root with every capability dropped (root owns the directory, so
+    ``chmod`` needs none) and sets mode 1777 (sticky, like ``/tmp``). Only pods that mount the
+    hostPath can reach it, and the GPU nodes are dedicated. Same image as the Ray container, so
+    nothing else is pulled. Requests equal limits, so the pod stays in the Guaranteed QoS class
+    (which counts init containers too); an init container's request is below the Ray
+    container's, so it changes nothing in scheduling.
+    """
+    amounts = {"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("64Mi")}
+    return k8s.Container(
+        name=HF_CACHE_INIT_CONTAINER,
+        image=image,
+        command=["chmod", "1777", HF_CACHE_MOUNT_PATH],
+        resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
+        security_context=k8s.SecurityContext(
+            run_as_user=0,
+            run_as_non_root=False,
+            privileged=False,
+            allow_privilege_escalation=False,
+            read_only_root_filesystem=True,
+            capabilities=k8s.Capabilities(drop=["ALL"]),
+        ),
+        volume_mounts=[k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH)],
     )
 
 
@@ -201,6 +287,7 @@ def worker_template(config: DeploymentConfig, role: str, service_account: str) -
             tolerations=[
                 k8s.Toleration(key=EfaGpuNodeGroup.TAINT_KEY, operator="Equal", value=role, effect="NoSchedule")
             ],
+            init_containers=[hf_cache_init_container(config.image_uri)],
             containers=[
                 k8s.Container(
                     name=WORKER_CONTAINER,
@@ -212,7 +299,10 @@ def worker_template(config: DeploymentConfig, role: str, service_account: str) -
                         {GPU_RESOURCE: instance.gpus, EFA_RESOURCE: 1},
                     ),
                     security_context=worker_security_context(config.serving.security_profile),
-                    volume_mounts=[k8s.VolumeMount(name="dshm", mount_path="/dev/shm")],
+                    volume_mounts=[
+                        k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
+                        k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH),
+                    ],
                 )
             ],
             volumes=[
@@ -221,7 +311,8 @@ def worker_template(config: DeploymentConfig, role: str, service_account: str) -
                     empty_dir=k8s.EmptyDirVolumeSource(
                         medium="Memory", size_limit=k8s.Quantity.from_string(f"{SHM_SIZE_GIB}Gi")
                     ),
-                )
+                ),
+                hf_cache_volume(),
             ],
         ),
     )

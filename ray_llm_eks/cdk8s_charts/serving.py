@@ -101,7 +101,7 @@ class RayServiceChart(cdk8s.Chart):
             "RayService",
             name=name,
             spec=self.spec,
-            labels={pod_templates.NAME_LABEL: pod_templates.NAME, pod_templates.INSTANCE_LABEL: name},
+            labels={pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name},
         )
 
         internal_nlb = config.serving.endpoint is EndpointType.internal_nlb

@@ -240,8 +240,8 @@ def test_worker_cpu_and_memory_fit_a_g6_8xlarge_after_reservations(disaggregated
 @pytest.mark.parametrize("role", ROLES)
 def test_worker_shm_is_memory_backed_and_holds_the_object_store(disaggregated, role):
     spec = disaggregated.worker_group(role)["template"]["spec"]
-    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}]
-    assert disaggregated.worker_container(role)["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in spec["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in disaggregated.worker_container(role)["volumeMounts"]
     object_store = int(disaggregated.worker_group(role)["rayStartParams"]["object-store-memory"])
     assert object_store == 4 * 1024**3 < 8 * 1024**3
 
@@ -249,9 +249,62 @@ def test_worker_shm_is_memory_backed_and_holds_the_object_store(disaggregated, r
 @pytest.mark.parametrize("role", ROLES)
 def test_worker_environment_for_efa_and_hybrid_models(disaggregated, role):
     env = env_of(disaggregated.worker_container(role))
-    assert env == {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0", "VLLM_SSM_CONV_STATE_LAYOUT": "DS"}
+    assert env == {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_HUGE_PAGE": "0",
+        "HF_HOME": "/var/cache/huggingface",
+        "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
+    }
     # Hugepages are handled by FI_EFA_USE_HUGE_PAGE=0, so none are requested.
     assert not any(k.startswith("hugepages-") for k in disaggregated.worker_container(role)["resources"]["limits"])
+
+
+HF_CACHE_VOLUME = {
+    "name": "hf-cache",
+    "hostPath": {"path": "/var/lib/ray-llm-eks/hf-cache", "type": "DirectoryOrCreate"},
+}
+HF_CACHE_MOUNT = {"name": "hf-cache", "mountPath": "/var/cache/huggingface"}
+
+
+@pytest.mark.parametrize("name", ["disaggregated", "colocated", "hardened", "multi_gpu"])
+@pytest.mark.parametrize("role", ROLES)
+def test_workers_keep_the_hugging_face_cache_on_the_node_root_volume(scenario, name, role):
+    """The checkpoint survives pod restarts: a hostPath under /var/lib (the root volume), HF_HOME on it."""
+    rendered = scenario(name)
+    spec = rendered.worker_group(role)["template"]["spec"]
+    container = rendered.worker_container(role)
+    assert [v for v in spec["volumes"] if v["name"] == "hf-cache"] == [HF_CACHE_VOLUME]
+    assert [m for m in container["volumeMounts"] if m["name"] == "hf-cache"] == [HF_CACHE_MOUNT]
+    assert env_of(container)["HF_HOME"] == HF_CACHE_MOUNT["mountPath"]
+    # The kubelet creates the directory root-owned 0755: one init container opens it to the Ray user.
+    (init,) = spec["initContainers"]
+    assert init["image"] == container["image"]
+    assert init["command"] == ["chmod", "1777", "/var/cache/huggingface"]
+    assert init["volumeMounts"] == [HF_CACHE_MOUNT]
+    # Requests equal limits on every container, init ones included: the pod stays Guaranteed.
+    assert init["resources"]["requests"] == init["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
+    assert init["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": False,
+        "runAsUser": 0,
+    }
+
+
+def test_the_hf_cache_paths_are_named_constants_in_one_place():
+    from ray_llm_eks.cdk8s_charts import pod_templates
+
+    assert pod_templates.HF_CACHE_HOST_PATH == HF_CACHE_VOLUME["hostPath"]["path"]
+    assert pod_templates.HF_CACHE_MOUNT_PATH == HF_CACHE_MOUNT["mountPath"]
+    assert pod_templates.HF_CACHE_HOST_PATH.startswith("/var/lib/")  # the root volume on AL2023
+
+
+def test_the_head_loads_no_model_and_mounts_no_cache(disaggregated):
+    spec = disaggregated.head_group["template"]["spec"]
+    assert "volumes" not in spec and "initContainers" not in spec
+    assert "HF_HOME" not in env_of(disaggregated.head_container)
 
 
 def test_non_hybrid_models_do_not_get_the_ssm_layout(scenario):
@@ -297,7 +350,7 @@ def test_openai_service_is_cluster_ip_on_8000_selecting_the_serving_workers(disa
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "protocol": "TCP", "targetPort": 8000}]
     selector = service["spec"]["selector"]
-    assert selector == {"app.kubernetes.io/instance": "ray-llm", "ray-llm-eks/serves-http": "true"}
+    assert selector == {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/serves-http": "true"}
     # The selector matches both worker groups and not the head (which is out of the serve path).
     for role in ROLES:
         labels = disaggregated.worker_group(role)["template"]["metadata"]["labels"]
@@ -311,4 +364,38 @@ def test_internal_nlb_option_sets_the_aws_annotations(scenario):
     assert service["metadata"]["annotations"] == {
         "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
         "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+    }
+
+
+# --- Labels KubeRay owns -------------------------------------------------------------------------
+
+KUBERAY_OWNED = ("app.kubernetes.io/", "ray.io/")
+
+
+def _pod_templates(rendered) -> list[dict]:
+    return [rendered.head_group["template"], *(g["template"] for g in rendered.cluster["workerGroupSpecs"])]
+
+
+@pytest.mark.parametrize("name", ["disaggregated", "colocated", "hardened", "multi_gpu", "multi_gpu_colocated"])
+def test_no_pod_template_sets_a_label_kuberay_owns(scenario, name):
+    """KubeRay lets template labels override its own, but builds <name>-head-svc's selector from its
+    defaults (app.kubernetes.io/name: kuberay, ...): an override leaves that Service without endpoints
+    (kuberay #2147, #2648)."""
+    for template in _pod_templates(scenario(name)):
+        labels = template["metadata"]["labels"]
+        assert labels, "pod templates carry this project's own labels"
+        assert [key for key in labels if key.startswith(KUBERAY_OWNED)] == []
+        assert all(key.startswith("ray-llm-eks/") for key in labels)
+
+
+def test_the_openai_selector_uses_only_project_labels_and_top_level_metadata_keeps_app_labels(disaggregated):
+    from ray_llm_eks.cdk8s_charts import pod_templates
+
+    assert pod_templates.KUBERAY_OWNED_LABEL_PREFIXES == KUBERAY_OWNED
+    selector = disaggregated.one("Service")["spec"]["selector"]
+    assert not [key for key in selector if key.startswith(KUBERAY_OWNED)]
+    # The RayService object itself may keep the recommended labels: KubeRay does not copy them to pods.
+    assert disaggregated.ray_service["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "ray-llm-eks",
+        "app.kubernetes.io/instance": "ray-llm",
     }
