@@ -171,7 +171,14 @@ def _env(values: Mapping[str, str]) -> list[k8s.EnvVar]:
 
 
 def worker_env(config: DeploymentConfig) -> dict[str, str]:
-    env = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0", "HF_HOME": HF_CACHE_MOUNT_PATH}
+    env = {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_HUGE_PAGE": "0",
+        "HF_HOME": HF_CACHE_MOUNT_PATH,
+        # Explicit as well: an HF_HUB_CACHE baked into the image would win over the $HF_HOME/hub
+        # default and send downloads back into the container's writable layer.
+        "HF_HUB_CACHE": f"{HF_CACHE_MOUNT_PATH}/hub",
+    }
     if config.model.is_hybrid:
         env["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
     return env

@@ -253,6 +253,7 @@ def test_worker_environment_for_efa_and_hybrid_models(disaggregated, role):
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_HUGE_PAGE": "0",
         "HF_HOME": "/var/cache/huggingface",
+        "HF_HUB_CACHE": "/var/cache/huggingface/hub",
         "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
     }
     # Hugepages are handled by FI_EFA_USE_HUGE_PAGE=0, so none are requested.
@@ -276,6 +277,7 @@ def test_workers_keep_the_hugging_face_cache_on_the_node_root_volume(scenario, n
     assert [v for v in spec["volumes"] if v["name"] == "hf-cache"] == [HF_CACHE_VOLUME]
     assert [m for m in container["volumeMounts"] if m["name"] == "hf-cache"] == [HF_CACHE_MOUNT]
     assert env_of(container)["HF_HOME"] == HF_CACHE_MOUNT["mountPath"]
+    assert env_of(container)["HF_HUB_CACHE"].startswith(HF_CACHE_MOUNT["mountPath"] + "/")
     # The kubelet creates the directory root-owned 0755: one init container opens it to the Ray user.
     (init,) = spec["initContainers"]
     assert init["image"] == container["image"]
