@@ -37,10 +37,6 @@ class InstanceType:
     gpudirect_rdma: bool = False
 
     @property
-    def family(self) -> str:
-        return self.name.split(".", 1)[0]
-
-    @property
     def gpu_memory_gib(self) -> float:
         return self.gpu_memory_mib / 1024
 

@@ -55,6 +55,7 @@ def test_vpc_flow_logs_go_to_cloudwatch_with_configured_retention(default, synth
 def test_data_plane_subnet_is_the_private_subnet_in_the_data_plane_az(default):
     subnet = default.stack.network.data_plane_subnet
     assert subnet.availability_zone == "us-west-2a"
+    assert default.stack.network.data_plane_subnets.subnets == [subnet]
     resource = default.template_json["Resources"][default.logical_id(subnet)]
     assert props(resource)["MapPublicIpOnLaunch"] is False
 
