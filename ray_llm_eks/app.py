@@ -11,9 +11,11 @@ from .manifests import write_manifests
 from .stack import build_app
 
 
-def main() -> int:
-    # `-c config=...` reaches the app as context; read it before building anything.
-    config_path = cdk.App().node.try_get_context("config")
+def main(config_path: str | None = None) -> int:
+    """Synthesize; exit code 2 and one readable message on stderr for any configuration mistake."""
+    if config_path is None:
+        # `-c config=...` reaches the app as context; read it before building anything.
+        config_path = cdk.App().node.try_get_context("config")
     try:
         config = load_config(config_path)
         app, stack = build_app(config)

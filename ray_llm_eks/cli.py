@@ -4,9 +4,10 @@ Exit codes (also in ``docs/plan.md``):
 
 ====  ==========================================================================================
  0    success: the plan fits / every preflight check passed
- 1    the model does not fit (plan) / at least one check failed (preflight)
- 2    the configuration cannot be used: invalid file, unknown model architecture, a region or
-      instance type the price table does not cover or that the region does not offer
+ 1    the model does not fit in GPU memory (plan; ``make synth`` refuses the same file with the
+      same message) / at least one check failed (preflight)
+ 2    the configuration cannot be used: invalid file or values (the same refusals and messages
+      as ``make synth``), or a region or instance type the price table does not cover
  3    preflight only: no usable AWS credentials
  4    preflight only: AWS cannot be reached
 ====  ==========================================================================================
@@ -74,7 +75,8 @@ def _load(path: Path | None, as_json: bool) -> DeploymentConfig:
     try:
         return load_config(path)
     except ConfigError as error:
-        _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
+        # One validation for synth and plan: the message is the one `make synth` prints.
+        _fail(ExitCode.CHECK_FAILED if error.does_not_fit else ExitCode.CONFIG_ERROR, str(error), as_json)
 
 
 # --- plan -------------------------------------------------------------------------------------
@@ -95,17 +97,10 @@ def plan(
         result = make_plan(deployment, tokens_per_second=tokens_per_second)
     except (PlanError, PriceError) as error:
         _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
-    problems = [budget.problem for budget in result.budgets if budget.problem]
     if as_json:
-        summary = result.summary()
-        summary["problems"] = problems
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(json.dumps(result.summary(), indent=2))
     else:
         _print_plan(result)
-    if not result.fits:
-        if not as_json:
-            _print_problems(result)
-        raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 
 def _gib(value_bytes: float) -> str:
@@ -187,17 +182,6 @@ def _print_plan(result: Plan) -> None:
         console.print(f"[yellow]warning:[/] some prices for {cost.region} are estimates, not confirmed against the "
                       f"AWS price list: {cost.estimate_note or ''}".rstrip())
     console.print("[dim]Assumptions: " + "; ".join(result.assumptions) + "[/]")
-
-
-def _print_problems(result: Plan) -> None:
-    # Plain lines, not a panel: people copy these sentences into tickets, so they must not wrap in a box.
-    console = _error_console()
-    console.print("[bold red]does not fit:[/]")
-    for budget in result.budgets:
-        if budget.problem:
-            console.print(f"[red]{budget.problem}[/]", soft_wrap=True)
-            for fix in budget.fixes:
-                console.print(f"  - {fix}", soft_wrap=True)
 
 
 # --- preflight --------------------------------------------------------------------------------

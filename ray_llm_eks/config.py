@@ -1,166 +1,130 @@
-"""The typed configuration of one deployment.
+"""The typed configuration of one deployment: an adapter from a YAML file to the spec layer.
 
-One pydantic model, :class:`DeploymentConfig`, whose defaults are the reference deployment
-of the AWS sample (BRIEF section 1): ``Qwen/Qwen3.5-9B`` served with prefill/decode
-disaggregation on two ``g6.8xlarge`` nodes (one L4 each) plus one ``m7i.xlarge`` system node,
-in us-west-2, KubeRay 1.4.0, Ray 2.58.0, image ``ray:serve-llm-cuda-v1.0``.
+One pydantic model, :class:`DeploymentConfig`, that only the stack (``ray_llm_eks.stack``) and
+the CLI read. Its defaults are the spec layer's (:mod:`ray_llm_eks.spec`), which the constructs'
+props use too, so each default is stated once: the reference deployment of the AWS sample
+(BRIEF section 1), ``Qwen/Qwen3.5-9B`` with prefill/decode disaggregation on two ``g6.8xlarge``
+nodes plus one ``m7i.xlarge`` system node, in us-west-2, KubeRay 1.4.0, Ray 2.58.0, image
+``ray:serve-llm-cuda-v1.0``.
 
-Every check runs before any construct is built. A mistake surfaces as :class:`ConfigError`
-whose message names the field, the bad value and what is accepted; unknown keys are refused
-so a typo never passes silently.
+Pydantic checks the shape (types, unknown keys); every semantic check is the spec layer's, run
+once when the model is built (:meth:`DeploymentConfig.specs`), so ``make synth``,
+``ray-llm-eks plan`` and a construct used directly refuse the same values with the same
+sentence. A mistake surfaces as :class:`ConfigError` whose lines name the dotted field, the bad
+value and what is accepted.
 """
 
 from __future__ import annotations
 
-import re
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from . import instance_types
-from .models import is_hybrid_gated_deltanet
+from .models import ModelArchitecture
+from .spec import infrastructure as infra
+from .spec.errors import Collector, DoesNotFit, SpecError, SpecErrors
+from .spec.placement import DECODE, PREFILL, WORKER_ROLES
+from .spec.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
+from .spec.serving import (
+    DEFAULT_IMAGE_TAG,
+    DEFAULT_NAMESPACE,
+    DEFAULT_RAY_VERSION,
+    DEFAULT_SERVICE_NAME,
+    EndpointType,
+    ImageSpec,
+    ModelSpec,
+    NixlSpec,
+    SecurityProfile,
+    ServingSpec,
+    Topology,
+)
 
-# The AWS account that publishes the AWS Deep Learning Containers, including the Ray LLM image.
-DLC_ACCOUNT = "763104351884"
-# The retention periods CloudWatch Logs accepts (PutRetentionPolicy API).
-CLOUDWATCH_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
-                             2557, 2922, 3288, 3653)
-RAY_SERVICE_NAME_MAX = 47  # KubeRay derives longer names from it and refuses more than 47.
-# NVIDIA device plugin chart versions whose MOFED default breaks EFA (BRIEF section 2, "Add-ons").
-BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS = frozenset({"0.19.0", "0.19.1", "0.19.2"})
-
-_AZ = re.compile(r"^([a-z]{2}(-[a-z]+)+-\d+)[a-z]$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
-
+__all__ = [
+    "ConfigError", "DeploymentConfig", "EndpointType", "SecurityProfile", "Specs", "Topology",
+    "load_config", "parse_config",
+]
 
 class ConfigError(ValueError):
-    """A configuration mistake, explained for a person (never a jsii traceback)."""
+    """A configuration mistake, explained for a person (never a jsii traceback).
 
+    ``errors`` holds the spec-layer problems, with fields as dotted config paths, when the
+    mistake is semantic; ``does_not_fit`` is True when the only problems are the model not fitting
+    in GPU memory (``plan`` exits 1 for those, 2 for everything else).
+    """
 
-class _FieldProblem(ValueError):
-    """A cross-field check's failure, reported against the field the user should change."""
-
-    def __init__(self, field: str, message: str):
+    def __init__(self, message: str, errors: tuple[SpecError, ...] = ()) -> None:
         super().__init__(message)
-        self.field = field
+        self.errors = errors
+
+    @property
+    def does_not_fit(self) -> bool:
+        return bool(self.errors) and all(isinstance(e, DoesNotFit) for e in self.errors)
 
 
-class _Strict(BaseModel):
+class _Problems(ValueError):
+    """Spec-layer problems raised inside pydantic, with dotted config fields."""
+
+    def __init__(self, errors: SpecErrors) -> None:
+        super().__init__(str(errors))
+        self.errors = errors.errors
+
+
+class _Shape(BaseModel):
+    # Types and unknown keys only: the spec layer checks values (see the module docstring).
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True)
 
 
-class Topology(str, Enum):
-    disaggregated = "disaggregated"
-    colocated = "colocated"
-
-
-class EndpointType(str, Enum):
-    cluster_ip = "ClusterIP"
-    internal_nlb = "internal-nlb"
-
-
-class SecurityProfile(str, Enum):
-    privileged = "privileged"
-    """What the reference does: NIXL registers CUDA memory with the EFA device."""
-    ipc_lock = "ipc-lock"
-    """Experimental: not privileged, capability IPC_LOCK only. Unverified on real nodes."""
-
-
-class EndpointAccess(str, Enum):
-    public_and_private = "public-and-private"
-    private = "private"
-    public = "public"
-
-
-class RootVolumeConfig(_Strict):
+class RootVolumeConfig(_Shape):
     """gp3 root volume of a GPU node, sized in its launch template.
 
     gp3's baseline is 125 MiB/s and 3000 IOPS; at 125 MiB/s the 18 GiB Qwen3.5-9B checkpoint
     takes ~147 s to read, at 1000 MiB/s (gp3's maximum) ~18 s.
     """
 
-    size_gib: int = Field(200, ge=20, le=16384)
-    """Root volume size; holds the image (~20 GB) and the Hugging Face cache (an 18 GiB checkpoint for Qwen3.5-9B)."""
-    throughput_mibps: int = Field(1000, ge=125, le=1000)
-    """gp3 throughput in MiB/s (as EC2 provisions it); 1000 (the maximum) loads 18 GiB in ~18 s instead of ~147 s at the 125 MiB/s baseline."""
-    iops: int = Field(16000, ge=3000, le=16000)
-    """gp3 IOPS; 16000 is the maximum (gp3 allows 0.25 MiB/s per IOPS, so 1000 MiB/s needs at least 4000)."""
-
-    @model_validator(mode="after")
-    def _gp3_ratios(self) -> RootVolumeConfig:
-        # gp3 rules: at most 500 IOPS per GiB, and at most 0.25 MiB/s per provisioned IOPS.
-        if self.iops > 500 * self.size_gib:
-            raise ValueError(
-                f"iops {self.iops} exceeds gp3's 500 IOPS per GiB for size_gib {self.size_gib}; "
-                f"accepted: at most {500 * self.size_gib}"
-            )
-        if self.throughput_mibps > self.iops // 4:
-            raise ValueError(
-                f"throughput_mibps {self.throughput_mibps} exceeds gp3's 0.25 MiB/s per IOPS for "
-                f"iops {self.iops}; accepted: at most {self.iops // 4}"
-            )
-        return self
+    size_gib: int = RootVolume.size_gib
+    """Root volume size, 20-16384; holds the image (~20 GB) and the Hugging Face cache (an 18 GiB checkpoint for Qwen3.5-9B)."""
+    throughput_mibps: int = RootVolume.throughput_mibps
+    """gp3 throughput in MiB/s, 125-1000 (as EC2 provisions it); 1000 loads 18 GiB in ~18 s instead of ~147 s at the 125 MiB/s baseline."""
+    iops: int = RootVolume.iops
+    """gp3 IOPS, 3000-16000 (gp3 allows 0.25 MiB/s per IOPS, so 1000 MiB/s needs at least 4000; at most 500 per GiB)."""
 
 
-class SystemNodeGroupConfig(_Strict):
+class SystemNodeGroupConfig(_Shape):
     """The CPU node for system pods, the KubeRay operator and the Ray head."""
 
-    instance_type: str = "m7i.xlarge"
-    """CPU instance type for system pods, the KubeRay operator and the Ray head (must have no GPU)."""
-    count: int = Field(1, ge=1, le=10)
-    """Number of system nodes."""
-    root_volume_size_gib: int = Field(50, ge=20, le=16384)
-    """Encrypted gp3 root volume of each system node."""
-
-    @field_validator("instance_type")
-    @classmethod
-    def _cpu_only(cls, value: str) -> str:
-        instance_types.require_cpu_only(value)
-        return value
+    instance_type: str = DEFAULT_SYSTEM_INSTANCE_TYPE
+    """CPU instance type for system pods, the KubeRay operator and the Ray head (must have no GPU, and leave the head 500m CPU and 2 GiB)."""
+    count: int = SystemPool.count
+    """Number of system nodes, 1-10."""
+    root_volume_size_gib: int = SystemPool.root_volume_size_gib
+    """Encrypted gp3 root volume of each system node, 20-16384 GiB."""
 
 
-class GpuNodeGroupConfig(_Strict):
-    """One EFA GPU node group (prefill or decode). One Ray worker pod runs on each node."""
+class GpuNodeGroupConfig(_Shape):
+    """One EFA GPU node group (prefill or decode). One Ray worker pod runs on each node, with all its GPUs."""
 
-    instance_type: str = "g6.8xlarge"
-    """GPU instance type with EFA (one L4 24 GB, 32 vCPU, 25 Gbps on g6.8xlarge); refused if the library knows it has no GPU or no EFA."""
-    min_size: int = Field(1, ge=0, le=100)
-    """Minimum nodes (and Ray worker pods) of this role."""
-    desired_size: int = Field(1, ge=0, le=100)
-    """Nodes at deploy time; one Ray worker pod per node."""
-    max_size: int = Field(1, ge=1, le=100)
-    """Maximum nodes of this role."""
+    instance_type: str = DEFAULT_GPU_INSTANCE_TYPE
+    """GPU instance type with EFA (one L4 24 GB, 32 vCPU, 25 Gbps on g6.8xlarge); refused if the library does not know it has a GPU and EFA."""
+    min_size: int = WorkerPool.min_size
+    """Minimum nodes of this role, 0-100."""
+    desired_size: int = WorkerPool.desired_size
+    """Nodes at deploy time (at least 1: each holds one Ray worker pod); the model replicas of the role are desired_size x GPUs per node / tensor_parallel_size."""
+    max_size: int = WorkerPool.max_size
+    """Maximum nodes of this role, 1-100."""
     root_volume: RootVolumeConfig = RootVolumeConfig()
     """gp3 root volume, sized in the launch template."""
-    placement_group: bool = True
+    placement_group: bool = WorkerPool.placement_group
     """A cluster placement group keeps the nodes close; turn it off when using capacity
     reservations (eksctl #7949, terraform-aws-eks #3730 report insufficient capacity)."""
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    """Override ``model.tensor_parallel_size`` for this leg only."""
-
-    @field_validator("instance_type")
-    @classmethod
-    def _gpu_with_efa(cls, value: str) -> str:
-        instance_types.require_efa_gpu(value)
-        return value
-
-    @model_validator(mode="after")
-    def _sizes_ordered(self) -> GpuNodeGroupConfig:
-        instance_types.require_ordered_sizes(self.min_size, self.desired_size, self.max_size)
-        return self
-
-    @property
-    def instance(self) -> instance_types.InstanceType:
-        return instance_types.INSTANCE_TYPES[self.instance_type]
+    tensor_parallel_size: int | None = None
+    """Override ``model.tensor_parallel_size`` for this leg only (a divisor of the node's GPUs)."""
 
 
-class ModelArchitectureConfig(_Strict):
-    """Architecture facts from a model's config.json, for ``ray-llm-eks plan`` (field meanings
+class ModelArchitectureConfig(_Shape):
+    """Architecture facts from a model's config.json, for the GPU memory check (field meanings
     as in :class:`ray_llm_eks.models.ModelArchitecture`). Needed only for models the package's
     table does not list; dense models leave the ``linear_*`` fields at 0."""
 
@@ -201,190 +165,144 @@ class ModelArchitectureConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
+class ModelConfig(_Shape):
     """The served model and the vLLM engine settings shared by both legs."""
 
-    served_name: str = "qwen3.5-9b"
+    served_name: str = ModelSpec.served_name
     """The OpenAI ``model`` id clients send (Ray's ``model_id``)."""
-    source: str = "Qwen/Qwen3.5-9B"
-    """Hugging Face repository id (or a path the image can read)."""
-    revision: str | None = None
-    """A commit hash pins the weights; unpinned gives a warning (an error with ``strict``)."""
-    dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
+    source: str = ModelSpec.source
+    """Hugging Face repository id (or a path the image can read); must be in the package's architecture table or come with ``architecture``."""
+    revision: str | None = ModelSpec.revision
+    """A 40-hex commit id pins the weights; anything else gives a warning (an error with ``strict``)."""
+    dtype: Literal["bfloat16", "float16", "auto"] = ModelSpec.dtype  # type: ignore[assignment]
     """vLLM weight and activation dtype (the reference uses bfloat16)."""
-    max_model_len: int = Field(4096, gt=0)
-    """Longest prompt plus output, in tokens; bounds the KV cache per sequence."""
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_model_len: int = ModelSpec.max_model_len
+    """Longest prompt plus output, in tokens; one such sequence must fit in the KV pool of every leg (the memory check of ``plan``, enforced by synth)."""
+    gpu_memory_utilization: float = ModelSpec.gpu_memory_utilization
     """Fraction of GPU memory vLLM may use (weights + KV cache), in (0, 1]."""
-    enforce_eager: bool = True
+    enforce_eager: bool = ModelSpec.enforce_eager
     """Skip CUDA graph capture: faster start, less memory, as the reference does."""
-    tensor_parallel_size: int = Field(1, ge=1)
-    """GPUs per model replica, for both legs (at most the GPUs of one node)."""
+    tensor_parallel_size: int = ModelSpec.tensor_parallel_size
+    """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
     architecture: ModelArchitectureConfig | None = None
-    """Architecture facts for ``plan`` when ``source`` is not in the package's model table."""
-
-    @field_validator("served_name")
-    @classmethod
-    def _served_name(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
-            raise ValueError(f"served_name {value!r} must be non-empty with no whitespace")
-        return value
-
-    @property
-    def is_hybrid(self) -> bool:
-        return is_hybrid_gated_deltanet(self.source)
+    """Architecture facts for the memory check when ``source`` is not in the package's model table."""
 
 
-class ImageConfig(_Strict):
+class ImageConfig(_Shape):
     """The Ray LLM container image.
 
     Default: the AWS Deep Learning Container published in account 763104351884,
-    ``763104351884.dkr.ecr.<region>.amazonaws.com/ray:serve-llm-cuda-v1.0``.
+    ``763104351884.dkr.ecr.<region>.amazonaws.com/ray:serve-llm-cuda-v1.0``, in the stack's region.
     With a digest the manifests use ``repository@sha256:...`` (reproducible).
     """
 
-    repository: str | None = None
-    """Defaults to the DLC repository in the deployment's region."""
-    tag: str | None = "serve-llm-cuda-v1.0"
+    repository: str | None = ImageSpec.repository
+    """A custom image repository; default: the DLC repository in the deployment's region. With a custom image, ``versions.ray`` is trusted as given."""
+    tag: str | None = DEFAULT_IMAGE_TAG
     """Image tag (Ray 2.58, vLLM 0.26, CUDA 13.0, EFA stack). Tags are mutable: prefer a digest."""
-    digest: str | None = None
+    digest: str | None = ImageSpec.digest
     """``sha256:`` + 64 hex; when set the manifests use ``repository@digest`` (reproducible)."""
 
-    @field_validator("digest")
-    @classmethod
-    def _digest(cls, value: str | None) -> str | None:
-        if value is not None and not _DIGEST.match(value):
-            raise ValueError(f"digest {value!r} is not 'sha256:' followed by 64 lowercase hex characters")
-        return value
 
-    @model_validator(mode="after")
-    def _tag_or_digest(self) -> ImageConfig:
-        if not self.tag and not self.digest:
-            raise ValueError("image needs a tag or a digest; got neither (accepted: tag, digest, or both)")
-        return self
-
-
-class NetworkConfig(_Strict):
-    vpc_cidr: str = "10.0.0.0/16"
-    """CIDR of the new VPC."""
-    nat_gateways: int = Field(1, ge=1, le=2)
-    """One NAT gateway, in the data-plane AZ, unless you want NAT redundancy for the control-plane AZ."""
-    flow_log_retention_days: int = 30
+class NetworkConfig(_Shape):
+    vpc_cidr: str = infra.DEFAULT_VPC_CIDR
+    """CIDR of the new VPC, /16 or /17 (a public /24 and a private /19 per AZ must fit)."""
+    nat_gateways: int = infra.DEFAULT_NAT_GATEWAYS
+    """One NAT gateway, in the data-plane AZ, unless you want NAT redundancy for the control-plane AZ (at most one per AZ)."""
+    flow_log_retention_days: int = infra.DEFAULT_FLOW_LOG_RETENTION_DAYS
     """Days CloudWatch Logs keeps VPC flow logs; one of the periods CloudWatch Logs accepts."""
 
-    @field_validator("flow_log_retention_days")
-    @classmethod
-    def _retention(cls, value: int) -> int:
-        if value not in CLOUDWATCH_RETENTION_DAYS:
-            raise ValueError(
-                f"flow_log_retention_days {value} is not a CloudWatch Logs retention period; "
-                f"accepted: {', '.join(map(str, CLOUDWATCH_RETENTION_DAYS))}"
-            )
-        return value
 
-
-class ClusterConfig(_Strict):
+class ClusterConfig(_Shape):
     name: str | None = None
-    """EKS cluster name; defaults to the name CloudFormation generates."""
-    kubernetes_version: Literal["1.35"] = "1.35"
+    """EKS cluster name (letters, digits, '-', '_', at most 100); defaults to the name CloudFormation generates."""
+    kubernetes_version: str = infra.DEFAULT_KUBERNETES_VERSION
     """Must match the kubectl layer the library ships (aws-cdk.lambda-layer-kubectl-v35)."""
-    endpoint_access: EndpointAccess = EndpointAccess.public_and_private
+    endpoint_access: str = infra.DEFAULT_ENDPOINT_ACCESS
     """EKS API endpoint: public-and-private, private, or public."""
-    public_access_cidrs: list[str] = ["0.0.0.0/0"]
-    """CIDRs allowed to reach the public endpoint; narrow this to your networks."""
+    public_access_cidrs: list[str] = list(infra.DEFAULT_PUBLIC_ACCESS_CIDRS)
+    """CIDR blocks allowed to reach the public endpoint; narrow this to your networks."""
     admin_role_arn: str | None = None
     """An IAM role granted cluster admin through an EKS access entry."""
-    control_plane_logs: list[Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]] = [
-        "api",
-        "audit",
-        "authenticator",
-    ]
-    """Control-plane log types sent to CloudWatch Logs."""
-
-    @field_validator("admin_role_arn")
-    @classmethod
-    def _role_arn(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$", value):
-            raise ValueError(f"admin_role_arn {value!r} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
-        return value
+    control_plane_logs: list[str] = list(infra.DEFAULT_CONTROL_PLANE_LOGS)
+    """Control-plane log types sent to CloudWatch Logs (api, audit, authenticator, controllerManager, scheduler)."""
 
 
-class VersionsConfig(_Strict):
-    ray: str = "2.58.0"
-    """Must equal the Ray inside the image (serve-llm-cuda-v1.0 ships Ray 2.58)."""
-    kuberay: str = "1.4.0"
-    """KubeRay operator chart version (the RayService CRD schema the charts are tested against)."""
-    nvidia_device_plugin: str = "0.20.1"
+class VersionsConfig(_Shape):
+    ray: str = DEFAULT_RAY_VERSION
+    """Must equal the Ray inside the image (serve-llm-cuda-v1.0 ships Ray 2.58.0) unless ``image.repository`` names a custom image."""
+    kuberay: str = infra.DEFAULT_KUBERAY_VERSION
+    """KubeRay operator chart version, semver (the RayService CRD schema the charts are tested against is 1.4.0)."""
+    nvidia_device_plugin: str = infra.DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION
     """0.19.0-0.19.2 default to MOFED mode, which breaks EFA; 0.20.x is the supported line."""
-    efa_device_plugin: str = "v0.5.20"
+    efa_device_plugin: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION
     """Chart version of aws-efa-k8s-device-plugin in https://aws.github.io/eks-charts."""
 
-    @field_validator("nvidia_device_plugin")
-    @classmethod
-    def _not_broken(cls, value: str) -> str:
-        if value in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
-            raise ValueError(
-                f"nvidia_device_plugin {value!r} defaults to MOFED mode, which breaks EFA; accepted: 0.20.x"
-            )
-        return value
 
-
-class NixlConfig(_Strict):
-    backends: list[Literal["LIBFABRIC", "UCX"]] = ["LIBFABRIC"]
+class NixlConfig(_Shape):
+    backends: list[Literal["LIBFABRIC", "UCX"]] = list(NixlSpec.backends)  # type: ignore[arg-type]
     """LIBFABRIC is what uses EFA; NIXL's default UCX silently runs at TCP speed on EFA nodes."""
-    kv_buffer_device: Literal["cuda", "cpu"] | None = None
+    kv_buffer_device: Literal["cuda", "cpu"] | None = NixlSpec.kv_buffer_device
     """None keeps vLLM's default; ``cpu`` is the documented fallback without GPUDirect RDMA."""
 
-    @field_validator("backends")
-    @classmethod
-    def _not_empty(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("backends must name at least one NIXL backend; accepted: LIBFABRIC, UCX")
-        return value
 
-
-class ServingConfig(_Strict):
-    service_name: str = "ray-llm"
-    """RayService name (at most 47 characters: KubeRay derives longer names from it)."""
-    namespace: str = "inference"
+class ServingConfig(_Shape):
+    service_name: str = DEFAULT_SERVICE_NAME
+    """RayService name, a DNS label of at most 47 characters (KubeRay derives longer names from it)."""
+    namespace: str = DEFAULT_NAMESPACE
     """Kubernetes namespace of the RayService, its Service and ServiceAccount."""
-    security_profile: SecurityProfile = SecurityProfile.privileged
+    security_profile: SecurityProfile = ServingSpec.security_profile
     """Worker pod privilege: privileged (the reference; NIXL registers CUDA memory with EFA) or ipc-lock (experimental)."""
-    endpoint: EndpointType = EndpointType.cluster_ip
+    endpoint: EndpointType = ServingSpec.endpoint
     """How the OpenAI API on port 8000 is exposed: ClusterIP (port-forward) or internal-nlb."""
 
-    @field_validator("service_name", "namespace")
-    @classmethod
-    def _dns_label(cls, value: str, info: Any) -> str:
-        if not _DNS_LABEL.match(value) or len(value) > 63:
-            raise ValueError(f"{info.field_name} {value!r} must be a DNS label (lowercase letters, digits, '-')")
-        return value
 
-    @field_validator("service_name")
-    @classmethod
-    def _short_enough(cls, value: str) -> str:
-        if len(value) > RAY_SERVICE_NAME_MAX:
-            raise ValueError(
-                f"service_name {value!r} has {len(value)} characters; KubeRay accepts at most {RAY_SERVICE_NAME_MAX}"
-            )
-        return value
+# Where a ServingSpec field lives in the configuration, when its name there differs.
+_SERVING_FIELDS = {
+    "namespace": "serving.namespace",
+    "service_name": "serving.service_name",
+    "security_profile": "serving.security_profile",
+    "endpoint": "serving.endpoint",
+    "ray_version": "versions.ray",
+    "prefill_tensor_parallel_size": "prefill.tensor_parallel_size",
+    "decode_tensor_parallel_size": "decode.tensor_parallel_size",
+}
 
 
-class DeploymentConfig(_Strict):
+def _config_field(spec_field: str) -> str:
+    head, _, rest = spec_field.partition(".")
+    mapped = _SERVING_FIELDS.get(head)
+    return (mapped + ("." + rest if rest else "")) if mapped else spec_field
+
+
+@dataclass(frozen=True)
+class Specs:
+    """Everything the stack builds, as the spec layer sees it (:meth:`DeploymentConfig.specs`)."""
+
+    system: SystemPool
+    prefill: WorkerPool
+    decode: WorkerPool
+    serving: ServingSpec
+
+    def pool(self, role: str) -> WorkerPool:
+        return {PREFILL: self.prefill, DECODE: self.decode}[role]
+
+
+class DeploymentConfig(_Shape):
     """A whole deployment. ``DeploymentConfig()`` is the reference deployment."""
 
-    region: str = "us-west-2"
-    """AWS region of the stack."""
-    control_plane_azs: list[str] = ["us-west-2a", "us-west-2b"]
-    """EKS needs subnets in at least two AZs for its control plane."""
-    data_plane_az: str = "us-west-2a"
-    """Every node lives here: EFA traffic cannot cross AZs."""
-    stack_name: str = "RayLlmEks"
-    """CloudFormation stack name (and construct ID of the stack)."""
-    topology: Topology = Topology.disaggregated
-    """disaggregated (prefill/decode with NIXL over EFA) or colocated (the baseline); changes only the RayService."""
-    strict: bool = False
-    """Turn the tag-only image and unpinned model revision warnings into errors."""
+    region: str = infra.DEFAULT_REGION
+    """AWS region of the stack (the DLC image is pulled from this region's ECR)."""
+    control_plane_azs: list[str] = list(infra.DEFAULT_CONTROL_PLANE_AZS)
+    """EKS needs subnets in at least two AZs of the region for its control plane."""
+    data_plane_az: str = infra.DEFAULT_DATA_PLANE_AZ
+    """Every node lives here, one of control_plane_azs: EFA traffic cannot cross AZs."""
+    stack_name: str = infra.DEFAULT_STACK_NAME
+    """CloudFormation stack name (and construct ID of the stack): letters, digits and '-', starting with a letter."""
+    topology: Topology = ServingSpec.topology
+    """disaggregated (prefill/decode with NIXL over EFA) or colocated (the baseline); changes only the Serve config."""
+    strict: bool = ServingSpec.strict
+    """Turn the irreproducibility warnings (image without digest, model without a commit revision) into errors."""
     network: NetworkConfig = NetworkConfig()
     """VPC settings."""
     cluster: ClusterConfig = ClusterConfig()
@@ -406,88 +324,101 @@ class DeploymentConfig(_Strict):
     serving: ServingConfig = ServingConfig()
     """Kubernetes-side serving settings."""
 
-    @field_validator("region")
-    @classmethod
-    def _region(cls, value: str) -> str:
-        if not _REGION.match(value):
-            raise ValueError(f"region {value!r} is not an AWS region name (for example us-west-2)")
-        return value
-
-    @field_validator("control_plane_azs")
-    @classmethod
-    def _two_azs(cls, value: list[str]) -> list[str]:
-        if len(value) < 2:
-            raise ValueError(
-                f"EKS needs subnets in at least two availability zones; got {len(value)} ({value}); "
-                "accepted: two or more AZ names such as [us-west-2a, us-west-2b]"
-            )
-        if len(set(value)) != len(value):
-            raise ValueError(f"availability zones must be distinct; got {value}")
-        return value
+    _specs: Specs | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _cross_field(self) -> DeploymentConfig:
-        for az in [*self.control_plane_azs, self.data_plane_az]:
-            match = _AZ.match(az)
-            if not match or match.group(1) != self.region:
-                raise _FieldProblem(
-                    "data_plane_az" if az == self.data_plane_az else "control_plane_azs",
-                    f"availability zone {az!r} is not in region {self.region!r}; "
-                    f"accepted: names like {self.region}a"
-                )
-        if self.data_plane_az not in self.control_plane_azs:
-            raise _FieldProblem(
-                "data_plane_az",
-                f"data_plane_az {self.data_plane_az!r} is not one of control_plane_azs "
-                f"{self.control_plane_azs}; accepted: one of those"
-            )
-        for role in ("prefill", "decode"):
-            group: GpuNodeGroupConfig = getattr(self, role)
-            tp = self.tensor_parallel_size(role)
-            if tp > group.instance.gpus:
-                field = f"{role}.tensor_parallel_size" if group.tensor_parallel_size else "model.tensor_parallel_size"
-                raise _FieldProblem(
-                    field,
-                    f"tensor_parallel_size {tp} for {role} is larger than the {group.instance.gpus} GPU(s) "
-                    f"of one {group.instance_type}; accepted: 1..{group.instance.gpus}"
-                )
-        if self.model.is_hybrid and self.tensor_parallel_size("prefill") != self.tensor_parallel_size("decode"):
-            raise _FieldProblem(
-                "decode.tensor_parallel_size",
-                f"{self.model.source} is a hybrid (Gated-DeltaNet) model: NIXL P/D needs the same "
-                f"tensor_parallel_size on both legs; got prefill={self.tensor_parallel_size('prefill')}, "
-                f"decode={self.tensor_parallel_size('decode')}"
-            )
+    def _semantics(self) -> DeploymentConfig:
+        # Raises _Problems; parse_config turns them into a ConfigError naming each dotted field.
+        self._specs = self._build_specs()
         return self
 
-    # Derived values: one place for each, so constructs and charts agree.
+    def specs(self) -> Specs:
+        """The spec layer's objects, built (and so checked) once when the configuration was validated."""
+        assert self._specs is not None
+        return self._specs
 
-    def tensor_parallel_size(self, role: str) -> int:
-        group: GpuNodeGroupConfig = getattr(self, role)
-        return group.tensor_parallel_size or self.model.tensor_parallel_size
+    def _build_specs(self) -> Specs:
+        found = Collector()
+        infrastructure_checks = [
+            (infra.region, (self.region,)),
+            (infra.stack_name, (self.stack_name,)),
+            (infra.vpc_cidr, (self.network.vpc_cidr, len(self.control_plane_azs))),
+            (infra.nat_gateways, (self.network.nat_gateways, max(1, len(self.control_plane_azs)))),
+            (infra.retention_days, (self.network.flow_log_retention_days,)),
+            (infra.cluster_name, (self.cluster.name,)),
+            (infra.kubernetes_version, (self.cluster.kubernetes_version,)),
+            (infra.endpoint_access, (self.cluster.endpoint_access,)),
+            (infra.public_access_cidrs, (self.cluster.public_access_cidrs, self.cluster.endpoint_access)),
+            (infra.admin_role_arn, (self.cluster.admin_role_arn,)),
+            (infra.control_plane_logs, (self.cluster.control_plane_logs,)),
+            (infra.semver, (self.versions.kuberay, "versions.kuberay")),
+            (infra.nvidia_device_plugin_version, (self.versions.nvidia_device_plugin,)),
+            (infra.semver, (self.versions.efa_device_plugin, "versions.efa_device_plugin"), {"v_prefix": True}),
+        ]
+        for check, *arguments in infrastructure_checks:
+            args, kwargs = arguments[0], (arguments[1] if len(arguments) > 1 else {})
+            found.check(check, *args, **kwargs)
+        if found.check(infra.region, self.region) is not None:
+            found.check(infra.availability_zones, self.region, self.control_plane_azs, self.data_plane_az)
 
-    @property
-    def image_repository(self) -> str:
-        return self.image.repository or f"{DLC_ACCOUNT}.dkr.ecr.{self.region}.amazonaws.com/ray"
+        system = found.check(SystemPool, **self.system.model_dump(), prefix="system")
+        pools = {role: self._worker_pool(found, role) for role in WORKER_ROLES}
+        model = found.check(self._model_spec, prefix="model")
+        image = found.check(ImageSpec, **self.image.model_dump(), prefix="image")
+        nixl = found.check(NixlSpec, backends=tuple(self.nixl.backends), kv_buffer_device=self.nixl.kv_buffer_device,
+                           prefix="nixl")
+        serving = None
+        if None not in (system, model, image, nixl, *pools.values()):
+            try:
+                serving = ServingSpec(
+                    region=self.region, prefill=pools[PREFILL], decode=pools[DECODE], system=system, model=model,
+                    image=image, nixl=nixl, topology=self.topology, security_profile=self.serving.security_profile,
+                    endpoint=self.serving.endpoint, namespace=self.serving.namespace,
+                    service_name=self.serving.service_name, ray_version=self.versions.ray,
+                    prefill_tensor_parallel_size=self.prefill.tensor_parallel_size,
+                    decode_tensor_parallel_size=self.decode.tensor_parallel_size, strict=self.strict,
+                )
+            except SpecErrors as errors:
+                found.errors.extend(type(e)(_config_field(e.field), e.message) for e in errors)
+        try:
+            found.raise_if_any()
+        except SpecErrors as errors:
+            raise _Problems(errors) from None
+        assert serving is not None
+        return Specs(system=system, prefill=pools[PREFILL], decode=pools[DECODE], serving=serving)
 
-    @property
-    def image_uri(self) -> str:
-        if self.image.digest:
-            return f"{self.image_repository}@{self.image.digest}"
-        return f"{self.image_repository}:{self.image.tag}"
+    def _worker_pool(self, found: Collector, role: str) -> WorkerPool | None:
+        group = self.gpu(role)
+        volume = found.check(RootVolume, **group.root_volume.model_dump(), prefix=f"{role}.root_volume")
+        if volume is None:
+            return None
+        return found.check(
+            WorkerPool, role=role, instance_type=group.instance_type, min_size=group.min_size,
+            desired_size=group.desired_size, max_size=group.max_size, root_volume=volume,
+            placement_group=group.placement_group, prefix=role,
+        )
 
-    def reproducibility_problems(self) -> list[str]:
-        """What makes this deployment irreproducible (warned about; errors with ``strict``)."""
-        problems = []
-        if not self.image.digest:
-            problems.append(
-                f"image {self.image_uri} is pinned by tag only; tags are mutable: set image.digest"
-            )
-        if not self.model.revision:
-            problems.append(
-                f"model {self.model.source} has no revision; the weights can change under you: set model.revision"
-            )
-        return problems
+    def _model_spec(self) -> ModelSpec:
+        model = self.model
+        architecture = None
+        if model.architecture is not None:
+            architecture = ModelArchitecture(name=model.source, source="model.architecture in the configuration",
+                                             **model.architecture.model_dump())
+        return ModelSpec(
+            source=model.source, served_name=model.served_name, revision=model.revision, dtype=model.dtype,
+            max_model_len=model.max_model_len, gpu_memory_utilization=model.gpu_memory_utilization,
+            enforce_eager=model.enforce_eager, tensor_parallel_size=model.tensor_parallel_size,
+            architecture=architecture,
+        )
+
+    # Conveniences for the stack, plan and preflight: each reads the specs, nothing is derived twice.
+
+    def gpu(self, role: str) -> GpuNodeGroupConfig:
+        """The configuration of the ``prefill`` or ``decode`` node group."""
+        return {PREFILL: self.prefill, DECODE: self.decode}[role]
+
+    def reproducibility_problems(self) -> list[SpecError]:
+        return [SpecError(_config_field(p.field), p.message) for p in self.specs().serving.reproducibility_problems()]
 
 
 def _location(loc: tuple[Any, ...]) -> str:
@@ -496,21 +427,25 @@ def _location(loc: tuple[Any, ...]) -> str:
 
 def _explain(error: ValidationError, source: str) -> ConfigError:
     lines = [f"invalid configuration in {source}:"]
+    spec_errors: list[SpecError] = []
     for item in error.errors():
         field = _location(item["loc"])
         cause = (item.get("ctx") or {}).get("error")
-        if isinstance(cause, _FieldProblem):
-            prefix = _location(item["loc"])
-            field = cause.field if prefix == "(top level)" else f"{prefix}.{cause.field}"
+        if isinstance(cause, _Problems):
+            prefix = "" if field == "(top level)" else field + "."
+            for problem in cause.errors:
+                spec_errors.append(type(problem)(prefix + problem.field, problem.message))
+                lines.append(f"  {prefix}{problem.field}: {problem.message}")
+            continue
         if item["type"] == "extra_forbidden":
-            lines.append(f"  {field}: unknown key (got {item['input']!r}); check the spelling against the README")
+            lines.append(f"  {field}: unknown key (got {item['input']!r}); check the spelling against docs/configuration.md")
             continue
         message = item["msg"].removeprefix("Value error, ")
         got = item.get("input")
         hidden = isinstance(got, (dict, BaseModel)) or got is None or repr(got) in message
         shown = "" if hidden else f" (got {got!r})"
         lines.append(f"  {field}: {message}{shown}")
-    return ConfigError("\n".join(lines))
+    return ConfigError("\n".join(lines), tuple(spec_errors))
 
 
 def parse_config(data: dict[str, Any] | None, source: str = "configuration") -> DeploymentConfig:

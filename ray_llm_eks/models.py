@@ -128,6 +128,21 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             linear_conv_kernel_dim=4,
             linear_state_dtype_bytes=4,
         ),
+        ModelArchitecture(
+            name="meta-llama/Llama-3.1-8B-Instruct",
+            # config.json of meta-llama/Llama-3.1-8B-Instruct: 32 layers, hidden_size 4096,
+            # 32 attention heads (head_dim 4096 / 32 = 128), 8 KV heads; a dense transformer.
+            # 8,030,261,248 parameters (model.safetensors.index.json total_size 16,060,522,496 B in
+            # BF16; the same count keras-hub gives its llama3_8b_en preset).
+            source="huggingface.co/meta-llama/Llama-3.1-8B-Instruct config.json and "
+            "model.safetensors.index.json (total_size 16060522496 B, BF16)",
+            parameter_count=8_030_261_248,
+            num_hidden_layers=32,
+            full_attention_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+        ),
     )
 }
 

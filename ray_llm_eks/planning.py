@@ -15,26 +15,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import instance_types
-from .config import DeploymentConfig, GpuNodeGroupConfig, Topology
-from .models import ModelArchitecture, known_architecture
+from .config import DeploymentConfig, Specs
+from .models import ModelArchitecture
 from .pricing import PriceBasis, PriceTable, load_price_table
+from .spec.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, GIB, MemoryBudget
+from .spec.placement import WORKER_ROLES
+from .spec.serving import EndpointType, Topology
 
-GIB = 2**30
 MIB = 2**20
 MEBIBYTE = 2**20  # gp3 throughput is provisioned in MiB/s (EC2 CreateVolume / launch template "Throughput").
 GIGABIT = 10**9
-
-# Bytes per weight / KV element. "auto" means the checkpoint's own dtype; every model in the
-# table (and any model supplied in the config) is assumed to ship 16-bit weights.
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "auto": 2}
-
-# vLLM sizes its KV pool as  total x gpu_memory_utilization - weights - peak activations -
-# non-torch memory (CUDA context, cuBLAS/NCCL workspaces), measured by a profiling pass at startup.
-# We cannot run that pass here, so we reserve a fixed amount for the last two terms. 1.5 GiB is a
-# deliberately cautious round figure for a ~9B model with enforce_eager (no CUDA graphs) and
-# vLLM's default batched-token budget; vLLM's startup log line "Available KV cache memory" is the
-# ground truth to compare against.
-ACTIVATION_AND_RUNTIME_RESERVE_GIB = 1.5
 
 # When NIXL silently falls back to TCP (UCX over the ENA interface), one flow is what moves a
 # request's KV cache. EC2 limits single-flow traffic to 5 Gbps between instances, 10 Gbps
@@ -44,24 +34,7 @@ TCP_SINGLE_FLOW_GBPS_IN_PLACEMENT_GROUP = 10.0
 
 
 class PlanError(ValueError):
-    """The plan cannot be computed from this config (for example, unknown model architecture)."""
-
-
-def architecture_for(config: DeploymentConfig) -> ModelArchitecture:
-    """``model.architecture`` from the config when given, else the package's table."""
-    supplied = config.model.architecture
-    if supplied is not None:
-        return ModelArchitecture(name=config.model.source, source="model.architecture in the configuration",
-                                 **supplied.model_dump())
-    known = known_architecture(config.model.source)
-    if known is None:
-        raise PlanError(
-            f"model.source {config.model.source!r} is not in the package's architecture table; "
-            "add model.architecture to the configuration (parameter_count, num_hidden_layers, "
-            "full_attention_layers, num_attention_heads, num_key_value_heads, head_dim, and the "
-            "linear_* fields for hybrid models), taken from the model's config.json"
-        )
-    return known
+    """The plan cannot be computed from these inputs (for example, a non-positive token rate)."""
 
 
 @dataclass(frozen=True)
@@ -75,31 +48,6 @@ class NodePlan:
     gpu_model: str | None
     network_gbps: float
     efa: bool
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """One GPU of one worker of a leg (prefill or decode)."""
-
-    role: str
-    instance_type: str
-    tensor_parallel_size: int
-    gpu_memory_gib: float
-    gpu_memory_utilization: float
-    usable_gib: float
-    weights_gib: float
-    reserve_gib: float
-    kv_pool_gib: float
-    kv_cache_bytes_per_token: int
-    linear_state_bytes_per_sequence: int
-    bytes_per_max_length_sequence: int
-    max_concurrent_sequences: int
-    problem: str | None = None
-    fixes: tuple[str, ...] = ()
-
-    @property
-    def fits(self) -> bool:
-        return self.problem is None
 
 
 @dataclass(frozen=True)
@@ -231,87 +179,18 @@ class Plan:
         return result
 
 
-# --- memory -------------------------------------------------------------------------------------
-
-def _budget(role: str, group: GpuNodeGroupConfig, tp: int, model: ModelArchitecture,
-            config: DeploymentConfig, dtype_bytes: int) -> MemoryBudget:
-    instance = group.instance
-    total = instance.gpu_memory_gib
-    utilization = config.model.gpu_memory_utilization
-    usable = total * utilization
-    # Tensor parallelism splits the weights across the GPUs of one worker.
-    weights = model.weight_bytes(dtype_bytes) / tp / GIB
-    kv_per_token = model.kv_cache_bytes_per_token(dtype_bytes, tp)
-    state = model.linear_state_bytes_per_sequence(dtype_bytes, tp)
-    per_sequence = config.model.max_model_len * kv_per_token + state
-    pool = usable - weights - ACTIVATION_AND_RUNTIME_RESERVE_GIB
-    sequences = max(0, math.floor(pool * GIB / per_sequence)) if pool > 0 else 0
-
-    problem = None
-    fixes: list[str] = []
-    if pool <= 0:
-        problem = (
-            f"{role}: the weights ({weights:.2f} GiB per GPU) do not fit on one {instance.gpu_model} of "
-            f"{group.instance_type}: vLLM may use {usable:.2f} GiB ({total:.2f} GiB x gpu_memory_utilization "
-            f"{utilization}), minus a {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB activation/runtime reserve, "
-            f"leaving {usable - ACTIVATION_AND_RUNTIME_RESERVE_GIB:.2f} GiB: short by {-pool:.2f} GiB"
-        )
-    elif sequences < 1:
-        longest = math.floor((pool * GIB - state) / kv_per_token) if pool * GIB > state else 0
-        problem = (
-            f"{role}: after the weights, the KV pool is {pool:.2f} GiB per GPU, less than one sequence of "
-            f"max_model_len {config.model.max_model_len} needs ({per_sequence / GIB:.2f} GiB); "
-            f"vLLM refuses to start. The longest sequence that fits is about {longest} tokens"
-        )
-        if longest > 0:
-            fixes.append(f"lower model.max_model_len to {longest} or less")
-    if problem:
-        fixes.extend(_bigger_instances(role, model, config, dtype_bytes, per_sequence_tokens=config.model.max_model_len))
-        needed_utilization = (weights + ACTIVATION_AND_RUNTIME_RESERVE_GIB + per_sequence / GIB) / total
-        if needed_utilization <= 0.98:
-            fixes.append(f"raise model.gpu_memory_utilization to at least {needed_utilization:.2f}")
-    return MemoryBudget(
-        role=role, instance_type=group.instance_type, tensor_parallel_size=tp, gpu_memory_gib=total,
-        gpu_memory_utilization=utilization, usable_gib=usable, weights_gib=weights,
-        reserve_gib=ACTIVATION_AND_RUNTIME_RESERVE_GIB, kv_pool_gib=max(pool, 0.0),
-        kv_cache_bytes_per_token=kv_per_token, linear_state_bytes_per_sequence=state,
-        bytes_per_max_length_sequence=per_sequence, max_concurrent_sequences=sequences,
-        problem=problem, fixes=tuple(fixes),
-    )
-
-
-def _bigger_instances(role: str, model: ModelArchitecture, config: DeploymentConfig, dtype_bytes: int,
-                      per_sequence_tokens: int) -> list[str]:
-    """EFA GPU instance types on which one max-length sequence would fit, using all their GPUs."""
-    fits = []
-    for name in instance_types.efa_gpu_names():
-        instance = instance_types.INSTANCE_TYPES[name]
-        tp = instance.gpus
-        usable = instance.gpu_memory_gib * config.model.gpu_memory_utilization
-        pool = usable - model.weight_bytes(dtype_bytes) / tp / GIB - ACTIVATION_AND_RUNTIME_RESERVE_GIB
-        need = per_sequence_tokens * model.kv_cache_bytes_per_token(dtype_bytes, tp) \
-            + model.linear_state_bytes_per_sequence(dtype_bytes, tp)
-        if pool * GIB >= need:
-            fits.append(f"{name} with tensor_parallel_size {tp}" if tp > 1 else name)
-    if fits:
-        return [f"use a larger GPU instance type for {role}: {', '.join(fits)}"]
-    return [
-        "no instance type the library knows can hold this model in 16-bit; use a quantized checkpoint "
-        "or a smaller model"
-    ]
-
-
 # --- transfer and cold start ---------------------------------------------------------------------
 
-def _kv_transfer(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes: int) -> KvTransfer:
-    prompt = config.model.max_model_len
+def _kv_transfer(specs: Specs, model: ModelArchitecture, dtype_bytes: int) -> KvTransfer:
+    serving = specs.serving
+    prompt = serving.model.max_model_len
     # The whole KV cache of the prompt crosses the network whatever the TP size, plus, for hybrid
     # models, the linear-attention state (vLLM PR #41869 moves it with the blocks).
     size = prompt * model.kv_cache_bytes_per_token(dtype_bytes) + model.linear_state_bytes_per_sequence(dtype_bytes)
-    link = min(config.prefill.instance.network_gbps, config.decode.instance.network_gbps)
-    in_placement_group = config.prefill.placement_group and config.decode.placement_group
+    link = min(pool.instance.network_gbps for pool in serving.pools)
+    in_placement_group = all(pool.placement_group for pool in serving.pools)
     tcp = TCP_SINGLE_FLOW_GBPS_IN_PLACEMENT_GROUP if in_placement_group else TCP_SINGLE_FLOW_GBPS
-    applies = config.topology is Topology.disaggregated
+    applies = serving.topology is Topology.disaggregated
     assumption = (
         f"EFA at the node's {link:g} Gbps line rate (an upper bound: G-series has no GPUDirect RDMA, so the "
         f"KV cache is staged through host memory); TCP fallback = one flow at {tcp:g} Gbps, EC2's single-flow "
@@ -331,9 +210,9 @@ def _kv_transfer(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes
     )
 
 
-def _cold_start(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes: int) -> ColdStart:
+def _cold_start(specs: Specs, model: ModelArchitecture, dtype_bytes: int) -> ColdStart:
     checkpoint = model.weight_bytes(dtype_bytes)
-    throughput = {role: getattr(config, role).root_volume.throughput_mibps for role in ("prefill", "decode")}
+    throughput = {role: specs.pool(role).root_volume.throughput_mibps for role in WORKER_ROLES}
     return ColdStart(
         checkpoint_bytes=checkpoint,
         by_role={role: checkpoint / (mibps * MEBIBYTE) for role, mibps in throughput.items()},
@@ -344,39 +223,41 @@ def _cold_start(config: DeploymentConfig, model: ModelArchitecture, dtype_bytes:
 # --- cost -----------------------------------------------------------------------------------------
 
 def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
+    specs = config.specs()
     prices = table.region(config.region)
     hours = table.hours_per_month
     lines = [CostLine("EKS control plane", 1, "cluster", prices.eks_cluster_hour, PriceBasis.confirmed)]
-    system = prices.instance(config.system.instance_type)
-    lines.append(CostLine(f"system node {config.system.instance_type}", config.system.count, "node",
-                          system.usd_per_hour * config.system.count, system.basis))
-    for role in ("prefill", "decode"):
-        group: GpuNodeGroupConfig = getattr(config, role)
-        price = prices.instance(group.instance_type)
-        lines.append(CostLine(f"{role} node {group.instance_type}", group.desired_size, "node",
-                              price.usd_per_hour * group.desired_size, price.basis))
+    system = specs.system
+    system_price = prices.instance(system.instance_type)
+    lines.append(CostLine(f"system node {system.instance_type}", system.count, "node",
+                          system_price.usd_per_hour * system.count, system_price.basis))
+    for role in WORKER_ROLES:
+        pool = specs.pool(role)
+        price = prices.instance(pool.instance_type)
+        lines.append(CostLine(f"{role} node {pool.instance_type}", pool.desired_size, "node",
+                              price.usd_per_hour * pool.desired_size, price.basis))
     nat = config.network.nat_gateways
     lines.append(CostLine("NAT gateway (hours only)", nat, "gateway", prices.nat_gateway.usd_per_hour * nat,
                           prices.nat_gateway.basis))
     lines.append(CostLine("public IPv4 of the NAT gateway", nat, "address", prices.public_ipv4_hour * nat,
                           PriceBasis.confirmed))
-    for role in ("prefill", "decode"):
-        group = getattr(config, role)
-        volume = group.root_volume
+    for role in WORKER_ROLES:
+        pool = specs.pool(role)
+        volume = pool.root_volume
         monthly = prices.gp3.volume_usd_per_month(volume.size_gib, volume.throughput_mibps, volume.iops)
         lines.append(CostLine(
             f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mibps} MiB/s, {volume.iops} IOPS",
-            group.desired_size, "volume", monthly / hours * group.desired_size, prices.gp3.basis))
-    system_monthly = prices.gp3.volume_usd_per_month(config.system.root_volume_size_gib,
+            pool.desired_size, "volume", monthly / hours * pool.desired_size, prices.gp3.basis))
+    system_monthly = prices.gp3.volume_usd_per_month(system.root_volume_size_gib,
                                                      prices.gp3.BASELINE_THROUGHPUT_MIBPS, prices.gp3.BASELINE_IOPS)
-    lines.append(CostLine(f"system root gp3 {config.system.root_volume_size_gib} GiB", config.system.count, "volume",
-                          system_monthly / hours * config.system.count, prices.gp3.basis))
+    lines.append(CostLine(f"system root gp3 {system.root_volume_size_gib} GiB", system.count, "volume",
+                          system_monthly / hours * system.count, prices.gp3.basis))
     excluded = [
         "NAT gateway data processing and internet data transfer (per GB, traffic-dependent)",
         "CloudWatch Logs for VPC flow logs and the control plane (per GB ingested)",
         "ECR storage and image pulls; Hugging Face downloads go through the NAT gateway",
     ]
-    if config.serving.endpoint.value == "internal-nlb":
+    if specs.serving.endpoint is EndpointType.internal_nlb:
         excluded.append("the internal Network Load Balancer (hourly + LCU; not in the price table)")
     return CostEstimate(
         region=config.region, lines=tuple(lines), hours_per_month=hours, price_table_as_of=table.as_of,
@@ -388,26 +269,27 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
 
 def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
               price_table: PriceTable | None = None) -> Plan:
-    """Compute the plan. Raises :class:`PlanError` (no architecture) or
+    """Compute the plan of a validated configuration. Raises :class:`PlanError` (bad token rate) or
     :class:`~ray_llm_eks.pricing.PriceError` (region/instance not in the price table).
-    A model that does not fit is NOT an exception: the plan says so (``plan.fits``)."""
+
+    A model that does not fit never gets here: the configuration refuses it, as synthesis does
+    (``ConfigError.does_not_fit``), with the same figures and fixes (:mod:`ray_llm_eks.spec.memory`).
+    """
     if tokens_per_second is not None and tokens_per_second <= 0:
         raise PlanError(f"tokens per second must be positive; got {tokens_per_second}")
-    model = architecture_for(config)
-    dtype_bytes = DTYPE_BYTES[config.model.dtype]
+    specs = config.specs()
+    serving = specs.serving
+    model = serving.architecture
+    dtype_bytes = DTYPE_BYTES[serving.model.dtype]
     table = price_table or load_price_table()
     cost = _cost(config, table)  # first: an unpriced region or type is an error before anything else
 
-    nodes = [NodePlan("system", config.system.instance_type, config.system.count,
-                      *_facts(instance_types.INSTANCE_TYPES[config.system.instance_type]))]
-    budgets = []
-    for role in ("prefill", "decode"):
-        group: GpuNodeGroupConfig = getattr(config, role)
-        nodes.append(NodePlan(role, group.instance_type, group.desired_size, *_facts(group.instance)))
-        budgets.append(_budget(role, group, config.tensor_parallel_size(role), model, config, dtype_bytes))
+    nodes = [NodePlan("system", specs.system.instance_type, specs.system.count, *_facts(specs.system.instance))]
+    nodes.extend(NodePlan(role, specs.pool(role).instance_type, specs.pool(role).desired_size,
+                          *_facts(specs.pool(role).instance)) for role in WORKER_ROLES)
 
     assumptions = (
-        f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({config.model.dtype})",
+        f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({serving.model.dtype})",
         f"GPU memory as EC2 reports it ({', '.join(sorted({f'{t.gpu_model} {t.gpu_memory_mib:,} MiB' for t in instance_types.INSTANCE_TYPES.values() if t.has_gpu}))})",
         f"KV pool = GPU memory x gpu_memory_utilization - weights - {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB "
         "activation/runtime reserve (vLLM measures the reserve at startup; compare its 'Available KV cache memory' line)",
@@ -417,10 +299,10 @@ def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
         f"monthly = hourly x {table.hours_per_month} hours",
     )
     return Plan(
-        model=model, topology=config.topology, region=config.region, data_plane_az=config.data_plane_az,
-        endpoint=config.serving.endpoint.value, dtype_bytes=dtype_bytes, max_model_len=config.model.max_model_len,
-        nodes=tuple(nodes), budgets=tuple(budgets), kv_transfer=_kv_transfer(config, model, dtype_bytes),
-        cold_start=_cold_start(config, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
+        model=model, topology=serving.topology, region=config.region, data_plane_az=config.data_plane_az,
+        endpoint=serving.endpoint.value, dtype_bytes=dtype_bytes, max_model_len=serving.model.max_model_len,
+        nodes=tuple(nodes), budgets=serving.memory_budgets(), kv_transfer=_kv_transfer(specs, model, dtype_bytes),
+        cold_start=_cold_start(specs, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
         assumptions=assumptions,
     )
 

@@ -21,10 +21,18 @@ from .constructs.cluster import InferenceCluster
 from .constructs.network import InferenceVpc
 from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
+from .constructs.validation import ConstructValidationError
+from .spec.placement import DECODE, PREFILL, WORKER_ROLES
+
+# Construct ids of the GPU node groups, by role (public API: logical ids derive from them).
+GPU_NODE_GROUP_IDS = {PREFILL: "PrefillNodes", DECODE: "DecodeNodes"}
 
 
 class RayLlmEksStack(cdk.Stack):
     """VPC, EKS, system and EFA GPU node groups, device plugins, KubeRay, and the RayService.
+
+    The stack is the configuration's only reader on the AWS side: it passes flat props to each
+    construct, and the serving construct derives its pods from the node groups it is given.
 
     :param config: the deployment; ``DeploymentConfig()`` is the reference deployment.
     :param vpc: an existing VPC to use instead of creating one (give ``data_plane_subnet`` too).
@@ -41,8 +49,10 @@ class RayLlmEksStack(cdk.Stack):
         data_plane_subnet: ec2.ISubnet | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("env", cdk.Environment(region=config.region))
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
+        specs = config.specs()
 
         if vpc is None and data_plane_subnet is None:
             self.network = InferenceVpc(
@@ -64,7 +74,7 @@ class RayLlmEksStack(cdk.Stack):
             vpc=self.network.vpc,
             kubernetes_version=config.cluster.kubernetes_version,
             cluster_name=config.cluster.name,
-            endpoint_access=config.cluster.endpoint_access.value,
+            endpoint_access=config.cluster.endpoint_access,
             public_access_cidrs=config.cluster.public_access_cidrs,
             control_plane_logs=config.cluster.control_plane_logs,
             admin_role_arn=config.cluster.admin_role_arn,
@@ -74,69 +84,74 @@ class RayLlmEksStack(cdk.Stack):
             "SystemNodes",
             cluster=self.cluster,
             subnet=self.network.data_plane_subnet,
-            instance_type=config.system.instance_type,
-            count=config.system.count,
-            root_volume_size_gib=config.system.root_volume_size_gib,
+            instance_type=specs.system.instance_type,
+            count=specs.system.count,
+            root_volume_size_gib=specs.system.root_volume_size_gib,
         )
         # One EFA security group and placement group for both roles: the KV cache crosses roles.
         self.efa_fabric = EfaFabric(
             self,
             "EfaFabric",
             vpc=self.network.vpc,
-            placement_group=config.prefill.placement_group or config.decode.placement_group,
+            placement_group=any(pool.placement_group for pool in (specs.prefill, specs.decode)),
         )
         self.gpu_node_groups: dict[str, EfaGpuNodeGroup] = {}
-        for role, construct_id in (("prefill", "PrefillNodes"), ("decode", "DecodeNodes")):
-            group = getattr(config, role)
+        for role in WORKER_ROLES:
+            pool = specs.pool(role)
             self.gpu_node_groups[role] = EfaGpuNodeGroup(
                 self,
-                construct_id,
+                GPU_NODE_GROUP_IDS[role],
                 cluster=self.cluster,
                 subnet=self.network.data_plane_subnet,
                 role=role,
                 fabric=self.efa_fabric,
-                instance_type=group.instance_type,
-                min_size=group.min_size,
-                desired_size=group.desired_size,
-                max_size=group.max_size,
-                root_volume_size_gib=group.root_volume.size_gib,
-                root_volume_throughput_mibps=group.root_volume.throughput_mibps,
-                root_volume_iops=group.root_volume.iops,
-                placement_group=group.placement_group,
+                instance_type=pool.instance_type,
+                min_size=pool.min_size,
+                desired_size=pool.desired_size,
+                max_size=pool.max_size,
+                root_volume_size_gib=pool.root_volume.size_gib,
+                root_volume_throughput_mibps=pool.root_volume.throughput_mibps,
+                root_volume_iops=pool.root_volume.iops,
+                placement_group=pool.placement_group,
             )
-        self.prefill_nodes = self.gpu_node_groups["prefill"]
-        self.decode_nodes = self.gpu_node_groups["decode"]
+        self.prefill_nodes = self.gpu_node_groups[PREFILL]
+        self.decode_nodes = self.gpu_node_groups[DECODE]
 
         self.device_plugins = GpuDevicePlugins(
             self,
             "DevicePlugins",
-            cluster=self.cluster.cluster,
+            cluster=self.cluster,
+            gpu_node_groups=[self.prefill_nodes, self.decode_nodes],
             nvidia_chart_version=config.versions.nvidia_device_plugin,
             efa_chart_version=config.versions.efa_device_plugin,
-            gpu_taint_key=EfaGpuNodeGroup.TAINT_KEY,
-            gpu_instance_types=[config.prefill.instance_type, config.decode.instance_type],
         )
         self.kuberay = KubeRayOperator(
-            self,
-            "KubeRay",
-            cluster=self.cluster.cluster,
-            version=config.versions.kuberay,
+            self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes
         )
-        # The operator's pod needs a node to run on before Helm's wait can finish.
-        self.kuberay.chart.node.add_dependency(self.system_nodes.nodegroup)
-
-        # cdk8s charts must be scoped under a cdk8s App, never under a CDK construct.
-        self.cdk8s_app = cdk8s.App()
+        serving = specs.serving
         self.serving = RayLlmServing(
             self,
             "Serving",
-            cluster=self.cluster.cluster,
-            config=config,
-            cdk8s_app=self.cdk8s_app,
-            # The RayService CRD comes with the operator chart; device plugins must advertise
-            # nvidia.com/gpu and vpc.amazonaws.com/efa before workers can schedule.
-            depends_on=[self.kuberay.chart, *self.device_plugins.charts],
+            cluster=self.cluster,
+            prefill=self.prefill_nodes,
+            decode=self.decode_nodes,
+            system=self.system_nodes,
+            kuberay=self.kuberay,
+            device_plugins=self.device_plugins,
+            model=serving.model,
+            image=serving.image,
+            nixl=serving.nixl,
+            topology=serving.topology,
+            security_profile=serving.security_profile,
+            endpoint=serving.endpoint,
+            namespace=serving.namespace,
+            service_name=serving.service_name,
+            ray_version=serving.ray_version,
+            prefill_tensor_parallel_size=serving.prefill_tensor_parallel_size,
+            decode_tensor_parallel_size=serving.decode_tensor_parallel_size,
+            strict=serving.strict,
         )
+        self.cdk8s_app = self.serving.cdk8s_app
 
         cluster_name = self.cluster.cluster.cluster_name
         cdk.CfnOutput(self, "ClusterName", value=cluster_name)
@@ -150,7 +165,7 @@ class RayLlmEksStack(cdk.Stack):
             self,
             "EndpointCommand",
             description="Reach the OpenAI-compatible API on localhost:8000",
-            value=f"kubectl -n {config.serving.namespace} port-forward svc/{self.serving.openai_service_name} 8000:8000",
+            value=f"kubectl -n {self.serving.namespace} port-forward svc/{self.serving.openai_service_name} 8000:8000",
         )
 
     @property
@@ -178,19 +193,22 @@ def build_app(
     merged = default_context()
     merged.update(context or {})
     app = cdk.App(outdir=outdir, context=merged)
+    try:
+        stack = RayLlmEksStack(
+            app,
+            config.stack_name,
+            config=config,
+            description="ray-llm-eks: disaggregated Ray Serve LLM (NIXL over EFA) on Amazon EKS",
+        )
+    except ConstructValidationError as error:
+        # The configuration runs the same checks first; this is for a stack subclass's own props.
+        raise ConfigError(str(error)) from None
     problems = config.reproducibility_problems()
-    if problems and config.strict:
-        raise ConfigError("strict mode refuses an irreproducible deployment:\n  " + "\n  ".join(problems))
-    stack = RayLlmEksStack(
-        app,
-        config.stack_name,
-        config=config,
-        description="ray-llm-eks: disaggregated Ray Serve LLM (NIXL over EFA) on Amazon EKS",
-        env=cdk.Environment(region=config.region),
-    )
     if problems:
-        # One warning, shown by `cdk synth`; `strict: true` makes it an error instead.
-        cdk.Annotations.of(stack).add_warning_v2("ray-llm-eks:reproducibility", "; ".join(problems))
+        # One warning, shown by `cdk synth`; `strict: true` makes it an error (in the spec check).
+        cdk.Annotations.of(stack).add_warning_v2(
+            "ray-llm-eks:reproducibility", "; ".join(f"{p.field}: {p.message}" for p in problems)
+        )
     if nag:
         from cdk_nag import AwsSolutionsChecks
 

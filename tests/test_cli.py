@@ -49,7 +49,6 @@ def test_plan_json_has_the_documented_numeric_keys_and_reference_figures():
     assert data["kv_transfer_seconds_per_request"] == pytest.approx(0.059433, abs=1e-6)
     assert data["hourly_cost_usd"] == pytest.approx(4.703688, abs=1e-6)
     assert data["monthly_cost_usd"] == pytest.approx(3433.692, abs=1e-3)
-    assert data["problems"] == []
 
 
 def test_plan_tables_show_date_source_and_totals():
@@ -81,13 +80,15 @@ model:
 """)
     result = runner.invoke(cli.app, ["plan", "--config", config])
     assert result.exit_code == 1
-    assert "does not fit" in result.output
+    assert "prefill.instance_type: prefill: the weights" in result.output
+    assert "do not fit" in result.output
     assert "short by 112.80 GiB" in result.output
     assert "g6e.12xlarge with tensor_parallel_size 4" in result.output
     as_json = runner.invoke(cli.app, ["plan", "--config", config, "--json"])
     assert as_json.exit_code == 1
     data = json.loads(as_json.stdout)
-    assert data["fits"] is False and len(data["problems"]) == 2
+    assert data["exit_code"] == 1
+    assert "decode.instance_type: decode: the weights" in data["error"]
 
 
 def test_plan_exits_2_for_a_config_error(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 
 from ray_llm_eks.constructs import EfaFabric, EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
+from ray_llm_eks.spec import WorkerPool
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT
 
@@ -30,14 +31,16 @@ def base():
 
 @pytest.mark.parametrize(
     ("instance_type", "message"),
-    [("m7i.xlarge", "has no GPU"), ("g6.xlarge", "does not support EFA"), ("x9.mega", "unknown instance type")],
+    [("m7i.xlarge", "has no GPU"), ("g6.xlarge", "does not support EFA"), ("x9.mega", "not in the library's instance table")],
 )
 def test_gpu_node_group_refuses_instance_types_without_gpu_or_efa(base, instance_type, message):
     stack, network, cluster = base
     with pytest.raises(ValueError, match=message) as caught:
         EfaGpuNodeGroup(stack, f"Bad-{instance_type}", cluster=cluster.cluster, subnet=network.data_plane_subnet,
                         role="prefill", instance_type=instance_type)
-    assert "g6.8xlarge" in str(caught.value) or "known" in str(caught.value)
+    # aws-cdk-lib's ValidationError manner: the construct path, then the field, the value, what is accepted.
+    assert str(caught.value).startswith(f"Refusals/Bad-{instance_type}: instance_type: ")
+    assert f"(got '{instance_type}')" in str(caught.value) and "g6.8xlarge" in str(caught.value)
 
 
 def test_gpu_node_group_refuses_a_placement_group_its_fabric_lacks(base):
@@ -50,9 +53,9 @@ def test_gpu_node_group_refuses_a_placement_group_its_fabric_lacks(base):
 
 def test_gpu_node_group_refuses_unknown_roles_and_unordered_sizes(base):
     stack, network, cluster = base
-    with pytest.raises(ValueError, match="role 'router'"):
+    with pytest.raises(ValueError, match="Refusals/BadRole: role: not a worker role \\(got 'router'\\)"):
         EfaGpuNodeGroup(stack, "BadRole", cluster=cluster.cluster, subnet=network.data_plane_subnet, role="router")
-    with pytest.raises(ValueError, match="min_size <= desired_size <= max_size"):
+    with pytest.raises(ValueError, match="Refusals/BadSizes: desired_size: sizes must satisfy min_size <= desired_size <= max_size"):
         EfaGpuNodeGroup(stack, "BadSizes", cluster=cluster.cluster, subnet=network.data_plane_subnet,
                         role="decode", min_size=2, desired_size=1, max_size=1)
 
@@ -65,35 +68,35 @@ def test_system_node_group_refuses_a_gpu_instance(base):
 
 def test_vpc_existing_xor_props(base):
     stack, network, _ = base
-    with pytest.raises(ValueError, match="not both; with vpc set, remove: cidr, nat_gateways"):
+    with pytest.raises(ValueError, match="Refusals/Both: cidr: give either an existing vpc or the props to create one, not both; with vpc set, remove: cidr, nat_gateways"):
         InferenceVpc(stack, "Both", data_plane_az="us-west-2a", vpc=network.vpc,
                      data_plane_subnet=network.data_plane_subnet, cidr="10.1.0.0/16", nat_gateways=1)
-    with pytest.raises(ValueError, match="needs both vpc and data_plane_subnet"):
+    with pytest.raises(ValueError, match="Refusals/VpcOnly: data_plane_subnet: an existing VPC needs both vpc and data_plane_subnet"):
         InferenceVpc(stack, "VpcOnly", data_plane_az="us-west-2a", vpc=network.vpc)
-    with pytest.raises(ValueError, match="at least two AZs"):
+    with pytest.raises(ValueError, match="Refusals/OneAz: availability_zones: EKS needs subnets in at least two"):
         InferenceVpc(stack, "OneAz", data_plane_az="us-west-2a", availability_zones=["us-west-2a"])
-    with pytest.raises(ValueError, match="must be one of availability_zones"):
+    with pytest.raises(ValueError, match="Refusals/ElsewhereAz: data_plane_az: not one of availability_zones"):
         InferenceVpc(stack, "ElsewhereAz", data_plane_az="us-west-2c", availability_zones=["us-west-2a", "us-west-2b"])
     other_az = network.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=["us-west-2b"]).subnets[0]
-    with pytest.raises(ValueError, match="data_plane_subnet is in 'us-west-2b'"):
+    with pytest.raises(ValueError, match="Refusals/WrongSubnet: data_plane_subnet: the subnet is not in data_plane_az us-west-2a \\(got 'us-west-2b'\\)"):
         InferenceVpc(stack, "WrongSubnet", data_plane_az="us-west-2a", vpc=network.vpc, data_plane_subnet=other_az)
 
 
 def test_cluster_refuses_versions_without_a_kubectl_layer_and_unknown_options(base):
     stack, network, _ = base
-    with pytest.raises(ValueError, match="kubernetes_version '1.30'"):
+    with pytest.raises(ValueError, match="Refusals/Old: kubernetes_version: .*\\(got '1.30'\\); accepted: 1.35"):
         InferenceCluster(stack, "Old", vpc=network.vpc, kubernetes_version="1.30")
-    with pytest.raises(ValueError, match="endpoint_access 'internet'"):
+    with pytest.raises(ValueError, match="Refusals/Open: endpoint_access: .*\\(got 'internet'\\)"):
         InferenceCluster(stack, "Open", vpc=network.vpc, endpoint_access="internet")
-    with pytest.raises(ValueError, match="control_plane_logs"):
+    with pytest.raises(ValueError, match="Refusals/Logs: control_plane_logs: .*everything"):
         InferenceCluster(stack, "Logs", vpc=network.vpc, control_plane_logs=["everything"])
 
 
 def test_device_plugins_refuse_the_nvidia_versions_that_break_efa(base):
     stack, _, cluster = base
     with pytest.raises(ValueError, match="MOFED"):
-        GpuDevicePlugins(stack, "Broken", cluster=cluster.cluster, gpu_taint_key=EfaGpuNodeGroup.TAINT_KEY,
-                         gpu_instance_types=["g6.8xlarge"], nvidia_chart_version="0.19.2")
+        GpuDevicePlugins(stack, "Broken", cluster=cluster.cluster, gpu_node_groups=[WorkerPool("prefill")],
+                         nvidia_chart_version="0.19.2")
 
 
 @pytest.fixture(scope="session")
@@ -109,18 +112,68 @@ def example(tmp_path_factory):
     return stack, template, outdir
 
 
-def test_example_app_uses_the_existing_vpc_g6e_and_two_decode_nodes(example):
+def test_example_app_uses_the_existing_vpc_and_its_own_node_types(example):
     stack, template, outdir = example
     resources = template["Resources"]
     assert sum(r["Type"] == "AWS::EC2::VPC" for r in resources.values()) == 1  # the platform's, none of ours
     nodegroups = {r["Properties"]["Labels"]["role"]: r["Properties"] for r in resources.values() if r["Type"] == "AWS::EKS::Nodegroup"}
-    assert nodegroups["decode"]["InstanceTypes"] == ["g6e.8xlarge"]
+    assert nodegroups["prefill"]["InstanceTypes"] == ["g6e.12xlarge"]  # given as ec2.InstanceType
+    assert nodegroups["decode"]["InstanceTypes"] == ["g6.12xlarge"]
     assert nodegroups["decode"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
-    assert nodegroups["prefill"]["InstanceTypes"] == ["g6e.8xlarge"]
     subnets = {json.dumps(n["Subnets"]) for n in nodegroups.values()}
     assert len(subnets) == 1  # every node in the one data-plane subnet
     cluster = next(r for r in resources.values() if r["Type"] == "AWS::EKS::Cluster")["Properties"]
     assert cluster["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+
+
+def _example_objects(stack) -> dict:
+    import cdk8s
+
+    objects = [o for chart in stack.serving.charts for o in cdk8s.Testing.synth(chart)]
+    (ray_service,) = [o for o in objects if o["kind"] == "RayService"]
+    return ray_service
+
+
+def test_example_app_pods_match_its_node_groups(example):
+    import yaml
+
+    from ray_llm_eks.spec import sizing
+
+    stack, _, _ = example
+    ray_service = _example_objects(stack)
+    groups = {g["groupName"]: g for g in ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    legs = yaml.safe_load(ray_service["spec"]["serveConfigV2"])["applications"][0]["args"]
+    for role, node_group, nodes in (("prefill", stack.prefill, 1), ("decode", stack.decode, 2)):
+        group = groups[role]
+        (container,) = group["template"]["spec"]["containers"]
+        limits = container["resources"]["limits"]
+        instance = node_group.pool.instance
+        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (nodes, nodes, nodes)
+        assert limits["nvidia.com/gpu"] == instance.gpus == 4
+        assert group["rayStartParams"]["num-gpus"] == "4"
+        assert limits["memory"] == sizing.worker_resources(instance).memory_quantity
+        assert int(limits["cpu"]) < instance.vcpus
+        assert group["template"]["spec"]["nodeSelector"] == {"role": role}
+        assert group["template"]["spec"]["tolerations"][0]["value"] == role
+        # GPUs / tensor parallel x nodes model replicas, one NIXL listener port each.
+        leg = legs[f"{role}_config"]
+        assert leg["deployment_config"]["num_replicas"] == 4 // 2 * nodes
+        nixl = [p["containerPort"] for p in container["ports"] if p["name"].startswith("nixl")]
+        assert len(nixl) == 4 // 2 * nodes
+        assert container["image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    assert legs["prefill_config"]["accelerator_type"] == "L40S"
+    assert legs["decode_config"]["accelerator_type"] == "L4"
+
+
+def test_example_app_applies_the_charts_after_kuberay_and_the_device_plugins(example):
+    stack, template, _ = example
+    resources = template["Resources"]
+    helm = {r["Properties"]["Chart"]: lid for lid, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"}
+    manifest = stack.get_logical_id(stack.serving.manifests["serving-rayservice"].node.default_child)
+    assert {helm["kuberay-operator"], helm["nvidia-device-plugin"], helm["aws-efa-k8s-device-plugin"]} <= set(
+        resources[manifest]["DependsOn"])
+    efa_values = json.loads(resources[helm["aws-efa-k8s-device-plugin"]]["Properties"]["Values"])
+    assert efa_values["supportedInstanceLabels"]["values"] == ["g6.12xlarge", "g6e.12xlarge"]
 
 
 def test_example_app_orders_addons_and_nodes_through_the_constructs(example):

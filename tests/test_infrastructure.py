@@ -7,7 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from ray_llm_eks.constructs import EfaGpuNodeGroup
+from ray_llm_eks.spec import GPU_TAINT_KEY
 
 
 def single(resources: dict) -> dict:
@@ -164,7 +164,7 @@ def test_gpu_node_group_ami_labels_taint_sizes_and_single_subnet(default, role):
     assert group["InstanceTypes"] == ["g6.8xlarge"]
     assert group["ScalingConfig"] == {"MinSize": 1, "DesiredSize": 1, "MaxSize": 1}
     assert group["Labels"] == {"role": role, "nvidia.com/gpu.present": "true"}
-    assert group["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": EfaGpuNodeGroup.TAINT_KEY, "Value": role}]
+    assert group["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": GPU_TAINT_KEY, "Value": role}]
     data_plane = default.logical_id(default.stack.network.data_plane_subnet)
     assert group["Subnets"] == [{"Ref": data_plane}]
     assert "DiskSize" not in group  # sized in the launch template instead
@@ -287,7 +287,7 @@ def values_of(chart: dict) -> dict:
 def test_device_plugins_run_on_gpu_nodes_and_tolerate_their_taint(default, chart):
     values = values_of(helm_charts(default)[chart])
     assert values["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert {"key": EfaGpuNodeGroup.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
+    assert {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
 
 
 def test_efa_plugin_is_told_the_gpu_instance_types(default, synth):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ray_llm_eks import instance_types
-from ray_llm_eks.config import DeploymentConfig, parse_config
+from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
 from ray_llm_eks.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
+from ray_llm_eks.spec.memory import memory_budget
 from ray_llm_eks.pricing import PriceBasis, PriceError, load_price_table
 
 REQUIRED_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-northeast-1", "sa-east-1")
@@ -134,38 +135,52 @@ def test_more_nodes_cost_more():
 
 # --- models that do not fit, and missing facts -----------------------------------------------
 
+def _refusal(**overrides) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        _config(**overrides)
+    return caught.value
+
+
 def test_70b_model_on_one_l4_does_not_fit_and_says_what_to_change():
-    plan = make_plan(_config(model={"source": "example/dense-70b", "served_name": "dense-70b",
-                                    "architecture": DENSE_70B}))
-    assert not plan.fits
-    decode = plan.decode_budget
+    model = ModelArchitecture(name="example/dense-70b", source="test", **DENSE_70B)
+    decode = memory_budget("decode", instance_types.INSTANCE_TYPES["g6.8xlarge"], 1, model,
+                           max_model_len=4096, gpu_memory_utilization=0.9, dtype="bfloat16")
+    assert not decode.fits and decode.weights_do_not_fit
     assert "do not fit" in decode.problem and "short by" in decode.problem
     assert decode.max_concurrent_sequences == 0
     # 131.4 GiB of BF16 weights: only 4 x L40S (g6e.12xlarge, 4 x 44.7 GiB) can hold them.
     assert decode.fixes == ("use a larger GPU instance type for decode: g6e.12xlarge with tensor_parallel_size 4",)
+    # The configuration (so synth and plan alike) refuses it, naming the instance type to change.
+    error = _refusal(model={"source": "example/dense-70b", "served_name": "dense-70b", "architecture": DENSE_70B})
+    assert error.does_not_fit
+    assert {e.field for e in error.errors} == {"prefill.instance_type", "decode.instance_type"}
+    assert decode.fixes[0] in str(error)
 
 
 def test_model_too_big_for_every_known_instance_suggests_quantization():
-    huge = {**DENSE_70B, "parameter_count": 400_000_000_000}
-    plan = make_plan(_config(model={"source": "example/dense-400b", "served_name": "dense-400b",
-                                    "architecture": huge}))
-    assert not plan.fits
-    assert any("quantized" in fix for fix in plan.decode_budget.fixes)
+    huge = ModelArchitecture(name="example/dense-400b", source="test",
+                             **{**DENSE_70B, "parameter_count": 400_000_000_000})
+    decode = memory_budget("decode", instance_types.INSTANCE_TYPES["g6.8xlarge"], 1, huge,
+                           max_model_len=4096, gpu_memory_utilization=0.9, dtype="bfloat16")
+    assert not decode.fits
+    assert any("quantized" in fix for fix in decode.fixes)
 
 
 def test_model_that_fits_only_on_bigger_gpus_names_them():
     # Qwen3.5-9B with a 64k context: weights fit on an L4, the KV of one sequence does not.
-    plan = make_plan(_config(model={"max_model_len": 65536}))
-    assert not plan.fits
-    decode = plan.decode_budget
-    assert "less than one sequence" in decode.problem
-    assert any(fix.startswith("lower model.max_model_len") for fix in decode.fixes)
-    assert any("g6e.8xlarge" in fix for fix in decode.fixes)
+    error = _refusal(model={"max_model_len": 65536})
+    assert error.does_not_fit
+    assert {e.field for e in error.errors} == {"model.max_model_len"}
+    message = str(error)
+    assert "less than one sequence" in message
+    assert "lower model.max_model_len to" in message
+    assert "g6e.8xlarge" in message
 
 
-def test_unknown_model_without_architecture_is_a_plan_error():
-    with pytest.raises(PlanError, match="model.architecture"):
-        make_plan(_config(model={"source": "someone/unknown-model", "served_name": "unknown"}))
+def test_unknown_model_without_architecture_is_refused_like_synth_refuses_it():
+    error = _refusal(model={"source": "someone/unknown-model", "served_name": "unknown"})
+    assert not error.does_not_fit
+    assert "model.architecture: model.source 'someone/unknown-model' is not in the package's" in str(error)
 
 
 def test_config_architecture_overrides_the_table():

@@ -37,10 +37,15 @@ def test_pinned_image_and_revision_give_no_warning(synth):
     ],
 )
 def test_strict_refuses_what_it_would_warn_about(overrides, named, not_named):
-    config = parse_config({"strict": True, **overrides})
+    # Refused while the configuration is read, so `make synth` and `plan` refuse it alike.
     with pytest.raises(ConfigError, match="strict") as caught:
-        build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
-    assert named in str(caught.value) and not_named not in str(caught.value)
+        parse_config({"strict": True, **overrides})
+    assert f"  {named}: strict mode refuses it" in str(caught.value) and not_named not in str(caught.value)
+
+
+def test_strict_refuses_a_branch_as_revision():
+    with pytest.raises(ConfigError, match="model.revision: strict mode refuses it: .*'main' is a branch or tag"):
+        parse_config({"strict": True, "image": {"digest": DIGEST}, "model": {"revision": "main"}})
 
 
 def test_strict_with_everything_pinned_builds():

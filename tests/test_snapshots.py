@@ -82,10 +82,10 @@ def test_two_synths_of_the_same_config_are_byte_identical(tmp_path):
 # launch templates, placement or security groups.
 DAY_TO_DAY = {
     "topology": "colocated",
-    "model": {"served_name": "qwen-prod", "max_model_len": 8192, "gpu_memory_utilization": 0.85,
+    "model": {"served_name": "qwen-prod", "max_model_len": 8192, "gpu_memory_utilization": 0.92,
               "enforce_eager": False, "revision": "0123456789abcdef0123456789abcdef01234567"},
     "decode": {"min_size": 1, "desired_size": 2, "max_size": 3},
-    "image": {"tag": "serve-llm-cuda-v1.1", "digest": "sha256:" + "b" * 64},
+    "image": {"digest": "sha256:" + "b" * 64},
     "nixl": {"kv_buffer_device": "cpu"},
 }
 

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""Import ray-llm-eks constructs into your own stack.
+"""Compose ray-llm-eks constructs in your own stack, down to the RayService.
 
-Your platform already owns the VPC; you want L40S GPUs (g6e.8xlarge) and two decode nodes.
+Your platform already owns the VPC (in us-east-1); you want one g6e.12xlarge (4 x L40S) for
+prefill and two g6.12xlarge (4 x L4 each) for decode, with tensor parallelism 2. Nothing below
+repeats a GPU count, a memory size, a label, a taint or a region: the serving construct derives
+the pods from the node groups, and the image's region from the stack.
+
 Run from the repository root:
 
     PATH=.venv/bin:$PATH node_modules/.bin/cdk synth --app ".venv/bin/python examples/existing_vpc/app.py"
@@ -21,10 +25,13 @@ from ray_llm_eks.constructs import (
     InferenceCluster,
     InferenceVpc,
     KubeRayOperator,
+    RayLlmServing,
     SystemNodeGroup,
 )
+from ray_llm_eks.spec import ModelSpec
 
-DATA_PLANE_AZ = "us-east-2a"
+REGION = "us-east-1"
+DATA_PLANE_AZ = "us-east-1a"
 
 
 class PlatformNetwork(Construct):
@@ -36,7 +43,7 @@ class PlatformNetwork(Construct):
             self,
             "SharedVpc",
             ip_addresses=ec2.IpAddresses.cidr("10.42.0.0/16"),
-            availability_zones=["us-east-2a", "us-east-2b"],
+            availability_zones=["us-east-1a", "us-east-1b"],
             nat_gateways=1,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
@@ -46,7 +53,7 @@ class PlatformNetwork(Construct):
         )
 
 
-class L40sInferenceStack(cdk.Stack):
+class MixedGpuInferenceStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         platform = PlatformNetwork(self, "Platform")
@@ -58,29 +65,31 @@ class L40sInferenceStack(cdk.Stack):
             self, "Network", data_plane_az=DATA_PLANE_AZ, vpc=platform.vpc, data_plane_subnet=data_plane_subnet
         )
         cluster = InferenceCluster(self, "Cluster", vpc=network.vpc, endpoint_access="private")
-        # Given the InferenceCluster (not only its eks.Cluster), node groups wait for the VPC CNI
-        # and CoreDNS waits for the system node.
+        # Given the InferenceCluster, node groups wait for the VPC CNI and CoreDNS for the system node.
         system = SystemNodeGroup(self, "SystemNodes", cluster=cluster, subnet=network.data_plane_subnet)
         # Prefill and decode share one EFA security group and placement group.
         fabric = EfaFabric(self, "EfaFabric", vpc=network.vpc)
         self.prefill = EfaGpuNodeGroup(
             self, "PrefillNodes", cluster=cluster, subnet=network.data_plane_subnet, fabric=fabric,
-            role="prefill", instance_type="g6e.8xlarge",
+            role="prefill", instance_type=ec2.InstanceType("g6e.12xlarge"),
         )
         self.decode = EfaGpuNodeGroup(
             self, "DecodeNodes", cluster=cluster, subnet=network.data_plane_subnet, fabric=fabric,
-            role="decode", instance_type="g6e.8xlarge", min_size=2, desired_size=2, max_size=2,
+            role="decode", instance_type="g6.12xlarge", min_size=2, desired_size=2, max_size=2,
         )
-        GpuDevicePlugins(
-            self, "DevicePlugins", cluster=cluster.cluster,
-            gpu_taint_key=EfaGpuNodeGroup.TAINT_KEY, gpu_instance_types=["g6e.8xlarge"],
+        # Tolerations and the EFA plugin's instance types come from the node groups.
+        plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_node_groups=[self.prefill, self.decode])
+        kuberay = KubeRayOperator(self, "KubeRay", cluster=cluster, system_nodes=system)
+        # Pods, replicas (GPUs / tensor parallel x nodes), NIXL ports and the image's region all
+        # derive from the pools and the stack; the charts are applied after KubeRay and the plugins.
+        self.serving = RayLlmServing(
+            self, "Serving", cluster=cluster, prefill=self.prefill, decode=self.decode, system=system,
+            kuberay=kuberay, device_plugins=plugins, model=ModelSpec(tensor_parallel_size=2),
         )
-        kuberay = KubeRayOperator(self, "KubeRay", cluster=cluster.cluster)
-        kuberay.chart.node.add_dependency(system.nodegroup)
 
 
-def build(app: cdk.App) -> L40sInferenceStack:
-    stack = L40sInferenceStack(app, "L40sInference", env=cdk.Environment(region="us-east-2"))
+def build(app: cdk.App) -> MixedGpuInferenceStack:
+    stack = MixedGpuInferenceStack(app, "MixedGpuInference", env=cdk.Environment(region=REGION))
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return stack
 

@@ -1,9 +1,10 @@
 """The Ray head and worker pod templates, as typed ``cdk8s_plus_35.k8s`` objects.
 
-Placement (labels and taint set by ``ray_llm_eks.constructs.nodegroups``): the head runs on the
-system node (``role=system``); each worker group runs on its own GPU node group
-(``role=prefill|decode``) and tolerates that group's ``NoSchedule`` taint, which keeps every
-other pod off the GPU nodes.
+Placement (labels and taints of ``ray_llm_eks.spec.placement``, which the node groups put on
+their nodes): the head runs on the system node (``role=system``); each worker group runs on its
+own GPU node group (``role=prefill|decode``) and tolerates that pool's ``NoSchedule`` taint,
+which keeps every other pod off the GPU nodes. Every figure below derives from the pool the
+pods run on (:class:`ray_llm_eks.spec.ServingSpec`), never from a default of its own.
 
 Worker choices, each with its reason:
 
@@ -31,9 +32,11 @@ Worker choices, each with its reason:
   regular pages is small (BRIEF section 2: "request hugepages-2Mi or set FI_EFA_USE_HUGE_PAGE=0").
 - ``FI_EFA_USE_DEVICE_RDMA`` is never set: G-series GPUs have no GPUDirect RDMA
   (aws-ofi-nccl #547), and the instance table's ``gpudirect_rdma`` is False for all of them.
-- ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` for hybrid Gated-DeltaNet models (``ray_llm_eks.models``):
-  vLLM's NIXL path asserts it (vLLM PR #41869). It is set in both topologies so the colocated
-  baseline runs the same engine layout.
+- ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` on every worker: vLLM 0.26's NIXL path asserts it for every
+  hybrid (Mamba/Gated-DeltaNet-style) model, whatever its name
+  (``kv_connector/v1/nixl/base_worker.py``; vLLM PR #41869), and non-hybrid models ignore it.
+  Set in both topologies, as are the NIXL ports, so switching topology leaves the pods alone
+  and only the Serve config changes.
 - ``/dev/shm``: a memory-backed emptyDir of :data:`SHM_SIZE_GIB`; Ray's object store is pinned
   to :data:`OBJECT_STORE_GIB` inside it (Ray caps its default at 10 GB or /dev/shm, and falls
   back to slow /tmp when /dev/shm is smaller); the rest is for NCCL and vLLM's shared-memory
@@ -57,10 +60,10 @@ from typing import Mapping
 
 from cdk8s_plus_35 import k8s
 
-from .. import instance_types
-from ..config import DeploymentConfig, SecurityProfile
-from ..constructs.nodegroups import ROLE_LABEL, EfaGpuNodeGroup, SystemNodeGroup
-from . import serve_config, sizing
+from ..spec import sizing
+from ..spec.placement import ROLE_LABEL
+from ..spec.serving import SERVE_PORT, SecurityProfile, ServingSpec
+from . import serve_config
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -132,21 +135,21 @@ class NamedPort:
 HEAD_PORTS = (
     NamedPort("gcs", 6379),
     NamedPort("dashboard", 8265),
-    NamedPort("serve", serve_config.SERVE_PORT),
+    NamedPort("serve", SERVE_PORT),
     NamedPort("metrics", 8080),
 )
 """The image does not declare ports; KubeRay's Services and probes look them up by these names."""
 
 WORKER_PORTS = (
-    NamedPort("serve", serve_config.SERVE_PORT),
+    NamedPort("serve", SERVE_PORT),
     NamedPort("metrics", 8080),
 )
 
 
-def pod_labels(config: DeploymentConfig, ray_role: str, *, serves_http: bool) -> dict[str, str]:
+def pod_labels(spec: ServingSpec, ray_role: str, *, serves_http: bool) -> dict[str, str]:
     """Pod-template labels: this project's keys only (:data:`KUBERAY_OWNED_LABEL_PREFIXES`)."""
     return {
-        INSTANCE_LABEL: config.serving.service_name,
+        INSTANCE_LABEL: spec.service_name,
         RAY_ROLE_LABEL: ray_role,
         SERVES_HTTP_LABEL: "true" if serves_http else "false",
     }
@@ -170,18 +173,17 @@ def _env(values: Mapping[str, str]) -> list[k8s.EnvVar]:
     return [k8s.EnvVar(name=name, value=value) for name, value in values.items()]
 
 
-def worker_env(config: DeploymentConfig) -> dict[str, str]:
-    env = {
+def worker_env() -> dict[str, str]:
+    """The same in both topologies and for every model (see the module docstring)."""
+    return {
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_HUGE_PAGE": "0",
         "HF_HOME": HF_CACHE_MOUNT_PATH,
         # Explicit as well: an HF_HUB_CACHE baked into the image would win over the $HF_HOME/hub
         # default and send downloads back into the container's writable layer.
         "HF_HUB_CACHE": f"{HF_CACHE_MOUNT_PATH}/hub",
+        "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
     }
-    if config.model.is_hybrid:
-        env["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
-    return env
 
 
 def worker_security_context(profile: SecurityProfile) -> k8s.SecurityContext:
@@ -246,29 +248,27 @@ def ray_resources_param(resources: Mapping[str, int]) -> str:
     return f"'{text}'"
 
 
-def worker_ray_start_params(config: DeploymentConfig, role: str) -> dict[str, str]:
-    instance = getattr(config, role).instance
+def worker_ray_start_params(spec: ServingSpec, role: str) -> dict[str, str]:
     return {
-        "num-gpus": str(instance.gpus),
-        "num-cpus": str(sizing.worker_resources(instance).whole_cpus),
+        "num-gpus": str(spec.pool(role).gpus_per_node),
+        "num-cpus": str(spec.worker_resources(role).whole_cpus),
         "object-store-memory": str(OBJECT_STORE_GIB * GIB),
-        "resources": ray_resources_param(serve_config.worker_custom_resources(config, role)),
+        "resources": ray_resources_param(serve_config.worker_custom_resources(spec, role)),
     }
 
 
-def head_template(config: DeploymentConfig, service_account: str) -> k8s.PodTemplateSpec:
-    resources = sizing.head_resources(instance_types.lookup(config.system.instance_type))
+def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpec:
     return k8s.PodTemplateSpec(
-        metadata=k8s.ObjectMeta(labels=pod_labels(config, "head", serves_http=False)),
+        metadata=k8s.ObjectMeta(labels=pod_labels(spec, "head", serves_http=False)),
         spec=k8s.PodSpec(
             service_account_name=service_account,
-            node_selector=dict(SystemNodeGroup.LABELS),
+            node_selector=spec.system.labels,
             containers=[
                 k8s.Container(
                     name=HEAD_CONTAINER,
-                    image=config.image_uri,
+                    image=spec.image_uri,
                     ports=_ports(HEAD_PORTS),
-                    resources=_guaranteed(resources),
+                    resources=_guaranteed(spec.head_resources),
                     security_context=k8s.SecurityContext(allow_privilege_escalation=False),
                 )
             ],
@@ -276,36 +276,29 @@ def head_template(config: DeploymentConfig, service_account: str) -> k8s.PodTemp
     )
 
 
-def worker_template(config: DeploymentConfig, role: str, service_account: str) -> k8s.PodTemplateSpec:
-    group = getattr(config, role)
-    instance = group.instance
-    if instance.gpudirect_rdma:
-        # Nothing in the table has it today; GPUDirect RDMA settings would need their own review.
-        raise ValueError(f"{group.instance_type} has GPUDirect RDMA: worker settings were written for G-series")
-    nixl_ports = [
-        NamedPort(f"nixl-{index}", port)
-        for index, port in enumerate(serve_config.nixl_side_channel_ports(config, role))
-    ]
+def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.PodTemplateSpec:
+    pool = spec.pool(role)
+    nixl_ports = [NamedPort(f"nixl-{index}", port) for index, port in enumerate(spec.nixl_side_channel_ports(role))]
     return k8s.PodTemplateSpec(
-        metadata=k8s.ObjectMeta(labels=pod_labels(config, role, serves_http=True)),
+        metadata=k8s.ObjectMeta(labels=pod_labels(spec, role, serves_http=True)),
         spec=k8s.PodSpec(
             service_account_name=service_account,
-            node_selector={ROLE_LABEL: role},
+            node_selector={ROLE_LABEL: pool.labels[ROLE_LABEL]},
             tolerations=[
-                k8s.Toleration(key=EfaGpuNodeGroup.TAINT_KEY, operator="Equal", value=role, effect="NoSchedule")
+                k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value, effect=pool.taint.effect)
             ],
-            init_containers=[hf_cache_init_container(config.image_uri)],
+            init_containers=[hf_cache_init_container(spec.image_uri)],
             containers=[
                 k8s.Container(
                     name=WORKER_CONTAINER,
-                    image=config.image_uri,
-                    env=_env(worker_env(config)),
+                    image=spec.image_uri,
+                    env=_env(worker_env()),
                     ports=_ports([*WORKER_PORTS, *nixl_ports]),
                     resources=_guaranteed(
-                        sizing.worker_resources(instance),
-                        {GPU_RESOURCE: instance.gpus, EFA_RESOURCE: 1},
+                        spec.worker_resources(role),
+                        {GPU_RESOURCE: pool.gpus_per_node, EFA_RESOURCE: 1},
                     ),
-                    security_context=worker_security_context(config.serving.security_profile),
+                    security_context=worker_security_context(spec.security_profile),
                     volume_mounts=[
                         k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
                         k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH),

@@ -46,7 +46,7 @@ import cdk8s
 from cdk8s_plus_35 import k8s
 from constructs import Construct
 
-from ..config import RAY_SERVICE_NAME_MAX
+from ..spec.serving import RAY_SERVICE_NAME_MAX
 
 API_VERSION = "ray.io/v1"
 KIND = "RayService"

@@ -18,9 +18,12 @@ vLLM's engine arguments ``revision`` and ``tokenizer_revision`` (vLLM ``EngineAr
 
 NIXL side channel: Ray sets ``VLLM_NIXL_SIDE_CHANNEL_PORT`` to
 ``experimental_configs.NIXL_SIDE_CHANNEL_PORT_BASE`` (default 20000; PDServingArgs defaults the
-decode leg to 22000) plus ``replica rank * tensor_parallel_size``, and each TP worker adds its
-rank (``ray/llm/_internal/serve/engines/vllm/kv_transfer/nixl.py`` and ``base.py``). The bases
-are written out explicitly so the ports the pods declare come from the same numbers.
+decode leg to 22000) plus ``replica rank * tensor_parallel_size``
+(``ray/llm/_internal/serve/engines/vllm/kv_transfer/nixl.py`` and ``base.py``). Ray's comment
+there says each TP worker adds its rank; vLLM 0.26 instead opens one listener per engine, on that
+port plus its data-parallel index (0 here), so there is one port per replica
+(:meth:`ray_llm_eks.spec.ServingSpec.nixl_side_channel_ports`). The bases are written out
+explicitly so the ports the pods declare come from the same numbers.
 
 Pinning each leg to its worker group (Ray 2.58 ``ray/llm/_internal/common/placement.py``,
 ``PlacementGroupConfig`` and ``BundleConfig``; used by
@@ -44,7 +47,8 @@ one unit per GPU of the node: :func:`worker_custom_resources`), and each P/D leg
   :func:`replicas_for` assumes; Ray's default, ``PACK``, is only best effort.
 - A node advertises ``gpus`` units and a replica takes ``tensor_parallel_size`` of them, so
   custom resource and GPUs run out together: exactly ``gpus // tensor_parallel_size`` replicas of
-  the role per node, ``desired_size`` times that per leg (the ``num_replicas`` written).
+  the role per node, ``desired_size`` times that per leg (the ``num_replicas`` written,
+  :meth:`ray_llm_eks.spec.ServingSpec.replicas`).
 - ``deployment_config.ray_actor_options.resources`` was the alternative; it lands only in the
   first bundle, so under ``PACK`` the other tensor-parallel workers could still go elsewhere.
   ``placement_group_config`` is where Ray Serve LLM takes the engine's GPU bundles, so the
@@ -61,28 +65,21 @@ from typing import Any
 
 import yaml
 
-from ..config import ConfigError, DeploymentConfig, Topology
 from ..instance_types import InstanceType
+from ..spec.placement import DECODE, PREFILL, require_worker_role
+from ..spec.serving import NIXL_SIDE_CHANNEL_PORT_BASE, SERVE_PORT, ServingSpec, Topology
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 COLOCATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
 APPLICATION_NAME = "llm"
-SERVE_PORT = 8000
-
-NIXL_SIDE_CHANNEL_PORT_BASE = {"prefill": 20000, "decode": 22000}
-"""Ray's defaults for the two legs, written out so pods and Serve agree."""
 
 PLACEMENT_STRATEGY = "STRICT_PACK"
 """Every bundle of a replica on one Ray node (one worker pod)."""
 
-ROLES = ("prefill", "decode")
-
 
 def role_resource(role: str) -> str:
     """The Ray custom resource that the ``role`` worker group advertises and its leg requires."""
-    if role not in ROLES:
-        raise ValueError(f"unknown worker role {role!r}; accepted: {', '.join(ROLES)}")
-    return role
+    return require_worker_role(role)
 
 
 RAY_ACCELERATOR_TYPES = frozenset({"L4", "A10G", "L40S"})
@@ -221,7 +218,7 @@ class ServeConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
 
 
-# Derivations from the deployment config.
+# Derivations from the serving spec.
 
 
 def accelerator_type(instance: InstanceType) -> str | None:
@@ -229,51 +226,26 @@ def accelerator_type(instance: InstanceType) -> str | None:
     return instance.gpu_model if instance.gpu_model in RAY_ACCELERATOR_TYPES else None
 
 
-def replicas_for(config: DeploymentConfig, role: str) -> int:
-    """One model replica per tensor-parallel group of GPUs in the role's node group.
-
-    Each node runs one Ray worker pod with all of the node's GPUs, so the role has
-    ``desired_size * gpus`` GPUs; a replica spans ``tensor_parallel_size`` of them on one node
-    (its placement group is ``STRICT_PACK``: :func:`placement_group_config`), hence
-    ``desired_size * (gpus // tensor_parallel_size)``.
-    """
-    group = getattr(config, role)
-    tp = config.tensor_parallel_size(role)
-    gpus = group.instance.gpus
-    if gpus % tp:
-        raise ConfigError(
-            f"{role}: tensor_parallel_size {tp} does not divide the {gpus} GPUs of one "
-            f"{group.instance_type}; {gpus % tp} GPU(s) per node would sit idle; accepted: a divisor of {gpus}"
-        )
-    if group.desired_size < 1:
-        raise ConfigError(
-            f"{role}.desired_size is 0: the {role} leg would have no GPU to run on; accepted: at least 1"
-        )
-    return group.desired_size * (gpus // tp)
-
-
-def worker_custom_resources(config: DeploymentConfig, role: str) -> dict[str, int]:
+def worker_custom_resources(spec: ServingSpec, role: str) -> dict[str, int]:
     """The Ray custom resources one ``role`` worker pod advertises: one unit of the role's
     resource per GPU of the node, the same in both topologies."""
-    return {role_resource(role): getattr(config, role).instance.gpus}
+    return {role_resource(role): spec.pool(role).gpus_per_node}
 
 
-def placement_group_config(config: DeploymentConfig, role: str, *, pinned: bool) -> PlacementGroupConfig:
+def placement_group_config(spec: ServingSpec, role: str, *, pinned: bool) -> PlacementGroupConfig:
     """One ``{"GPU": 1}`` bundle per tensor-parallel worker, all on one node (``STRICT_PACK``);
     with ``pinned`` each bundle also takes one unit of the role's custom resource, which only the
     role's worker group advertises (see the module docstring)."""
     bundle: dict[str, float] = {"GPU": 1}
     if pinned:
         bundle[role_resource(role)] = 1
-    return PlacementGroupConfig(
-        bundles=tuple(dict(bundle) for _ in range(config.tensor_parallel_size(role))),
-    )
+    return PlacementGroupConfig(bundles=tuple(dict(bundle) for _ in range(spec.tensor_parallel_size(role))))
 
 
-def engine_kwargs(config: DeploymentConfig, role: str, *, with_kv_transfer: bool) -> EngineKwargs:
-    model = config.model
+def engine_kwargs(spec: ServingSpec, role: str, *, with_kv_transfer: bool) -> EngineKwargs:
+    model = spec.model
     kv = (
-        KvTransferConfig(backends=tuple(config.nixl.backends), kv_buffer_device=config.nixl.kv_buffer_device)
+        KvTransferConfig(backends=tuple(spec.nixl.backends), kv_buffer_device=spec.nixl.kv_buffer_device)
         if with_kv_transfer
         else None
     )
@@ -282,88 +254,56 @@ def engine_kwargs(config: DeploymentConfig, role: str, *, with_kv_transfer: bool
         max_model_len=model.max_model_len,
         gpu_memory_utilization=model.gpu_memory_utilization,
         enforce_eager=model.enforce_eager,
-        tensor_parallel_size=config.tensor_parallel_size(role),
+        tensor_parallel_size=spec.tensor_parallel_size(role),
         revision=model.revision,
         kv_transfer_config=kv,
     )
 
 
-def pd_leg(config: DeploymentConfig, role: str) -> LlmConfig:
-    group = getattr(config, role)
+def pd_leg(spec: ServingSpec, role: str) -> LlmConfig:
     return LlmConfig(
-        model_id=config.model.served_name,
-        model_source=config.model.source,
-        engine_kwargs=engine_kwargs(config, role, with_kv_transfer=True),
-        num_replicas=replicas_for(config, role),
-        accelerator_type=accelerator_type(group.instance),
+        model_id=spec.model.served_name,
+        model_source=spec.model.source,
+        engine_kwargs=engine_kwargs(spec, role, with_kv_transfer=True),
+        num_replicas=spec.replicas(role),
+        accelerator_type=accelerator_type(spec.pool(role).instance),
         nixl_side_channel_port_base=NIXL_SIDE_CHANNEL_PORT_BASE[role],
-        placement_group_config=placement_group_config(config, role, pinned=True),
+        placement_group_config=placement_group_config(spec, role, pinned=True),
     )
 
 
-def colocated_model(config: DeploymentConfig) -> LlmConfig:
+def colocated_model(spec: ServingSpec) -> LlmConfig:
     """One LLMConfig spread over both node groups: the same GPUs, no KV connector.
 
-    One LLMConfig has one tensor-parallel size and one accelerator type, so the two node groups
-    must agree on both; otherwise the colocated baseline would not run on the hardware the
-    disaggregated topology uses, and the comparison would not be like with like.
+    One LLMConfig has one tensor-parallel size and one accelerator type; the spec refuses pools
+    that disagree on either (the colocated baseline must run on the hardware the disaggregated
+    topology uses, or the comparison is not like with like).
     """
-    tp = {role: config.tensor_parallel_size(role) for role in ("prefill", "decode")}
-    if tp["prefill"] != tp["decode"]:
-        raise ConfigError(
-            f"topology colocated serves one model config, so both node groups need the same "
-            f"tensor_parallel_size; got prefill={tp['prefill']}, decode={tp['decode']}"
-        )
-    gpu_models = {role: getattr(config, role).instance.gpu_model for role in ("prefill", "decode")}
-    if gpu_models["prefill"] != gpu_models["decode"]:
-        raise ConfigError(
-            f"topology colocated serves one model config on one GPU model; got prefill="
-            f"{gpu_models['prefill']} ({config.prefill.instance_type}), decode={gpu_models['decode']} "
-            f"({config.decode.instance_type}); use the same GPU model in both node groups"
-        )
     return LlmConfig(
-        model_id=config.model.served_name,
-        model_source=config.model.source,
-        engine_kwargs=engine_kwargs(config, "prefill", with_kv_transfer=False),
-        num_replicas=replicas_for(config, "prefill") + replicas_for(config, "decode"),
-        accelerator_type=accelerator_type(config.prefill.instance),
+        model_id=spec.model.served_name,
+        model_source=spec.model.source,
+        engine_kwargs=engine_kwargs(spec, PREFILL, with_kv_transfer=False),
+        num_replicas=spec.replicas(PREFILL) + spec.replicas(DECODE),
+        accelerator_type=accelerator_type(spec.prefill.instance),
         # Either worker group may host a replica: no role resource, same bundle shape.
-        placement_group_config=placement_group_config(config, "prefill", pinned=False),
+        placement_group_config=placement_group_config(spec, PREFILL, pinned=False),
     )
 
 
-def build_serve_config(config: DeploymentConfig) -> ServeConfig:
-    if config.topology is Topology.disaggregated:
+def build_serve_config(spec: ServingSpec) -> ServeConfig:
+    if spec.topology is Topology.disaggregated:
         application = ServeApplication(
             name=APPLICATION_NAME,
             import_path=PD_IMPORT_PATH,
             args={
-                "prefill_config": pd_leg(config, "prefill").to_dict(),
-                "decode_config": pd_leg(config, "decode").to_dict(),
+                "prefill_config": pd_leg(spec, PREFILL).to_dict(),
+                "decode_config": pd_leg(spec, DECODE).to_dict(),
             },
         )
     else:
         application = ServeApplication(
             name=APPLICATION_NAME,
             import_path=COLOCATED_IMPORT_PATH,
-            args={"llm_configs": [colocated_model(config).to_dict()]},
+            args={"llm_configs": [colocated_model(spec).to_dict()]},
         )
     return ServeConfig(applications=(application,))
-
-
-def nixl_side_channel_ports(config: DeploymentConfig, role: str) -> list[int]:
-    """The TCP ports the role's NIXL listeners may bind, on any of its pods.
-
-    Which replica rank lands on which pod is Ray's choice, so every pod of the role declares the
-    whole range ``base .. base + replicas * tensor_parallel_size - 1``. Empty when colocated.
-    """
-    if config.topology is not Topology.disaggregated:
-        return []
-    base = NIXL_SIDE_CHANNEL_PORT_BASE[role]
-    ports = list(range(base, base + replicas_for(config, role) * config.tensor_parallel_size(role)))
-    if role == "prefill" and ports[-1] >= NIXL_SIDE_CHANNEL_PORT_BASE["decode"]:
-        raise ConfigError(
-            f"prefill needs NIXL side-channel ports {ports[0]}-{ports[-1]}, which run into the decode "
-            f"range from {NIXL_SIDE_CHANNEL_PORT_BASE['decode']}; use fewer prefill replicas"
-        )
-    return ports

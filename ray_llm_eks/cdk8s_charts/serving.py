@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import cdk8s
 import cdk8s_plus_35 as kplus
 
-from ..config import DeploymentConfig, EndpointType
+from ..spec.placement import WORKER_ROLES
+from ..spec.serving import SERVE_PORT, EndpointType, ServingSpec
 from . import pod_templates, serve_config
 from .rayservice import (
     HeadGroupSpec,
@@ -40,20 +41,21 @@ INTERNAL_NLB_ANNOTATIONS = {
 }
 
 
-def openai_service_name(config: DeploymentConfig) -> str:
-    return f"{config.serving.service_name}{OPENAI_SERVICE_SUFFIX}"
+def openai_service_name(service_name: str) -> str:
+    """The Service of the OpenAI API for the RayService ``service_name``."""
+    return f"{service_name}{OPENAI_SERVICE_SUFFIX}"
 
 
 class ServingNamespaceChart(cdk8s.Chart):
-    """Namespace ``config.serving.namespace`` and the ServiceAccount of the Ray pods."""
+    """Namespace ``spec.namespace`` and the ServiceAccount of the Ray pods."""
 
-    def __init__(self, scope: cdk8s.App, id: str, *, config: DeploymentConfig) -> None:
+    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, id, disable_resource_name_hashes=True)
-        self.namespace_object = kplus.Namespace(self, "Namespace", metadata=cdk8s.ApiObjectMetadata(name=config.serving.namespace))
+        self.namespace_object = kplus.Namespace(self, "Namespace", metadata=cdk8s.ApiObjectMetadata(name=spec.namespace))
         self.service_account = kplus.ServiceAccount(
             self,
             "ServiceAccount",
-            metadata=cdk8s.ApiObjectMetadata(name=config.serving.service_name, namespace=config.serving.namespace),
+            metadata=cdk8s.ApiObjectMetadata(name=spec.service_name, namespace=spec.namespace),
             # cdk8s-plus defaults to no token. The account has no RBAC bindings, so the token
             # grants nothing in the cluster; mounting it keeps AWS SDKs' credential chain and
             # the Pod Identity webhook on their documented default path.
@@ -65,33 +67,33 @@ class ServingNamespaceChart(cdk8s.Chart):
 class RayServiceChart(cdk8s.Chart):
     """The RayService (head + prefill + decode worker groups) and the OpenAI API Service."""
 
-    def __init__(self, scope: cdk8s.App, id: str, *, config: DeploymentConfig, service_account_name: str) -> None:
-        super().__init__(scope, id, namespace=config.serving.namespace, disable_resource_name_hashes=True)
-        # The 47-character limit is checked by the config (serving.service_name) and, for use
-        # without a config, by the RayService object itself.
-        name = config.serving.service_name
+    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec, service_account_name: str) -> None:
+        super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
+        # The 47-character limit is checked by the spec and, for use without one, by the RayService object.
+        name = spec.service_name
+        self.serving = spec
 
-        self.serve_config = serve_config.build_serve_config(config)
+        self.serve_config = serve_config.build_serve_config(spec)
         workers = [
             WorkerGroupSpec(
                 group_name=role,
-                replicas=getattr(config, role).desired_size,
-                min_replicas=getattr(config, role).min_size,
-                max_replicas=getattr(config, role).max_size,
-                ray_start_params=pod_templates.worker_ray_start_params(config, role),
-                template=pod_templates.worker_template(config, role, service_account_name),
+                replicas=spec.pool(role).desired_size,
+                min_replicas=spec.pool(role).min_size,
+                max_replicas=spec.pool(role).max_size,
+                ray_start_params=pod_templates.worker_ray_start_params(spec, role),
+                template=pod_templates.worker_template(spec, role, service_account_name),
             )
-            for role in ("prefill", "decode")
+            for role in WORKER_ROLES
         ]
         self.spec = RayServiceSpec(
             serve_config_v2=self.serve_config.to_yaml(),
             upgrade_strategy=UpgradeStrategy.none,
             exclude_head_pod_from_serve_svc=True,
             ray_cluster_config=RayClusterConfig(
-                ray_version=config.versions.ray,
+                ray_version=spec.ray_version,
                 head_group_spec=HeadGroupSpec(
                     ray_start_params=pod_templates.head_ray_start_params(),
-                    template=pod_templates.head_template(config, service_account_name),
+                    template=pod_templates.head_template(spec, service_account_name),
                 ),
                 worker_group_specs=workers,
             ),
@@ -104,20 +106,20 @@ class RayServiceChart(cdk8s.Chart):
             labels={pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name},
         )
 
-        internal_nlb = config.serving.endpoint is EndpointType.internal_nlb
+        internal_nlb = spec.endpoint is EndpointType.internal_nlb
         self.openai_service = kplus.Service(
             self,
             "OpenAiService",
             metadata=cdk8s.ApiObjectMetadata(
-                name=openai_service_name(config),
+                name=openai_service_name(name),
                 annotations=dict(INTERNAL_NLB_ANNOTATIONS) if internal_nlb else None,
             ),
             type=kplus.ServiceType.LOAD_BALANCER if internal_nlb else kplus.ServiceType.CLUSTER_IP,
             ports=[
                 kplus.ServicePort(
                     name="http",
-                    port=serve_config.SERVE_PORT,
-                    target_port=serve_config.SERVE_PORT,
+                    port=SERVE_PORT,
+                    target_port=SERVE_PORT,
                     protocol=kplus.Protocol.TCP,
                 )
             ],
@@ -139,12 +141,13 @@ class ServingCharts:
         return [self.namespace, self.rayservice]
 
 
-def build_serving_charts(app: cdk8s.App, config: DeploymentConfig) -> ServingCharts:
-    namespace_chart = ServingNamespaceChart(app, NAMESPACE_CHART_ID, config=config)
+def build_serving_charts(app: cdk8s.App, spec: ServingSpec) -> ServingCharts:
+    """The serving charts of ``spec``, in ``app`` (a ``cdk8s.App``: charts never sit under a CDK construct)."""
+    namespace_chart = ServingNamespaceChart(app, NAMESPACE_CHART_ID, spec=spec)
     rayservice_chart = RayServiceChart(
         app,
         RAYSERVICE_CHART_ID,
-        config=config,
+        spec=spec,
         service_account_name=namespace_chart.service_account.name,
     )
     rayservice_chart.add_dependency(namespace_chart)

@@ -1,21 +1,27 @@
 """AWS CDK constructs of ray-llm-eks; each is importable alone.
 
 Lives inside the package so a top-level ``constructs/`` folder can never shadow the
-``constructs`` library.
+``constructs`` library. The constructs read the spec layer (:mod:`ray_llm_eks.spec`) and the
+cdk8s charts; the charts never import the constructs.
 """
 
 from .addons import GpuDevicePlugins, KubeRayOperator
-from .cluster import InferenceCluster
+from .cluster import ClusterLike, InferenceCluster
 from .network import InferenceVpc
 from .nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup, make_node_role
+from .serving import RayLlmServing
+from .validation import ConstructValidationError
 
 __all__ = [
+    "ClusterLike",
+    "ConstructValidationError",
     "EfaFabric",
     "EfaGpuNodeGroup",
     "GpuDevicePlugins",
     "InferenceCluster",
     "InferenceVpc",
     "KubeRayOperator",
+    "RayLlmServing",
     "SystemNodeGroup",
     "make_node_role",
 ]

@@ -11,17 +11,22 @@ from typing import Sequence
 from aws_cdk import Duration, aws_eks_v2 as eks
 from constructs import Construct
 
-from ..config import BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS
-from .nodegroups import GPU_PRESENT_LABEL, ROLE_LABEL, SystemNodeGroup
+from ..spec import infrastructure as infra
+from ..spec.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
+from ..spec.pools import WorkerPool
+from .cluster import ClusterLike, eks_cluster_of
+from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
+from .validation import validated
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
 EFA_REPOSITORY = "https://aws.github.io/eks-charts"
 KUBERAY_REPOSITORY = "https://ray-project.github.io/kuberay-helm/"
 
+GpuPoolLike = EfaGpuNodeGroup | WorkerPool
 
 
-def _tolerate(taint_key: str) -> dict[str, str]:
-    return {"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}
+def _pool(group: GpuPoolLike) -> WorkerPool:
+    return group.pool if isinstance(group, EfaGpuNodeGroup) else group
 
 
 class GpuDevicePlugins(Construct):
@@ -29,17 +34,20 @@ class GpuDevicePlugins(Construct):
 
     The ``AL2023_x86_64_NVIDIA`` AMI ships the driver and the EFA kernel module but no device
     plugin, so without these pods cannot request ``nvidia.com/gpu`` or ``vpc.amazonaws.com/efa``.
+    Everything node-specific derives from ``gpu_node_groups`` (the ``EfaGpuNodeGroup``s, or
+    their ``pool``s), so the plugins reach exactly those nodes.
 
     Default settings:
     - ``nvidia-device-plugin`` 0.20.1 (release ``nvidia-device-plugin``, namespace kube-system),
       scheduled on nodes labelled ``nvidia.com/gpu.present=true``.
     - ``aws-efa-k8s-device-plugin`` v0.5.20 (release ``aws-efa-k8s-device-plugin``,
-      namespace kube-system). It has no tolerations by default, so it gets the GPU taint's.
-      Its node affinity lists the instance types it believes support EFA; ``gpu_instance_types``
-      replaces that list so a type newer than the chart's list still gets the plugin.
-    - Both tolerate the GPU nodes' taint (``gpu_taint_key``).
+      namespace kube-system). It has no tolerations by default, so it gets the GPU taints'.
+      Its node affinity lists the instance types it believes support EFA; the node groups'
+      instance types replace that list, so a type newer than the chart's list still gets the plugin.
+    - Both tolerate every taint key of the node groups (``operator: Exists``).
 
-    Public attributes: ``nvidia``, ``efa`` (the ``HelmChart`` constructs), ``charts``.
+    Public attributes: ``nvidia``, ``efa`` (the ``HelmChart`` constructs), ``charts``, ``pools``,
+    ``instance_types`` (what the EFA plugin covers).
     """
 
     def __init__(
@@ -47,26 +55,28 @@ class GpuDevicePlugins(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.ICluster,
-        gpu_taint_key: str,
-        gpu_instance_types: Sequence[str],
-        nvidia_chart_version: str = "0.20.1",
-        efa_chart_version: str = "v0.5.20",
+        cluster: ClusterLike,
+        gpu_node_groups: Sequence[GpuPoolLike],
+        nvidia_chart_version: str = infra.DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION,
+        efa_chart_version: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION,
     ) -> None:
         super().__init__(scope, construct_id)
-        if nvidia_chart_version in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
-            raise ValueError(
-                f"GpuDevicePlugins: nvidia_chart_version {nvidia_chart_version!r} defaults to MOFED mode, "
-                "which breaks EFA; accepted: 0.20.x"
-            )
-        if not gpu_instance_types:
-            raise ValueError("GpuDevicePlugins: gpu_instance_types must name the GPU node groups' instance types")
+        validated(self, infra.nvidia_device_plugin_version, nvidia_chart_version, "nvidia_chart_version")
+        validated(self, infra.semver, efa_chart_version, "efa_chart_version", v_prefix=True)
+        if not gpu_node_groups:
+            raise ValueError(f"{self.node.path}: gpu_node_groups: empty (got []); accepted: the EfaGpuNodeGroups "
+                             "(or their pools) whose nodes need the device plugins")
+        self.pools: tuple[WorkerPool, ...] = tuple(_pool(group) for group in gpu_node_groups)
+        self.instance_types: tuple[str, ...] = tuple(sorted({pool.instance_type for pool in self.pools}))
+        taint_keys = sorted({pool.taint.key for pool in self.pools})
+        effects = {pool.taint.key: pool.taint.effect for pool in self.pools}
         gpu_nodes = {GPU_PRESENT_LABEL: "true"}
-        tolerations = [_tolerate(gpu_taint_key)]
+        tolerations = [{"key": key, "operator": "Exists", "effect": effects[key]} for key in taint_keys]
+        helm_cluster = eks_cluster_of(cluster)
         self.nvidia = eks.HelmChart(
             self,
             "NvidiaDevicePlugin",
-            cluster=cluster,
+            cluster=helm_cluster,
             chart="nvidia-device-plugin",
             repository=NVIDIA_REPOSITORY,
             version=nvidia_chart_version,
@@ -77,7 +87,7 @@ class GpuDevicePlugins(Construct):
         self.efa = eks.HelmChart(
             self,
             "EfaDevicePlugin",
-            cluster=cluster,
+            cluster=helm_cluster,
             chart="aws-efa-k8s-device-plugin",
             repository=EFA_REPOSITORY,
             version=efa_chart_version,
@@ -88,7 +98,7 @@ class GpuDevicePlugins(Construct):
                 "tolerations": tolerations,
                 "supportedInstanceLabels": {
                     "keys": ["node.kubernetes.io/instance-type"],
-                    "values": sorted(set(gpu_instance_types)),
+                    "values": list(self.instance_types),
                 },
             },
         )
@@ -102,8 +112,9 @@ class KubeRayOperator(Construct):
     """The KubeRay operator (chart ``kuberay-operator``), on the system node.
 
     Default settings: version 1.4.0, release ``kuberay-operator``, namespace ``kuberay``,
-    node selector ``role=system``; Helm waits (up to 10 minutes) for the operator to be ready,
-    so a RayService applied after this chart finds both the CRDs and a running controller.
+    node selector ``role=system`` (or ``system_nodes``' labels, after which it is then ordered);
+    Helm waits (up to 10 minutes) for the operator to be ready, so a RayService applied after
+    this chart finds both the CRDs and a running controller.
 
     Public attribute: ``chart`` (the ``HelmChart``). Anything that creates Ray custom resources
     must depend on it.
@@ -117,15 +128,17 @@ class KubeRayOperator(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.ICluster,
-        version: str = "1.4.0",
+        cluster: ClusterLike,
+        version: str = infra.DEFAULT_KUBERAY_VERSION,
+        system_nodes: SystemNodeGroup | None = None,
         node_selector: dict[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        validated(self, infra.semver, version, "version")
         self.chart = eks.HelmChart(
             self,
             "Chart",
-            cluster=cluster,
+            cluster=eks_cluster_of(cluster),
             chart="kuberay-operator",
             repository=KUBERAY_REPOSITORY,
             version=version,
@@ -134,5 +147,8 @@ class KubeRayOperator(Construct):
             create_namespace=True,
             wait=True,
             timeout=Duration.minutes(10),
-            values={"nodeSelector": node_selector or {ROLE_LABEL: SystemNodeGroup.LABELS[ROLE_LABEL]}},
+            values={"nodeSelector": dict(node_selector or (system_nodes.labels if system_nodes else SYSTEM_LABELS))},
         )
+        if system_nodes is not None:
+            # Helm's wait needs a node that can run the operator's pod.
+            self.chart.node.add_dependency(system_nodes.nodegroup)

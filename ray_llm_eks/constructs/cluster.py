@@ -8,13 +8,15 @@ Lambda whose layer minor must match the cluster: ``KubectlV35Layer`` for Kuberne
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, Union
 
 from aws_cdk import aws_ec2 as ec2, aws_eks_v2 as eks
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
+from ..spec import infrastructure as infra
 from .nag import acknowledge_cluster
+from .validation import validated
 
 KUBERNETES_VERSIONS = {"1.35": eks.KubernetesVersion.V1_35}
 
@@ -25,8 +27,6 @@ LOG_TYPES = {
     "controllerManager": eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
     "scheduler": eks.ClusterLoggingTypes.SCHEDULER,
 }
-DEFAULT_LOG_TYPES = ("api", "audit", "authenticator")
-
 ENDPOINT_ACCESS = {
     "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
     "private": eks.EndpointAccess.PRIVATE,
@@ -65,29 +65,20 @@ class InferenceCluster(Construct):
         construct_id: str,
         *,
         vpc: ec2.IVpc,
-        kubernetes_version: str = "1.35",
+        kubernetes_version: str = infra.DEFAULT_KUBERNETES_VERSION,
         cluster_name: str | None = None,
-        endpoint_access: str = "public-and-private",
-        public_access_cidrs: Sequence[str] = ("0.0.0.0/0",),
-        control_plane_logs: Sequence[str] = DEFAULT_LOG_TYPES,
+        endpoint_access: str = infra.DEFAULT_ENDPOINT_ACCESS,
+        public_access_cidrs: Sequence[str] = infra.DEFAULT_PUBLIC_ACCESS_CIDRS,
+        control_plane_logs: Sequence[str] = infra.DEFAULT_CONTROL_PLANE_LOGS,
         admin_role_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        if kubernetes_version not in KUBERNETES_VERSIONS:
-            raise ValueError(
-                f"InferenceCluster: kubernetes_version {kubernetes_version!r} has no kubectl layer here; "
-                f"accepted: {', '.join(KUBERNETES_VERSIONS)}"
-            )
-        if endpoint_access not in ENDPOINT_ACCESS:
-            raise ValueError(
-                f"InferenceCluster: endpoint_access {endpoint_access!r} is not accepted; "
-                f"accepted: {', '.join(ENDPOINT_ACCESS)}"
-            )
-        unknown_logs = [t for t in control_plane_logs if t not in LOG_TYPES]
-        if unknown_logs:
-            raise ValueError(
-                f"InferenceCluster: control_plane_logs {unknown_logs} not accepted; accepted: {', '.join(LOG_TYPES)}"
-            )
+        validated(self, infra.kubernetes_version, kubernetes_version, "kubernetes_version")
+        validated(self, infra.cluster_name, cluster_name, "cluster_name")
+        validated(self, infra.endpoint_access, endpoint_access, "endpoint_access")
+        validated(self, infra.public_access_cidrs, list(public_access_cidrs), endpoint_access, "public_access_cidrs")
+        validated(self, infra.control_plane_logs, list(control_plane_logs), "control_plane_logs")
+        validated(self, infra.admin_role_arn, admin_role_arn, "admin_role_arn")
         access = ENDPOINT_ACCESS[endpoint_access]
         if endpoint_access != "private":
             access = access.only_from(*public_access_cidrs)
@@ -126,3 +117,12 @@ class InferenceCluster(Construct):
     @property
     def dns_addon(self) -> eks.Addon:
         return self.addons[DNS_ADDON]
+
+
+ClusterLike = Union[InferenceCluster, eks.ICluster]
+"""What every construct of the library accepts as ``cluster``: an ``InferenceCluster`` (then node
+groups also order themselves after its add-ons) or any ``aws_eks_v2`` cluster."""
+
+
+def eks_cluster_of(cluster: ClusterLike) -> eks.ICluster:
+    return cluster.cluster if isinstance(cluster, InferenceCluster) else cluster

@@ -11,41 +11,9 @@ from typing import Sequence
 from aws_cdk import RemovalPolicy, Token, aws_ec2 as ec2, aws_logs as logs
 from constructs import Construct
 
-# CloudWatch Logs accepts only these retention periods (PutRetentionPolicy API).
-LOG_RETENTION_DAYS: dict[int, logs.RetentionDays] = {
-    1: logs.RetentionDays.ONE_DAY,
-    3: logs.RetentionDays.THREE_DAYS,
-    5: logs.RetentionDays.FIVE_DAYS,
-    7: logs.RetentionDays.ONE_WEEK,
-    14: logs.RetentionDays.TWO_WEEKS,
-    30: logs.RetentionDays.ONE_MONTH,
-    60: logs.RetentionDays.TWO_MONTHS,
-    90: logs.RetentionDays.THREE_MONTHS,
-    120: logs.RetentionDays.FOUR_MONTHS,
-    150: logs.RetentionDays.FIVE_MONTHS,
-    180: logs.RetentionDays.SIX_MONTHS,
-    365: logs.RetentionDays.ONE_YEAR,
-    400: logs.RetentionDays.THIRTEEN_MONTHS,
-    545: logs.RetentionDays.EIGHTEEN_MONTHS,
-    731: logs.RetentionDays.TWO_YEARS,
-    1096: logs.RetentionDays.THREE_YEARS,
-    1827: logs.RetentionDays.FIVE_YEARS,
-    2192: logs.RetentionDays.SIX_YEARS,
-    2557: logs.RetentionDays.SEVEN_YEARS,
-    2922: logs.RetentionDays.EIGHT_YEARS,
-    3288: logs.RetentionDays.NINE_YEARS,
-    3653: logs.RetentionDays.TEN_YEARS,
-}
-
-
-def retention_days(days: int) -> logs.RetentionDays:
-    try:
-        return LOG_RETENTION_DAYS[days]
-    except KeyError:
-        raise ValueError(
-            f"log retention {days} days is not accepted by CloudWatch Logs; "
-            f"accepted: {', '.join(str(d) for d in LOG_RETENTION_DAYS)}"
-        ) from None
+from ..spec import infrastructure as infra
+from ..spec.errors import problem
+from .validation import ConstructValidationError, validated
 
 
 class InferenceVpc(Construct):
@@ -70,8 +38,6 @@ class InferenceVpc(Construct):
         of the props above.
     :param data_plane_subnet: the existing private subnet, in ``data_plane_az``, with a route to NAT.
     """
-
-    DEFAULT_CIDR = "10.0.0.0/16"
 
     def __init__(
         self,
@@ -104,26 +70,27 @@ class InferenceVpc(Construct):
             )
             return
 
-        if not availability_zones or len(availability_zones) < 2:
-            raise ValueError(
-                f"InferenceVpc: availability_zones needs at least two AZs (EKS requires it); got {availability_zones!r}"
-            )
-        if data_plane_az not in availability_zones:
-            raise ValueError(
-                f"InferenceVpc: data_plane_az {data_plane_az!r} must be one of availability_zones {list(availability_zones)}"
-            )
-        nat_count = 1 if nat_gateways is None else nat_gateways
-        if not 1 <= nat_count <= len(availability_zones):
-            raise ValueError(
-                f"InferenceVpc: nat_gateways {nat_count} must be between 1 and {len(availability_zones)} (one per AZ)"
-            )
+        azs = list(availability_zones or ())
+        if len(azs) < 2:
+            raise ConstructValidationError(self, [problem(
+                "availability_zones", azs, "EKS needs subnets in at least two availability zones",
+                "two or more AZ names")])
+        if data_plane_az not in azs:
+            raise ConstructValidationError(self, [problem(
+                "data_plane_az", data_plane_az, "not one of availability_zones", ", ".join(azs))])
+        cidr = validated(self, infra.vpc_cidr, cidr or infra.DEFAULT_VPC_CIDR, len(azs), "cidr")
+        nat_count = validated(self, infra.nat_gateways, infra.DEFAULT_NAT_GATEWAYS if nat_gateways is None
+                              else nat_gateways, len(azs), "nat_gateways")
+        retention = validated(self, infra.retention_days, infra.DEFAULT_FLOW_LOG_RETENTION_DAYS
+                              if flow_log_retention_days is None else flow_log_retention_days,
+                              "flow_log_retention_days")
         # The first NAT gateway goes in the data-plane AZ, where all egress originates.
         nat_azs = [data_plane_az, *[az for az in availability_zones if az != data_plane_az]][:nat_count]
 
         self.vpc: ec2.IVpc = ec2.Vpc(
             self,
             "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(cidr or self.DEFAULT_CIDR),
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
             availability_zones=list(availability_zones),
             nat_gateways=nat_count,
             nat_gateway_subnets=ec2.SubnetSelection(
@@ -139,9 +106,11 @@ class InferenceVpc(Construct):
         self.flow_log_group = logs.LogGroup(
             self,
             "FlowLogGroup",
-            retention=retention_days(30 if flow_log_retention_days is None else flow_log_retention_days),
             removal_policy=RemovalPolicy.DESTROY,
         )
+        # Any period CloudWatch Logs accepts (spec.infrastructure), without a second table of
+        # aws_logs.RetentionDays members to keep in step with it.
+        self.flow_log_group.node.default_child.retention_in_days = retention
         self.flow_log = self.vpc.add_flow_log(
             "FlowLog",
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
@@ -159,22 +128,21 @@ class InferenceVpc(Construct):
         new_vpc_props: dict[str, object],
     ) -> None:
         if vpc is None or data_plane_subnet is None:
-            raise ValueError(
-                "InferenceVpc: an existing VPC needs both vpc and data_plane_subnet "
-                f"(got vpc={'set' if vpc else 'None'}, data_plane_subnet={'set' if data_plane_subnet else 'None'})"
-            )
+            missing = "data_plane_subnet" if vpc is not None else "vpc"
+            raise ConstructValidationError(self, [problem(
+                missing, None, "an existing VPC needs both vpc and data_plane_subnet",
+                "both, or neither (to create a VPC)")])
         given = sorted(name for name, value in new_vpc_props.items() if value is not None)
         if given:
-            raise ValueError(
-                "InferenceVpc: give either an existing vpc or the props to create one, not both; "
-                f"with vpc set, remove: {', '.join(given)}"
-            )
+            raise ConstructValidationError(self, [problem(
+                given[0], new_vpc_props[given[0]], "give either an existing vpc or the props to create one, "
+                f"not both; with vpc set, remove: {', '.join(given)}", "an existing vpc XOR new-VPC props")])
 
         subnet_az = data_plane_subnet.availability_zone
         if not Token.is_unresolved(subnet_az) and subnet_az != self.data_plane_az:
-            raise ValueError(
-                f"InferenceVpc: data_plane_subnet is in {subnet_az!r}, but data_plane_az is {self.data_plane_az!r}"
-            )
+            raise ConstructValidationError(self, [problem(
+                "data_plane_subnet", subnet_az, f"the subnet is not in data_plane_az {self.data_plane_az}",
+                f"a private subnet in {self.data_plane_az}")])
         self.vpc = vpc
         self.data_plane_subnet = data_plane_subnet
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 from aws_cdk import Tags, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
-from .. import instance_types
-from .cluster import InferenceCluster
+from ..spec.placement import Taint
+from ..spec.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
+from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
+from .validation import validated
 
-ROLE_LABEL = "role"
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 EKS-optimized AMIs boot from /dev/xvda.
 
 # EKS managed policies every worker node role needs. Image pulls use the narrower PullOnly
@@ -34,6 +34,9 @@ NODE_MANAGED_POLICIES = (
     "AmazonEKS_CNI_Policy",
     "AmazonEC2ContainerRegistryPullOnly",
 )
+
+InstanceTypeLike = str | ec2.InstanceType
+"""An instance type by name (``"g6.8xlarge"``) or as ``ec2.InstanceType("g6.8xlarge")``."""
 
 
 def make_node_role(scope: Construct, construct_id: str) -> iam.Role:
@@ -54,21 +57,16 @@ def make_node_role(scope: Construct, construct_id: str) -> iam.Role:
     return role
 
 
-def _checked(check, name: str, owner: str) -> instance_types.InstanceType:
-    try:
-        return check(name)
-    except ValueError as error:
-        raise ValueError(f"{owner}: {error}") from None
-
-
-def _eks_cluster(cluster: "eks.Cluster | InferenceCluster") -> eks.Cluster:
-    return cluster.cluster if isinstance(cluster, InferenceCluster) else cluster
+def _eks_taint(taint: Taint) -> eks.TaintSpec:
+    effects = {"NoSchedule": eks.TaintEffect.NO_SCHEDULE, "PreferNoSchedule": eks.TaintEffect.PREFER_NO_SCHEDULE,
+               "NoExecute": eks.TaintEffect.NO_EXECUTE}
+    return eks.TaintSpec(effect=effects[taint.effect], key=taint.key, value=taint.value)
 
 
 def _managed_nodegroup(
     scope: Construct,
     *,
-    cluster: "eks.Cluster | InferenceCluster",
+    cluster: ClusterLike,
     ami_type: eks.NodegroupAmiType,
     instance_type: str,
     sizes: tuple[int, int, int],
@@ -87,7 +85,7 @@ def _managed_nodegroup(
     nodegroup = eks.Nodegroup(
         scope,
         "Nodegroup",
-        cluster=_eks_cluster(cluster),
+        cluster=eks_cluster_of(cluster),
         ami_type=ami_type,
         instance_types=[ec2.InstanceType(instance_type)],
         min_size=min_size,
@@ -136,33 +134,31 @@ class SystemNodeGroup(Construct):
     ``InferenceCluster``, it waits for the networking add-ons and CoreDNS waits for it (CoreDNS
     is a Deployment: it reports healthy only once a node can run it).
 
-    Public attributes: ``nodegroup``, ``launch_template``, ``role``.
+    Public attributes: ``pool`` (the :class:`~ray_llm_eks.spec.SystemPool` the Ray head is sized
+    from), ``nodegroup``, ``launch_template``, ``role``.
     """
-
-    LABELS = {ROLE_LABEL: "system"}
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster | InferenceCluster,
+        cluster: ClusterLike,
         subnet: ec2.ISubnet,
-        instance_type: str = "m7i.xlarge",
-        count: int = 1,
-        root_volume_size_gib: int = 50,
+        instance_type: InstanceTypeLike = DEFAULT_SYSTEM_INSTANCE_TYPE,
+        count: int = SystemPool.count,
+        root_volume_size_gib: int = SystemPool.root_volume_size_gib,
         node_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        _checked(instance_types.require_cpu_only, instance_type, "SystemNodeGroup")
-        if count < 1:
-            raise ValueError(f"SystemNodeGroup: count {count} must be at least 1")
+        self.pool = validated(self, SystemPool, instance_type=instance_type, count=count,
+                              root_volume_size_gib=root_volume_size_gib)
         self.role = node_role or make_node_role(self, "NodeRole")
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                block_device_mappings=[_gp3_root(root_volume_size_gib)],
+                block_device_mappings=[_gp3_root(self.pool.root_volume_size_gib)],
                 metadata_options=_metadata_options(),
             ),
         )
@@ -170,15 +166,19 @@ class SystemNodeGroup(Construct):
             self,
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            instance_type=instance_type,
-            sizes=(count, count, count),
+            instance_type=self.pool.instance_type,
+            sizes=(self.pool.count, self.pool.count, self.pool.count),
             subnet=subnet,
-            labels=self.LABELS,
+            labels=self.pool.labels,
             role=self.role,
             launch_template=self.launch_template,
         )
         if isinstance(cluster, InferenceCluster):
             cluster.dns_addon.node.add_dependency(self.nodegroup)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.pool.labels
 
 
 class EfaFabric(Construct):
@@ -195,7 +195,8 @@ class EfaFabric(Construct):
     Public attributes: ``security_group``, ``placement_group`` (or None).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, placement_group: bool = True) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc,
+                 placement_group: bool = WorkerPool.placement_group) -> None:
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(
             self,
@@ -233,57 +234,57 @@ class EfaGpuNodeGroup(Construct):
     - Joins the fabric's cluster placement group (``placement_group=False`` opts out).
     - Labels ``role=<role>`` and ``nvidia.com/gpu.present=true`` (the NVIDIA device plugin's
       node affinity looks for it); taint ``ray-llm-eks/gpu-role=<role>:NoSchedule`` keeps every
-      pod that does not tolerate it off these dedicated nodes.
+      pod that does not tolerate it off these dedicated nodes (both from ``ray_llm_eks.spec.placement``).
     - Exactly one subnet: the data-plane subnet (EFA traffic cannot cross AZs).
     - Given an ``InferenceCluster``, waits for its networking add-ons.
 
-    Refuses, at construction, an instance type without a GPU or without EFA support.
+    Refuses, at construction, an instance type without a GPU or without EFA support, and sizes
+    out of order, with the construct path and the field in the message.
 
-    Public attributes: ``nodegroup``, ``launch_template``, ``fabric``, ``efa_security_group``,
-    ``placement_group`` (or None), ``role``, ``instance`` (the instance facts), ``labels``, ``taint``.
+    Public attributes: ``pool`` (the :class:`~ray_llm_eks.spec.WorkerPool` that ``RayLlmServing``
+    and ``GpuDevicePlugins`` derive their pods from), ``nodegroup``, ``launch_template``,
+    ``fabric``, ``efa_security_group``, ``placement_group`` (or None), ``role``, ``instance``,
+    ``labels``, ``taint``.
     """
-
-    TAINT_KEY = "ray-llm-eks/gpu-role"
-    ROLES = ("prefill", "decode")
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster | InferenceCluster,
+        cluster: ClusterLike,
         subnet: ec2.ISubnet,
         role: str,
         fabric: EfaFabric | None = None,
-        instance_type: str = "g6.8xlarge",
-        min_size: int = 1,
-        desired_size: int = 1,
-        max_size: int = 1,
-        root_volume_size_gib: int = 200,
-        root_volume_throughput_mibps: int = 1000,
-        root_volume_iops: int = 16000,
-        placement_group: bool = True,
+        instance_type: InstanceTypeLike = DEFAULT_GPU_INSTANCE_TYPE,
+        min_size: int = WorkerPool.min_size,
+        desired_size: int = WorkerPool.desired_size,
+        max_size: int = WorkerPool.max_size,
+        root_volume_size_gib: int = RootVolume.size_gib,
+        root_volume_throughput_mibps: int = RootVolume.throughput_mibps,
+        root_volume_iops: int = RootVolume.iops,
+        placement_group: bool = WorkerPool.placement_group,
         node_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        if role not in self.ROLES:
-            raise ValueError(f"EfaGpuNodeGroup: role {role!r} is not accepted; accepted: {', '.join(self.ROLES)}")
-        self.instance = _checked(instance_types.require_efa_gpu, instance_type, "EfaGpuNodeGroup")
-        try:
-            instance_types.require_ordered_sizes(min_size, desired_size, max_size)
-        except ValueError as error:
-            raise ValueError(f"EfaGpuNodeGroup: {error}") from None
-        eks_cluster = _eks_cluster(cluster)
+        root_volume = validated(self, RootVolume, size_gib=root_volume_size_gib,
+                                throughput_mibps=root_volume_throughput_mibps, iops=root_volume_iops)
+        self.pool: WorkerPool = validated(
+            self, WorkerPool, role=role, instance_type=instance_type, min_size=min_size, desired_size=desired_size,
+            max_size=max_size, root_volume=root_volume, placement_group=placement_group,
+        )
+        eks_cluster = eks_cluster_of(cluster)
         self.fabric = fabric or EfaFabric(self, "Fabric", vpc=eks_cluster.vpc, placement_group=placement_group)
         if placement_group and self.fabric.placement_group is None:
             raise ValueError(
-                "EfaGpuNodeGroup: placement_group=True but the fabric has no placement group; "
-                "create the EfaFabric with placement_group=True or pass placement_group=False"
+                f"{self.node.path}: placement_group: True, but the fabric has no placement group; accepted: "
+                "an EfaFabric created with placement_group=True, or placement_group=False"
             )
         self.efa_security_group = self.fabric.security_group
         self.placement_group = self.fabric.placement_group if placement_group else None
-        self.labels = {ROLE_LABEL: role, GPU_PRESENT_LABEL: "true"}
-        self.taint = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=self.TAINT_KEY, value=role)
+        self.instance = self.pool.instance
+        self.labels = self.pool.labels
+        self.taint = _eks_taint(self.pool.taint)
         self.role = node_role or make_node_role(self, "NodeRole")
 
         placement = None
@@ -305,7 +306,7 @@ class EfaGpuNodeGroup(Construct):
                     )
                 ],
                 block_device_mappings=[
-                    _gp3_root(root_volume_size_gib, root_volume_throughput_mibps, root_volume_iops)
+                    _gp3_root(root_volume.size_gib, root_volume.throughput_mibps, root_volume.iops)
                 ],
                 metadata_options=_metadata_options(),
                 placement=placement,
@@ -315,12 +316,12 @@ class EfaGpuNodeGroup(Construct):
             self,
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            instance_type=instance_type,
-            sizes=(min_size, desired_size, max_size),
+            instance_type=self.pool.instance_type,
+            sizes=(self.pool.min_size, self.pool.desired_size, self.pool.max_size),
             subnet=subnet,
             labels=self.labels,
             taints=[self.taint],
             role=self.role,
             launch_template=self.launch_template,
         )
-        Tags.of(self).add("ray-llm-eks/role", role)
+        Tags.of(self).add("ray-llm-eks/role", self.pool.role)

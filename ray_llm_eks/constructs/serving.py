@@ -1,15 +1,21 @@
 """The serving layer on the cluster: the RayService charts, their identity, and their apply order.
 
+``RayLlmServing`` takes the node pools it serves on (the ``EfaGpuNodeGroup``s and the
+``SystemNodeGroup``, or their spec-layer pools) plus flat props, and builds one
+:class:`~ray_llm_eks.spec.ServingSpec` from them. Every pod figure (GPUs, CPU, memory, replicas,
+NIXL ports, node selector, toleration) and the image's region derive from those pools and from
+the stack, so a pod that cannot fit its node cannot be synthesized.
+
 - An IAM role for the Ray pods, trusted by EKS Pod Identity (``pods.eks.amazonaws.com`` with
   ``sts:AssumeRole`` and ``sts:TagSession``, as the EKS Pod Identity docs require). It has no
   permissions: it is where S3 model access goes later (``pod_role.add_to_policy(...)``).
 - A ``CfnPodIdentityAssociation`` binding that role to the ServiceAccount of the Ray pods.
-- The cdk8s charts of :mod:`ray_llm_eks.cdk8s_charts`, each applied with
-  ``cluster.add_cdk8s_chart`` after everything in ``depends_on`` (the KubeRay operator's Helm
-  chart brings the RayService CRD; the device plugins advertise the GPU and EFA resources),
-  after the Pod Identity association (the Pod Identity webhook injects credentials only into
-  pods created after the association exists, so no Ray pod starts without them), and each
-  after the chart before it (the namespace exists before what lives in it).
+- The cdk8s charts of :mod:`ray_llm_eks.cdk8s_charts`, in a ``cdk8s.App`` of its own (charts
+  must never sit under a CDK construct), each applied with ``cluster.add_cdk8s_chart`` after the
+  KubeRay operator (it brings the RayService CRD) and the device plugins (they advertise the GPU
+  and EFA resources) it is given, after the Pod Identity association (the Pod Identity webhook
+  injects credentials only into pods created after the association exists), and each after the
+  chart before it (the namespace exists before what lives in it).
 
 Construct ids (``PodRole``, ``PodIdentity``, and the chart ids) are public API: CloudFormation
 logical ids derive from them.
@@ -20,26 +26,74 @@ from __future__ import annotations
 from typing import Sequence
 
 import cdk8s
-from aws_cdk import aws_eks_v2 as eks, aws_iam as iam
+from aws_cdk import Stack, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
-from ..config import DeploymentConfig
+from ..spec.errors import problem
+from ..spec.pools import SystemPool, WorkerPool
+from ..spec.serving import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_RAY_VERSION,
+    DEFAULT_SERVICE_NAME,
+    EndpointType,
+    ImageSpec,
+    ModelSpec,
+    NixlSpec,
+    SecurityProfile,
+    ServingSpec,
+    Topology,
+)
+from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
+from .cluster import ClusterLike, eks_cluster_of
+from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
+from .validation import ConstructValidationError, validated
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
 
+def _worker_pool(group: GpuPoolLike) -> WorkerPool:
+    return group.pool if isinstance(group, EfaGpuNodeGroup) else group
+
+
+def _system_pool(group: SystemNodeGroup | SystemPool | None) -> SystemPool | None:
+    if group is None:
+        return SystemPool()
+    return group.pool if isinstance(group, SystemNodeGroup) else group
+
+
 class RayLlmServing(Construct):
-    """The Ray Serve LLM RayService (disaggregated or colocated) on ``cluster``.
+    """The Ray Serve LLM RayService (disaggregated or colocated) on the pools it is given.
 
-    Public attributes:
+    :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster.
+    :param prefill: the prefill ``EfaGpuNodeGroup`` (or its ``pool``); the prefill worker group
+        gets one pod per node with all its GPUs, and ``desired_size x GPUs / tensor parallel``
+        model replicas.
+    :param decode: the decode ``EfaGpuNodeGroup`` (or its ``pool``), likewise.
+    :param system: the ``SystemNodeGroup`` (or its ``pool``) the Ray head runs on and is sized
+        from. Default: a pool with the ``SystemNodeGroup`` defaults (one ``m7i.xlarge``).
+    :param kuberay: the ``KubeRayOperator`` to apply after (it brings the RayService CRD).
+    :param device_plugins: the ``GpuDevicePlugins`` to apply after; refused when they do not
+        cover ``prefill`` and ``decode`` (their EFA plugin would never run on those nodes).
+    :param model: the model and engine settings. Default: ``ModelSpec()``, Qwen/Qwen3.5-9B in
+        bfloat16, ``max_model_len`` 4096, ``gpu_memory_utilization`` 0.9, eager, tensor parallel 1.
+    :param image: the Ray LLM image. Default: the AWS DLC ``ray:serve-llm-cuda-v1.0`` in the
+        stack's own region (the stack needs an explicit ``env`` region, or give ``repository``).
+    :param nixl: NIXL settings. Default: backends ``["LIBFABRIC"]`` (what uses EFA).
+    :param topology: ``disaggregated`` (default) or ``colocated``; only the Serve config differs.
+    :param security_profile: ``privileged`` (default, the reference) or ``ipc-lock`` (experimental).
+    :param endpoint: ``ClusterIP`` (default) or ``internal-nlb`` for the OpenAI API on port 8000.
+    :param namespace: default ``inference``. :param service_name: default ``ray-llm`` (at most 47).
+    :param ray_version: default ``2.58.0``, the image's Ray; checked against the DLC tag.
+    :param prefill_tensor_parallel_size: overrides ``model.tensor_parallel_size`` for prefill.
+    :param decode_tensor_parallel_size: likewise for decode.
+    :param strict: refuse an image without a digest or a model without a commit revision.
+    :param depends_on: anything else the charts must be applied after.
 
-    - ``charts``: the cdk8s charts, in apply order (``serving-namespace``, ``serving-rayservice``);
-    - ``manifests``: the ``KubernetesManifest`` applying each chart, by chart id;
-    - ``pod_role``: the Pod Identity role of the Ray pods (no permissions by default);
-    - ``pod_identity``: the ``CfnPodIdentityAssociation``;
-    - ``namespace``, ``service_account_name``, ``ray_service_name``, ``openai_service_name``:
-      where to find the endpoint (``kubectl -n <namespace> port-forward svc/<openai> 8000``).
+    Public attributes: ``spec`` (the ``ServingSpec``), ``cdk8s_app``, ``charts`` (apply order:
+    ``serving-namespace``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
+    ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
+    ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``).
     """
 
     def __init__(
@@ -47,21 +101,53 @@ class RayLlmServing(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
-        config: DeploymentConfig,
-        cdk8s_app: cdk8s.App,
+        cluster: ClusterLike,
+        prefill: GpuPoolLike,
+        decode: GpuPoolLike,
+        system: SystemNodeGroup | SystemPool | None = None,
+        kuberay: KubeRayOperator | None = None,
+        device_plugins: GpuDevicePlugins | None = None,
+        model: ModelSpec | None = None,
+        image: ImageSpec | None = None,
+        nixl: NixlSpec | None = None,
+        topology: Topology | str = ServingSpec.topology,
+        security_profile: SecurityProfile | str = ServingSpec.security_profile,
+        endpoint: EndpointType | str = ServingSpec.endpoint,
+        namespace: str = DEFAULT_NAMESPACE,
+        service_name: str = DEFAULT_SERVICE_NAME,
+        ray_version: str = DEFAULT_RAY_VERSION,
+        prefill_tensor_parallel_size: int | None = None,
+        decode_tensor_parallel_size: int | None = None,
+        strict: bool = ServingSpec.strict,
         depends_on: Sequence[Construct] = (),
     ) -> None:
         super().__init__(scope, id)
-        self.config = config
-        # Build the charts first: a refused combination fails before any AWS resource exists.
-        self.serving_charts: ServingCharts = build_serving_charts(cdk8s_app, config)
+        # Build (and so check) the spec first: a refused combination fails before any resource exists.
+        self.spec: ServingSpec = validated(
+            self, ServingSpec, region=Stack.of(self).region, prefill=_worker_pool(prefill), decode=_worker_pool(decode),
+            system=_system_pool(system), model=model or ModelSpec(), image=image or ImageSpec(),
+            nixl=nixl or NixlSpec(), topology=topology, security_profile=security_profile, endpoint=endpoint,
+            namespace=namespace, service_name=service_name, ray_version=ray_version,
+            prefill_tensor_parallel_size=prefill_tensor_parallel_size,
+            decode_tensor_parallel_size=decode_tensor_parallel_size, strict=strict,
+        )
+        if device_plugins is not None:
+            uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))
+            if uncovered:
+                raise ConstructValidationError(self, [problem(
+                    "device_plugins", list(device_plugins.instance_types),
+                    f"the EFA device plugin does not cover {', '.join(uncovered)}, so those nodes would never "
+                    "advertise vpc.amazonaws.com/efa and the workers would stay Pending",
+                    "GpuDevicePlugins built from the same node groups (gpu_node_groups=[prefill, decode])")])
+
+        self.cdk8s_app = cdk8s.App()
+        self.serving_charts: ServingCharts = build_serving_charts(self.cdk8s_app, self.spec)
         self.charts: list[cdk8s.Chart] = self.serving_charts.charts
 
-        self.namespace = config.serving.namespace
+        self.namespace = self.spec.namespace
         self.service_account_name = self.serving_charts.namespace.service_account.name
-        self.ray_service_name = config.serving.service_name
-        self.openai_service_name = openai_service_name(config)
+        self.ray_service_name = self.spec.service_name
+        self.openai_service_name = openai_service_name(self.spec.service_name)
 
         self.pod_role = iam.Role(
             self,
@@ -70,21 +156,27 @@ class RayLlmServing(Construct):
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
         )
         # SessionTagsPrincipal adds sts:TagSession beside sts:AssumeRole, as Pod Identity needs.
+        target = eks_cluster_of(cluster)
         self.pod_identity = eks.CfnPodIdentityAssociation(
             self,
             "PodIdentity",
-            cluster_name=cluster.cluster_name,
+            cluster_name=target.cluster_name,
             namespace=self.namespace,
             service_account=self.service_account_name,
             role_arn=self.pod_role.role_arn,
         )
 
+        after: list[Construct] = [self.pod_identity]
+        if kuberay is not None:
+            after.append(kuberay.chart)
+        if device_plugins is not None:
+            after.extend(device_plugins.charts)
+        after.extend(depends_on)
         self.manifests: dict[str, eks.KubernetesManifest] = {}
         previous: eks.KubernetesManifest | None = None
         for chart in self.charts:
-            manifest = cluster.add_cdk8s_chart(chart.node.id, chart)
-            manifest.node.add_dependency(self.pod_identity)
-            for dependency in depends_on:
+            manifest = target.add_cdk8s_chart(chart.node.id, chart)
+            for dependency in after:
                 manifest.node.add_dependency(dependency)
             if previous is not None:
                 manifest.node.add_dependency(previous)

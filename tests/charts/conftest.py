@@ -108,7 +108,7 @@ class Rendered:
 
 def render(overrides: dict[str, Any]) -> Rendered:
     config = parse_config(copy.deepcopy(overrides), "test scenario")
-    charts = build_serving_charts(cdk8s.App(), config)
+    charts = build_serving_charts(cdk8s.App(), config.specs().serving)
     objects = {chart.node.id: list(cdk8s.Testing.synth(chart)) for chart in charts.charts}
     return Rendered(config=config, charts=charts, objects=objects)
 

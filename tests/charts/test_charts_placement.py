@@ -90,7 +90,7 @@ def merge_replica_and_engine_bundles():
 @pytest.mark.parametrize("role", ROLES)
 def test_each_worker_group_advertises_one_unit_of_its_role_per_gpu(scenario, name, role):
     rendered = scenario(name)
-    gpus = getattr(rendered.config, role).instance.gpus
+    gpus = rendered.config.specs().pool(role).gpus_per_node
     assert _advertised(rendered, role) == {role: gpus}
     assert rendered.worker_group(role)["rayStartParams"]["num-gpus"] == str(gpus)
 
@@ -108,7 +108,7 @@ def test_the_head_advertises_no_role_resource(disaggregated):
 
 
 def test_resource_names_are_checked():
-    with pytest.raises(ValueError, match="unknown worker role"):
+    with pytest.raises(ValueError, match="not a worker role"):
         serve_config.role_resource("prefil")
     with pytest.raises(ValueError, match="single quote"):
         pod_templates.ray_resources_param({"it's": 1})
@@ -174,9 +174,9 @@ def test_a_node_admits_exactly_the_replicas_it_can_host_and_the_other_role_none(
         }
         return min(math.floor(capacity.get(key, 0) / amount) for key, amount in demand.items() if amount)
 
-    group = getattr(rendered.config, role)
+    group = rendered.config.specs().pool(role)
     tp = leg["engine_kwargs"]["tensor_parallel_size"]
-    assert fits(role) == group.instance.gpus // tp
+    assert fits(role) == group.gpus_per_node // tp
     assert fits(role) * group.desired_size == leg["deployment_config"]["num_replicas"]
     other = "decode" if role == "prefill" else "prefill"
     assert fits(other) == 0
@@ -193,4 +193,4 @@ def test_colocated_replicas_may_use_either_group_but_stay_on_one_node(scenario, 
     assert model["placement_group_config"] == {"bundles": [{"GPU": 1}] * tp, "strategy": "STRICT_PACK"}
     # The workers still advertise their roles: the pods are the same in both topologies.
     for role in ROLES:
-        assert _advertised(rendered, role) == {role: getattr(rendered.config, role).instance.gpus}
+        assert _advertised(rendered, role) == {role: rendered.config.specs().pool(role).gpus_per_node}

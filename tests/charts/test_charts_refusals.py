@@ -1,4 +1,4 @@
-"""Combinations the charts (or the config they rely on) refuse, each with a message that says why."""
+"""Combinations the spec layer refuses (so the charts are never built from them), each with a message that says why."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import cdk8s
 import pytest
 from cdk8s_plus_35 import k8s
 
-from ray_llm_eks.cdk8s_charts import build_serving_charts, sizing
+from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.rayservice import (
     HeadGroupSpec,
     RayClusterConfig,
@@ -16,14 +16,15 @@ from ray_llm_eks.cdk8s_charts.rayservice import (
 )
 from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
 from ray_llm_eks.instance_types import INSTANCE_TYPES
+from ray_llm_eks.spec import SpecError, sizing
 
 
-def build(overrides: dict) -> None:
-    build_serving_charts(cdk8s.App(), parse_config(overrides, "test"))
+def build(overrides: dict):
+    return build_serving_charts(cdk8s.App(), parse_config(overrides, "test").specs().serving)
 
 
 def test_hybrid_model_refuses_different_tensor_parallel_sizes():
-    with pytest.raises(ConfigError, match="hybrid.*same tensor_parallel_size"):
+    with pytest.raises(ConfigError, match=r"decode.tensor_parallel_size: .*hybrid.*same tensor_parallel_size"):
         parse_config(
             {
                 "prefill": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
@@ -55,7 +56,7 @@ def test_worker_group_replicas_outside_min_max_are_refused():
 
 
 def test_tensor_parallel_size_that_leaves_gpus_idle_is_refused():
-    with pytest.raises(ConfigError, match="does not divide the 4 GPUs"):
+    with pytest.raises(ConfigError, match="model.tensor_parallel_size: .*does not divide the 4 GPUs"):
         build(
             {
                 "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "tensor_parallel_size": 3},
@@ -66,12 +67,12 @@ def test_tensor_parallel_size_that_leaves_gpus_idle_is_refused():
 
 
 def test_a_leg_without_nodes_is_refused():
-    with pytest.raises(ConfigError, match="prefill.desired_size is 0"):
+    with pytest.raises(ConfigError, match=r"prefill.desired_size: the prefill leg would have no GPU"):
         build({"prefill": {"min_size": 0, "desired_size": 0}})
 
 
 def test_colocated_refuses_legs_with_different_tensor_parallel_sizes():
-    with pytest.raises(ConfigError, match="colocated.*same tensor_parallel_size"):
+    with pytest.raises(ConfigError, match=r"decode.tensor_parallel_size: topology colocated .*same tensor_parallel_size"):
         build(
             {
                 "topology": "colocated",
@@ -84,9 +85,9 @@ def test_colocated_refuses_legs_with_different_tensor_parallel_sizes():
 
 def test_colocated_refuses_different_gpu_models_but_disaggregated_accepts_them():
     mixed = {"prefill": {"instance_type": "g6e.8xlarge"}, "decode": {"instance_type": "g6.8xlarge"}}
-    with pytest.raises(ConfigError, match="one GPU model"):
+    with pytest.raises(ConfigError, match=r"decode.instance_type: topology colocated .*one GPU model"):
         build({"topology": "colocated", **mixed})
-    charts = build_serving_charts(cdk8s.App(), parse_config(mixed))
+    charts = build(mixed)
     args = charts.rayservice.serve_config.applications[0].args
     assert args["prefill_config"]["accelerator_type"] == "L40S"
     assert args["decode_config"]["accelerator_type"] == "L4"
@@ -98,10 +99,10 @@ def test_a_system_node_too_small_for_the_head_is_refused():
     assert sizing.head_resources(tiny).cpu_millis >= sizing.HEAD_MINIMUM.cpu_millis
     from dataclasses import replace
 
-    with pytest.raises(ValueError, match="needs at least"):
+    with pytest.raises(SpecError, match="system.instance_type: .*needs at least"):
         sizing.head_resources(replace(tiny, name="t.tiny", vcpus=1, memory_gib=2))
 
 
 def test_reference_deployment_builds():
-    charts = build_serving_charts(cdk8s.App(), DeploymentConfig())
+    charts = build_serving_charts(cdk8s.App(), DeploymentConfig().specs().serving)
     assert len(charts.charts) == 2

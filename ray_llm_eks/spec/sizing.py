@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 from ..instance_types import InstanceType
+from .errors import problem
 
 MIB_PER_GIB = 1024
 
@@ -130,7 +131,7 @@ def head_resources(instance: InstanceType) -> PodResources:
     """The Ray head's share of the system node: :data:`HEAD_TARGET`, or what is left if less,
     rounded down to 100m and 256 MiB steps.
 
-    Raises ``ValueError`` when the system node is too small to run the head at all.
+    Raises a ``SpecError`` on ``system.instance_type`` when the system node is too small to run the head.
     """
     room = estimated_allocatable(instance) - DAEMONSET_BUDGET - SYSTEM_POD_BUDGET
     head = PodResources(
@@ -138,9 +139,10 @@ def head_resources(instance: InstanceType) -> PodResources:
         memory_mib=min(HEAD_TARGET.memory_mib, (room.memory_mib // 256) * 256),
     )
     if head.cpu_millis < HEAD_MINIMUM.cpu_millis or head.memory_mib < HEAD_MINIMUM.memory_mib:
-        raise ValueError(
-            f"system instance type {instance.name} leaves {head.cpu_quantity} CPU and "
-            f"{head.memory_quantity} memory for the Ray head; it needs at least "
-            f"{HEAD_MINIMUM.cpu_quantity} CPU and {HEAD_MINIMUM.memory_quantity}: choose a larger system instance"
+        raise problem(
+            "system.instance_type", instance.name,
+            f"leaves {head.cpu_quantity} CPU and {head.memory_quantity} memory for the Ray head, which needs at "
+            f"least {HEAD_MINIMUM.cpu_quantity} CPU and {HEAD_MINIMUM.memory_quantity}",
+            "a larger system instance type, such as m7i.xlarge",
         )
     return head

@@ -1,0 +1,74 @@
+"""How the spec layer reports a mistake: the field to change, the bad value, what is accepted.
+
+Every entry point reads the same errors: the configuration adapter prefixes them with the
+dotted config path (``prefill.desired_size``), a construct with its construct path
+(``Inference/Serving: prefill.desired_size``). The sentence after the field is the same text
+in both, so ``make synth``, ``ray-llm-eks plan`` and a construct used directly say the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+
+class SpecError(ValueError):
+    """One problem with one field. ``field`` is dotted (``model.max_model_len``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+    def within(self, prefix: str) -> SpecError:
+        """The same problem, with the field seen from one level up (``prefill`` + ``desired_size``)."""
+        return type(self)(f"{prefix}.{self.field}" if prefix else self.field, self.message)
+
+
+class DoesNotFit(SpecError):
+    """The model does not fit in GPU memory (``ray-llm-eks plan`` exits 1 for it, not 2)."""
+
+
+class SpecErrors(ValueError):
+    """Every problem found in one validation pass, so a user fixes them in one go."""
+
+    def __init__(self, errors: Iterable[SpecError]) -> None:
+        self.errors: tuple[SpecError, ...] = tuple(errors)
+        super().__init__("\n".join(str(error) for error in self.errors))
+
+    def __iter__(self) -> Iterator[SpecError]:
+        return iter(self.errors)
+
+    def within(self, prefix: str) -> SpecErrors:
+        return SpecErrors(error.within(prefix) for error in self.errors)
+
+
+def problem(field: str, value: Any, what: str, accepted: str, kind: type[SpecError] = SpecError) -> SpecError:
+    """``<what> (got <value>); accepted: <accepted>``: the one shape every message takes."""
+    return kind(field, f"{what} (got {value!r}); accepted: {accepted}")
+
+
+class Collector:
+    """Gathers the problems of one validation pass; ``raise_if_any`` raises them together."""
+
+    def __init__(self) -> None:
+        self.errors: list[SpecError] = []
+
+    def add(self, error: SpecError | SpecErrors | None, prefix: str = "") -> None:
+        if error is None:
+            return
+        found = list(error) if isinstance(error, SpecErrors) else [error]
+        self.errors.extend(e.within(prefix) if prefix else e for e in found)
+
+    def check(self, function: Any, *args: Any, prefix: str = "", **kwargs: Any) -> Any:
+        """Run one check; record what it raises and return its result (None when it failed)."""
+        try:
+            return function(*args, **kwargs)
+        except (SpecError, SpecErrors) as error:
+            self.add(error, prefix)
+            return None
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            # Two checks may meet the same mistake (the region, say): report it once.
+            unique = {(type(e), e.field, e.message): e for e in self.errors}
+            raise SpecErrors(unique.values())

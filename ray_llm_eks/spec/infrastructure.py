@@ -1,0 +1,216 @@
+"""Checks and defaults of the AWS side that the configuration and the constructs share.
+
+Each check raises :class:`~ray_llm_eks.spec.errors.SpecError` naming the field, the bad value
+and what is accepted. The configuration adapter calls them (so ``make synth`` and
+``ray-llm-eks plan`` refuse the same files), and so does each construct for its own props (so a
+construct used directly refuses the same values).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Sequence
+
+from .errors import Collector, SpecError, problem
+
+# --- defaults, each stated once ------------------------------------------------------------------
+
+DEFAULT_REGION = "us-west-2"
+DEFAULT_CONTROL_PLANE_AZS = ("us-west-2a", "us-west-2b")
+DEFAULT_DATA_PLANE_AZ = "us-west-2a"
+DEFAULT_STACK_NAME = "RayLlmEks"
+DEFAULT_VPC_CIDR = "10.0.0.0/16"
+DEFAULT_NAT_GATEWAYS = 1
+DEFAULT_FLOW_LOG_RETENTION_DAYS = 30
+DEFAULT_KUBERNETES_VERSION = "1.35"
+KUBERNETES_VERSIONS = ("1.35",)
+"""Versions with a kubectl layer in the install (``aws-cdk.lambda-layer-kubectl-v35``)."""
+ENDPOINT_ACCESS_MODES = ("public-and-private", "private", "public")
+DEFAULT_ENDPOINT_ACCESS = "public-and-private"
+DEFAULT_PUBLIC_ACCESS_CIDRS = ("0.0.0.0/0",)
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
+
+DEFAULT_KUBERAY_VERSION = "1.4.0"
+"""The RayService CRD schema the charts are tested against (``tests/data``)."""
+DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"
+DEFAULT_EFA_DEVICE_PLUGIN_VERSION = "v0.5.20"
+BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS = frozenset({"0.19.0", "0.19.1", "0.19.2"})
+"""Their MOFED default breaks EFA (BRIEF section 2, "Add-ons")."""
+
+CLOUDWATCH_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
+                             2192, 2557, 2922, 3288, 3653)
+"""The retention periods CloudWatch Logs accepts (PutRetentionPolicy API)."""
+
+# The new VPC's layout (constructs.network.InferenceVpc): per AZ one public /24 and one private /19.
+PUBLIC_SUBNET_PREFIX = 24
+PRIVATE_SUBNET_PREFIX = 19
+LARGEST_VPC_PREFIX = 16  # AWS: a VPC CIDR is /16 .. /28
+
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_AZ = re.compile(r"^([a-z]{2}(-[a-z]+)+-\d+)[a-z]$")
+_STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+
+
+def region(value: str, field: str = "region") -> str:
+    if not isinstance(value, str) or not _REGION.match(value):
+        raise problem(field, value, "not an AWS region name", "a name such as us-west-2")
+    return value
+
+
+def availability_zones(region_name: str, control_plane_azs: Sequence[str], data_plane_az: str) -> None:
+    """Two or more distinct control-plane AZs in the region, and the data-plane AZ one of them.
+
+    Each problem names its own field: a wrong control-plane list is ``control_plane_azs``, a
+    wrong data-plane AZ is ``data_plane_az``.
+    """
+    found = Collector()
+    azs = list(control_plane_azs)
+    if len(azs) < 2:
+        found.add(problem("control_plane_azs", azs, "EKS needs subnets in at least two availability zones",
+                          f"two or more AZ names such as [{region_name}a, {region_name}b]"))
+    elif len(set(azs)) != len(azs):
+        found.add(problem("control_plane_azs", azs, "availability zones must be distinct",
+                          f"distinct names such as [{region_name}a, {region_name}b]"))
+    foreign = [az for az in azs if not _in_region(az, region_name)]
+    if foreign:
+        found.add(problem("control_plane_azs", azs, f"{', '.join(foreign)} not in region {region_name}",
+                          f"AZ names of {region_name} such as [{region_name}a, {region_name}b]"))
+    if not _in_region(data_plane_az, region_name):
+        found.add(problem("data_plane_az", data_plane_az, f"not an availability zone of region {region_name}",
+                          f"one of control_plane_azs, such as {region_name}a"))
+    elif not foreign and data_plane_az not in azs:
+        found.add(problem("data_plane_az", data_plane_az, "not one of control_plane_azs", ", ".join(azs)))
+    found.raise_if_any()
+
+
+def _in_region(az: str, region_name: str) -> bool:
+    match = _AZ.match(az) if isinstance(az, str) else None
+    return bool(match and match.group(1) == region_name)
+
+
+def stack_name(value: str, field: str = "stack_name") -> str:
+    if not isinstance(value, str) or not _STACK_NAME.match(value):
+        raise problem(field, value, "not a CloudFormation stack name",
+                      "1-128 characters, letters, digits and '-', starting with a letter")
+    return value
+
+
+def cluster_name(value: str | None, field: str = "cluster.name") -> str | None:
+    if value is not None and (not isinstance(value, str) or not _CLUSTER_NAME.match(value)):
+        raise problem(field, value, "not an EKS cluster name",
+                      "1-100 characters, letters, digits, '-' and '_', starting with a letter or digit")
+    return value
+
+
+def _network(field: str, value: str, example: str) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(value, strict=True)
+    except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):
+        raise problem(field, value, "not an IPv4 CIDR block (network address / prefix length)",
+                      f"a block such as {example}") from None
+
+
+def vpc_layout_prefix(az_count: int) -> int:
+    """The longest VPC prefix that still holds the new VPC's subnets for ``az_count`` AZs.
+
+    The subnets are laid out in order, public /24s first, each aligned to its own size, as
+    aws-cdk-lib's ``Vpc`` does (``NetworkBuilder.addSubnets``).
+    """
+    cursor = 0
+    for prefix in [PUBLIC_SUBNET_PREFIX] * az_count + [PRIVATE_SUBNET_PREFIX] * az_count:
+        size = 2 ** (32 - prefix)
+        cursor = -(-cursor // size) * size + size
+    return 32 - (cursor - 1).bit_length()
+
+
+def vpc_cidr(value: str, az_count: int = len(DEFAULT_CONTROL_PLANE_AZS), field: str = "network.vpc_cidr") -> str:
+    network = _network(field, value, DEFAULT_VPC_CIDR)
+    smallest = vpc_layout_prefix(az_count)
+    if not LARGEST_VPC_PREFIX <= network.prefixlen <= smallest:
+        raise problem(
+            field, value,
+            f"a /{network.prefixlen} cannot hold a public /{PUBLIC_SUBNET_PREFIX} and a private "
+            f"/{PRIVATE_SUBNET_PREFIX} subnet in each of {az_count} AZs",
+            f"a prefix length from /{LARGEST_VPC_PREFIX} to /{smallest}, such as {DEFAULT_VPC_CIDR}")
+    return value
+
+
+def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways") -> int:
+    if not isinstance(value, int) or not 1 <= value <= az_count:
+        raise problem(field, value, "NAT gateways are one in the data-plane AZ, or one per AZ",
+                      f"1 to {az_count}")
+    return value
+
+
+def public_access_cidrs(values: Sequence[str], endpoint_access: str,
+                        field: str = "cluster.public_access_cidrs") -> tuple[str, ...]:
+    for value in values:
+        _network(field, value, "203.0.113.0/24")
+    if endpoint_access != "private" and not values:
+        raise problem(field, list(values), f"endpoint_access {endpoint_access} needs at least one CIDR",
+                      "one or more CIDR blocks such as 203.0.113.0/24")
+    return tuple(values)
+
+
+def endpoint_access(value: str, field: str = "cluster.endpoint_access") -> str:
+    if value not in ENDPOINT_ACCESS_MODES:
+        raise problem(field, value, "not an EKS endpoint access mode", ", ".join(ENDPOINT_ACCESS_MODES))
+    return value
+
+
+def kubernetes_version(value: str, field: str = "cluster.kubernetes_version") -> str:
+    if value not in KUBERNETES_VERSIONS:
+        raise problem(field, value, "no kubectl layer for this Kubernetes version in the install",
+                      ", ".join(KUBERNETES_VERSIONS))
+    return value
+
+
+def control_plane_logs(values: Sequence[str], field: str = "cluster.control_plane_logs") -> tuple[str, ...]:
+    unknown = [v for v in values if v not in CONTROL_PLANE_LOG_TYPES]
+    if unknown:
+        raise problem(field, unknown, "not EKS control-plane log types", ", ".join(CONTROL_PLANE_LOG_TYPES))
+    return tuple(values)
+
+
+def admin_role_arn(value: str | None, field: str = "cluster.admin_role_arn") -> str | None:
+    if value is not None and not _ROLE_ARN.match(value):
+        raise problem(field, value, "not an IAM role ARN", "arn:aws:iam::<12-digit account>:role/<name>")
+    return value
+
+
+def retention_days(value: int, field: str = "network.flow_log_retention_days") -> int:
+    if value not in CLOUDWATCH_RETENTION_DAYS:
+        raise problem(field, value, "not a CloudWatch Logs retention period",
+                      ", ".join(map(str, CLOUDWATCH_RETENTION_DAYS)))
+    return value
+
+
+def semver(value: str, field: str, *, v_prefix: bool = False) -> str:
+    """A released version, as Helm charts and Ray number them (``1.4.0``; ``v0.5.20`` where the chart uses a v)."""
+    text = value[1:] if v_prefix and isinstance(value, str) and value.startswith("v") else value
+    if not isinstance(text, str) or not _SEMVER.match(text):
+        example = "v0.5.20" if v_prefix else "1.4.0"
+        raise problem(field, value, "not a semantic version (a tag like 'latest' is not reproducible)",
+                      f"MAJOR.MINOR.PATCH such as {example}")
+    return value
+
+
+def nvidia_device_plugin_version(value: str, field: str = "versions.nvidia_device_plugin") -> str:
+    semver(value, field)
+    if value in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
+        raise problem(field, value, "defaults to MOFED mode, which breaks EFA", "0.20.x or later")
+    return value
+
+
+def first_error(function, *args, **kwargs) -> SpecError | None:
+    """The problem a check raises, or None: for callers that only report."""
+    try:
+        function(*args, **kwargs)
+    except SpecError as error:
+        return error
+    return None

@@ -1,0 +1,410 @@
+"""What the RayService serves and how: model, image, topology, engine settings, and the pools it runs on.
+
+:class:`ServingSpec` is the one object both halves read for serving: the Kubernetes side renders
+its pods and Serve config from it, the AWS side (``constructs.serving.RayLlmServing``) builds it
+from the node groups it is given, and ``ray-llm-eks plan`` prices and sizes it. It validates
+itself when built, so every entry point refuses the same combinations with the same message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
+from . import sizing
+from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
+from .infrastructure import region as check_region, semver
+from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
+from .placement import DECODE, PREFILL, WORKER_ROLES
+from .pools import SystemPool, WorkerPool
+
+
+class Topology(str, Enum):
+    disaggregated = "disaggregated"
+    colocated = "colocated"
+
+
+class SecurityProfile(str, Enum):
+    privileged = "privileged"
+    """What the reference does: NIXL registers CUDA memory with the EFA device."""
+    ipc_lock = "ipc-lock"
+    """Experimental: not privileged, capability IPC_LOCK only. Unverified on real nodes."""
+
+
+class EndpointType(str, Enum):
+    cluster_ip = "ClusterIP"
+    internal_nlb = "internal-nlb"
+
+
+# --- facts and defaults, each stated once ----------------------------------------------------------
+
+DLC_ACCOUNT = "763104351884"
+"""The AWS account that publishes the AWS Deep Learning Containers, including the Ray LLM image."""
+DLC_REPOSITORY_NAME = "ray"
+DEFAULT_IMAGE_TAG = "serve-llm-cuda-v1.0"
+DLC_TAG_RAY_VERSIONS = {"serve-llm-cuda-v1.0": "2.58.0"}
+"""The Ray inside each AWS Ray LLM DLC tag (BRIEF section 1: Ray 2.58, vLLM 0.26, CUDA 13.0)."""
+DEFAULT_RAY_VERSION = DLC_TAG_RAY_VERSIONS[DEFAULT_IMAGE_TAG]
+
+DEFAULT_NAMESPACE = "inference"
+DEFAULT_SERVICE_NAME = "ray-llm"
+RAY_SERVICE_NAME_MAX = 47
+"""KubeRay derives longer names from a RayService's name and refuses more than 47 characters."""
+
+SERVE_PORT = 8000
+"""Ray Serve's HTTP proxy; the image does not declare it, so the pods do."""
+
+NIXL_SIDE_CHANNEL_PORT_BASE = {PREFILL: 20000, DECODE: 22000}
+"""Ray's defaults for the two legs (``experimental_configs.NIXL_SIDE_CHANNEL_PORT_BASE``;
+PDServingArgs defaults decode to 22000), written out so pods and Serve agree."""
+
+NIXL_BACKENDS = ("LIBFABRIC", "UCX")
+KV_BUFFER_DEVICES = ("cuda", "cpu")
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _enum(found: Collector, cls: type[Enum], value: Any, name: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        found.add(problem(name, value, f"not a {name.replace('_', ' ')}", ", ".join(m.value for m in cls)))
+        return None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The served model and the vLLM engine settings both legs share."""
+
+    source: str = "Qwen/Qwen3.5-9B"
+    """Hugging Face repository id (or a path the image can read)."""
+    served_name: str = "qwen3.5-9b"
+    """The OpenAI ``model`` id clients send (Ray's ``model_id``)."""
+    revision: str | None = None
+    """A 40-hex commit id pins the weights (and the tokenizer)."""
+    dtype: str = "bfloat16"
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = True
+    tensor_parallel_size: int = 1
+    architecture: ModelArchitecture | None = None
+    """Needed when ``source`` is not in the package's table (``ray_llm_eks.models``)."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        if not isinstance(self.source, str) or not self.source.strip():
+            found.add(problem("source", self.source, "empty model source", "a Hugging Face id such as Qwen/Qwen3.5-9B"))
+        if not isinstance(self.served_name, str) or not self.served_name or any(c.isspace() for c in self.served_name):
+            found.add(problem("served_name", self.served_name, "not a model id clients can send",
+                              "a non-empty name with no whitespace, such as qwen3.5-9b"))
+        if self.revision is not None and (not isinstance(self.revision, str) or not self.revision.strip()):
+            found.add(problem("revision", self.revision, "empty revision", "a 40-hex commit id, or none"))
+        if self.dtype not in DTYPE_BYTES:
+            found.add(problem("dtype", self.dtype, "not a dtype the planner knows", ", ".join(DTYPE_BYTES)))
+        if not _is_int(self.max_model_len) or self.max_model_len < 1:
+            found.add(problem("max_model_len", self.max_model_len, "not a token count", "a whole number >= 1"))
+        gmu = self.gpu_memory_utilization
+        if isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1:
+            found.add(problem("gpu_memory_utilization", gmu, "not a fraction of GPU memory", "a number in (0, 1]"))
+        if not isinstance(self.enforce_eager, bool):
+            found.add(problem("enforce_eager", self.enforce_eager, "not a boolean", "true or false"))
+        if not _is_int(self.tensor_parallel_size) or self.tensor_parallel_size < 1:
+            found.add(problem("tensor_parallel_size", self.tensor_parallel_size, "not a GPU count", "a whole number >= 1"))
+        if self.architecture is not None and not isinstance(self.architecture, ModelArchitecture):
+            found.add(problem("architecture", self.architecture, "not a ModelArchitecture",
+                              "a ray_llm_eks.models.ModelArchitecture, or none for a model in the table"))
+        found.raise_if_any()
+
+    @property
+    def known_architecture(self) -> ModelArchitecture | None:
+        return self.architecture or known_architecture(self.source)
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.revision and _COMMIT.match(self.revision))
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """The Ray LLM container image. Default: the AWS DLC in the deployment's region,
+    ``763104351884.dkr.ecr.<region>.amazonaws.com/ray:serve-llm-cuda-v1.0``."""
+
+    repository: str | None = None
+    """A custom repository; None is the DLC repository in the deployment's own region."""
+    tag: str | None = DEFAULT_IMAGE_TAG
+    digest: str | None = None
+    """``sha256:`` + 64 hex; when set the manifests use ``repository@digest`` (reproducible)."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        if self.digest is not None and not (isinstance(self.digest, str) and _DIGEST.match(self.digest)):
+            found.add(problem("digest", self.digest, "not an image digest", "'sha256:' followed by 64 lowercase hex"))
+        if not self.tag and not self.digest:
+            found.add(problem("tag", self.tag, "the image needs a tag or a digest", "a tag, a digest, or both"))
+        if self.repository is not None and (not isinstance(self.repository, str) or not self.repository.strip()
+                                            or any(c.isspace() for c in self.repository)):
+            found.add(problem("repository", self.repository, "not an image repository",
+                              "a repository such as 123456789012.dkr.ecr.us-east-1.amazonaws.com/ray"))
+        found.raise_if_any()
+
+    @property
+    def is_custom(self) -> bool:
+        return self.repository is not None
+
+    def repository_in(self, region_name: str) -> str:
+        return self.repository or f"{DLC_ACCOUNT}.dkr.ecr.{region_name}.amazonaws.com/{DLC_REPOSITORY_NAME}"
+
+    def uri(self, region_name: str) -> str:
+        repository = self.repository_in(region_name)
+        return f"{repository}@{self.digest}" if self.digest else f"{repository}:{self.tag}"
+
+
+@dataclass(frozen=True)
+class NixlSpec:
+    backends: tuple[str, ...] = ("LIBFABRIC",)
+    """LIBFABRIC is what uses EFA; NIXL's default UCX silently runs at TCP speed on EFA nodes."""
+    kv_buffer_device: str | None = None
+    """None keeps vLLM's default; ``cpu`` is the documented fallback without GPUDirect RDMA."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        object.__setattr__(self, "backends", tuple(self.backends))
+        if not self.backends or any(b not in NIXL_BACKENDS for b in self.backends):
+            found.add(problem("backends", list(self.backends), "not a list of NIXL backends",
+                              f"one or more of {', '.join(NIXL_BACKENDS)}"))
+        if self.kv_buffer_device is not None and self.kv_buffer_device not in KV_BUFFER_DEVICES:
+            found.add(problem("kv_buffer_device", self.kv_buffer_device, "not a KV buffer device",
+                              f"{', '.join(KV_BUFFER_DEVICES)}, or none"))
+        found.raise_if_any()
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """One Ray Serve LLM deployment on its pools. Raises :class:`SpecErrors` when built wrong.
+
+    Error fields are the names a caller sets: ``prefill.desired_size`` (the prefill pool),
+    ``model.max_model_len``, ``image.digest``, ``prefill_tensor_parallel_size``, ``ray_version``.
+    """
+
+    region: str
+    prefill: WorkerPool
+    decode: WorkerPool
+    system: SystemPool = field(default_factory=SystemPool)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    image: ImageSpec = field(default_factory=ImageSpec)
+    nixl: NixlSpec = field(default_factory=NixlSpec)
+    topology: Topology = Topology.disaggregated
+    security_profile: SecurityProfile = SecurityProfile.privileged
+    endpoint: EndpointType = EndpointType.cluster_ip
+    namespace: str = DEFAULT_NAMESPACE
+    service_name: str = DEFAULT_SERVICE_NAME
+    ray_version: str = DEFAULT_RAY_VERSION
+    """Must equal the Ray inside the image (KubeRay's ``rayVersion``)."""
+    prefill_tensor_parallel_size: int | None = None
+    """Overrides ``model.tensor_parallel_size`` for the prefill leg."""
+    decode_tensor_parallel_size: int | None = None
+    strict: bool = False
+    """Refuse an image pinned by tag only or a model without a commit revision."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        for name, cls in (("topology", Topology), ("security_profile", SecurityProfile), ("endpoint", EndpointType)):
+            value = _enum(found, cls, getattr(self, name), name)
+            if value is not None:
+                object.__setattr__(self, name, value)
+        for role in WORKER_ROLES:
+            pool = getattr(self, role)
+            if not isinstance(pool, WorkerPool) or pool.role != role:
+                found.add(problem(role, getattr(pool, "role", pool), f"not a {role} worker pool",
+                                  f"a WorkerPool (or EfaGpuNodeGroup) with role {role}"))
+        if found.errors:
+            found.raise_if_any()
+        self._check_names(found)
+        self._check_image(found)
+        tensor_parallel_ok = self._check_tensor_parallel(found)
+        for role in WORKER_ROLES:
+            if self.pool(role).desired_size < 1:
+                found.add(problem(f"{role}.desired_size", 0, f"the {role} leg would have no GPU to run on",
+                                  "at least 1 (min_size may stay 0)"))
+        found.check(sizing.head_resources, self.system.instance)
+        if tensor_parallel_ok:
+            self._check_memory(found)
+        for warning in self.reproducibility_problems() if self.strict else ():
+            found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message}"))
+        found.raise_if_any()
+
+    # --- checks ------------------------------------------------------------------------------------
+
+    def _check_names(self, found: Collector) -> None:
+        for name in ("namespace", "service_name"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _DNS_LABEL.match(value):
+                found.add(problem(name, value, "not a DNS label", "lowercase letters, digits and '-', at most 63"))
+        if isinstance(self.service_name, str) and len(self.service_name) > RAY_SERVICE_NAME_MAX:
+            found.add(problem("service_name", self.service_name,
+                              f"{len(self.service_name)} characters; KubeRay derives longer names from it",
+                              f"at most {RAY_SERVICE_NAME_MAX} characters"))
+
+    def _check_image(self, found: Collector) -> None:
+        if not _is_resolved_region(self.region):
+            if not self.image.is_custom:
+                found.add(problem("image.repository", None, f"the region is not known at synth time ({self.region}), "
+                                  "so the DLC's regional repository cannot be named",
+                                  "a stack with an explicit env region, or image.repository"))
+        else:
+            found.check(check_region, self.region, "region")
+        if found.check(semver, self.ray_version, "ray_version") is None or self.image.is_custom:
+            return  # with a custom image, its Ray version is the user's word
+        expected = DLC_TAG_RAY_VERSIONS.get(self.image.tag) if self.image.tag else None
+        if self.image.tag and expected is None:
+            found.add(problem("image.tag", self.image.tag, "not an AWS Ray LLM DLC tag whose Ray version is known",
+                              f"{', '.join(DLC_TAG_RAY_VERSIONS)}; or set image.repository for a custom image"))
+        elif expected is not None and self.ray_version != expected:
+            found.add(problem("ray_version", self.ray_version, f"image tag {self.image.tag} ships Ray {expected}, "
+                              "and KubeRay's rayVersion must equal the image's Ray", expected))
+
+    def _check_tensor_parallel(self, found: Collector) -> bool:
+        ok = True
+        for role in WORKER_ROLES:
+            override = getattr(self, f"{role}_tensor_parallel_size")
+            name = f"{role}_tensor_parallel_size" if override is not None else "model.tensor_parallel_size"
+            tp = self.tensor_parallel_size(role)
+            gpus = self.pool(role).gpus_per_node
+            instance = self.pool(role).instance_type
+            if not _is_int(tp) or tp < 1:
+                found.add(problem(name, tp, "not a GPU count", "a whole number >= 1"))
+                ok = False
+            elif tp > gpus or gpus % tp:
+                divisors = ", ".join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)
+                what = (f"larger than the {gpus} GPU(s) of one {instance}" if tp > gpus
+                        else f"does not divide the {gpus} GPUs of one {instance}; {gpus % tp} per node would sit idle")
+                found.add(problem(name, tp, f"{role}: tensor_parallel_size {what}", divisors))
+                ok = False
+        if not ok:
+            return False
+        tp = {role: self.tensor_parallel_size(role) for role in WORKER_ROLES}
+        name = ("decode_tensor_parallel_size" if self.decode_tensor_parallel_size is not None
+                else "prefill_tensor_parallel_size")
+        if self.topology is Topology.colocated:
+            if tp[PREFILL] != tp[DECODE]:
+                found.add(problem(name, tp, "topology colocated serves one model config, so both pools need the "
+                                  "same tensor_parallel_size", "equal sizes"))
+            gpu_models = {role: self.pool(role).instance.gpu_model for role in WORKER_ROLES}
+            if gpu_models[PREFILL] != gpu_models[DECODE]:
+                found.add(problem("decode.instance_type", self.decode.instance_type,
+                                  f"topology colocated serves one model config on one GPU model, but prefill has "
+                                  f"{gpu_models[PREFILL]} and decode {gpu_models[DECODE]}",
+                                  f"a type with {gpu_models[PREFILL]} GPUs, like the prefill pool's"))
+        elif self.is_hybrid and tp[PREFILL] != tp[DECODE]:
+            found.add(problem(name, tp, f"{self.model.source} is a hybrid (Gated-DeltaNet) model: NIXL P/D needs "
+                              "the same tensor_parallel_size on both legs (vLLM PR #41869)", "equal sizes"))
+        return True
+
+    def _check_memory(self, found: Collector) -> None:
+        if self.model.known_architecture is None:
+            found.add(problem("model.architecture", None, f"model.source {self.model.source!r} is not in the "
+                              "package's architecture table, so whether it fits in GPU memory cannot be checked",
+                              "model.architecture from the model's config.json (parameter_count, num_hidden_layers, "
+                              "full_attention_layers, num_attention_heads, num_key_value_heads, head_dim, and the "
+                              "linear_* fields for hybrid models)"))
+            return
+        for budget in self.memory_budgets():
+            if budget.fits:
+                continue
+            name = f"{budget.role}.instance_type" if budget.weights_do_not_fit else "model.max_model_len"
+            value = budget.instance_type if budget.weights_do_not_fit else self.model.max_model_len
+            found.add(problem(name, value, budget.problem or "", "; ".join(budget.fixes), kind=DoesNotFit))
+
+    def reproducibility_problems(self) -> list[SpecError]:
+        """What makes this deployment irreproducible (a warning; an error with ``strict``)."""
+        problems = []
+        if not self.image.digest:
+            problems.append(SpecError("image.digest", f"image {self.image_uri} is pinned by tag only; tags are "
+                                      "mutable: set image.digest ('sha256:' + 64 hex)"))
+        if not self.model.revision:
+            problems.append(SpecError("model.revision", f"model {self.model.source} has no revision; the weights "
+                                      "can change under you: set model.revision to a 40-hex commit id"))
+        elif not self.model.pinned:
+            problems.append(SpecError("model.revision", f"model revision {self.model.revision!r} is a branch or tag, "
+                                      "not a commit; it can move: set model.revision to a 40-hex commit id"))
+        return problems
+
+    # --- derived values: one place for each, so pods, Serve config and plan agree -----------------
+
+    def pool(self, role: str) -> WorkerPool:
+        return {PREFILL: self.prefill, DECODE: self.decode}[role]
+
+    @property
+    def pools(self) -> tuple[WorkerPool, WorkerPool]:
+        return (self.prefill, self.decode)
+
+    def tensor_parallel_size(self, role: str) -> int:
+        override = getattr(self, f"{role}_tensor_parallel_size")
+        return override if override is not None else self.model.tensor_parallel_size
+
+    def replicas(self, role: str) -> int:
+        """One model replica per tensor-parallel group of GPUs: ``desired_size * (gpus // tp)``.
+
+        Each node runs one Ray worker pod with all its GPUs; a replica's placement group is
+        ``STRICT_PACK`` (one pod), so it spans ``tensor_parallel_size`` GPUs of one node.
+        """
+        pool = self.pool(role)
+        return pool.desired_size * (pool.gpus_per_node // self.tensor_parallel_size(role))
+
+    def nixl_side_channel_ports(self, role: str) -> list[int]:
+        """The TCP ports the role's NIXL listeners bind, on any of its pods; the same in both topologies.
+
+        Ray sets ``VLLM_NIXL_SIDE_CHANNEL_PORT`` = base + replica rank x (tensor x pipeline
+        parallel size) (Ray 2.58 ``kv_transfer/base.py``, ``_compute_port_offset``), and vLLM 0.26
+        opens one listener per engine on that port plus its data-parallel index (0 here): one port
+        per replica, not one per tensor-parallel worker. Which rank lands on which pod is Ray's
+        choice, so every pod of the role declares every port of the role.
+        """
+        base = NIXL_SIDE_CHANNEL_PORT_BASE[role]
+        tp = self.tensor_parallel_size(role)
+        return [base + rank * tp for rank in range(self.replicas(role))]
+
+    @property
+    def image_uri(self) -> str:
+        return self.image.uri(self.region)
+
+    @property
+    def architecture(self) -> ModelArchitecture:
+        known = self.model.known_architecture
+        if known is None:  # refused when built; here for type checkers
+            raise SpecErrors([SpecError("model.architecture", "unknown model architecture")])
+        return known
+
+    @property
+    def is_hybrid(self) -> bool:
+        known = self.model.known_architecture
+        return (known is not None and known.is_hybrid) or is_hybrid_gated_deltanet(self.model.source)
+
+    def memory_budgets(self) -> tuple[MemoryBudget, ...]:
+        return tuple(
+            memory_budget(role, self.pool(role).instance, self.tensor_parallel_size(role), self.architecture,
+                          max_model_len=self.model.max_model_len,
+                          gpu_memory_utilization=self.model.gpu_memory_utilization, dtype=self.model.dtype)
+            for role in WORKER_ROLES
+        )
+
+    def worker_resources(self, role: str) -> sizing.PodResources:
+        return sizing.worker_resources(self.pool(role).instance)
+
+    @property
+    def head_resources(self) -> sizing.PodResources:
+        return sizing.head_resources(self.system.instance)
+
+
+def _is_resolved_region(value: str) -> bool:
+    # An environment-agnostic CDK stack's region is a token such as "${Token[AWS.Region.9]}".
+    return isinstance(value, str) and "${Token[" not in value
