@@ -22,6 +22,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
@@ -67,7 +68,8 @@ def _error_console() -> Console:
 def _fail(code: ExitCode, message: str, as_json: bool) -> NoReturn:
     if as_json:
         typer.echo(json.dumps({"error": message, "exit_code": int(code)}, indent=2))
-    _error_console().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    # Escaped: a message quoting a list ("[us-east-1a, us-east-1b]") is text, not rich markup.
+    _error_console().print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     raise typer.Exit(int(code))
 
 

@@ -44,7 +44,7 @@ def test_strict_refuses_what_it_would_warn_about(overrides, named, not_named):
 
 
 def test_strict_refuses_a_branch_as_revision():
-    with pytest.raises(ConfigError, match="model.revision: strict mode refuses it: .*'main' is a branch or tag"):
+    with pytest.raises(ConfigError, match="model.revision: strict mode refuses it: a branch or tag, not a commit; it can move \\(got 'main'\\)"):
         parse_config({"strict": True, "image": {"digest": DIGEST}, "model": {"revision": "main"}})
 
 

@@ -328,14 +328,14 @@ class ServingSpec:
         """What makes this deployment irreproducible (a warning; an error with ``strict``)."""
         problems = []
         if not self.image.digest:
-            problems.append(SpecError("image.digest", f"image {self.image_uri} is pinned by tag only; tags are "
-                                      "mutable: set image.digest ('sha256:' + 64 hex)"))
+            problems.append(problem("image.digest", None, f"image {self.image_uri} is pinned by tag only; tags are "
+                                    "mutable", "'sha256:' followed by 64 lowercase hex"))
         if not self.model.revision:
-            problems.append(SpecError("model.revision", f"model {self.model.source} has no revision; the weights "
-                                      "can change under you: set model.revision to a 40-hex commit id"))
+            problems.append(problem("model.revision", None, f"model {self.model.source} has no revision; the weights "
+                                    "can change under you", "a 40-hex commit id"))
         elif not self.model.pinned:
-            problems.append(SpecError("model.revision", f"model revision {self.model.revision!r} is a branch or tag, "
-                                      "not a commit; it can move: set model.revision to a 40-hex commit id"))
+            problems.append(problem("model.revision", self.model.revision, "a branch or tag, not a commit; it can move",
+                                    "a 40-hex commit id"))
         return problems
 
     # --- derived values: one place for each, so pods, Serve config and plan agree -----------------

@@ -1,0 +1,197 @@
+"""A consumer's own CDK app composing the public constructs: pods derive from the node groups,
+and a construct used directly refuses what the configuration refuses, with the same sentence."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import aws_cdk as cdk
+import cdk8s
+import pytest
+import yaml
+from aws_cdk import aws_ec2 as ec2
+
+from ray_llm_eks.config import ConfigError, parse_config
+from ray_llm_eks.constructs import (
+    ConstructValidationError,
+    EfaFabric,
+    EfaGpuNodeGroup,
+    GpuDevicePlugins,
+    InferenceCluster,
+    InferenceVpc,
+    KubeRayOperator,
+    RayLlmServing,
+    SystemNodeGroup,
+)
+from ray_llm_eks.spec import ModelSpec, WorkerPool, sizing
+from ray_llm_eks.stack import default_context
+from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+# (prefill type, decode type, tensor parallel, prefill nodes, decode nodes, model)
+COMBINATIONS = [
+    ("g6.8xlarge", "g6.8xlarge", 1, 1, 1, "Qwen/Qwen3.5-9B"),
+    ("g6e.12xlarge", "g6.12xlarge", 2, 1, 2, "Qwen/Qwen3.5-9B"),
+    ("g5.12xlarge", "g5.12xlarge", 4, 2, 1, LLAMA),
+    ("g6e.8xlarge", "g6.16xlarge", 1, 3, 2, LLAMA),
+    ("g6.12xlarge", "g6e.12xlarge", 1, 1, 1, LLAMA),
+]
+
+
+def consumer_stack(name: str, prefill: str | ec2.InstanceType, decode: str, tp: int, prefill_nodes: int,
+                   decode_nodes: int, source: str, region: str = "eu-west-1") -> tuple[cdk.Stack, RayLlmServing]:
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, name, env=cdk.Environment(region=region))
+    network = InferenceVpc(stack, "Network", data_plane_az=f"{region}a", availability_zones=[f"{region}a", f"{region}b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
+    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
+    groups = {
+        role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet, fabric=fabric,
+                              role=role, instance_type=instance_type, min_size=nodes, desired_size=nodes,
+                              max_size=nodes)
+        for role, instance_type, nodes in (("prefill", prefill, prefill_nodes), ("decode", decode, decode_nodes))
+    }
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(groups.values()))
+    kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
+    served = "qwen" if source.startswith("Qwen") else "llama"
+    serving = RayLlmServing(stack, "Serving", cluster=cluster, prefill=groups["prefill"], decode=groups["decode"],
+                            system=system, kuberay=kuberay, device_plugins=plugins,
+                            model=ModelSpec(source=source, served_name=served, tensor_parallel_size=tp))
+    return stack, serving
+
+
+def rendered(serving: RayLlmServing) -> tuple[dict, dict]:
+    objects = [o for chart in serving.charts for o in cdk8s.Testing.synth(chart)]
+    (ray_service,) = [o for o in objects if o["kind"] == "RayService"]
+    serve = yaml.safe_load(ray_service["spec"]["serveConfigV2"])["applications"][0]["args"]
+    return ray_service, serve
+
+
+@pytest.mark.parametrize(("prefill", "decode", "tp", "prefill_nodes", "decode_nodes", "source"), COMBINATIONS)
+def test_pods_fit_their_nodes_and_replicas_follow_gpus_over_tensor_parallel(prefill, decode, tp, prefill_nodes,
+                                                                            decode_nodes, source):
+    stack, serving = consumer_stack("Consumer", prefill, decode, tp, prefill_nodes, decode_nodes, source)
+    ray_service, serve = rendered(serving)
+    groups = {g["groupName"]: g for g in ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    for role, nodes in (("prefill", prefill_nodes), ("decode", decode_nodes)):
+        instance = serving.spec.pool(role).instance
+        group = groups[role]
+        (container,) = group["template"]["spec"]["containers"]
+        limits = container["resources"]["limits"]
+        allocatable = sizing.estimated_allocatable(instance)
+        assert limits["nvidia.com/gpu"] == instance.gpus
+        assert limits["vpc.amazonaws.com/efa"] == 1
+        assert int(limits["cpu"]) * 1000 <= allocatable.cpu_millis
+        assert int(limits["memory"].removesuffix("Gi")) * 1024 <= allocatable.memory_mib
+        assert group["rayStartParams"]["num-gpus"] == str(instance.gpus)
+        assert group["replicas"] == nodes
+        leg = serve[f"{role}_config"]
+        assert leg["deployment_config"]["num_replicas"] == instance.gpus // tp * nodes
+        assert leg["engine_kwargs"]["tensor_parallel_size"] == tp
+        assert container["image"].startswith("763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray")
+    head = ray_service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"] == {"role": "system"}
+
+
+def test_instance_type_may_be_an_ec2_instance_type():
+    _, serving = consumer_stack("Typed", ec2.InstanceType("g6e.8xlarge"), "g6e.8xlarge", 1, 1, 1, LLAMA)
+    assert serving.spec.prefill.instance_type == "g6e.8xlarge"
+
+
+def test_a_pool_without_gpu_for_its_tensor_parallel_size_is_refused_with_the_construct_path():
+    with pytest.raises(ConstructValidationError) as caught:
+        consumer_stack("TooWide", "g6.8xlarge", "g6.8xlarge", 4, 1, 1, LLAMA)
+    assert str(caught.value).startswith("TooWide/Serving: model.tensor_parallel_size: ")
+
+
+def test_device_plugins_that_miss_a_pool_are_refused():
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, "Mismatch", env=cdk.Environment(region="us-west-2"))
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=[WorkerPool("prefill")])
+    with pytest.raises(ConstructValidationError, match="device_plugins: the EFA device plugin does not cover g6e.8xlarge"):
+        RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"),
+                      decode=WorkerPool("decode", instance_type="g6e.8xlarge"), device_plugins=plugins)
+
+
+def test_an_environment_agnostic_stack_needs_an_image_repository():
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, "Agnostic")
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    with pytest.raises(ConstructValidationError, match="image.repository: the region is not known at synth time"):
+        RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"))
+
+
+def _config_sentence(overrides: dict, field: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(overrides)
+    (line,) = [line.strip() for line in str(caught.value).splitlines() if line.strip().startswith(f"{field}: ")][:1]
+    return line.removeprefix(f"{field}: ")
+
+
+def _construct_sentence(build, field: str) -> str:
+    with pytest.raises(ConstructValidationError) as caught:
+        build()
+    lines = [line.split(": ", 1)[1] for line in str(caught.value).splitlines()]
+    (line,) = [line for line in lines if line.startswith(f"{field}: ")][:1]
+    return line.removeprefix(f"{field}: ")
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, "Same", env=cdk.Environment(region="us-west-2"))
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    return stack, network, cluster
+
+
+def test_a_construct_used_directly_says_what_the_configuration_says(scratch):
+    stack, network, cluster = scratch
+    counter = iter(range(100))
+
+    def node_group(**props):
+        return lambda: EfaGpuNodeGroup(stack, f"G{next(counter)}", cluster=cluster, subnet=network.data_plane_subnet,
+                                       role="decode", **props)
+
+    def serving(**props):
+        return lambda: RayLlmServing(stack, f"S{next(counter)}", cluster=cluster, prefill=WorkerPool("prefill"),
+                                     decode=WorkerPool("decode"), **props)
+
+    pairs = [
+        ({"decode": {"instance_type": "g6.4xlarge"}}, "decode.instance_type", node_group(instance_type="g6.4xlarge"),
+         "instance_type"),
+        ({"decode": {"desired_size": 3, "max_size": 2}}, "decode.desired_size", node_group(desired_size=3, max_size=2),
+         "desired_size"),
+        ({"model": {"max_model_len": 262144}}, "model.max_model_len", serving(model=ModelSpec(max_model_len=262144)),
+         "model.max_model_len"),
+        ({"versions": {"ray": "2.59.0"}}, "versions.ray", serving(ray_version="2.59.0"), "ray_version"),
+        ({"serving": {"service_name": "r" * 48}}, "serving.service_name", serving(service_name="r" * 48),
+         "service_name"),
+        ({"strict": True, "image": {"digest": "sha256:" + "e" * 64}}, "model.revision", serving(strict=True),
+         "model.revision"),
+        ({"cluster": {"name": "my cluster!"}}, "cluster.name",
+         lambda: InferenceCluster(stack, f"C{next(counter)}", vpc=network.vpc, cluster_name="my cluster!"),
+         "cluster_name"),
+        ({"network": {"vpc_cidr": "10.0.0.0/24"}}, "network.vpc_cidr",
+         lambda: InferenceVpc(stack, f"V{next(counter)}", data_plane_az="us-west-2a",
+                              availability_zones=["us-west-2a", "us-west-2b"], cidr="10.0.0.0/24"), "cidr"),
+    ]
+    for overrides, config_field, build, prop in pairs:
+        assert _construct_sentence(build, prop) == _config_sentence(overrides, config_field), config_field
+
+
+def test_readme_python_snippets_run_as_written(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    snippets = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert snippets, "the README shows how to compose the constructs"
+    monkeypatch.chdir(tmp_path)
+    for snippet in snippets:
+        namespace: dict = {"__name__": "readme_snippet"}
+        exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code

@@ -1,0 +1,85 @@
+"""The package's import layering, read from the source: the spec layer sits below both halves."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ray_llm_eks"
+AWS_LIBRARIES = ("aws_cdk", "constructs", "cdk_nag")
+K8S_LIBRARIES = ("cdk8s", "cdk8s_plus_35")
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of everything ``path`` imports (relative imports resolved in the package)."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names.add(prefix)
+            names.update(f"{prefix}.{alias.name}" for alias in node.names)
+    return names
+
+
+def folder_imports(folder: str) -> dict[str, set[str]]:
+    return {str(p.relative_to(PACKAGE)): imports_of(p) for p in sorted((PACKAGE / folder).glob("*.py"))}
+
+
+def _uses(names: set[str], roots: tuple[str, ...]) -> set[str]:
+    return {n for n in names if n.split(".")[0] in roots or any(n.startswith(r + ".") for r in roots)}
+
+
+@pytest.mark.parametrize("path", sorted(folder_imports("spec")))
+def test_the_spec_layer_imports_neither_half_nor_the_configuration(path):
+    names = folder_imports("spec")[path]
+    assert not _uses(names, AWS_LIBRARIES + K8S_LIBRARIES), path
+    assert not _uses(names, ("ray_llm_eks.constructs", "ray_llm_eks.cdk8s_charts", "ray_llm_eks.config",
+                             "ray_llm_eks.stack", "pydantic")), path
+
+
+@pytest.mark.parametrize("path", sorted(folder_imports("cdk8s_charts")))
+def test_the_charts_import_no_aws_construct_and_no_configuration(path):
+    names = folder_imports("cdk8s_charts")[path]
+    assert not _uses(names, ("aws_cdk", "cdk_nag")), path
+    assert not _uses(names, ("ray_llm_eks.constructs", "ray_llm_eks.config", "ray_llm_eks.stack")), path
+
+
+@pytest.mark.parametrize("path", sorted(folder_imports("constructs")))
+def test_the_constructs_read_the_spec_not_the_configuration(path):
+    names = folder_imports("constructs")[path]
+    assert not _uses(names, ("ray_llm_eks.config", "ray_llm_eks.stack")), path
+    # The one place the AWS half applies the Kubernetes half: RayLlmServing adds the charts to
+    # the cluster. The edge goes one way only (the charts never import a construct).
+    if path != "constructs/serving.py":
+        assert not _uses(names, ("ray_llm_eks.cdk8s_charts",) + K8S_LIBRARIES), path
+
+
+def test_importing_the_charts_does_not_load_aws_cdk():
+    import subprocess
+    import sys
+
+    code = "import sys, ray_llm_eks.cdk8s_charts; print(any(m.startswith('aws_cdk') for m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_ray_llm_serving_is_exported_from_the_constructs_package():
+    from ray_llm_eks.constructs import RayLlmServing  # no circular ImportError
+
+    assert RayLlmServing.__module__ == "ray_llm_eks.constructs.serving"
+
+
+def test_the_import_reader_resolves_relative_imports():
+    names = imports_of(PACKAGE / "cdk8s_charts" / "pod_templates.py")
+    assert {"ray_llm_eks.spec.sizing", "ray_llm_eks.spec.serving.ServingSpec", "cdk8s_plus_35.k8s"} <= names
