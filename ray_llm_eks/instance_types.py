@@ -7,8 +7,8 @@ computing (G5, G6, G6e) and general purpose (M7i), and the EFA supported-instanc
 G-series has no GPUDirect RDMA (aws-ofi-nccl #547: only P-series from p4d), so
 ``gpudirect_rdma`` is False for every type listed here.
 
-An instance type missing from this table is refused for a GPU role: a wrong guess about EFA
-or GPU memory costs a failed deploy, so unknown types must be added here with their facts.
+An instance type missing from this table is refused (``ray_llm_eks.spec.pools``): a wrong guess
+about EFA or GPU memory costs a failed deploy, so unknown types must be added here with their facts.
 """
 
 from __future__ import annotations
@@ -85,48 +85,5 @@ def efa_gpu_names() -> list[str]:
     return sorted(n for n, t in INSTANCE_TYPES.items() if t.has_gpu and t.efa)
 
 
-def lookup(name: str) -> InstanceType:
-    """The facts for ``name``; a KeyError whose message lists what is known."""
-    try:
-        return INSTANCE_TYPES[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown instance type {name!r}; known: {', '.join(known_names())}"
-        ) from None
-
-
-def require_efa_gpu(name: str) -> InstanceType:
-    """The facts for a GPU role's instance type, or a ValueError saying why it cannot serve one."""
-    accepted = ", ".join(efa_gpu_names())
-    known = INSTANCE_TYPES.get(name)
-    if known is None:
-        raise ValueError(f"unknown instance type {name!r}; accepted GPU types with EFA: {accepted}")
-    if not known.has_gpu:
-        raise ValueError(f"instance type {name!r} has no GPU; accepted GPU types with EFA: {accepted}")
-    if not known.efa:
-        raise ValueError(f"instance type {name!r} does not support EFA; accepted GPU types with EFA: {accepted}")
-    return known
-
-
-def require_cpu_only(name: str) -> InstanceType:
-    """The facts for the system node's instance type, or a ValueError."""
-    known = INSTANCE_TYPES.get(name)
-    if known is None:
-        raise ValueError(f"unknown instance type {name!r}; accepted: {', '.join(cpu_only_names())}")
-    if known.has_gpu:
-        raise ValueError(
-            f"instance type {name!r} has a GPU; the system node runs CPU-only pods; accepted: {', '.join(cpu_only_names())}"
-        )
-    return known
-
-
 def cpu_only_names() -> list[str]:
     return sorted(n for n, t in INSTANCE_TYPES.items() if not t.has_gpu)
-
-
-def require_ordered_sizes(min_size: int, desired_size: int, max_size: int) -> None:
-    if not min_size <= desired_size <= max_size:
-        raise ValueError(
-            "sizes must satisfy min_size <= desired_size <= max_size; "
-            f"got min_size={min_size}, desired_size={desired_size}, max_size={max_size}"
-        )

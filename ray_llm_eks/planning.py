@@ -10,7 +10,6 @@ Every assumption that is not a published fact is a named constant below with the
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 

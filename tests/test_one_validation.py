@@ -4,7 +4,6 @@ configurations with the same sentences (field, bad value, what is accepted), nev
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml

@@ -12,7 +12,7 @@ import ipaddress
 import re
 from typing import Sequence
 
-from .errors import Collector, SpecError, problem
+from .errors import Collector, problem
 
 # --- defaults, each stated once ------------------------------------------------------------------
 
@@ -205,12 +205,3 @@ def nvidia_device_plugin_version(value: str, field: str = "versions.nvidia_devic
     if value in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
         raise problem(field, value, "defaults to MOFED mode, which breaks EFA", "0.20.x or later")
     return value
-
-
-def first_error(function, *args, **kwargs) -> SpecError | None:
-    """The problem a check raises, or None: for callers that only report."""
-    try:
-        function(*args, **kwargs)
-    except SpecError as error:
-        return error
-    return None
