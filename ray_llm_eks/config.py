@@ -279,13 +279,23 @@ def _config_field(spec_field: str) -> str:
 class Specs:
     """Everything the stack builds, as the spec layer sees it (:meth:`DeploymentConfig.specs`)."""
 
-    system: SystemPool
-    prefill: WorkerPool
-    decode: WorkerPool
     serving: ServingSpec
+    """Holds the pools too: the system, prefill and decode below are its own."""
+
+    @property
+    def system(self) -> SystemPool:
+        return self.serving.system
+
+    @property
+    def prefill(self) -> WorkerPool:
+        return self.serving.prefill
+
+    @property
+    def decode(self) -> WorkerPool:
+        return self.serving.decode
 
     def pool(self, role: str) -> WorkerPool:
-        return {PREFILL: self.prefill, DECODE: self.decode}[role]
+        return self.serving.pool(role)
 
 
 class DeploymentConfig(_Shape):
@@ -339,27 +349,21 @@ class DeploymentConfig(_Shape):
 
     def _build_specs(self) -> Specs:
         found = Collector()
-        infrastructure_checks = [
-            (infra.region, (self.region,)),
-            (infra.stack_name, (self.stack_name,)),
-            (infra.vpc_cidr, (self.network.vpc_cidr, len(self.control_plane_azs))),
-            (infra.nat_gateways, (self.network.nat_gateways, max(1, len(self.control_plane_azs)))),
-            (infra.retention_days, (self.network.flow_log_retention_days,)),
-            (infra.cluster_name, (self.cluster.name,)),
-            (infra.kubernetes_version, (self.cluster.kubernetes_version,)),
-            (infra.endpoint_access, (self.cluster.endpoint_access,)),
-            (infra.public_access_cidrs, (self.cluster.public_access_cidrs, self.cluster.endpoint_access)),
-            (infra.admin_role_arn, (self.cluster.admin_role_arn,)),
-            (infra.control_plane_logs, (self.cluster.control_plane_logs,)),
-            (infra.semver, (self.versions.kuberay, "versions.kuberay")),
-            (infra.nvidia_device_plugin_version, (self.versions.nvidia_device_plugin,)),
-            (infra.semver, (self.versions.efa_device_plugin, "versions.efa_device_plugin"), {"v_prefix": True}),
-        ]
-        for check, *arguments in infrastructure_checks:
-            args, kwargs = arguments[0], (arguments[1] if len(arguments) > 1 else {})
-            found.check(check, *args, **kwargs)
         if found.check(infra.region, self.region) is not None:
             found.check(infra.availability_zones, self.region, self.control_plane_azs, self.data_plane_az)
+        found.check(infra.stack_name, self.stack_name)
+        found.check(infra.vpc_cidr, self.network.vpc_cidr, len(self.control_plane_azs))
+        found.check(infra.nat_gateways, self.network.nat_gateways, max(1, len(self.control_plane_azs)))
+        found.check(infra.retention_days, self.network.flow_log_retention_days)
+        found.check(infra.cluster_name, self.cluster.name)
+        found.check(infra.kubernetes_version, self.cluster.kubernetes_version)
+        found.check(infra.endpoint_access, self.cluster.endpoint_access)
+        found.check(infra.public_access_cidrs, self.cluster.public_access_cidrs, self.cluster.endpoint_access)
+        found.check(infra.admin_role_arn, self.cluster.admin_role_arn)
+        found.check(infra.control_plane_logs, self.cluster.control_plane_logs)
+        found.check(infra.semver, self.versions.kuberay, "versions.kuberay")
+        found.check(infra.nvidia_device_plugin_version, self.versions.nvidia_device_plugin)
+        found.check(infra.semver, self.versions.efa_device_plugin, "versions.efa_device_plugin", v_prefix=True)
 
         system = found.check(SystemPool, **self.system.model_dump(), prefix="system")
         pools = {role: self._worker_pool(found, role) for role in WORKER_ROLES}
@@ -385,7 +389,7 @@ class DeploymentConfig(_Shape):
         except SpecErrors as errors:
             raise _Problems(errors) from None
         assert serving is not None
-        return Specs(system=system, prefill=pools[PREFILL], decode=pools[DECODE], serving=serving)
+        return Specs(serving=serving)
 
     def _worker_pool(self, found: Collector, role: str) -> WorkerPool | None:
         group = self.gpu(role)
