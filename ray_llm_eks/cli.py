@@ -1,6 +1,8 @@
-"""The ``ray-llm-eks`` command line: ``plan`` (no AWS calls) and ``preflight`` (read-only AWS checks).
+"""The ``ray-llm-eks`` command line: ``plan`` (no AWS calls), ``preflight`` (read-only AWS checks),
+``verify`` (the deployment gate against the current kubeconfig) and ``verify-logs`` (its log
+classifier on saved worker logs).
 
-Exit codes (also in ``docs/plan.md``):
+Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
 
 ====  ==========================================================================================
  0    success: the plan fits / every preflight check passed
@@ -8,7 +10,8 @@ Exit codes (also in ``docs/plan.md``):
       same message) / at least one check failed (preflight)
  2    the configuration cannot be used: invalid file or values (the same refusals and messages
       as ``make synth``), or a region or instance type the price table does not cover
- 3    preflight only: no usable AWS credentials
+ 1    verify: the gate failed / verify-logs: the logs do not prove LIBFABRIC on the efa provider
+ 3    preflight: no usable AWS credentials / verify: no access to the cluster
  4    preflight only: AWS cannot be reached
 ====  ==========================================================================================
 """
@@ -43,7 +46,7 @@ class ExitCode(IntEnum):
 
 app = typer.Typer(
     name="ray-llm-eks",
-    help="Plan and check a disaggregated Ray Serve LLM deployment on Amazon EKS before deploying it.",
+    help="Plan, check and verify a disaggregated Ray Serve LLM deployment on Amazon EKS.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -256,6 +259,120 @@ def _print_report(report: PreflightReport) -> None:
         console.print(f"[bold red]{failed} of {len(report.results)} checks failed[/]")
     else:
         console.print(f"[bold green]all {len(report.results)} checks passed[/]")
+
+
+# --- verify ----------------------------------------------------------------------------------
+
+@app.command()
+def verify(
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context; default: current")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", help="default: serving.namespace of --config")] = None,
+    service: Annotated[str | None, typer.Option("--service", help="RayService; default: serving.service_name")] = None,
+    timeout: Annotated[int, typer.Option("--timeout", min=10, help="seconds to wait for the service")] = 300,
+    probes: Annotated[int | None, typer.Option("--probes", min=1, max=32, help="default: the deployed gate's")] = None,
+) -> None:
+    """Run the deployment gate now, through the API server, against the spec the cluster was deployed with.
+
+    Read-only: unlike the gate Job after a deploy, it never deletes a stale RayCluster. Probes go
+    through the API server's proxy, so their latencies include it (the Job's do not).
+    """
+    from .kubeconfig import load_access
+    from .verification.gate import Endpoints, Gate, GateConfig, deployed_settings
+    from .verification.kube import ApiError, Kube, NoClusterAccess
+
+    deployment = _load(config, as_json)
+    serving = deployment.specs().serving
+    namespace = namespace or serving.namespace
+    service = service or serving.service_name
+    try:
+        kube = Kube(load_access(kubeconfig, context))
+        settings = deployed_settings(kube, namespace, service)
+        overrides: dict[str, Any] = {"rollout": False, "deadline_seconds": float(timeout)}
+        if probes is not None:
+            overrides["probes"] = probes
+        gate_config = GateConfig.from_json({**settings, **overrides})
+        log = (lambda message: None) if as_json else (lambda message: _error_console().print(f"[dim]{escape(message)}[/]"))
+        with _error_console().status("verifying (waiting for the service, then probing)", spinner="dots") \
+                if not as_json else _nothing():
+            report = Gate(gate_config, kube, Endpoints(kube, via_api_proxy=True), log=log).run()
+    except NoClusterAccess as error:
+        _fail(ExitCode.NO_CREDENTIALS, f"no access to the cluster: {error}", as_json)
+    except (LookupError, ApiError) as error:
+        _fail(ExitCode.CHECK_FAILED, str(error), as_json)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        _print_gate_report(report.to_json())
+    raise typer.Exit(int(ExitCode.OK if report.verdict == "pass" else ExitCode.CHECK_FAILED))
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *args: Any) -> None:
+        return None
+
+
+def _print_gate_report(report: dict[str, Any]) -> None:
+    console = _console()
+    verdict = "[bold green]PASS[/]" if report["verdict"] == "pass" else "[bold red]FAIL[/]"
+    console.print(f"gate {verdict}: {report['namespace']}/{report['ray_service']} ({report['topology']}), "
+                  f"{report['duration_s']} s")
+    table = Table(show_header=False, title_justify="left")
+    probes = report.get("probes") or {}
+    kv = report.get("kv") or {}
+    transport = report.get("transport") or {}
+    rows = [
+        ("probes ok", f"{probes.get('ok')}/{probes.get('count')}" if probes else "-"),
+        ("TTFT p50 / e2e p50", f"{probes.get('ttft_ms_p50')} ms / {probes.get('e2e_ms_p50')} ms" if probes else "-"),
+        ("NIXL backend / provider", f"{transport.get('backend')} / {transport.get('provider')}" if transport else "-"),
+        ("KV bytes predicted", str(kv.get("predicted_bytes", "-"))),
+        ("EFA bytes moved", f"{kv.get('efa_moved_bytes', '-')} ({kv.get('efa_fraction_of_predicted', '-')} of predicted)"),
+        ("NIXL bytes / mean transfer", f"{(kv.get('nixl') or {}).get('bytes_transferred', '-')} / "
+                                       f"{(kv.get('nixl') or {}).get('mean_xfer_time_ms', '-')} ms"),
+    ]
+    for name, value in rows:
+        table.add_row(name, escape(value))
+    console.print(table)
+    for reason in report["reasons"]:
+        console.print(f"[red]-[/] {escape(reason)}")
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+
+
+@app.command("verify-logs")
+def verify_logs(
+    files: Annotated[list[Path], typer.Argument(help="saved worker logs (kubectl logs ... > file), one per worker")],
+    as_json: JsonOption = False,
+) -> None:
+    """Classify saved worker logs with the gate's classifier: did NIXL run LIBFABRIC on the efa provider?"""
+    from .verification.evidence import classify_logs
+
+    logs = {}
+    for path in files:
+        try:
+            logs[str(path)] = path.read_text(errors="replace")
+        except OSError as error:
+            _fail(ExitCode.CONFIG_ERROR, f"cannot read {path}: {error.strerror}", as_json)
+    result = classify_logs(logs)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        console = _console()
+        for name, found in result["by_source"].items():
+            console.print(f"{escape(name)}: backend {found['backend']}, provider {found['provider']}, "
+                          f"EFA devices {found['efa_devices']}, transfer failures {sum(found['transfer_failures'].values())}")
+        if result["verdict"] == "pass":
+            console.print("[bold green]PASS[/]: LIBFABRIC on the efa provider, no fallback, no transfer failure")
+        else:
+            console.print("[bold red]FAIL[/]")
+            for reason in result["reasons"]:
+                console.print(f"[red]-[/] {escape(reason)}")
+    raise typer.Exit(int(ExitCode.OK if result["verdict"] == "pass" else ExitCode.CHECK_FAILED))
 
 
 def main() -> None:

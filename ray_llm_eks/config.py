@@ -41,6 +41,7 @@ from .spec.serving import (
     ServingSpec,
     Topology,
 )
+from .spec.verification import VerificationSpec
 
 __all__ = [
     "ConfigError", "DeploymentConfig", "EndpointType", "SecurityProfile", "Specs", "Topology",
@@ -257,6 +258,23 @@ class ServingConfig(_Shape):
     """How the OpenAI API on port 8000 is exposed: ClusterIP (port-forward) or internal-nlb."""
 
 
+class VerificationConfig(_Shape):
+    """The deployment gate that runs after every change to the serving spec (docs/verification.md)."""
+
+    wait: bool = VerificationSpec.wait
+    """CloudFormation waits for the gate: a failed gate fails the deploy and rolls it back."""
+    timeout_minutes: int = VerificationSpec.timeout_minutes
+    """The longest a deploy waits for the service and the gate (10 to 720)."""
+    probes: int = VerificationSpec.probes
+    """Streamed chat completions sent through the OpenAI Service."""
+    probe_prompt_fraction: float = VerificationSpec.probe_prompt_fraction
+    """Prompt length of each probe, as a fraction of model.max_model_len."""
+    probe_max_tokens: int = VerificationSpec.probe_max_tokens
+    """Answer length of each probe."""
+    min_kv_fraction: float = VerificationSpec.min_kv_fraction
+    """The EFA counters must move at least this fraction of the KV bytes predicted for the probes."""
+
+
 # Where a ServingSpec field lives in the configuration, when its name there differs.
 _SERVING_FIELDS = {
     "namespace": "serving.namespace",
@@ -281,6 +299,7 @@ class Specs:
 
     serving: ServingSpec
     """Holds the pools too: the system, prefill and decode below are its own."""
+    verification: VerificationSpec = VerificationSpec()
 
     @property
     def system(self) -> SystemPool:
@@ -333,6 +352,8 @@ class DeploymentConfig(_Shape):
     """NIXL KV-transfer settings."""
     serving: ServingConfig = ServingConfig()
     """Kubernetes-side serving settings."""
+    verification: VerificationConfig = VerificationConfig()
+    """The deployment gate: how long a deploy waits for proof that the endpoint and the KV path work."""
 
     _specs: Specs | None = PrivateAttr(default=None)
 
@@ -371,6 +392,7 @@ class DeploymentConfig(_Shape):
         image = found.check(ImageSpec, **self.image.model_dump(), prefix="image")
         nixl = found.check(NixlSpec, backends=tuple(self.nixl.backends), kv_buffer_device=self.nixl.kv_buffer_device,
                            prefix="nixl")
+        verification = found.check(VerificationSpec, **self.verification.model_dump(), prefix="verification")
         serving = None
         if None not in (system, model, image, nixl, *pools.values()):
             try:
@@ -388,8 +410,8 @@ class DeploymentConfig(_Shape):
             found.raise_if_any()
         except SpecErrors as errors:
             raise _Problems(errors) from None
-        assert serving is not None
-        return Specs(serving=serving)
+        assert serving is not None and verification is not None
+        return Specs(serving=serving, verification=verification)
 
     def _worker_pool(self, found: Collector, role: str) -> WorkerPool | None:
         group = self.gpu(role)

@@ -180,12 +180,10 @@ class Plan:
 
 # --- transfer and cold start ---------------------------------------------------------------------
 
-def _kv_transfer(specs: Specs, model: ModelArchitecture, dtype_bytes: int) -> KvTransfer:
+def _kv_transfer(specs: Specs) -> KvTransfer:
     serving = specs.serving
     prompt = serving.model.max_model_len
-    # The whole KV cache of the prompt crosses the network whatever the TP size, plus, for hybrid
-    # models, the linear-attention state (vLLM PR #41869 moves it with the blocks).
-    size = prompt * model.kv_cache_bytes_per_token(dtype_bytes) + model.linear_state_bytes_per_sequence(dtype_bytes)
+    size = serving.kv_transfer_bytes(prompt)
     link = min(pool.instance.network_gbps for pool in serving.pools)
     in_placement_group = all(pool.placement_group for pool in serving.pools)
     tcp = TCP_SINGLE_FLOW_GBPS_IN_PLACEMENT_GROUP if in_placement_group else TCP_SINGLE_FLOW_GBPS
@@ -300,7 +298,7 @@ def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
     return Plan(
         model=model, topology=serving.topology, region=config.region, data_plane_az=config.data_plane_az,
         endpoint=serving.endpoint.value, dtype_bytes=dtype_bytes, max_model_len=serving.model.max_model_len,
-        nodes=tuple(nodes), budgets=serving.memory_budgets(), kv_transfer=_kv_transfer(specs, model, dtype_bytes),
+        nodes=tuple(nodes), budgets=serving.memory_budgets(), kv_transfer=_kv_transfer(specs),
         cold_start=_cold_start(specs, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
         assumptions=assumptions,
     )

@@ -150,6 +150,7 @@ class RayLlmEksStack(cdk.Stack):
             prefill_tensor_parallel_size=serving.prefill_tensor_parallel_size,
             decode_tensor_parallel_size=serving.decode_tensor_parallel_size,
             strict=serving.strict,
+            verification=specs.verification,
         )
         self.cdk8s_app = self.serving.cdk8s_app
 
@@ -166,6 +167,14 @@ class RayLlmEksStack(cdk.Stack):
             "EndpointCommand",
             description="Reach the OpenAI-compatible API on localhost:8000",
             value=f"kubectl -n {self.serving.namespace} port-forward svc/{self.serving.openai_service_name} 8000:8000",
+        )
+        cdk.CfnOutput(
+            self,
+            "GateReportCommand",
+            # A wait condition's Data attribute is a JSON object, which no output can hold without the
+            # AWS::LanguageExtensions transform; the verdict's reason shows in the deploy's events.
+            description="The deployment gate's full JSON report (docs/verification.md)",
+            value=f"kubectl -n {self.serving.namespace} logs job/{self.serving.gate_job_name}",
         )
 
     @property

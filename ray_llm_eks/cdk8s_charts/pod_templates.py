@@ -183,6 +183,21 @@ def worker_env() -> dict[str, str]:
         # default and send downloads back into the container's writable layer.
         "HF_HUB_CACHE": f"{HF_CACHE_MOUNT_PATH}/hub",
         "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
+        # The lines that prove the KV path are INFO in NIXL's C++ logger, which defaults to WARN
+        # (nixl v1.3.1 src/utils/common/nixl_log.cpp). Harmless in the colocated topology (no
+        # NIXL agent), where keeping it leaves the pods unchanged when only the topology changes.
+        "NIXL_LOG_LEVEL": "INFO",
+        # Worker processes (Serve replicas and their vLLM engine subprocesses) write to the
+        # container's stdout/stderr instead of files under /tmp/ray, so `kubectl logs` and the
+        # deployment gate see the NIXL and vLLM lines (Ray 2.58: core_worker_process.cc skips
+        # its redirection when RAY_LOG_TO_STDERR is true; node.py's should_redirect_logs).
+        "RAY_LOG_TO_STDERR": "1",
+        # vLLM 0.26 refuses every KV connector when the CUDA caching allocator uses expandable
+        # segments (vllm/config/vllm.py), and NIXL cannot register such memory. Set explicitly
+        # under both names PyTorch reads (PYTORCH_ALLOC_CONF since 2.9), so an image default of
+        # expandable_segments:True can never be inherited.
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
+        "PYTORCH_ALLOC_CONF": "expandable_segments:False",
     }
 
 

@@ -38,6 +38,8 @@ Commands: ``npx cdk8s import kuberay:=.../ray.io_rayservices.yaml --language pyt
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Sequence
@@ -50,6 +52,17 @@ from ..spec.serving import RAY_SERVICE_NAME_MAX
 
 API_VERSION = "ray.io/v1"
 KIND = "RayService"
+
+CLUSTER_SPEC_HASH_ANNOTATION = "ray-llm-eks/cluster-spec-hash"
+"""On every pod template (so on every Ray pod): the hash of the ``rayClusterConfig`` it belongs to.
+
+KubeRay 1.4.0 with ``upgradeStrategy: None`` never applies a pod-template or replica change to a
+running RayCluster (its hash clears replicas, and a changed template only counts when worker
+groups are appended: ``rayservice_controller.go``). The deployment gate compares this annotation
+on the running pods with the deployed one and, when they differ, deletes the active RayCluster;
+KubeRay then builds a new one from the current spec (docs/replacement.md). Replicas are part of
+the hash, so a node-count change is a cluster change too.
+"""
 
 
 class UpgradeStrategy(str, Enum):
@@ -113,12 +126,32 @@ class RayClusterConfig:
     """Off: replica counts are fixed by the node groups' sizes (no Ray autoscaler sidecar)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON KubeRay reads, every pod template annotated with :attr:`spec_hash`."""
+        rendered = self._unannotated_json()
+        digest = _digest(rendered)
+        templates = [rendered["headGroupSpec"]["template"]]
+        templates += [group["template"] for group in rendered["workerGroupSpecs"]]
+        for template in templates:
+            annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+            annotations[CLUSTER_SPEC_HASH_ANNOTATION] = digest
+        return rendered
+
+    @property
+    def spec_hash(self) -> str:
+        """12 hex digits of SHA-256 over the canonical JSON of the cluster spec (replicas included)."""
+        return _digest(self._unannotated_json())
+
+    def _unannotated_json(self) -> dict[str, Any]:
         return {
             "rayVersion": self.ray_version,
             "enableInTreeAutoscaling": self.enable_in_tree_autoscaling,
             "headGroupSpec": self.head_group_spec.to_json(),
             "workerGroupSpecs": [group.to_json() for group in self.worker_group_specs],
         }
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,13 @@ the stack, so a pod that cannot fit its node cannot be synthesized.
   ``sts:AssumeRole`` and ``sts:TagSession``, as the EKS Pod Identity docs require). It has no
   permissions: it is where S3 model access goes later (``pod_role.add_to_policy(...)``).
 - A ``CfnPodIdentityAssociation`` binding that role to the ServiceAccount of the Ray pods.
+- The deployment gate (:mod:`ray_llm_eks.verification`, docs/verification.md): the
+  ``serving-verification`` chart, applied after the RayService, whose Job rolls the pods to the
+  deployed spec, waits for the service and proves the KV path; and, unless
+  ``verification.wait`` is False, an ``AWS::CloudFormation::WaitCondition`` the Job signals, so a
+  failed gate fails the deploy and rolls it back. The wait condition and its handle are named
+  ``Gate<run>`` / ``GateHandle<run>`` after the hash of the serving spec: CloudFormation cannot
+  update a wait condition, so each changed spec creates a new pair, and the gate runs again.
 - The cdk8s charts of :mod:`ray_llm_eks.cdk8s_charts`, in a ``cdk8s.App`` of its own (charts
   must never sit under a CDK construct), each applied with ``cluster.add_cdk8s_chart`` after the
   KubeRay operator (it brings the RayService CRD) and the device plugins (they advertise the GPU
@@ -26,10 +33,11 @@ from __future__ import annotations
 from typing import Sequence
 
 import cdk8s
-from aws_cdk import Stack, aws_eks_v2 as eks, aws_iam as iam
+from aws_cdk import CfnWaitCondition, CfnWaitConditionHandle, Stack, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
+from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart
 from ..spec.errors import problem
 from ..spec.pools import SystemPool, WorkerPool
 from ..spec.serving import (
@@ -44,6 +52,7 @@ from ..spec.serving import (
     ServingSpec,
     Topology,
 )
+from ..spec.verification import VerificationSpec
 from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
 from .cluster import ClusterLike, eks_cluster_of
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
@@ -88,12 +97,16 @@ class RayLlmServing(Construct):
     :param prefill_tensor_parallel_size: overrides ``model.tensor_parallel_size`` for prefill.
     :param decode_tensor_parallel_size: likewise for decode.
     :param strict: refuse an image without a digest or a model without a commit revision.
+    :param verification: the deployment gate's settings. Default: ``VerificationSpec()``, a
+        60-minute bound, 4 probes, CloudFormation waits for the verdict.
     :param depends_on: anything else the charts must be applied after.
 
     Public attributes: ``spec`` (the ``ServingSpec``), ``cdk8s_app``, ``charts`` (apply order:
     ``serving-namespace``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
     ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
-    ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``).
+    ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``),
+    ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
+    ``gate_job_name``, ``gate_wait_condition`` and ``gate_handle`` (None when not waiting).
     """
 
     def __init__(
@@ -119,6 +132,7 @@ class RayLlmServing(Construct):
         prefill_tensor_parallel_size: int | None = None,
         decode_tensor_parallel_size: int | None = None,
         strict: bool = ServingSpec.strict,
+        verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
         super().__init__(scope, id)
@@ -140,9 +154,19 @@ class RayLlmServing(Construct):
                     "advertise vpc.amazonaws.com/efa and the workers would stay Pending",
                     "GpuDevicePlugins built from the same node groups (gpu_node_groups=[prefill, decode])")])
 
+        self.verification = verification or VerificationSpec()
         self.cdk8s_app = cdk8s.App()
         self.serving_charts: ServingCharts = build_serving_charts(self.cdk8s_app, self.spec)
-        self.charts: list[cdk8s.Chart] = self.serving_charts.charts
+        self.gate = GatePlan.of(self.spec, self.verification, self.serving_charts)
+        self.gate_handle: CfnWaitConditionHandle | None = None
+        if self.verification.wait:
+            self.gate_handle = CfnWaitConditionHandle(self, f"GateHandle{self.gate.run_id}")
+        self.verification_chart: VerificationChart = build_verification_chart(
+            self.cdk8s_app, self.spec, self.verification, self.gate, self.serving_charts,
+            signal_url=self.gate_handle.ref if self.gate_handle is not None else None,
+        )
+        self.gate_job_name = self.verification_chart.job_name
+        self.charts: list[cdk8s.Chart] = [*self.serving_charts.charts, self.verification_chart]
 
         self.namespace = self.spec.namespace
         self.service_account_name = self.serving_charts.namespace.service_account.name
@@ -182,3 +206,12 @@ class RayLlmServing(Construct):
                 manifest.node.add_dependency(previous)
             self.manifests[chart.node.id] = manifest
             previous = manifest
+
+        self.gate_wait_condition: CfnWaitCondition | None = None
+        if self.gate_handle is not None:
+            self.gate_wait_condition = CfnWaitCondition(
+                self, f"Gate{self.gate.run_id}", handle=self.gate_handle.ref, count=1,
+                timeout=str(self.verification.timeout_seconds),
+            )
+            # The clock starts when the Job exists: after the RayService and the gate's chart are applied.
+            self.gate_wait_condition.node.add_dependency(previous)

@@ -397,6 +397,22 @@ class ServingSpec:
             for role in WORKER_ROLES
         )
 
+    @property
+    def kv_bytes_per_prompt_token(self) -> int:
+        """K and V of every full-attention layer for one token, whatever the tensor parallel size
+        (each GPU sends its share; replicated KV heads only add to it, so this is a lower bound)."""
+        return self.architecture.kv_cache_bytes_per_token(DTYPE_BYTES[self.model.dtype])
+
+    @property
+    def kv_bytes_per_sequence(self) -> int:
+        """For hybrid models, the linear-attention state of a sequence, which vLLM moves with the
+        blocks (vLLM PR #41869); 0 for full-attention models."""
+        return self.architecture.linear_state_bytes_per_sequence(DTYPE_BYTES[self.model.dtype])
+
+    def kv_transfer_bytes(self, prompt_tokens: int) -> int:
+        """The KV cache one request's prompt moves from prefill to decode: the planner's figure and the gate's."""
+        return prompt_tokens * self.kv_bytes_per_prompt_token + self.kv_bytes_per_sequence
+
     def worker_resources(self, role: str) -> sizing.PodResources:
         return sizing.worker_resources(self.pool(role).instance)
 

@@ -1,0 +1,288 @@
+"""The deployment gate in the cluster: its program, settings, identity, EFA counter readers and Job.
+
+Applied after the RayService, once per change of the serving spec (``serving-verification``):
+
+- ConfigMap ``<service>-gate-program``: the modules of :mod:`ray_llm_eks.verification`, mounted
+  as the package ``rayllmeks_gate`` and run with the serving image's Python, which the system and
+  GPU nodes pull anyway for the Ray pods (no other image, nothing downloaded at run time).
+- ConfigMap ``<service>-gate-<run>``: ``gate.json``, what the deployed spec says (image, cluster
+  spec hash, worker environment, Serve arguments, node counts, predicted KV bytes, thresholds).
+- Secret ``<service>-gate-<run>`` (only when CloudFormation waits): the wait condition's
+  presigned URL, which the Job signals with its verdict.
+- ServiceAccount ``<service>-gate`` with a Role (read pods, their logs and the RayService; get and
+  delete RayClusters, for the rollout) and a ClusterRole (read nodes, for allocatable EFA).
+- DaemonSet ``<service>-efa-counters`` on the GPU nodes: serves the node's EFA hardware counters
+  (``/sys`` mounted read-only) on port 9475 of the pod IP; no API access, no capabilities.
+- Job ``<service>-gate-<run>`` on the system node: one attempt (``backoffLimit: 0``; the program
+  signals even when it fails), bounded by ``activeDeadlineSeconds`` = the wait condition's timeout.
+
+``<run>`` is the hash of the rendered serving charts and the gate settings: every change of the
+serving spec (image, model, engine settings, security profile, node counts, topology) renames the
+Job, so the deploy applies a new one, and the old Job and ConfigMap are pruned with it
+(``kubectl apply --prune``, which the kubectl provider runs on update). Its log is the report:
+``kubectl -n <namespace> logs job/<service>-gate-<run>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import cdk8s
+from cdk8s_plus_35 import k8s
+from constructs import Construct
+
+from ..spec.placement import ROLE_LABEL, WORKER_ROLES
+from ..spec.serving import ServingSpec, Topology
+from ..spec.verification import VerificationSpec
+from ..verification import bundle, efa, evidence, gate
+from . import pod_templates
+from .rayservice import CLUSTER_SPEC_HASH_ANNOTATION
+from .serving import ServingCharts, openai_service_name
+
+VERIFICATION_CHART_ID = "serving-verification"
+PROGRAM_DIR = "/opt/rayllmeks"
+SETTINGS_DIR = "/etc/rayllmeks-gate"
+SETTINGS_FILE = gate.SETTINGS_FILE
+SIGNAL_URL_KEY = "url"
+COMPONENT_LABEL = gate.COMPONENT_LABEL
+GATE_COMPONENT = "gate"
+GATE_SETTINGS_COMPONENT = gate.SETTINGS_COMPONENT
+EFA_COUNTERS_COMPONENT = "efa-counters"
+RUN_LABEL = f"{pod_templates.POD_LABEL_PREFIX}gate-run"
+DASHBOARD_PORT = 8265
+METRICS_PORT = 8080
+"""KubeRay's ``metrics-export-port`` default (``DefaultMetricsPort``), declared on the Ray pods."""
+RUN_ID_LENGTH = 8
+
+GATE_RESOURCES = {"cpu": "100m", "memory": "256Mi"}
+"""Within the system node's room for small pods (``spec.sizing.SYSTEM_POD_BUDGET``)."""
+EFA_COUNTER_RESOURCES = {"cpu": "50m", "memory": "64Mi"}
+"""Within the GPU nodes' DaemonSet budget (``spec.sizing.DAEMONSET_BUDGET``)."""
+
+
+def gate_name(service_name: str) -> str:
+    return f"{service_name}-gate"
+
+
+def gate_job_name(service_name: str, run_id: str) -> str:
+    """At most 47 + 6 + 8 = 61 characters: a Job name must fit the 63 of its pods' job-name label."""
+    return f"{gate_name(service_name)}-{run_id}"
+
+
+def efa_counters_name(service_name: str) -> str:
+    return f"{service_name}-efa-counters"
+
+
+def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: ServingCharts) -> dict[str, Any]:
+    """What the deployed spec says, for the gate to compare the cluster with (``gate.json``)."""
+    rayservice = charts.rayservice
+    serve = rayservice.serve_config.to_dict()["applications"][0]
+    namespace, name = spec.namespace, spec.service_name
+    disaggregated = spec.topology is Topology.disaggregated
+    probe_words = verification.probe_prompt_words(spec.model.max_model_len)
+    return {
+        "namespace": namespace,
+        "ray_service": name,
+        "topology": spec.topology.value,
+        "model": spec.model.served_name,
+        "application": serve["name"],
+        "openai_url": f"http://{openai_service_name(name)}.{namespace}.svc:{pod_templates.SERVE_PORT}",
+        "dashboard_url": f"http://{name}-head-svc.{namespace}.svc:{DASHBOARD_PORT}",
+        "image": spec.image_uri,
+        "image_digest": spec.image.digest,
+        "cluster_spec_hash": rayservice.spec.ray_cluster_config.spec_hash,
+        "hash_annotation": CLUSTER_SPEC_HASH_ANNOTATION,
+        "worker_container": pod_templates.WORKER_CONTAINER,
+        "worker_env": pod_templates.worker_env(),
+        "serve_args": serve["args"],
+        "roles": {
+            role: {"nodes": spec.pool(role).desired_size, "node_selector": {ROLE_LABEL: role},
+                   "gpus_per_node": spec.pool(role).gpus_per_node}
+            for role in WORKER_ROLES
+        },
+        "metrics_port": METRICS_PORT,
+        "efa_counter_port": efa.COUNTER_PORT,
+        "efa_counter_selector": {pod_templates.INSTANCE_LABEL: name, COMPONENT_LABEL: EFA_COUNTERS_COMPONENT},
+        "kv_bytes_per_token": spec.kv_bytes_per_prompt_token if disaggregated else 0,
+        "kv_bytes_per_sequence": spec.kv_bytes_per_sequence if disaggregated else 0,
+        "min_kv_fraction": verification.min_kv_fraction,
+        "probes": verification.probes,
+        "probe_prompt_words": probe_words,
+        "probe_max_tokens": verification.probe_max_tokens,
+        "deadline_seconds": verification.gate_deadline_seconds,
+        "expected_backend": evidence.EXPECTED_BACKEND,
+        "expected_provider": evidence.EXPECTED_PROVIDER,
+    }
+
+
+def run_id(charts: ServingCharts, settings: dict[str, Any]) -> str:
+    """Hash of everything the gate checks: the rendered serving charts and the gate settings."""
+    rendered = [chart.to_json() for chart in charts.charts]
+    text = json.dumps([rendered, settings], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:RUN_ID_LENGTH]
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    """The gate of one serving spec: its settings and its run id (computed before any CDK resource)."""
+
+    settings: dict[str, Any]
+    run_id: str
+
+    @classmethod
+    def of(cls, spec: ServingSpec, verification: VerificationSpec, charts: ServingCharts) -> GatePlan:
+        settings = gate_settings(spec, verification, charts)
+        identifier = run_id(charts, settings)
+        job_name = gate_job_name(spec.service_name, identifier)
+        return cls(settings={**settings, "run_id": identifier, "job_name": job_name}, run_id=identifier)
+
+
+def _quantities(amounts: dict[str, str]) -> dict[str, k8s.Quantity]:
+    return {key: k8s.Quantity.from_string(value) for key, value in amounts.items()}
+
+
+def _locked_down() -> k8s.SecurityContext:
+    # Root inside the container only to be sure it can read the serving image's Python whatever
+    # user that image declares; every capability dropped, nothing writable.
+    return k8s.SecurityContext(
+        allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
+        capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def _python_command(*args: str) -> list[str]:
+    # The serving image's interpreter, whichever name it goes by.
+    return ["/bin/sh", "-c", 'exec "$(command -v python3 || command -v python)" -m '
+            + bundle.IN_CLUSTER_PACKAGE + " " + " ".join(args)]
+
+
+def _program_volume(config_map: str) -> k8s.Volume:
+    files = sorted(bundle.files())
+    return k8s.Volume(name="program", config_map=k8s.ConfigMapVolumeSource(
+        name=config_map, items=[k8s.KeyToPath(key=f, path=f"{bundle.IN_CLUSTER_PACKAGE}/{f}") for f in files]))
+
+
+PYTHON_ENV = [k8s.EnvVar(name="PYTHONPATH", value=PROGRAM_DIR), k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
+              k8s.EnvVar(name="PYTHONUNBUFFERED", value="1")]
+
+
+class VerificationChart(cdk8s.Chart):
+    """The gate of ``spec`` (see the module docstring); ``signal_url`` is the wait condition's URL, or None."""
+
+    def __init__(self, scope: Construct, id: str, *, spec: ServingSpec, plan: GatePlan,
+                 verification: VerificationSpec, signal_url: str | None) -> None:
+        super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
+        name = spec.service_name
+        labels = {pod_templates.INSTANCE_LABEL: name}
+        self.plan = plan
+        self.job_name = gate_job_name(name, plan.run_id)
+        self.settings_name = self.job_name
+        program_name = f"{gate_name(name)}-program"
+
+        k8s.KubeConfigMap(self, "Program", metadata=k8s.ObjectMeta(name=program_name, labels=labels),
+                          data=bundle.files())
+        k8s.KubeConfigMap(self, "Settings", metadata=k8s.ObjectMeta(
+            name=self.settings_name, labels={**labels, COMPONENT_LABEL: GATE_SETTINGS_COMPONENT, RUN_LABEL: plan.run_id}),
+            immutable=True, data={SETTINGS_FILE: json.dumps(plan.settings, indent=2, sort_keys=True)})
+        if signal_url is not None:
+            k8s.KubeSecret(self, "Signal", metadata=k8s.ObjectMeta(name=self.job_name, labels=labels),
+                           type="Opaque", string_data={SIGNAL_URL_KEY: signal_url})
+
+        account = gate_name(name)
+        k8s.KubeServiceAccount(self, "ServiceAccount", metadata=k8s.ObjectMeta(name=account, labels=labels),
+                               automount_service_account_token=False)
+        k8s.KubeRole(self, "Role", metadata=k8s.ObjectMeta(name=account, labels=labels), rules=[
+            k8s.PolicyRule(api_groups=[""], resources=["pods", "pods/log", "configmaps"], verbs=["get", "list"]),
+            k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices"], verbs=["get"]),
+            # delete: the rollout of a changed cluster spec (rayservice.CLUSTER_SPEC_HASH_ANNOTATION).
+            k8s.PolicyRule(api_groups=["ray.io"], resources=["rayclusters"], verbs=["get", "delete"]),
+        ])
+        subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
+        k8s.KubeRoleBinding(self, "RoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),
+                            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=account),
+                            subjects=[subject])
+        cluster_role = f"{spec.namespace}-{account}"
+        k8s.KubeClusterRole(self, "NodeReader", metadata=k8s.ObjectMeta(name=cluster_role, labels=labels), rules=[
+            k8s.PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "list"]),
+        ])
+        k8s.KubeClusterRoleBinding(self, "NodeReaderBinding", metadata=k8s.ObjectMeta(name=cluster_role, labels=labels),
+                                   role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                                                        name=cluster_role),
+                                   subjects=[subject])
+
+        counter_labels = {**labels, COMPONENT_LABEL: EFA_COUNTERS_COMPONENT}
+        gpu_nodes = k8s.NodeSelector(node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=[
+            k8s.NodeSelectorRequirement(key=ROLE_LABEL, operator="In", values=list(WORKER_ROLES))])])
+        k8s.KubeDaemonSet(self, "EfaCounters", metadata=k8s.ObjectMeta(name=efa_counters_name(name), labels=labels),
+                          spec=k8s.DaemonSetSpec(
+            selector=k8s.LabelSelector(match_labels=counter_labels),
+            template=k8s.PodTemplateSpec(
+                metadata=k8s.ObjectMeta(labels=counter_labels),
+                spec=k8s.PodSpec(
+                    automount_service_account_token=False,
+                    affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
+                        required_during_scheduling_ignored_during_execution=gpu_nodes)),
+                    tolerations=[k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value,
+                                                effect=pool.taint.effect) for pool in spec.pools],
+                    containers=[k8s.Container(
+                        name="efa-counters", image=spec.image_uri,
+                        command=_python_command("efa-counters", "--sysfs", "/host/sys", "--port", str(efa.COUNTER_PORT)),
+                        env=[*PYTHON_ENV, k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(
+                            field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName")))],
+                        ports=[k8s.ContainerPort(name="efa-counters", container_port=efa.COUNTER_PORT, protocol="TCP")],
+                        readiness_probe=k8s.Probe(http_get=k8s.HttpGetAction(
+                            path="/healthz", port=k8s.IntOrString.from_number(efa.COUNTER_PORT))),
+                        resources=k8s.ResourceRequirements(requests=_quantities(EFA_COUNTER_RESOURCES),
+                                                           limits=_quantities(EFA_COUNTER_RESOURCES)),
+                        security_context=_locked_down(),
+                        volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
+                                       k8s.VolumeMount(name="sys", mount_path="/host/sys", read_only=True)],
+                    )],
+                    volumes=[_program_volume(program_name),
+                             k8s.Volume(name="sys", host_path=k8s.HostPathVolumeSource(path="/sys", type="Directory"))],
+                ),
+            ),
+        ))
+
+        env = list(PYTHON_ENV)
+        if signal_url is not None:
+            env.append(k8s.EnvVar(name="GATE_SIGNAL_URL", value_from=k8s.EnvVarSource(
+                secret_key_ref=k8s.SecretKeySelector(name=self.job_name, key=SIGNAL_URL_KEY))))
+        self.job = k8s.KubeJob(self, "Job", metadata=k8s.ObjectMeta(
+            name=self.job_name, labels={**labels, COMPONENT_LABEL: GATE_COMPONENT, RUN_LABEL: plan.run_id}),
+            spec=k8s.JobSpec(
+                backoff_limit=0,
+                active_deadline_seconds=verification.timeout_seconds,
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels={**labels, COMPONENT_LABEL: GATE_COMPONENT, RUN_LABEL: plan.run_id}),
+                    spec=k8s.PodSpec(
+                        service_account_name=account,
+                        automount_service_account_token=True,  # the gate reads the API with it
+                        restart_policy="Never",
+                        node_selector=spec.system.labels,
+                        containers=[k8s.Container(
+                            name="gate", image=spec.image_uri,
+                            command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"),
+                            env=env,
+                            resources=k8s.ResourceRequirements(requests=_quantities(GATE_RESOURCES),
+                                                               limits=_quantities(GATE_RESOURCES)),
+                            security_context=_locked_down(),
+                            volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
+                                           k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True)],
+                        )],
+                        volumes=[_program_volume(program_name),
+                                 k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name=self.settings_name))],
+                    ),
+                ),
+            ))
+
+
+def build_verification_chart(app: cdk8s.App, spec: ServingSpec, verification: VerificationSpec, plan: GatePlan,
+                             charts: ServingCharts, signal_url: str | None) -> VerificationChart:
+    chart = VerificationChart(app, VERIFICATION_CHART_ID, spec=spec, plan=plan, verification=verification,
+                              signal_url=signal_url)
+    chart.add_dependency(charts.rayservice)
+    return chart

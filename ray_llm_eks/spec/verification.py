@@ -1,0 +1,80 @@
+"""The deployment gate's settings: how long a deploy may wait, how many probes, which thresholds.
+
+The gate itself is :mod:`ray_llm_eks.verification`; the serving construct applies it after every
+change to the serving spec and, with ``wait``, makes CloudFormation wait for its verdict
+(docs/verification.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import Collector, problem
+
+WAIT_CONDITION_MAX_MINUTES = 720
+"""``AWS::CloudFormation::WaitCondition`` ``Timeout`` is at most 43200 seconds (12 hours)."""
+GATE_MARGIN_SECONDS = 120
+"""The gate stops this long before the wait condition times out, so its FAILURE signal (with
+the reason) reaches CloudFormation before the plain timeout does."""
+PROBE_PROMPT_OVERHEAD_TOKENS = 64
+"""Chat template and the probe's preamble, on top of its filler words (about one token each)."""
+MAX_PROBES = 32
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class VerificationSpec:
+    """Settings of the deployment gate. Raises :class:`~ray_llm_eks.spec.SpecErrors` when built wrong."""
+
+    wait: bool = True
+    """CloudFormation waits for the gate: a failed gate fails ``cdk deploy`` and rolls the stack back.
+    False still runs the gate (and the rollout) after each deploy, without holding the deploy."""
+    timeout_minutes: int = 60
+    """The longest a deploy waits: nodes joining, image pull, model download and load, the probes.
+    The planner's cold start (``ray-llm-eks plan``) is the part this deployment controls."""
+    probes: int = 4
+    """Streamed chat completions sent through the OpenAI Service."""
+    probe_prompt_fraction: float = 0.5
+    """Prompt length of each probe, as a fraction of ``max_model_len``: long enough that the
+    KV cache it moves stands far above the counters' background traffic."""
+    probe_max_tokens: int = 16
+    min_kv_fraction: float = 0.5
+    """The EFA counters must move at least this fraction of the KV bytes the planner predicts for
+    the probes (the rest is allowance for block rounding and the last token recomputed on decode)."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        if not isinstance(self.wait, bool):
+            found.add(problem("wait", self.wait, "not a boolean", "true or false"))
+        if not _is_int(self.timeout_minutes) or not 10 <= self.timeout_minutes <= WAIT_CONDITION_MAX_MINUTES:
+            found.add(problem("timeout_minutes", self.timeout_minutes, "not a deploy timeout CloudFormation accepts "
+                              "with room for a cold start", f"a whole number of minutes from 10 to "
+                              f"{WAIT_CONDITION_MAX_MINUTES} (the wait condition's 12-hour maximum)"))
+        if not _is_int(self.probes) or not 1 <= self.probes <= MAX_PROBES:
+            found.add(problem("probes", self.probes, "not a probe count", f"1 to {MAX_PROBES}"))
+        fraction = self.probe_prompt_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+            found.add(problem("probe_prompt_fraction", fraction, "not a fraction of max_model_len",
+                              "a number between 0 and 1, such as 0.5"))
+        if not _is_int(self.probe_max_tokens) or not 1 <= self.probe_max_tokens <= 256:
+            found.add(problem("probe_max_tokens", self.probe_max_tokens, "not an answer length for a probe", "1 to 256"))
+        kv = self.min_kv_fraction
+        if isinstance(kv, bool) or not isinstance(kv, (int, float)) or not 0 < kv <= 1:
+            found.add(problem("min_kv_fraction", kv, "not a fraction of the predicted KV bytes", "a number in (0, 1]"))
+        found.raise_if_any()
+
+    @property
+    def timeout_seconds(self) -> int:
+        return self.timeout_minutes * 60
+
+    @property
+    def gate_deadline_seconds(self) -> int:
+        return self.timeout_seconds - GATE_MARGIN_SECONDS
+
+    def probe_prompt_words(self, max_model_len: int) -> int:
+        """Filler words per probe prompt, so prompt plus answer stay inside ``max_model_len``."""
+        room = max_model_len - self.probe_max_tokens - PROBE_PROMPT_OVERHEAD_TOKENS
+        return max(1, min(int(max_model_len * self.probe_prompt_fraction), room))

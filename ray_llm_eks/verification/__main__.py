@@ -1,0 +1,92 @@
+"""``python -m <package> run|efa-counters|classify``: the gate's entry points in the cluster.
+
+Exit codes of ``run`` (the same as ``ray-llm-eks verify``): 0 pass, 1 fail, 3 no cluster access.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from . import cfn_signal, efa, evidence
+from .gate import Endpoints, Gate, GateConfig, Report
+from .kube import Kube, KubeAccess, NoClusterAccess
+
+EXIT_PASS, EXIT_FAIL, EXIT_NO_ACCESS = 0, 1, 3
+SIGNAL_URL_ENV = "GATE_SIGNAL_URL"
+
+
+def _log(message: str) -> None:
+    print(f"[gate] {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = GateConfig.from_json(json.loads(Path(args.config).read_text()))
+    overrides = json.loads(args.set) if args.set else {}
+    if overrides:
+        config = GateConfig.from_json({**json.loads(Path(args.config).read_text()), **overrides})
+    signal_url = os.environ.get(SIGNAL_URL_ENV) or None
+    report: Report | None = None
+    code = EXIT_FAIL
+    try:
+        access = KubeAccess.with_token_file(args.kube_api, args.kube_token_file) if args.kube_api \
+            else KubeAccess.in_cluster()
+        kube = Kube(access)
+        gate = Gate(config, kube, Endpoints(kube, via_api_proxy=args.via_api_proxy), log=_log)
+        report = gate.run()
+        code = EXIT_PASS if report.verdict == "pass" else EXIT_FAIL
+    except NoClusterAccess as error:
+        report = Report(config)
+        report.fail(f"no cluster access: {error}")
+        code = EXIT_NO_ACCESS
+    except Exception as error:  # noqa: BLE001 - the deploy must hear about any crash, not time out
+        report = Report(config)
+        report.fail(f"the gate crashed: {type(error).__name__}: {error}")
+        traceback.print_exc(file=sys.stderr)
+    print(json.dumps(report.to_json(), indent=2), flush=True)
+    if args.report_file:
+        Path(args.report_file).write_text(json.dumps(report.to_json(), indent=2))
+    if signal_url:
+        reason = "; ".join(report.reasons) or "the endpoint answered and the KV cache crossed EFA"
+        status = cfn_signal.send(signal_url, code == EXIT_PASS, reason, f"gate-{config.run_id}", report.summary())
+        _log(f"signalled CloudFormation: {'SUCCESS' if code == EXIT_PASS else 'FAILURE'} (HTTP {status})")
+    _log(f"verdict: {report.verdict}" + "".join(f"\n  - {r}" for r in report.reasons))
+    return code
+
+
+def classify(args: argparse.Namespace) -> int:
+    logs = {name: Path(name).read_text(errors="replace") for name in args.files}
+    result = evidence.classify_logs(logs)
+    print(json.dumps(result, indent=2))
+    return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="roll out, wait, probe and verify; print the JSON report")
+    run_parser.add_argument("--config", required=True, help="the gate settings (JSON) the chart rendered")
+    run_parser.add_argument("--set", help="JSON object of settings overriding --config's")
+    run_parser.add_argument("--kube-api", help="API server URL (default: the in-cluster service account)")
+    run_parser.add_argument("--kube-token-file", help="bearer token file for --kube-api")
+    run_parser.add_argument("--via-api-proxy", action="store_true",
+                            help="reach pods and Services through the API server proxy (from outside the cluster)")
+    run_parser.add_argument("--report-file", help="also write the JSON report here")
+    run_parser.set_defaults(handler=run)
+    counters = commands.add_parser("efa-counters", help="serve this node's EFA byte counters over HTTP")
+    counters.add_argument("--sysfs", default="/sys")
+    counters.add_argument("--port", type=int, default=efa.COUNTER_PORT)
+    counters.set_defaults(handler=lambda a: efa.serve(a.sysfs, a.port) or 0)
+    classify_parser = commands.add_parser("classify", help="classify saved worker logs")
+    classify_parser.add_argument("files", nargs="+")
+    classify_parser.set_defaults(handler=classify)
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,570 @@
+"""The deployment gate: roll the pods to the deployed spec, wait for the service, and prove the path.
+
+One run, bounded by ``deadline_seconds``, in this order (docs/verification.md):
+
+1. **Rollout.** KubeRay 1.4.0 with ``upgradeStrategy: None`` applies no pod-template or replica
+   change to a running RayCluster (``rayservice_controller.go``: replicas are cleared before the
+   hash, a changed template only counts when worker groups are appended). Every pod template
+   carries the hash of the cluster spec it was rendered from; when the active cluster's pods carry
+   another hash, the gate deletes that RayCluster, and KubeRay, finding neither an active nor a
+   pending cluster, builds a new one from the RayService's current spec and promotes it once its
+   Serve applications run (``shouldPrepareNewCluster``: the nil/nil case comes before the
+   upgrade-strategy check). The old pods go first, so no second set of GPUs is needed.
+2. **Ready.** The RayService's ``Ready`` condition is True, its active cluster's pods all carry
+   the expected hash and are Ready, one worker pod per GPU node of each role.
+3. **Nodes, pods, engine.** Allocatable ``vpc.amazonaws.com/efa`` on every GPU node; each pod's
+   image (and digest) and worker environment; the Serve application's deployed arguments against
+   the rendered Serve config (Ray's ``GET /api/serve/applications/``).
+4. **Probes.** ``probes`` streamed chat completions through the OpenAI Service; EFA byte counters
+   of every GPU node and NIXL metrics of every worker read before and after.
+5. **Transport** (disaggregated only). NIXL evidence in every worker's log (:mod:`.evidence`);
+   EFA bytes moved against the planner's predicted KV bytes; failed NIXL transfers.
+
+Standard library only: it runs in the cluster, in the serving image.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping
+
+from . import efa, evidence, metrics, probe
+from .kube import ApiError, Kube
+
+PASS, FAIL = "pass", "fail"
+READY_CONDITION = "Ready"
+CLUSTER_LABEL = "ray.io/cluster"
+GROUP_LABEL = "ray.io/group"
+NODE_TYPE_LABEL = "ray.io/node-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+SIGNAL_DATA_MAX_BYTES = 4096
+"""CloudFormation's limit on a wait condition signal's ``Data`` (CloudFormation quotas)."""
+
+
+@dataclass(frozen=True)
+class RoleExpectation:
+    nodes: int
+    node_selector: dict[str, str]
+    gpus_per_node: int
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """What the deployed spec says; rendered by the chart into the gate's ConfigMap as JSON."""
+
+    namespace: str
+    ray_service: str
+    topology: str
+    model: str
+    application: str
+    openai_url: str
+    dashboard_url: str
+    image: str
+    image_digest: str | None
+    cluster_spec_hash: str
+    hash_annotation: str
+    worker_container: str
+    worker_env: dict[str, str]
+    serve_args: dict[str, Any]
+    roles: dict[str, RoleExpectation]
+    metrics_port: int
+    efa_counter_port: int
+    efa_counter_selector: dict[str, str]
+    kv_bytes_per_token: int
+    kv_bytes_per_sequence: int
+    min_kv_fraction: float
+    probes: int
+    probe_prompt_words: int
+    probe_max_tokens: int
+    deadline_seconds: float
+    rollout: bool = True
+    poll_seconds: float = 10.0
+    metrics_settle_seconds: float = 15.0
+    expected_backend: str = evidence.EXPECTED_BACKEND
+    expected_provider: str = evidence.EXPECTED_PROVIDER
+    run_id: str = ""
+    job_name: str = ""
+    """The Job that runs this gate in the cluster; its log is the report."""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GateConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown gate settings: {', '.join(unknown)}")
+        values = dict(data)
+        values["roles"] = {role: RoleExpectation(**spec) for role, spec in data["roles"].items()}
+        return cls(**values)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.topology == "disaggregated"
+
+
+@dataclass
+class Endpoints:
+    """How the gate reaches pods and Services: directly from inside the cluster, or through the API server."""
+
+    kube: Kube
+    via_api_proxy: bool = False
+
+    def _auth(self) -> dict[str, str]:
+        token = self.kube.access.token() if self.via_api_proxy else None
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def open(self, request: urllib.request.Request, timeout: float) -> Any:
+        for key, value in self._auth().items():
+            request.add_header(key, value)
+        context = self.kube._context if self.via_api_proxy else None  # noqa: SLF001 (same package)
+        return urllib.request.urlopen(request, timeout=timeout, context=context)
+
+    def get(self, url: str, timeout: float = 15.0) -> bytes:
+        with self.open(urllib.request.Request(url, method="GET"), timeout) as response:
+            return response.read()
+
+    def pod_url(self, pod: Mapping[str, Any], port: int, path: str) -> str:
+        if self.via_api_proxy:
+            meta = pod["metadata"]
+            return self.kube.proxy_url(meta["namespace"], "pods", meta["name"], port, path)
+        return f"http://{pod['status']['podIP']}:{port}{path}"
+
+    def service_url(self, url: str, namespace: str) -> str:
+        """``url`` is ``http://<service>.<namespace>.svc:<port>``; through the proxy it becomes the proxy path."""
+        if not self.via_api_proxy:
+            return url
+        host_port = url.split("://", 1)[1].split("/", 1)[0]
+        host, port = host_port.rsplit(":", 1)
+        return self.kube.proxy_url(namespace, "services", host.split(".", 1)[0], int(port), "")
+
+
+@dataclass
+class Report:
+    config: GateConfig
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    sections: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    def fail(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+    @property
+    def verdict(self) -> str:
+        return FAIL if self.reasons else PASS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "run_id": self.config.run_id,
+            "namespace": self.config.namespace,
+            "ray_service": self.config.ray_service,
+            "topology": self.config.topology,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "duration_s": round(time.time() - self.started, 1),
+            **self.sections,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The figures a person looks at first, small enough for a CloudFormation signal."""
+        probes = self.sections.get("probes", {})
+        kv = self.sections.get("kv", {})
+        transport = self.sections.get("transport", {})
+        data = {
+            "verdict": self.verdict,
+            "run_id": self.config.run_id,
+            "reasons": self.reasons[:5],
+            "probes_ok": probes.get("ok"),
+            "probes": probes.get("count"),
+            "ttft_ms_p50": probes.get("ttft_ms_p50"),
+            "e2e_ms_p50": probes.get("e2e_ms_p50"),
+            "backend": transport.get("backend"),
+            "provider": transport.get("provider"),
+            "kv_predicted_bytes": kv.get("predicted_bytes"),
+            "efa_moved_bytes": kv.get("efa_moved_bytes"),
+            "efa_fraction_of_predicted": kv.get("efa_fraction_of_predicted"),
+            "nixl_bytes_transferred": kv.get("nixl", {}).get("bytes_transferred"),
+            "nixl_mean_xfer_time_ms": kv.get("nixl", {}).get("mean_xfer_time_ms"),
+            "report": f"kubectl -n {self.config.namespace} logs job/{self.config.job_name}",
+        }
+        while len(json.dumps(data)) > SIGNAL_DATA_MAX_BYTES - 256 and data["reasons"]:
+            data["reasons"] = [r[:200] for r in data["reasons"][:-1]]
+        return data
+
+
+Sleeper = Callable[[float], None]
+
+
+class Gate:
+    def __init__(self, config: GateConfig, kube: Kube, endpoints: Endpoints, *,
+                 sleep: Sleeper = time.sleep, clock: Callable[[], float] = time.monotonic,
+                 log: Callable[[str], None] = lambda message: None) -> None:
+        self.config = config
+        self.kube = kube
+        self.endpoints = endpoints
+        self.sleep = sleep
+        self.clock = clock
+        self.log = log
+        self.deadline = clock() + config.deadline_seconds
+        self.report = Report(config)
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def run(self) -> Report:
+        cluster = self.wait_until_ready()
+        if cluster is None:
+            return self.report
+        workers = self.check_nodes_and_pods(cluster)
+        self.check_engine()
+        if self.report.reasons:
+            return self.report  # a pod or engine mismatch makes every later figure meaningless
+        counter_pods = self.efa_counter_pods() if self.config.disaggregated else []
+        efa_before = self.read_efa(counter_pods)
+        nixl_before = self.read_nixl(workers)
+        self.run_probes()
+        if self.config.disaggregated:
+            if self.config.metrics_settle_seconds:
+                self.sleep(self.config.metrics_settle_seconds)  # Ray's metrics agent exports periodically
+            efa_after = self.read_efa(counter_pods)
+            nixl_after = self.read_nixl(workers)
+            self.check_transport_logs(workers)
+            self.check_kv(efa_before, efa_after, nixl_before, nixl_after)
+        return self.report
+
+    # --- 1 and 2: rollout and readiness -------------------------------------------------------------
+
+    def _remaining(self) -> float:
+        return self.deadline - self.clock()
+
+    def wait_until_ready(self) -> str | None:
+        """The name of the active RayCluster once it runs the expected spec and is Ready, else None."""
+        c = self.config
+        deleted: list[str] = []
+        state = "the RayService does not exist"
+        started = self.clock()
+        while True:
+            service = self.kube.ray_service(c.namespace, c.ray_service)
+            if service is not None:
+                applied = _template_hashes(service, c.hash_annotation)
+                if applied and applied != {c.cluster_spec_hash}:
+                    self.report.fail(f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster "
+                                     f"spec hash {sorted(applied)}, not {c.cluster_spec_hash}: a newer deploy replaced "
+                                     "it, or it was edited by hand")
+                    return None
+                status = service.get("status") or {}
+                active = (status.get("activeServiceStatus") or {}).get("rayClusterName") or ""
+                pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: active}) if active else []
+                stale = sorted({_annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
+                if c.rollout and active and stale and active not in deleted:
+                    self.log(f"active RayCluster {active} runs cluster spec {stale}; deleting it so KubeRay "
+                             f"recreates it from spec {c.cluster_spec_hash}")
+                    try:
+                        self.kube.delete_ray_cluster(c.namespace, active)
+                    except ApiError as error:
+                        if error.status != 404:
+                            raise
+                    deleted.append(active)
+                ready = _condition_true(service, READY_CONDITION)
+                expected_pods = 1 + sum(r.nodes for r in c.roles.values())
+                ready_pods = [p for p in pods if _pod_ready(p) and _annotation(p, c.hash_annotation) == c.cluster_spec_hash]
+                state = (f"Ready={ready}, active cluster {active or '(none)'}, {len(ready_pods)}/{expected_pods} pods "
+                         f"ready on spec {c.cluster_spec_hash}")
+                if ready and active and active not in deleted and not stale and len(ready_pods) == expected_pods \
+                        and len(pods) == expected_pods:
+                    self.report.sections["service"] = {
+                        "ready": True, "active_cluster": active, "waited_s": round(self.clock() - started, 1),
+                        "rollout": {"recreated": deleted, "cluster_spec_hash": c.cluster_spec_hash},
+                    }
+                    return active
+            if self._remaining() <= c.poll_seconds:
+                self.report.sections["service"] = {"ready": False, "last_state": state, "rollout": {"recreated": deleted}}
+                self.report.fail(f"the RayService {c.namespace}/{c.ray_service} was not ready within "
+                                 f"{c.deadline_seconds:.0f} s ({state})")
+                return None
+            self.sleep(c.poll_seconds)
+
+    # --- 3: nodes, pods, engine -----------------------------------------------------------------------
+
+    def check_nodes_and_pods(self, cluster: str) -> list[dict[str, Any]]:
+        c = self.config
+        nodes_report, pods_report, workers = [], [], []
+        for role, expect in c.roles.items():
+            nodes = self.kube.nodes(expect.node_selector)
+            for node in nodes:
+                allocatable = (node.get("status") or {}).get("allocatable") or {}
+                efa_count, gpu_count = _int(allocatable.get(EFA_RESOURCE)), _int(allocatable.get(GPU_RESOURCE))
+                name = node["metadata"]["name"]
+                nodes_report.append({"name": name, "role": role, "efa_allocatable": efa_count,
+                                     "gpu_allocatable": gpu_count})
+                if efa_count < 1:
+                    self.report.fail(f"{role} node {name} has no allocatable {EFA_RESOURCE} (the EFA device plugin "
+                                     "is not running there, or the instance has no EFA interface)")
+                if gpu_count < expect.gpus_per_node:
+                    self.report.fail(f"{role} node {name} has {gpu_count} allocatable {GPU_RESOURCE}, expected "
+                                     f"{expect.gpus_per_node}")
+            if len(nodes) < expect.nodes:
+                self.report.fail(f"{len(nodes)} {role} node(s) found, expected {expect.nodes}")
+            pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: cluster, GROUP_LABEL: role})
+            if len(pods) != expect.nodes:
+                self.report.fail(f"{len(pods)} {role} worker pod(s) in {cluster}, expected {expect.nodes}")
+            for pod in pods:
+                workers.append(pod)
+                pods_report.append(self._check_pod(pod, role))
+        for head in self.kube.pods(c.namespace, {CLUSTER_LABEL: cluster, NODE_TYPE_LABEL: "head"}):
+            pods_report.append(self._check_pod(head, "head"))
+        self.report.sections["nodes"] = nodes_report
+        self.report.sections["pods"] = pods_report
+        return workers
+
+    def _check_pod(self, pod: Mapping[str, Any], role: str) -> dict[str, Any]:
+        c = self.config
+        name = pod["metadata"]["name"]
+        containers = (pod.get("spec") or {}).get("containers") or []
+        main = next((x for x in containers if x.get("name") == c.worker_container), containers[0] if containers else {})
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        status = next((s for s in statuses if s.get("name") == main.get("name")), {})
+        image_id = status.get("imageID", "")
+        digest = image_id.rsplit("@", 1)[1] if "@" in image_id else None
+        entry = {"name": name, "role": role, "node": (pod.get("spec") or {}).get("nodeName"),
+                 "image": main.get("image"), "image_digest": digest,
+                 "cluster_spec_hash": _annotation(pod, c.hash_annotation)}
+        if main.get("image") != c.image:
+            self.report.fail(f"pod {name} runs image {main.get('image')}, the deployed spec says {c.image}")
+        if c.image_digest and digest and digest != c.image_digest:
+            self.report.fail(f"pod {name} runs image digest {digest}, the deployed spec pins {c.image_digest}")
+        if role != "head":
+            env = {e.get("name"): e.get("value") for e in main.get("env") or ()}
+            wrong = {k: env.get(k) for k, v in c.worker_env.items() if env.get(k) != v}
+            entry["env_mismatches"] = wrong
+            if wrong:
+                self.report.fail(f"pod {name} environment differs from the spec: "
+                                 + ", ".join(f"{k}={v!r} (expected {c.worker_env[k]!r})" for k, v in wrong.items()))
+        return entry
+
+    def check_engine(self) -> None:
+        """The Serve application's deployed arguments equal the rendered Serve config's."""
+        c = self.config
+        url = c.dashboard_url.rstrip("/") + "/api/serve/applications/"
+        try:
+            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace)))
+        except Exception as error:  # noqa: BLE001 - any failure to read it is reported, not raised
+            self.report.fail(f"cannot read the Serve applications from the Ray dashboard: {error}")
+            return
+        app = (details.get("applications") or {}).get(c.application)
+        if app is None:
+            self.report.fail(f"Serve application {c.application!r} is not deployed")
+            return
+        deployed_args = ((app.get("deployed_app_config") or {}).get("args")) or {}
+        differences = _differences(c.serve_args, deployed_args)
+        self.report.sections["engine"] = {
+            "application": c.application, "status": app.get("status"), "matches_spec": not differences,
+            "differences": differences[:20],
+            "deployments": {name: d.get("status") for name, d in (app.get("deployments") or {}).items()},
+        }
+        if app.get("status") != "RUNNING":
+            self.report.fail(f"Serve application {c.application!r} is {app.get('status')}, not RUNNING: "
+                             f"{app.get('message', '')[:300]}")
+        if differences:
+            self.report.fail(f"the deployed engine settings differ from the spec at {', '.join(differences[:5])}")
+
+    # --- 4: probes and counters --------------------------------------------------------------------------
+
+    def efa_counter_pods(self) -> list[dict[str, Any]]:
+        return self.kube.pods(self.config.namespace, self.config.efa_counter_selector)
+
+    def read_efa(self, counter_pods: list[dict[str, Any]]) -> dict[str, efa.Counters]:
+        readings: dict[str, efa.Counters] = {}
+        for pod in counter_pods:
+            node = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
+            try:
+                body = self.endpoints.get(self.endpoints.pod_url(pod, self.config.efa_counter_port, efa.COUNTER_PATH))
+                readings[node] = json.loads(body)["counters"]
+            except Exception as error:  # noqa: BLE001
+                self.report.warnings.append(f"cannot read EFA counters on {node}: {error}")
+        return readings
+
+    def read_nixl(self, workers: list[dict[str, Any]]) -> dict[str, metrics.NixlTotals]:
+        readings = {}
+        for pod in workers:
+            name = pod["metadata"]["name"]
+            try:
+                text = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port, "/metrics")).decode()
+                readings[name] = metrics.NixlTotals.of(text)
+            except Exception as error:  # noqa: BLE001
+                self.report.warnings.append(f"cannot read metrics of {name}: {error}")
+        return readings
+
+    def run_probes(self) -> None:
+        c = self.config
+        url = self.endpoints.service_url(c.openai_url, c.namespace)
+        results = []
+        for _ in range(c.probes):
+            timeout = max(5.0, min(300.0, self._remaining()))
+            results.append(probe.chat_probe(url, c.model, probe.probe_prompt(c.probe_prompt_words), c.probe_max_tokens,
+                                            timeout=timeout, opener=self.endpoints.open))
+        ok = [r for r in results if r.ok]
+        self.report.sections["probes"] = {
+            "count": len(results), "ok": len(ok),
+            "ttft_ms_p50": _median([r.ttft_ms for r in ok]), "e2e_ms_p50": _median([r.e2e_ms for r in ok]),
+            "via_api_server_proxy": self.endpoints.via_api_proxy,
+            "results": [r.to_json() for r in results],
+        }
+        for index, result in enumerate(results):
+            if not result.ok:
+                self.report.fail(f"probe {index + 1} failed: {result.error}")
+
+    # --- 5: transport --------------------------------------------------------------------------------------
+
+    def check_transport_logs(self, workers: list[dict[str, Any]]) -> None:
+        c = self.config
+        logs = {}
+        for pod in workers:
+            name = pod["metadata"]["name"]
+            try:
+                logs[name] = self.kube.pod_log(c.namespace, name, c.worker_container)
+            except Exception as error:  # noqa: BLE001
+                self.report.fail(f"cannot read the log of {name}: {error}")
+        result = evidence.classify_logs(logs, c.expected_backend, c.expected_provider)
+        backends = {e["backend"] for e in result["by_source"].values()}
+        providers = {e["provider"] for e in result["by_source"].values()}
+        self.report.sections["transport"] = {
+            "verdict": result["verdict"], "backend": _one(backends), "provider": _one(providers),
+            "by_pod": result["by_source"],
+        }
+        for reason in result["reasons"]:
+            self.report.fail(reason)
+
+    def check_kv(self, efa_before: Mapping[str, efa.Counters], efa_after: Mapping[str, efa.Counters],
+                 nixl_before: Mapping[str, metrics.NixlTotals], nixl_after: Mapping[str, metrics.NixlTotals]) -> None:
+        c = self.config
+        probes_json = self.report.sections.get("probes", {}).get("results", [])
+        predicted = sum((r.get("prompt_tokens") or 0) * c.kv_bytes_per_token + c.kv_bytes_per_sequence
+                        for r in probes_json if r.get("ok"))
+        role_of_node = {}
+        for entry in self.report.sections.get("nodes", []):
+            role_of_node[entry["name"]] = entry["role"]
+        by_node = {node: {"role": role_of_node.get(node), **efa.node_delta(efa_before.get(node, {}), after)}
+                   for node, after in efa_after.items()}
+        sent = sum(d["sent_bytes"] for d in by_node.values() if d["role"] == "prefill")
+        received = sum(d["received_bytes"] for d in by_node.values() if d["role"] == "decode")
+        moved = min(sent, received)
+        nixl = metrics.sum_deltas(metrics.nixl_delta(nixl_before.get(pod, metrics.NixlTotals.of("")), after)
+                                  for pod, after in nixl_after.items())
+        fraction = moved / predicted if predicted else None
+        self.report.sections["kv"] = {
+            "predicted_bytes": predicted,
+            "kv_bytes_per_token": c.kv_bytes_per_token,
+            "kv_bytes_per_sequence": c.kv_bytes_per_sequence,
+            "efa_prefill_sent_bytes": sent, "efa_decode_received_bytes": received,
+            "efa_moved_bytes": moved, "efa_fraction_of_predicted": round(fraction, 4) if fraction is not None else None,
+            "min_fraction": c.min_kv_fraction,
+            "efa_by_node": by_node,
+            "nixl": nixl,
+            "nixl_fraction_of_predicted": (round(nixl["bytes_transferred"] / predicted, 4)
+                                           if predicted and nixl["bytes_transferred"] is not None else None),
+        }
+        prefill_nodes = {n for n, r in role_of_node.items() if r == "prefill"}
+        decode_nodes = {n for n, r in role_of_node.items() if r == "decode"}
+        missing = sorted((prefill_nodes | decode_nodes) - set(efa_after))
+        if missing:
+            self.report.fail(f"no EFA counter reading from {', '.join(missing)} (is the efa-counters DaemonSet running?)")
+        if not predicted:
+            self.report.fail("no successful probe reported its prompt tokens, so the KV bytes cannot be predicted")
+        elif fraction is not None and fraction < c.min_kv_fraction:
+            self.report.fail(f"EFA counters moved {moved} bytes (prefill sent {sent}, decode received {received}) "
+                             f"across the probes, {fraction:.1%} of the {predicted} KV bytes predicted; at least "
+                             f"{c.min_kv_fraction:.0%} must cross EFA")
+        if nixl["failed_transfers"]:
+            self.report.fail(f"vLLM counted {nixl['failed_transfers']:.0f} failed NIXL transfer(s) during the probes")
+        if nixl["bytes_transferred"] is None:
+            self.report.warnings.append("no worker exports ray_vllm_nixl_bytes_transferred; NIXL figures are missing")
+
+
+# --- small helpers ----------------------------------------------------------------------------------------
+
+def _template_hashes(service: Mapping[str, Any], key: str) -> set[str]:
+    config = (service.get("spec") or {}).get("rayClusterConfig") or {}
+    templates = [((config.get("headGroupSpec") or {}).get("template") or {})]
+    templates += [(g.get("template") or {}) for g in config.get("workerGroupSpecs") or ()]
+    return {((t.get("metadata") or {}).get("annotations") or {}).get(key) for t in templates} - {None}
+
+
+def _annotation(obj: Mapping[str, Any], key: str) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+
+
+def _condition_true(obj: Mapping[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or ())
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and _condition_true(pod, "Ready")
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = sorted(v for v in values if v is not None)
+    if not present:
+        return None
+    middle = len(present) // 2
+    value = present[middle] if len(present) % 2 else (present[middle - 1] + present[middle]) / 2
+    return round(value, 1)
+
+
+def _one(values: set[Any]) -> Any:
+    present = values - {None}
+    return next(iter(present)) if len(present) == 1 else (sorted(present) if present else None)
+
+
+def _differences(expected: Any, actual: Any, path: str = "args") -> list[str]:
+    """Paths where ``actual`` differs from ``expected``; keys only in ``actual`` are Ray's defaults and ignored."""
+    if isinstance(expected, Mapping):
+        if not isinstance(actual, Mapping):
+            return [path]
+        found: list[str] = []
+        for key, value in expected.items():
+            if key not in actual:
+                found.append(f"{path}.{key}")
+            else:
+                found.extend(_differences(value, actual[key], f"{path}.{key}"))
+        return found
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [path]
+        return [d for i, (e, a) in enumerate(zip(expected, actual)) for d in _differences(e, a, f"{path}[{i}]")]
+    return [] if expected == actual else [path]
+
+
+INSTANCE_LABEL = "ray-llm-eks/instance"
+"""The label every object of one deployment carries (the charts' ``pod_templates.INSTANCE_LABEL``)."""
+COMPONENT_LABEL = "ray-llm-eks/component"
+SETTINGS_COMPONENT = "gate-settings"
+SETTINGS_FILE = "gate.json"
+
+
+def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str, Any]:
+    """The gate settings of the spec the RayService now carries, from the ConfigMap the deploy applied.
+
+    Raises LookupError when the cluster holds none (not deployed by ray-llm-eks, or another name).
+    """
+    service = kube.ray_service(namespace, ray_service)
+    if service is None:
+        raise LookupError(f"no RayService {namespace}/{ray_service} in the cluster")
+    candidates = kube.config_maps(namespace, {COMPONENT_LABEL: SETTINGS_COMPONENT, INSTANCE_LABEL: ray_service})
+    settings = [json.loads((c.get("data") or {}).get(SETTINGS_FILE, "{}")) for c in candidates]
+    for candidate in settings:
+        if {candidate.get("cluster_spec_hash")} == _template_hashes(service, candidate.get("hash_annotation", "")):
+            return candidate
+    raise LookupError(f"no gate settings in {namespace} match the RayService {ray_service} "
+                      f"({len(settings)} found): was it deployed by ray-llm-eks, and has its gate Job been applied?")

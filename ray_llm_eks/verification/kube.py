@@ -1,0 +1,144 @@
+"""The few Kubernetes API calls the gate makes, over plain HTTPS with the standard library.
+
+The gate runs inside the cluster in the serving image, which is not ours to extend, so it cannot
+rely on the ``kubernetes`` client package; it needs only GET, list and one DELETE, with a bearer
+token. In a pod the token and CA come from the service account mount (re-read on every call:
+projected tokens rotate); ``ray-llm-eks verify`` builds the same client from a kubeconfig.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+REQUEST_TIMEOUT_SECONDS = 15.0
+
+
+class NoClusterAccess(RuntimeError):
+    """The API server cannot be reached, or refuses our credentials (exit code 3)."""
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, path: str, message: str) -> None:
+        super().__init__(f"{status} on {path}: {message}")
+        self.status = status
+        self.path = path
+
+
+@dataclass
+class KubeAccess:
+    server: str
+    token: Callable[[], str | None]
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    insecure_skip_tls_verify: bool = False
+
+    @classmethod
+    def in_cluster(cls) -> KubeAccess:
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host:
+            raise NoClusterAccess("not in a pod: KUBERNETES_SERVICE_HOST is not set; give --kube-api")
+        token_file = SERVICE_ACCOUNT_DIR / "token"
+        host = f"[{host}]" if ":" in host else host
+        return cls(server=f"https://{host}:{port}", token=lambda: _read(token_file),
+                   ca_file=str(SERVICE_ACCOUNT_DIR / "ca.crt"))
+
+    @classmethod
+    def with_token_file(cls, server: str, token_file: str | None) -> KubeAccess:
+        return cls(server=server.rstrip("/"), token=lambda: _read(Path(token_file)) if token_file else None)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+class Kube:
+    def __init__(self, access: KubeAccess) -> None:
+        self.access = access
+        self._context: ssl.SSLContext | None = None
+        if access.server.startswith("https://"):
+            context = ssl.create_default_context(cafile=access.ca_file)
+            if access.client_cert_file:
+                context.load_cert_chain(access.client_cert_file, access.client_key_file)
+            if access.insecure_skip_tls_verify:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self._context = context
+
+    def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
+                body: Any = None, accept: str = "application/json", timeout: float = REQUEST_TIMEOUT_SECONDS) -> bytes:
+        url = self.access.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method, headers={"Accept": accept})
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        token = self.access.token()
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout, context=self._context) as response:
+                return response.read()
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")[:300]
+            if error.code in (401, 403) and "/proxy" not in path:
+                raise NoClusterAccess(f"the API server refused {method} {path} ({error.code}): {detail}") from None
+            raise ApiError(error.code, path, detail) from None
+        except (urllib.error.URLError, OSError) as error:
+            raise NoClusterAccess(f"cannot reach the API server at {self.access.server}: {error}") from None
+
+    def get(self, path: str, **query: str) -> dict[str, Any]:
+        return json.loads(self.request("GET", path, query=query or None))
+
+    def get_text(self, path: str, **query: str) -> str:
+        return self.request("GET", path, query=query or None, accept="*/*").decode(errors="replace")
+
+    def delete(self, path: str) -> None:
+        self.request("DELETE", path, body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                           "propagationPolicy": "Background"})
+
+    # --- the objects the gate reads ----------------------------------------------------------
+
+    def ray_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(f"/apis/ray.io/v1/namespaces/{namespace}/rayservices/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def delete_ray_cluster(self, namespace: str, name: str) -> None:
+        self.delete(f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
+
+    def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        return list(self.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=_selector(selector))["items"])
+
+    def nodes(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        return list(self.get("/api/v1/nodes", labelSelector=_selector(selector))["items"])
+
+    def config_maps(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        return list(self.get(f"/api/v1/namespaces/{namespace}/configmaps", labelSelector=_selector(selector))["items"])
+
+    def pod_log(self, namespace: str, pod: str, container: str) -> str:
+        return self.get_text(f"/api/v1/namespaces/{namespace}/pods/{pod}/log", container=container)
+
+    def proxy_url(self, namespace: str, kind: str, name: str, port: int, path: str) -> str:
+        """The API server's proxy to a pod or service port (``kind``: ``pods`` or ``services``)."""
+        return f"{self.access.server}/api/v1/namespaces/{namespace}/{kind}/{name}:{port}/proxy{path}"
+
+
+def _selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

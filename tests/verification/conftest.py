@@ -1,0 +1,82 @@
+"""Fixtures for the gate: the reference deployment's rendered charts and gate settings, once per session."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import cdk8s
+import pytest
+
+from fake_cluster import FakeDeployment, Scenario
+from ray_llm_eks.cdk8s_charts import build_serving_charts
+from ray_llm_eks.cdk8s_charts.verification import GatePlan
+from ray_llm_eks.config import DeploymentConfig, parse_config
+from ray_llm_eks.verification import bundle
+
+
+@dataclass(frozen=True)
+class Deployed:
+    config: DeploymentConfig
+    rayservice: dict[str, Any]
+    settings: dict[str, Any]
+
+
+def _deployed(config: DeploymentConfig) -> Deployed:
+    spec = config.specs().serving
+    charts = build_serving_charts(cdk8s.App(), spec)
+    plan = GatePlan.of(spec, config.specs().verification, charts)
+    rayservice = next(o for o in charts.rayservice.to_json() if o["kind"] == "RayService")
+    return Deployed(config, rayservice, plan.settings)
+
+
+@pytest.fixture(scope="session")
+def disaggregated() -> Deployed:
+    return _deployed(DeploymentConfig())
+
+
+@pytest.fixture(scope="session")
+def colocated() -> Deployed:
+    return _deployed(parse_config({"topology": "colocated"}))
+
+
+@pytest.fixture(scope="session")
+def in_cluster_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package as the gate's ConfigMap mounts it: the bundle's files in ``rayllmeks_gate/``."""
+    root = tmp_path_factory.mktemp("program")
+    package = root / bundle.IN_CLUSTER_PACKAGE
+    package.mkdir()
+    for name, text in bundle.files().items():
+        (package / name).write_text(text)
+    return root
+
+
+@pytest.fixture
+def fake(tmp_path: Path, request: pytest.FixtureRequest, disaggregated: Deployed) -> Iterator[FakeDeployment]:
+    deployed = getattr(request, "param", None) or disaggregated
+    scenario = Scenario()
+    deployment = FakeDeployment(tmp_path, deployed.rayservice, deployed.settings, scenario)
+    yield deployment
+    deployment.close()
+
+
+def run_gate(program: Path, fake: FakeDeployment, settings: dict[str, Any], *extra: str,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The in-cluster program in its own process: ``python -S`` (no site-packages, so only the
+    standard library can be imported) ``-m rayllmeks_gate run``, as the Job runs it."""
+    import json
+
+    config = fake.tmp / "gate.json"
+    config.write_text(json.dumps(settings))
+    return subprocess.run(
+        [sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, "run", "--config", str(config),
+         "--kube-api", fake.api_url, "--kube-token-file", str(fake.token_file), *extra],
+        cwd=program, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )
+
+
+__all__ = ["Deployed", "Scenario", "run_gate", "shutil"]

@@ -1,0 +1,350 @@
+"""A deployment on loopback, for running the real gate program against real HTTP endpoints.
+
+No Kubernetes API server, EKS node or GPU can run here, so each part the gate talks to is a small
+HTTP server on its own loopback address, serving what the real one serves:
+
+- the Kubernetes API (``127.0.0.1``): the RayService rendered by the real chart, pods built from
+  its real pod templates (labels and annotations as KubeRay 1.4.0 sets them), nodes with
+  allocatable GPU and EFA, pod logs, ConfigMaps, ``DELETE`` of a RayCluster (which, like KubeRay,
+  replaces the active cluster with one built from the current spec), and the API server proxy;
+- the OpenAI Service and the Ray dashboard's Serve API (``127.0.0.1``);
+- each worker pod's Prometheus endpoint (``127.0.0.2``/``127.0.0.3``), exposed with
+  ``prometheus_client`` under the names Ray gives vLLM's NIXL metrics;
+- each GPU node's EFA counter reader (``127.0.0.4``/``127.0.0.5``): the package's own server
+  over a fixture sysfs tree.
+
+Serving a completion moves the KV bytes of its prompt: the fixture counters of the prefill
+node (``tx_bytes``) and the decode node (``rx_bytes``) and the decode worker's
+``ray_vllm_nixl_bytes_transferred`` grow by what the planner predicts, scaled by the scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from ray_llm_eks.verification import efa
+
+PREFILL_IP, DECODE_IP, PREFILL_NODE_IP, DECODE_NODE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
+PREFILL_NODE, DECODE_NODE = "ip-10-0-1-11.prefill", "ip-10-0-1-12.decode"
+
+EFA_LINES = [
+    "I1130 21:03:46.100000 412 libfabric_topology.cpp:88] Discovered 1 EFA devices",
+    "I1130 21:03:46.120000 412 libfabric_rail_manager.cpp:131] Created 1 rails using provider=efa",
+    "I1130 21:03:46.121000 412 libfabric_rail.cpp:402] Using provider without FI_HMEM support for rail 0",
+    "(ServeReplica:llm:PDDecode pid=412) INFO 11-30 21:03:46 [nixl_connector.py:901] Backend LIBFABRIC was instantiated",
+    "(ServeReplica:llm:PDDecode pid=412) INFO 11-30 21:03:46 [_api.py:170] Initialized NIXL agent: 3f9c2a",
+]
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Scenario:
+    """What the fake deployment does; the defaults are a healthy disaggregated deployment."""
+
+    worker_log: list[str] = field(default_factory=lambda: list(EFA_LINES))
+    efa_fraction: float = 1.0
+    """Share of the predicted KV bytes the EFA counters move per completion."""
+    nixl_fraction: float = 1.0
+    failed_transfers: int = 0
+    completion_status: int = 200
+    ready: bool = True
+    stale_first: bool = False
+    """The running pods carry an older cluster spec hash until the gate deletes their RayCluster."""
+    image: str | None = None
+    """The image the pods run; default: the deployed spec's."""
+    efa_allocatable: str = "1"
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.server.fake.route(self, "GET")  # type: ignore[attr-defined]
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.server.fake.route(self, "POST")  # type: ignore[attr-defined]
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self.server.fake.route(self, "DELETE")  # type: ignore[attr-defined]
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self.server.fake.route(self, "PUT")  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def reply(self, status: int, body: bytes | str | dict[str, Any], content_type: str = "application/json") -> None:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class FakeDeployment:
+    """Everything the gate reaches, started on loopback; ``settings`` is the gate.json to run with."""
+
+    def __init__(self, tmp: Path, rayservice: dict[str, Any], settings: dict[str, Any], scenario: Scenario) -> None:
+        self.tmp = tmp
+        self.scenario = scenario
+        self.rayservice = rayservice
+        self.namespace = settings["namespace"]
+        self.name = settings["ray_service"]
+        self.hash = settings["cluster_spec_hash"]
+        self.settings = settings
+        self.deleted: list[str] = []
+        self.signals: list[tuple[dict[str, str], bytes]] = []
+        self.requests_served = 0
+        self.lock = threading.Lock()
+        self.active = f"{self.name}-abcde"
+        self.pod_hash = "0ld0ld0ld0ld" if scenario.stale_first else self.hash
+        self.sysfs = {node: tmp / "sysfs" / node for node in (PREFILL_NODE, DECODE_NODE)}
+        for root in self.sysfs.values():
+            counters = root / "class" / "infiniband" / "rdmap0s6" / "ports" / "1" / "hw_counters"
+            counters.mkdir(parents=True)
+            for name in ("tx_bytes", "rx_bytes", "send_bytes", "recv_bytes", "rdma_read_bytes", "tx_pkts"):
+                (counters / name).write_text("1000\n")
+        self.registries = {pod: CollectorRegistry() for pod in ("prefill", "decode")}
+        self.histograms = {
+            pod: (Histogram("ray_vllm_nixl_bytes_transferred", "bytes", registry=r, buckets=(1e6, 1e8, 1e9)),
+                  Histogram("ray_vllm_nixl_xfer_time_seconds", "seconds", registry=r, buckets=(0.01, 0.1, 1.0)),
+                  Counter("ray_vllm_nixl_num_failed_transfers", "failed", registry=r))
+            for pod, r in self.registries.items()
+        }
+        self.servers: list[ThreadingHTTPServer] = []
+        self.api_port = self._serve("127.0.0.1", self.route_api)
+        self.metrics_port = free_port(PREFILL_IP)
+        for ip, pod in ((PREFILL_IP, "prefill"), (DECODE_IP, "decode")):
+            self._serve(ip, lambda h, m, pod=pod: self.route_metrics(h, m, pod), self.metrics_port)
+        self.counter_port = free_port(PREFILL_NODE_IP)
+        for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
+            server = efa.make_server(str(self.sysfs[node]), self.counter_port, ip)
+            self.servers.append(server)
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.signal_port = self._serve("127.0.0.1", self.route_signal)
+        self.token_file = tmp / "token"
+        self.token_file.write_text("test-token\n")
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _serve(self, host: str, route: Callable[[Handler, str], None], port: int = 0) -> int:
+        server = ThreadingHTTPServer((host, port), Handler)
+        server.fake = type("Route", (), {"route": staticmethod(route)})  # type: ignore[attr-defined]
+        self.servers.append(server)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return int(server.server_address[1])
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def signal_url(self) -> str:
+        return f"http://127.0.0.1:{self.signal_port}/signal?X-Amz-Signature=abc"
+
+    def gate_settings(self, **overrides: Any) -> dict[str, Any]:
+        return {
+            **self.settings,
+            "openai_url": f"{self.api_url}/openai",
+            "dashboard_url": f"{self.api_url}/dashboard",
+            "metrics_port": self.metrics_port,
+            "efa_counter_port": self.counter_port,
+            "poll_seconds": 0.2,
+            "metrics_settle_seconds": 0,
+            "deadline_seconds": 20,
+            "probes": 3,
+            "probe_prompt_words": 300,
+            **overrides,
+        }
+
+    # --- Kubernetes API --------------------------------------------------------------------------
+
+    def _pod(self, name: str, ip: str, role: str, node: str) -> dict[str, Any]:
+        config = self.rayservice["spec"]["rayClusterConfig"]
+        if role == "head":
+            template = config["headGroupSpec"]["template"]
+        else:
+            template = next(g["template"] for g in config["workerGroupSpecs"] if g["groupName"] == role)
+        containers = json.loads(json.dumps(template["spec"]["containers"]))
+        if self.scenario.image:
+            for container in containers:
+                container["image"] = self.scenario.image
+        labels = {**template["metadata"].get("labels", {}), "ray.io/cluster": self.active,
+                  "ray.io/group": "headgroup" if role == "head" else role,
+                  "ray.io/node-type": "head" if role == "head" else "worker"}
+        annotations = {**template["metadata"].get("annotations", {}), "ray-llm-eks/cluster-spec-hash": self.pod_hash}
+        image = containers[0]["image"]
+        return {
+            "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "annotations": annotations},
+            "spec": {"nodeName": node, "containers": containers},
+            "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": containers[0]["name"],
+                                              "imageID": f"{image.split('@')[0].split(':')[0]}@sha256:{'cd' * 32}"}]},
+        }
+
+    def pods(self) -> list[dict[str, Any]]:
+        pods = [
+            self._pod(f"{self.active}-head-x1", "127.0.0.9", "head", "ip-10-0-1-10.system"),
+            self._pod(f"{self.active}-prefill-worker-p1", PREFILL_IP, "prefill", PREFILL_NODE),
+            self._pod(f"{self.active}-decode-worker-d1", DECODE_IP, "decode", DECODE_NODE),
+        ]
+        for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
+            pods.append({
+                "metadata": {"name": f"{self.name}-efa-counters-{node[:5]}", "namespace": self.namespace,
+                             "labels": dict(self.settings["efa_counter_selector"])},
+                "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip},
+            })
+        return pods
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": node, "labels": {"role": role}},
+                 "status": {"allocatable": {"vpc.amazonaws.com/efa": self.scenario.efa_allocatable,
+                                            "nvidia.com/gpu": "1", "cpu": "31", "memory": "120Gi"}}}
+                for node, role in ((PREFILL_NODE, "prefill"), (DECODE_NODE, "decode"))]
+
+    def rayservice_object(self) -> dict[str, Any]:
+        ready = self.scenario.ready and not (self.deleted and self.pod_hash != self.hash)
+        return {**self.rayservice, "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                            "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints"}],
+            "activeServiceStatus": {"rayClusterName": self.active}}}
+
+    def route_api(self, handler: Handler, method: str) -> None:
+        url = urllib.parse.urlsplit(handler.path)
+        path, query = url.path, dict(urllib.parse.parse_qsl(url.query))
+        # /openai and /dashboard stand for the OpenAI Service and the head Service (no API auth).
+        if path.startswith("/openai"):
+            return self.route_openai(handler, method, path[len("/openai"):])
+        if path.startswith("/dashboard"):
+            return self.route_dashboard(handler, path[len("/dashboard"):])
+        if handler.headers.get("Authorization") != "Bearer test-token":
+            return handler.reply(401, {"kind": "Status", "message": "Unauthorized"})
+        ns = f"/api/v1/namespaces/{self.namespace}"
+        if "/proxy" in path:
+            return self.route_proxy(handler, method, path)
+        if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayservices/{self.name}":
+            return handler.reply(200, self.rayservice_object())
+        if method == "DELETE" and path.startswith(f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/"):
+            name = path.rsplit("/", 1)[1]
+            if name != self.active:
+                return handler.reply(404, {"kind": "Status", "reason": "NotFound"})
+            # KubeRay 1.4.0: no active and no pending cluster -> a new one from the current spec.
+            self.deleted.append(name)
+            self.active = f"{self.name}-fghij"
+            self.pod_hash = self.hash
+            return handler.reply(200, {"kind": "Status", "status": "Success"})
+        if method == "GET" and path == f"{ns}/pods":
+            wanted = dict(item.split("=", 1) for item in query.get("labelSelector", "").split(",") if item)
+            items = [p for p in self.pods() if all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+            return handler.reply(200, {"kind": "PodList", "items": items})
+        if method == "GET" and path == "/api/v1/nodes":
+            role = query.get("labelSelector", "").split("=", 1)[-1]
+            return handler.reply(200, {"kind": "NodeList",
+                                       "items": [n for n in self.nodes() if n["metadata"]["labels"]["role"] == role]})
+        if method == "GET" and path.startswith(f"{ns}/pods/") and path.endswith("/log"):
+            pod = path.split("/")[-2]
+            lines = self.scenario.worker_log if "worker" in pod else ["head log"]
+            return handler.reply(200, "\n".join(lines) + "\n", "text/plain")
+        if method == "GET" and path == f"{ns}/configmaps":
+            data = {"gate.json": json.dumps(self.gate_settings_for_cli)}
+            return handler.reply(200, {"kind": "ConfigMapList", "items": [{"metadata": {"name": "x"}, "data": data}]})
+        return handler.reply(404, {"kind": "Status", "reason": "NotFound", "message": path})
+
+    gate_settings_for_cli: dict[str, Any] = {}
+
+    def route_proxy(self, handler: Handler, method: str, path: str) -> None:
+        """``/api/v1/namespaces/<ns>/(pods|services)/<name>:<port>/proxy<rest>``, forwarded like the API server."""
+        head, rest = path.split("/proxy", 1)
+        kind, target = head.split("/")[-2:]
+        name, port = target.rsplit(":", 1)
+        if kind == "services":
+            base = f"{self.api_url}/openai" if "openai" in name else f"{self.api_url}/dashboard"
+        else:
+            pod = next(p for p in self.pods() if p["metadata"]["name"] == name)
+            base = f"http://{pod['status']['podIP']}:{port}"
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else None
+        request = urllib.request.Request(base + rest, data=body, method=method,
+                                         headers={"Authorization": "Bearer test-token",
+                                                  "Content-Type": handler.headers.get("Content-Type", "")})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return handler.reply(response.status, response.read(), response.headers.get("Content-Type", ""))
+        except urllib.error.HTTPError as error:
+            return handler.reply(error.code, error.read())
+
+    # --- the serving endpoints -----------------------------------------------------------------------
+
+    def route_dashboard(self, handler: Handler, path: str) -> None:
+        if path != "/api/serve/applications/":
+            return handler.reply(404, {})
+        app = self.settings["application"]
+        return handler.reply(200, {"applications": {app: {
+            "name": app, "status": "RUNNING", "message": "",
+            "deployed_app_config": {"name": app, "import_path": "ray.serve.llm:build_pd_openai_app",
+                                    "args": self.settings["serve_args"]},
+            "deployments": {"PDProxyServer": {"status": "HEALTHY"}},
+        }}})
+
+    def _bump(self, node: str, counter: str, amount: int) -> None:
+        path = self.sysfs[node] / "class" / "infiniband" / "rdmap0s6" / "ports" / "1" / "hw_counters" / counter
+        path.write_text(f"{int(path.read_text()) + amount}\n")
+
+    def route_openai(self, handler: Handler, method: str, path: str) -> None:
+        if method != "POST" or path != "/v1/chat/completions":
+            return handler.reply(404, {})
+        body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+        if self.scenario.completion_status != 200:
+            return handler.reply(self.scenario.completion_status, {"error": {"message": "engine dead"}})
+        prompt_tokens = len(body["messages"][0]["content"].split()) + 12  # + the chat template's tokens
+        kv = prompt_tokens * self.settings["kv_bytes_per_token"] + self.settings["kv_bytes_per_sequence"]
+        with self.lock:
+            self.requests_served += 1
+            self._bump(PREFILL_NODE, "tx_bytes", int(kv * self.scenario.efa_fraction))
+            self._bump(DECODE_NODE, "rx_bytes", int(kv * self.scenario.efa_fraction))
+            sent, seconds, failed = self.histograms["decode"]
+            if self.scenario.nixl_fraction:
+                sent.observe(kv * self.scenario.nixl_fraction)
+                seconds.observe(0.031)
+            if self.scenario.failed_transfers:
+                failed.inc(self.scenario.failed_transfers)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        for piece in ("The", " answer", " is", " short."):
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "model": body["model"],
+                     "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+            handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            handler.wfile.flush()
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 4, "total_tokens": prompt_tokens + 4}
+        handler.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        handler.wfile.write(b"data: [DONE]\n\n")
+
+    def route_metrics(self, handler: Handler, method: str, pod: str) -> None:
+        if handler.path != "/metrics":
+            return handler.reply(404, {})
+        return handler.reply(200, generate_latest(self.registries[pod]), "text/plain; version=0.0.4")
+
+    def route_signal(self, handler: Handler, method: str) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        self.signals.append((dict(handler.headers), handler.rfile.read(length)))
+        handler.reply(200, b"", "text/plain")
