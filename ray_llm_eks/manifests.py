@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -30,8 +31,14 @@ def chart_objects(chart: cdk8s.Chart) -> list[dict]:
     return list(chart.to_json())
 
 
+_CDK_TOKEN = re.compile(r"\$\{Token\[[^\]]*\]\}")
+DEPLOY_TIME_VALUE = "<set by CloudFormation at deploy time>"
+"""Stands in for a CDK token (the gate's wait-condition URL): its text differs between synths."""
+
+
 def render_chart(chart: cdk8s.Chart) -> str:
-    return yaml.dump_all(chart_objects(chart), Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False)
+    text = yaml.dump_all(chart_objects(chart), Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False)
+    return _CDK_TOKEN.sub(DEPLOY_TIME_VALUE, text)
 
 
 def chart_file_name(chart: cdk8s.Chart) -> str:

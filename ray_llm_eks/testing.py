@@ -97,9 +97,25 @@ def _expand_serve_config(value: Any) -> Any:
     return value
 
 
+def _token_text(part: Any) -> str:
+    # A CloudFormation intrinsic inside a joined string, written so it stays valid inside JSON text.
+    if isinstance(part, str):
+        return part
+    if isinstance(part, dict) and len(part) == 1:
+        (function, argument), = part.items()
+        shown = argument if isinstance(argument, str) else ".".join(str(a) for a in argument) \
+            if isinstance(argument, list) and all(isinstance(a, str) for a in argument) else "..."
+        return f"<{function}:{shown}>"
+    return "<token>"
+
+
 def _parse_embedded_json(value: Any) -> Any:
-    # A plain JSON string parses; a string built with Fn::Join (tokens inside) stays as it is,
-    # with its literal parts left for the reader.
+    # A plain JSON string parses; a string built with Fn::Join (tokens inside, such as the gate's
+    # wait-condition URL) parses with each token written as <Function:argument>.
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        if separator == "" and isinstance(parts, list):
+            value = "".join(_token_text(part) for part in parts)
     if isinstance(value, str):
         try:
             return _expand_serve_config(json.loads(value))

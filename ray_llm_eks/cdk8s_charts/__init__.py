@@ -16,6 +16,7 @@ from .serving import (
     build_serving_charts,
     openai_service_name,
 )
+from .verification import VERIFICATION_CHART_ID, GatePlan, VerificationChart, build_verification_chart
 
 __all__ = [
     "NAMESPACE_CHART_ID",
@@ -26,6 +27,10 @@ __all__ = [
     "ServingCharts",
     "ServingNamespaceChart",
     "UpgradeStrategy",
+    "VERIFICATION_CHART_ID",
+    "GatePlan",
+    "VerificationChart",
+    "build_verification_chart",
     "build_serve_config",
     "build_serving_charts",
     "openai_service_name",

@@ -253,6 +253,12 @@ def test_worker_environment_for_efa_and_hybrid_models(disaggregated, role):
         "HF_HOME": "/var/cache/huggingface",
         "HF_HUB_CACHE": "/var/cache/huggingface/hub",
         "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
+        # The transport evidence: NIXL's INFO lines, on the container's output (BRIEF section 5).
+        "NIXL_LOG_LEVEL": "INFO",
+        "RAY_LOG_TO_STDERR": "1",
+        # vLLM 0.26 refuses every KV connector with expandable segments; never inherited from the image.
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
+        "PYTORCH_ALLOC_CONF": "expandable_segments:False",
     }
     # Hugepages are handled by FI_EFA_USE_HUGE_PAGE=0, so none are requested.
     assert not any(k.startswith("hugepages-") for k in disaggregated.worker_container(role)["resources"]["limits"])
@@ -408,3 +414,14 @@ def test_the_openai_selector_uses_only_project_labels_and_top_level_metadata_kee
         "app.kubernetes.io/name": "ray-llm-eks",
         "app.kubernetes.io/instance": "ray-llm",
     }
+
+
+@pytest.mark.parametrize("name", ["disaggregated", "colocated", "hardened", "multi_gpu"])
+@pytest.mark.parametrize("role", ROLES)
+def test_no_worker_can_run_with_expandable_segments(scenario, name, role):
+    """An explicit value in the pod spec wins over an ENV of the image, under both names PyTorch reads."""
+    env = env_of(scenario(name).worker_container(role))
+    for variable in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        assert "expandable_segments:True" not in env[variable]
+        assert env[variable] == "expandable_segments:False"
+    assert env["NIXL_LOG_LEVEL"] == "INFO"

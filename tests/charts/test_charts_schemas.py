@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from conftest import KUBERNETES_VERSION, SCENARIOS
+from conftest import CRD_FILE, KUBERNETES_VERSION, SCENARIOS
 
 ALL = sorted(SCENARIOS)
 
@@ -36,7 +36,6 @@ def test_the_strict_schema_rejects_an_unknown_field_anywhere(disaggregated, stri
 
 
 def test_upgrade_strategy_none_is_a_value_the_crd_knows(disaggregated):
-    from conftest import CRD_FILE
     import yaml
 
     crd = yaml.safe_load(CRD_FILE.read_text())

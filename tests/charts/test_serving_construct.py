@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ray_llm_eks.cdk8s_charts import NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID
+from ray_llm_eks.cdk8s_charts import NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID, VERIFICATION_CHART_ID
 from ray_llm_eks.manifests import chart_file_name, write_manifests
 
 MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -55,7 +55,7 @@ def test_pod_identity_association_binds_the_service_account_to_the_role(stack_di
 
 def test_charts_are_exposed_in_apply_order(stack_disaggregated):
     serving = stack_disaggregated.stack.serving
-    assert [c.node.id for c in serving.charts] == [NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID]
+    assert [c.node.id for c in serving.charts] == [NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID, VERIFICATION_CHART_ID]
     assert stack_disaggregated.stack.charts == serving.charts
     assert (serving.namespace, serving.service_account_name, serving.openai_service_name) == (
         "inference", "ray-llm", "ray-llm-openai",
@@ -84,7 +84,7 @@ def test_every_manifest_waits_for_the_pod_identity_association(stack_disaggregat
     resources = stack_disaggregated.template_json["Resources"]
     association_id = stack_disaggregated.logical_id(stack.serving.pod_identity)
     assert resources[association_id]["Type"] == "AWS::EKS::PodIdentityAssociation"
-    assert set(stack.serving.manifests) == {NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID}
+    assert set(stack.serving.manifests) == {NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID, VERIFICATION_CHART_ID}
     for manifest in stack.serving.manifests.values():
         assert association_id in resources[stack_disaggregated.logical_id(manifest)]["DependsOn"]
 
@@ -99,20 +99,34 @@ def test_the_rayservice_manifest_carries_the_rayservice(stack_disaggregated):
     assert "RayService" in text and "build_pd_openai_app" in text
 
 
+GATE_TYPES = ("AWS::CloudFormation::WaitCondition", "AWS::CloudFormation::WaitConditionHandle")
+
+
 def _without_manifest_bodies(template: dict) -> dict:
+    """The template without what a serving-spec change is meant to change: manifest bodies, and
+    the gate's wait condition pair, which is named after the spec's hash so that it runs again."""
     resources = {}
     for logical_id, resource in template["Resources"].items():
         resource = json.loads(json.dumps(resource))
+        if resource["Type"] in GATE_TYPES:
+            continue
         if resource["Type"] == MANIFEST_TYPE:
             resource["Properties"].pop("Manifest")
         resources[logical_id] = resource
     return resources
 
 
+def _gate_ids(template: dict) -> set[str]:
+    return {i for i, r in template["Resources"].items() if r["Type"] in GATE_TYPES}
+
+
 def test_switching_topology_changes_only_kubernetes_manifests(stack_disaggregated, stack_colocated):
     assert _without_manifest_bodies(stack_disaggregated.template_json) == _without_manifest_bodies(
         stack_colocated.template_json
     )
+    # ... and renames the gate's wait condition, so the deploy waits for a new verdict.
+    assert len(_gate_ids(stack_disaggregated.template_json)) == 2
+    assert not _gate_ids(stack_disaggregated.template_json) & _gate_ids(stack_colocated.template_json)
     rayservice_id = stack_colocated.logical_id(stack_colocated.stack.serving.manifests[RAYSERVICE_CHART_ID])
     assert (
         stack_disaggregated.template_json["Resources"][rayservice_id]["Properties"]["Manifest"]
@@ -122,5 +136,6 @@ def test_switching_topology_changes_only_kubernetes_manifests(stack_disaggregate
 
 def test_manifest_files_are_named_after_the_chart_ids(stack_disaggregated, tmp_path):
     written = write_manifests(stack_disaggregated.stack.serving.charts, tmp_path)
-    assert [p.name for p in written] == [f"{NAMESPACE_CHART_ID}.yaml", f"{RAYSERVICE_CHART_ID}.yaml"]
+    assert [p.name for p in written] == [
+        f"{NAMESPACE_CHART_ID}.yaml", f"{RAYSERVICE_CHART_ID}.yaml", f"{VERIFICATION_CHART_ID}.yaml"]
     assert chart_file_name(stack_disaggregated.stack.serving.charts[1]) == "serving-rayservice.yaml"

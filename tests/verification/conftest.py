@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -64,19 +61,3 @@ def fake(tmp_path: Path, request: pytest.FixtureRequest, disaggregated: Deployed
     deployment.close()
 
 
-def run_gate(program: Path, fake: FakeDeployment, settings: dict[str, Any], *extra: str,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The in-cluster program in its own process: ``python -S`` (no site-packages, so only the
-    standard library can be imported) ``-m rayllmeks_gate run``, as the Job runs it."""
-    import json
-
-    config = fake.tmp / "gate.json"
-    config.write_text(json.dumps(settings))
-    return subprocess.run(
-        [sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, "run", "--config", str(config),
-         "--kube-api", fake.api_url, "--kube-token-file", str(fake.token_file), *extra],
-        cwd=program, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **(env or {})},
-    )
-
-
-__all__ = ["Deployed", "Scenario", "run_gate", "shutil"]

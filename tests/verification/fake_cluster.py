@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import urllib.parse
 import urllib.request
@@ -32,7 +34,7 @@ from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from ray_llm_eks.verification import efa
+from ray_llm_eks.verification import bundle, efa
 
 PREFILL_IP, DECODE_IP, PREFILL_NODE_IP, DECODE_NODE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
 PREFILL_NODE, DECODE_NODE = "ip-10-0-1-11.prefill", "ip-10-0-1-12.decode"
@@ -348,3 +350,16 @@ class FakeDeployment:
         length = int(handler.headers.get("Content-Length") or 0)
         self.signals.append((dict(handler.headers), handler.rfile.read(length)))
         handler.reply(200, b"", "text/plain")
+
+
+def run_gate(program: Path, fake: FakeDeployment, settings: dict[str, Any], *extra: str,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The in-cluster program in its own process: ``python -S`` (no site-packages, so only the
+    standard library can be imported) ``-m rayllmeks_gate run``, as the Job runs it."""
+    config = fake.tmp / "gate.json"
+    config.write_text(json.dumps(settings))
+    return subprocess.run(
+        [sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, "run", "--config", str(config),
+         "--kube-api", fake.api_url, "--kube-token-file", str(fake.token_file), *extra],
+        cwd=program, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )

@@ -11,8 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import run_gate
-from fake_cluster import EFA_LINES, FakeDeployment, Scenario
+from fake_cluster import EFA_LINES, FakeDeployment, Scenario, run_gate
 
 from ray_llm_eks.verification import evidence
 
