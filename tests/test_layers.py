@@ -83,3 +83,22 @@ def test_ray_llm_serving_is_exported_from_the_constructs_package():
 def test_the_import_reader_resolves_relative_imports():
     names = imports_of(PACKAGE / "cdk8s_charts" / "pod_templates.py")
     assert {"ray_llm_eks.spec.sizing", "ray_llm_eks.spec.serving.ServingSpec", "cdk8s_plus_35.k8s"} <= names
+
+
+@pytest.mark.parametrize("path", sorted(folder_imports("verification")))
+def test_the_gate_program_imports_only_the_standard_library_and_itself(path):
+    """It runs in the cluster from a ConfigMap, with the serving image's Python: nothing else exists there.
+
+    Relative imports only, so the package works under the name it is mounted as (``rayllmeks_gate``).
+    """
+    import sys
+
+    source = PACKAGE / path
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            continue
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) else [])
+        for module in modules:
+            root = (module or "").split(".")[0]
+            assert root == "__future__" or root in sys.stdlib_module_names, f"{path} imports {module}"

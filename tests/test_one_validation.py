@@ -33,6 +33,12 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     ({"serving": {"service_name": "r" * 48}}, "serving.service_name", "at most 47 characters"),
     ({"serving": {"service_name": "Ray_LLM"}}, "serving.service_name", "not a DNS label"),
     ({"serving": {"namespace": "infer ence"}}, "serving.namespace", "not a DNS label"),
+    # the deployment gate
+    ({"verification": {"timeout_minutes": 721}}, "verification.timeout_minutes", "12-hour maximum"),
+    ({"verification": {"timeout_minutes": 5}}, "verification.timeout_minutes", "room for a cold start"),
+    ({"verification": {"probes": 0}}, "verification.probes", "not a probe count"),
+    ({"verification": {"probe_prompt_fraction": 1.5}}, "verification.probe_prompt_fraction", "fraction of max_model_len"),
+    ({"verification": {"min_kv_fraction": 0}}, "verification.min_kv_fraction", "predicted KV bytes"),
     # network
     ({"network": {"vpc_cidr": "10.0.0.0/33"}}, "network.vpc_cidr", "not an IPv4 CIDR block"),
     ({"network": {"vpc_cidr": "10.0.0.0/24"}}, "network.vpc_cidr", "a /24 cannot hold"),

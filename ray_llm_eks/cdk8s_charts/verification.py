@@ -34,6 +34,7 @@ import cdk8s
 from cdk8s_plus_35 import k8s
 from constructs import Construct
 
+from ..spec import sizing
 from ..spec.placement import ROLE_LABEL, WORKER_ROLES
 from ..spec.serving import ServingSpec, Topology
 from ..spec.verification import VerificationSpec
@@ -56,12 +57,6 @@ DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 """KubeRay's ``metrics-export-port`` default (``DefaultMetricsPort``), declared on the Ray pods."""
 RUN_ID_LENGTH = 8
-
-GATE_RESOURCES = {"cpu": "100m", "memory": "256Mi"}
-"""Within the system node's room for small pods (``spec.sizing.SYSTEM_POD_BUDGET``)."""
-EFA_COUNTER_RESOURCES = {"cpu": "50m", "memory": "64Mi"}
-"""Within the GPU nodes' DaemonSet budget (``spec.sizing.DAEMONSET_BUDGET``)."""
-
 
 def gate_name(service_name: str) -> str:
     return f"{service_name}-gate"
@@ -140,8 +135,10 @@ class GatePlan:
         return cls(settings={**settings, "run_id": identifier, "job_name": job_name}, run_id=identifier)
 
 
-def _quantities(amounts: dict[str, str]) -> dict[str, k8s.Quantity]:
-    return {key: k8s.Quantity.from_string(value) for key, value in amounts.items()}
+def _guaranteed(resources: sizing.PodResources) -> k8s.ResourceRequirements:
+    amounts = {"cpu": k8s.Quantity.from_string(resources.cpu_quantity),
+               "memory": k8s.Quantity.from_string(resources.memory_quantity)}
+    return k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
 
 
 def _locked_down() -> k8s.SecurityContext:
@@ -235,8 +232,8 @@ class VerificationChart(cdk8s.Chart):
                         ports=[k8s.ContainerPort(name="efa-counters", container_port=efa.COUNTER_PORT, protocol="TCP")],
                         readiness_probe=k8s.Probe(http_get=k8s.HttpGetAction(
                             path="/healthz", port=k8s.IntOrString.from_number(efa.COUNTER_PORT))),
-                        resources=k8s.ResourceRequirements(requests=_quantities(EFA_COUNTER_RESOURCES),
-                                                           limits=_quantities(EFA_COUNTER_RESOURCES)),
+                        # Within the GPU nodes' DaemonSet budget (sizing.DAEMONSET_BUDGET).
+                        resources=_guaranteed(sizing.EFA_COUNTER_READER),
                         security_context=_locked_down(),
                         volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                        k8s.VolumeMount(name="sys", mount_path="/host/sys", read_only=True)],
@@ -267,8 +264,8 @@ class VerificationChart(cdk8s.Chart):
                             name="gate", image=spec.image_uri,
                             command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"),
                             env=env,
-                            resources=k8s.ResourceRequirements(requests=_quantities(GATE_RESOURCES),
-                                                               limits=_quantities(GATE_RESOURCES)),
+                            # Within the system node's room for small pods (sizing.SYSTEM_POD_BUDGET).
+                            resources=_guaranteed(sizing.GATE_JOB),
                             security_context=_locked_down(),
                             volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                            k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True)],

@@ -70,13 +70,20 @@ class PodResources:
         return self.cpu_millis // 1000
 
 
+EFA_COUNTER_READER = PodResources(cpu_millis=50, memory_mib=64)
+"""The deployment gate's EFA counter reader on each GPU node (a Python HTTP server reading sysfs)."""
+GATE_JOB = PodResources(cpu_millis=100, memory_mib=256)
+"""The deployment gate's Job on the system node (stdlib Python: HTTP calls and JSON)."""
+
 DAEMONSET_BUDGET = PodResources(cpu_millis=500, memory_mib=512)
 """aws-node asks 25m, kube-proxy 100m, the device plugins and the Pod Identity agent a few tens
-of millicores and MiB each: 500m and 512 MiB leave room for a log or metrics agent."""
+of millicores and MiB each, the gate's EFA counter reader :data:`EFA_COUNTER_READER`: 500m and
+512 MiB leave room for a log or metrics agent."""
 
 SYSTEM_POD_BUDGET = PodResources(cpu_millis=500, memory_mib=1024)
-"""Besides the Ray head, the system node runs CoreDNS (two replicas of 100m/70Mi) and the
-KubeRay operator (its chart asks 100m/512Mi)."""
+"""Besides the Ray head, the system node runs CoreDNS (two replicas of 100m/70Mi), the KubeRay
+operator (its chart asks 100m/512Mi) and, after each deploy, the gate Job (:data:`GATE_JOB`):
+400m and 908 MiB in all."""
 
 HEAD_MINIMUM = PodResources(cpu_millis=500, memory_mib=2 * MIB_PER_GIB)
 """Below this the GCS, dashboard and Serve controller start too slowly to pass their probes."""

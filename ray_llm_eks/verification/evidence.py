@@ -12,29 +12,31 @@ BRIEF section 5 and docs/verification.md):
 ==========================================================  ===================================================
 line (``<N>``: a number)                                    source
 ==========================================================  ===================================================
-``Backend LIBFABRIC was instantiated`` (INFO)               nixl ``src/api/python/_api.py``
-``Initialized NIXL agent: <name>`` (INFO)                   nixl ``src/api/python/_api.py``
-``Skipping backend registration LIBFABRIC due to the        nixl ``src/api/python/_api.py``
+``Backend LIBFABRIC was instantiated`` (INFO)               nixl ``src/api/python/_api.py:390``
+``Initialized NIXL agent: <name>`` (INFO)                   nixl ``src/api/python/_api.py:268``
+``Skipping backend registration LIBFABRIC due to the        nixl ``src/api/python/_api.py:239``
 missing plugin.`` (WARNING)
-``No plugins available, cannot start transfers!`` (ERROR)   nixl ``src/api/python/_api.py``
-``Discovered <N> EFA devices``                              nixl ``src/utils/libfabric/`` (topology)
-``Created <N> rails using provider=efa``                    nixl ``src/utils/libfabric/`` (rail manager)
-``Discovered 1 tcp devices (TCP fallback)``                 nixl ``src/utils/libfabric/``
-``TCP devices available globally - no accelerator-specific  nixl ``src/utils/libfabric/``
-mapping required``
-``Using provider without FI_HMEM support for rail <i>``     nixl ``src/utils/libfabric/`` (expected on G-series)
-``Failed to initialize libfabric backend: ...`` (ERROR)     nixl ``src/plugins/libfabric/``
-``<N> Amazon EFA(s) were detected, but the UCX backend was  nixl ``src/core/nixl_agent.cpp`` (WARN)
+``No plugins available, cannot start transfers!`` (ERROR)   nixl ``src/api/python/_api.py:227``
+``Discovered <N> EFA devices`` (INFO)                       nixl ``src/utils/libfabric/libfabric_topology.cpp:140``
+``Discovered <N> tcp|sockets devices (TCP fallback)``       nixl ``src/utils/libfabric/libfabric_topology.cpp:142``
+``TCP devices available globally - no accelerator-specific  nixl ``src/utils/libfabric/libfabric_topology.cpp:122``
+mapping required`` (INFO)
+``No network devices found`` (ERROR)                        nixl ``src/utils/libfabric/libfabric_topology.cpp:145``
+``Created <N> rails using provider=efa`` (INFO)             nixl ``src/utils/libfabric/libfabric_rail_manager.cpp:232``
+``Using provider without FI_HMEM support for rail <i>``     nixl ``src/utils/libfabric/libfabric_rail.cpp:457``
+(INFO; expected on G-series)
+``Failed to initialize libfabric backend: ...`` (ERROR)     nixl ``src/plugins/libfabric/libfabric_backend.cpp:518``
+``<N> Amazon EFA(s) were detected, but the UCX backend was  nixl ``src/core/nixl_agent.cpp:350`` (WARN)
 configured. ...``
-``createBackend: ...`` (ERROR)                              nixl ``src/core/nixl_agent.cpp``
-``no common backend to connect with '<agent>'`` (ERROR)     nixl ``src/core/nixl_agent.cpp``
+``createBackend: ...`` (ERROR)                              nixl ``src/core/nixl_agent.cpp`` (``createBackend``)
+``no common backend to connect with '<agent>'`` (ERROR)     nixl ``src/core/nixl_agent.cpp:652``
 ``NIXL transfer failure: <type> | Context: {...}`` (ERROR)  vLLM ``kv_connector/v1/nixl/base_worker.py``
 ``KV Transfer metrics: Num successful transfers=<N>, ...``  vLLM ``kv_connector/v1/metrics.py``
 ==========================================================  ===================================================
 
-The C++ lines are INFO in NIXL's own logger, whose level defaults to WARN
-(``src/utils/common/nixl_log.cpp``): the workers run with ``NIXL_LOG_LEVEL=INFO`` so they
-appear. Lines are matched anywhere in a line, since Ray and vLLM prefix them with process,
+The C++ lines are INFO in NIXL's own (Abseil) logger, whose level defaults to WARN
+(``src/utils/common/nixl_log.cpp:36``), and NIXL's Python logger reads the same variable
+(``src/api/python/logging.py:64``): the workers run with ``NIXL_LOG_LEVEL=INFO`` so they appear. Lines are matched anywhere in a line, since Ray and vLLM prefix them with process,
 level and timestamp.
 
 Standard library only: this module also runs inside the cluster (see ``__init__``).
@@ -54,7 +56,8 @@ _AGENT_INITIALIZED = re.compile(r"Initialized NIXL agent: (\S+)")
 _SKIPPED_BACKEND = re.compile(r"Skipping backend registration (\w+) due to the missing plugin")
 _NO_PLUGINS = re.compile(r"No plugins available, cannot start transfers!")
 _EFA_DEVICES = re.compile(r"Discovered (\d+) EFA devices")
-_TCP_FALLBACK = re.compile(r"Discovered (\d+) tcp devices \(TCP fallback\)|TCP devices available globally")
+_TCP_FALLBACK = re.compile(r"Discovered (\d+) \w+ devices \(TCP fallback\)|TCP devices available globally")
+_NO_NETWORK_DEVICES = re.compile(r"No network devices found")
 _RAILS = re.compile(r"Created (\d+) rails using provider=([\w;+-]+)")
 _NO_HMEM = re.compile(r"Using provider without FI_HMEM support|provider does not support FI_HMEM")
 _LIBFABRIC_INIT_FAILED = re.compile(r"Failed to initialize libfabric backend: ?(.*)")
@@ -103,6 +106,8 @@ class TransportEvidence:
             self.efa_devices = max(self.efa_devices, int(m.group(1)))
         if _TCP_FALLBACK.search(line):
             self.tcp_fallback = True
+        if _NO_NETWORK_DEVICES.search(line):
+            self.libfabric_init_failures.append("no network devices found")
         if m := _RAILS.search(line):
             self.rail_providers.append(m.group(2))
         if _NO_HMEM.search(line):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
@@ -136,9 +137,9 @@ class Endpoints:
         """``url`` is ``http://<service>.<namespace>.svc:<port>``; through the proxy it becomes the proxy path."""
         if not self.via_api_proxy:
             return url
-        host_port = url.split("://", 1)[1].split("/", 1)[0]
-        host, port = host_port.rsplit(":", 1)
-        return self.kube.proxy_url(namespace, "services", host.split(".", 1)[0], int(port), "")
+        parts = urllib.parse.urlsplit(url)
+        service = (parts.hostname or "").split(".", 1)[0]
+        return self.kube.proxy_url(namespace, "services", service, parts.port or 80, parts.path)
 
 
 @dataclass

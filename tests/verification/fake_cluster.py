@@ -211,7 +211,7 @@ class FakeDeployment:
         ]
         for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
             pods.append({
-                "metadata": {"name": f"{self.name}-efa-counters-{node[:5]}", "namespace": self.namespace,
+                "metadata": {"name": f"{self.name}-efa-counters-{node.rsplit('.', 1)[-1]}", "namespace": self.namespace,
                              "labels": dict(self.settings["efa_counter_selector"])},
                 "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip},
             })

@@ -1,0 +1,213 @@
+"""The gate's chart: its objects pass Kubernetes 1.35's schemas, ask only for what they need, and
+carry what the deployed spec says; and each kind of serving-spec change reaches KubeRay 1.4.0."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import cdk8s
+import pytest
+from conftest import KUBERNETES_VERSION
+
+from ray_llm_eks.cdk8s_charts import build_serving_charts
+from ray_llm_eks.cdk8s_charts.rayservice import CLUSTER_SPEC_HASH_ANNOTATION
+from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
+from ray_llm_eks.config import parse_config
+from ray_llm_eks.spec import sizing
+from ray_llm_eks.spec.verification import VerificationSpec
+from ray_llm_eks.verification import bundle, gate
+
+SIGNAL_URL = "https://cloudformation-waitcondition-us-west-2.s3.amazonaws.com/signal"
+
+
+class Rendered:
+    def __init__(self, overrides: dict[str, Any], signal_url: str | None = SIGNAL_URL) -> None:
+        config = parse_config(overrides)
+        self.spec = config.specs().serving
+        self.verification = config.specs().verification
+        app = cdk8s.App()
+        self.charts = build_serving_charts(app, self.spec)
+        self.plan = GatePlan.of(self.spec, self.verification, self.charts)
+        self.chart = build_verification_chart(app, self.spec, self.verification, self.plan, self.charts, signal_url)
+        self.objects = self.chart.to_json()
+        self.rayservice = next(o for o in self.charts.rayservice.to_json() if o["kind"] == "RayService")
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        [found] = [o for o in self.objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+        return found
+
+    @property
+    def cluster(self) -> dict[str, Any]:
+        return self.rayservice["spec"]["rayClusterConfig"]
+
+    def template_hashes(self) -> set[str]:
+        templates = [self.cluster["headGroupSpec"]["template"]] + [g["template"] for g in self.cluster["workerGroupSpecs"]]
+        return {t["metadata"]["annotations"][CLUSTER_SPEC_HASH_ANNOTATION] for t in templates}
+
+
+@pytest.fixture(scope="module")
+def default() -> Rendered:
+    return Rendered({})
+
+
+def test_every_object_passes_kubernetes_validate_strict(default):
+    import kubernetes_validate
+
+    kinds = [o["kind"] for o in default.objects]
+    assert sorted(kinds) == sorted(["ConfigMap", "ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding",
+                                    "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job"])
+    for obj in default.objects:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_job_is_named_after_the_run_and_bounded_by_the_wait(default):
+    job = default.one("Job")
+    assert job["metadata"]["name"] == f"ray-llm-gate-{default.plan.run_id}" == default.chart.job_name
+    assert len(job["metadata"]["name"]) <= 63
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 3600 == default.verification.timeout_seconds
+    # The program stops 120 s earlier, so its FAILURE (with the reason) beats the plain timeout.
+    assert default.plan.settings["deadline_seconds"] == 3480
+    pod = spec["template"]["spec"]
+    assert pod["nodeSelector"] == {"role": "system"} and pod["restartPolicy"] == "Never"
+    [container] = pod["containers"]
+    assert container["image"] == default.spec.image_uri  # the image the head already pulled there
+    assert container["command"][-1].endswith("-m rayllmeks_gate run --config /etc/rayllmeks-gate/gate.json")
+    assert {"name": "GATE_SIGNAL_URL", "valueFrom": {"secretKeyRef": {"name": job["metadata"]["name"], "key": "url"}}} \
+        in container["env"]
+    assert container["resources"]["limits"] == {"cpu": sizing.GATE_JOB.cpu_quantity,
+                                                 "memory": sizing.GATE_JOB.memory_quantity}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_signal_url_lives_in_a_secret_and_only_when_cloudformation_waits(default):
+    assert default.one("Secret")["stringData"] == {"url": SIGNAL_URL}
+    not_waiting = Rendered({"verification": {"wait": False}}, signal_url=None)
+    assert not [o for o in not_waiting.objects if o["kind"] == "Secret"]
+    env = not_waiting.one("Job")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert not [e for e in env if e["name"] == "GATE_SIGNAL_URL"]
+
+
+def test_the_program_config_map_carries_the_package(default):
+    program = default.one("ConfigMap", "ray-llm-gate-program")
+    assert program["data"] == bundle.files()
+    assert {"__main__.py", "gate.py", "evidence.py", "efa.py", "metrics.py", "kube.py", "probe.py"} <= set(program["data"])
+
+
+def test_the_settings_say_what_the_deployed_spec_says(default):
+    config_map = default.one("ConfigMap", default.chart.job_name)
+    assert config_map["immutable"] is True
+    assert config_map["metadata"]["labels"][gate.COMPONENT_LABEL] == gate.SETTINGS_COMPONENT
+    assert config_map["metadata"]["labels"][gate.INSTANCE_LABEL] == "ray-llm"
+    settings = json.loads(config_map["data"]["gate.json"])
+    assert gate.GateConfig.from_json(settings).run_id == default.plan.run_id  # the program reads it as is
+    assert settings["cluster_spec_hash"] in default.template_hashes()
+    assert settings["image"] == default.spec.image_uri
+    assert settings["serve_args"] == default.charts.rayservice.serve_config.to_dict()["applications"][0]["args"]
+    assert settings["openai_url"] == "http://ray-llm-openai.inference.svc:8000"
+    assert settings["dashboard_url"] == "http://ray-llm-head-svc.inference.svc:8265"
+    assert settings["roles"] == {"prefill": {"nodes": 1, "node_selector": {"role": "prefill"}, "gpus_per_node": 1},
+                                 "decode": {"nodes": 1, "node_selector": {"role": "decode"}, "gpus_per_node": 1}}
+    assert settings["worker_env"]["NIXL_LOG_LEVEL"] == "INFO"
+    # The probes leave room for the chat template and the answer inside max_model_len (4096).
+    assert settings["probe_prompt_words"] == 2048 and settings["probe_max_tokens"] == 16
+
+
+def test_the_gate_can_read_what_it_checks_and_delete_only_ray_clusters(default):
+    rules = default.one("Role")["rules"]
+    assert {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]} in rules
+    assert not [r for r in rules if set(r["verbs"]) - {"get", "list", "delete"}]
+    assert [r for r in rules if "delete" in r["verbs"]] == [
+        {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]}]
+    assert default.one("ClusterRole")["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
+    binding = default.one("ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ray-llm-gate", "namespace": "inference"}]
+
+
+def test_the_counter_reader_runs_on_every_gpu_node_read_only(default):
+    daemon = default.one("DaemonSet")
+    pod = daemon["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "role", "operator": "In", "values": ["prefill", "decode"]}]}]
+    assert {(t["key"], t["value"]) for t in pod["tolerations"]} == {("ray-llm-eks/gpu-role", "prefill"),
+                                                                   ("ray-llm-eks/gpu-role", "decode")}
+    assert pod["automountServiceAccountToken"] is False
+    [container] = pod["containers"]
+    assert {"name": "sys", "mountPath": "/host/sys", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}} in pod["volumes"]
+    assert "privileged" not in container["securityContext"] or container["securityContext"]["privileged"] is False
+    assert container["resources"]["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    selector = default.plan.settings["efa_counter_selector"]
+    assert daemon["spec"]["template"]["metadata"]["labels"] == selector
+
+
+def test_the_gate_job_fits_the_room_the_system_node_keeps_for_small_pods():
+    # CoreDNS 2 x 100m/70Mi + KubeRay 100m/512Mi (sizing.SYSTEM_POD_BUDGET's docstring) + the gate Job.
+    used = sizing.PodResources(300 + sizing.GATE_JOB.cpu_millis, 140 + 512 + sizing.GATE_JOB.memory_mib)
+    assert used.cpu_millis <= sizing.SYSTEM_POD_BUDGET.cpu_millis
+    assert used.memory_mib <= sizing.SYSTEM_POD_BUDGET.memory_mib
+
+
+# --- item 4: every kind of serving-spec change reaches the pods ----------------------------------------------
+
+CLUSTER_CHANGES = {
+    "image digest": {"image": {"digest": "sha256:" + "ab" * 32}},
+    "security profile": {"serving": {"security_profile": "ipc-lock"}},
+    "node count": {"decode": {"desired_size": 2, "max_size": 2}},
+    "instance type": {"prefill": {"instance_type": "g6.12xlarge"}},
+}
+SERVE_CONFIG_CHANGES = {
+    "model": {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b"}},
+    "engine settings": {"model": {"max_model_len": 2048, "gpu_memory_utilization": 0.92}},
+    "topology": {"topology": "colocated"},
+}
+
+
+@pytest.mark.parametrize("change", sorted(CLUSTER_CHANGES))
+def test_a_cluster_change_renames_the_pods_spec_hash_so_the_gate_recreates_the_cluster(default, change):
+    """KubeRay 1.4.0 (upgradeStrategy None) ignores these in a running cluster; the annotation
+    differs on every pod template, so the gate deletes the active RayCluster and KubeRay builds
+    a new one from the new spec; the run id changes, so a new gate Job runs."""
+    changed = Rendered(CLUSTER_CHANGES[change])
+    assert changed.template_hashes() != default.template_hashes()
+    assert len(changed.template_hashes()) == 1
+    assert changed.plan.settings["cluster_spec_hash"] in changed.template_hashes()
+    assert changed.plan.run_id != default.plan.run_id
+    assert changed.chart.job_name != default.chart.job_name
+
+
+def test_a_replica_only_change_still_changes_the_hash_although_kuberays_own_ignores_replicas(default):
+    changed = Rendered({"prefill": {"desired_size": 2, "max_size": 2}})
+    groups = {g["groupName"]: g for g in changed.cluster["workerGroupSpecs"]}
+    assert groups["prefill"]["replicas"] == 2
+    assert changed.template_hashes() != default.template_hashes()
+
+
+@pytest.mark.parametrize("change", sorted(SERVE_CONFIG_CHANGES))
+def test_a_serve_config_change_is_applied_in_place_by_kuberay_and_reverified(default, change):
+    """KubeRay 1.4.0 resubmits serveConfigV2 when its text differs from the one it cached
+    (rayservice_controller.go), so these reach the replicas without a new cluster; the gate runs again."""
+    changed = Rendered(SERVE_CONFIG_CHANGES[change])
+    assert changed.rayservice["spec"]["serveConfigV2"] != default.rayservice["spec"]["serveConfigV2"]
+    assert changed.template_hashes() == default.template_hashes()  # pods stay: no needless downtime
+    assert changed.plan.run_id != default.plan.run_id
+
+
+def test_an_unchanged_spec_keeps_its_run_id(default):
+    again = Rendered({})
+    assert again.plan.run_id == default.plan.run_id
+    assert again.template_hashes() == default.template_hashes()
+
+
+def test_gate_settings_changes_rerun_the_gate_without_touching_the_pods(default):
+    changed = Rendered({"verification": {"probes": 8}})
+    assert changed.plan.run_id != default.plan.run_id
+    assert changed.template_hashes() == default.template_hashes()
+
+
+def test_probe_prompts_fit_short_contexts():
+    short = VerificationSpec(probe_prompt_fraction=0.9, probe_max_tokens=64)
+    assert short.probe_prompt_words(256) == 256 - 64 - 64

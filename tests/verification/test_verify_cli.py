@@ -1,0 +1,78 @@
+"""``ray-llm-eks verify``: the same gate, from a workstation, through the API server's proxy.
+
+The kubeconfig uses an ``exec`` credential plugin, as ``aws eks update-kubeconfig`` writes one
+(here a Python one-liner printing an ``ExecCredential``; ``aws eks get-token`` needs AWS).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from fake_cluster import FakeDeployment, Scenario
+
+
+def _kubeconfig(tmp: Path, server: str, token: str = "test-token", fail: bool = False) -> Path:
+    credential = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+                  "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}}
+    code = "import sys; sys.exit('AccessDenied')" if fail else f"print({json.dumps(json.dumps(credential))})"
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "eks",
+        "clusters": [{"name": "eks", "cluster": {"server": server}}],
+        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "eks"}}],
+        "users": [{"name": "eks", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                                    "command": sys.executable, "args": ["-c", code]}}}],
+    }
+    path = tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _verify(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "verify", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _deployed_settings(fake: FakeDeployment) -> dict:
+    # What the ConfigMap in the cluster holds: in-cluster Service URLs, reached here through the proxy.
+    return {**fake.gate_settings(), "openai_url": fake.settings["openai_url"],
+            "dashboard_url": fake.settings["dashboard_url"]}
+
+
+def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, tmp_path):
+    fake.gate_settings_for_cli = _deployed_settings(fake)
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report.get("reasons") or done.stderr
+    assert report["probes"]["via_api_server_proxy"] is True and report["probes"]["ok"] == 3
+    assert report["transport"]["provider"] == "efa"
+    assert fake.deleted == []  # read-only: never rolls out
+
+
+def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, tmp_path):
+    fake.scenario = Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
+                                         "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
+    fake.gate_settings_for_cli = _deployed_settings(fake)
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--timeout", "20")
+    assert done.returncode == 1
+    assert "FAIL" in done.stdout and "fell back to TCP" in done.stdout
+
+
+def test_refused_credentials_exit_3(fake: FakeDeployment, tmp_path):
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url, fail=True)), "--json")
+    assert done.returncode == 3
+    assert "credential plugin" in json.loads(done.stdout)["error"]
+
+
+def test_a_wrong_token_exits_3(fake: FakeDeployment, tmp_path):
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url, token="expired")), "--json")
+    assert done.returncode == 3
+
+
+def test_an_unreachable_api_server_exits_3(tmp_path):
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, "http://127.0.0.1:9")), "--json")
+    assert done.returncode == 3
+    assert "cannot reach the API server" in json.loads(done.stdout)["error"]
