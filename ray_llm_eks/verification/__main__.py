@@ -25,10 +25,8 @@ def _log(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = GateConfig.from_json(json.loads(Path(args.config).read_text()))
-    overrides = json.loads(args.set) if args.set else {}
-    if overrides:
-        config = GateConfig.from_json({**json.loads(Path(args.config).read_text()), **overrides})
+    settings = json.loads(Path(args.config).read_text())
+    config = GateConfig.from_json({**settings, **(json.loads(args.set) if args.set else {})})
     signal_url = os.environ.get(SIGNAL_URL_ENV) or None
     report: Report | None = None
     code = EXIT_FAIL

@@ -120,7 +120,7 @@ class Endpoints:
     def open(self, request: urllib.request.Request, timeout: float) -> Any:
         for key, value in self._auth().items():
             request.add_header(key, value)
-        context = self.kube._context if self.via_api_proxy else None  # noqa: SLF001 (same package)
+        context = self.kube.ssl_context if self.via_api_proxy else None
         return urllib.request.urlopen(request, timeout=timeout, context=context)
 
     def get(self, url: str, timeout: float = 15.0) -> bytes:
@@ -224,17 +224,19 @@ class Gate:
         self.check_engine()
         if self.report.reasons:
             return self.report  # a pod or engine mismatch makes every later figure meaningless
-        counter_pods = self.efa_counter_pods() if self.config.disaggregated else []
+        if not self.config.disaggregated:
+            self.run_probes()  # colocated: no KV cache crosses the network, so no transport checks
+            return self.report
+        counter_pods = self.efa_counter_pods()
         efa_before = self.read_efa(counter_pods)
         nixl_before = self.read_nixl(workers)
         self.run_probes()
-        if self.config.disaggregated:
-            if self.config.metrics_settle_seconds:
-                self.sleep(self.config.metrics_settle_seconds)  # Ray's metrics agent exports periodically
-            efa_after = self.read_efa(counter_pods)
-            nixl_after = self.read_nixl(workers)
-            self.check_transport_logs(workers)
-            self.check_kv(efa_before, efa_after, nixl_before, nixl_after)
+        if self.config.metrics_settle_seconds:
+            self.sleep(self.config.metrics_settle_seconds)  # Ray's metrics agent exports periodically
+        efa_after = self.read_efa(counter_pods)
+        nixl_after = self.read_nixl(workers)
+        self.check_transport_logs(workers)
+        self.check_kv(efa_before, efa_after, nixl_before, nixl_after)
         return self.report
 
     # --- 1 and 2: rollout and readiness -------------------------------------------------------------

@@ -67,7 +67,7 @@ def _read(path: Path) -> str | None:
 class Kube:
     def __init__(self, access: KubeAccess) -> None:
         self.access = access
-        self._context: ssl.SSLContext | None = None
+        self.ssl_context: ssl.SSLContext | None = None
         if access.server.startswith("https://"):
             context = ssl.create_default_context(cafile=access.ca_file)
             if access.client_cert_file:
@@ -75,7 +75,7 @@ class Kube:
             if access.insecure_skip_tls_verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-            self._context = context
+            self.ssl_context = context
 
     def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
                 body: Any = None, accept: str = "application/json", timeout: float = REQUEST_TIMEOUT_SECONDS) -> bytes:
@@ -90,7 +90,7 @@ class Kube:
         if token:
             request.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self._context) as response:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as response:
                 return response.read()
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:300]
