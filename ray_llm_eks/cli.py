@@ -290,7 +290,7 @@ def verify(
     try:
         kube = Kube(load_access(kubeconfig, context))
         settings = deployed_settings(kube, namespace, service)
-        overrides: dict[str, Any] = {"rollout": False, "deadline_seconds": float(timeout)}
+        overrides: dict[str, Any] = {"rollout": False, "as_deploy_job": False, "deadline_seconds": float(timeout)}
         if probes is not None:
             overrides["probes"] = probes
         gate_config = GateConfig.from_json({**settings, **overrides})

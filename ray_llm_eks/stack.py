@@ -23,6 +23,7 @@ from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
 from .constructs.validation import ConstructValidationError
 from .spec.placement import DECODE, PREFILL, WORKER_ROLES
+from .verification.gate import report_command
 
 # Construct ids of the GPU node groups, by role (public API: logical ids derive from them).
 GPU_NODE_GROUP_IDS = {PREFILL: "PrefillNodes", DECODE: "DecodeNodes"}
@@ -173,8 +174,8 @@ class RayLlmEksStack(cdk.Stack):
             "GateReportCommand",
             # A wait condition's Data attribute is a JSON object, which no output can hold without the
             # AWS::LanguageExtensions transform; the verdict's reason shows in the deploy's events.
-            description="The deployment gate's full JSON report (docs/verification.md)",
-            value=f"kubectl -n {self.serving.namespace} logs job/{self.serving.gate_job_name}",
+            description="The deployment gate's full JSON report, kept after a rollback (docs/verification.md)",
+            value=report_command(self.serving.namespace, self.serving.gate_job_name),
         )
 
     @property

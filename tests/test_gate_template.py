@@ -73,4 +73,5 @@ def test_without_wait_the_gate_still_runs_but_the_deploy_does_not_hold(synth):
 
 def test_the_report_command_is_a_stack_output(default):
     output = default.template_json["Outputs"]["GateReportCommand"]
-    assert output["Value"] == f"kubectl -n inference logs job/{default.stack.serving.gate_job_name}"
+    job = default.stack.serving.gate_job_name
+    assert output["Value"] == f"kubectl -n inference get configmap {job}-report -o jsonpath='{{.data.report\\.json}}'"

@@ -57,6 +57,7 @@ DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 """KubeRay's ``metrics-export-port`` default (``DefaultMetricsPort``), declared on the Ray pods."""
 RUN_ID_LENGTH = 8
+NOBODY = 65534
 
 def gate_name(service_name: str) -> str:
     return f"{service_name}-gate"
@@ -113,10 +114,11 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
     }
 
 
-def run_id(charts: ServingCharts, settings: dict[str, Any]) -> str:
-    """Hash of everything the gate checks: the rendered serving charts and the gate settings."""
+def run_id(charts: ServingCharts, settings: dict[str, Any], job_spec: dict[str, Any]) -> str:
+    """Hash of everything the gate checks and runs with: the rendered serving charts, the gate
+    settings and the gate Job's own spec (with a placeholder where its name goes)."""
     rendered = [chart.to_json() for chart in charts.charts]
-    text = json.dumps([rendered, settings], sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps([rendered, settings, job_spec], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:RUN_ID_LENGTH]
 
 
@@ -130,7 +132,7 @@ class GatePlan:
     @classmethod
     def of(cls, spec: ServingSpec, verification: VerificationSpec, charts: ServingCharts) -> GatePlan:
         settings = gate_settings(spec, verification, charts)
-        identifier = run_id(charts, settings)
+        identifier = run_id(charts, settings, _job_spec_json(spec, verification))
         job_name = gate_job_name(spec.service_name, identifier)
         return cls(settings={**settings, "run_id": identifier, "job_name": job_name}, run_id=identifier)
 
@@ -142,12 +144,17 @@ def _guaranteed(resources: sizing.PodResources) -> k8s.ResourceRequirements:
 
 
 def _locked_down() -> k8s.SecurityContext:
-    # Root inside the container only to be sure it can read the serving image's Python whatever
-    # user that image declares; every capability dropped, nothing writable.
+    # No capability, nothing writable, no way up.
     return k8s.SecurityContext(
         allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
         capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),
     )
+
+
+def _non_root() -> k8s.PodSecurityContext:
+    # nobody: the counter files are world-readable (0444) and the program only reads and sends.
+    return k8s.PodSecurityContext(run_as_non_root=True, run_as_user=NOBODY, run_as_group=NOBODY,
+                                  seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
 
 
 def _python_command(*args: str) -> list[str]:
@@ -192,7 +199,11 @@ class VerificationChart(cdk8s.Chart):
         k8s.KubeServiceAccount(self, "ServiceAccount", metadata=k8s.ObjectMeta(name=account, labels=labels),
                                automount_service_account_token=False)
         k8s.KubeRole(self, "Role", metadata=k8s.ObjectMeta(name=account, labels=labels), rules=[
-            k8s.PolicyRule(api_groups=[""], resources=["pods", "pods/log", "configmaps"], verbs=["get", "list"]),
+            k8s.PolicyRule(api_groups=[""], resources=["pods", "pods/log"], verbs=["get", "list"]),
+            # The report's copy outlives the Job, which a rollback prunes (create cannot name its object).
+            k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["create"]),
+            # Its own Job's creation time: CloudFormation's wait began then.
+            k8s.PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["get"], resource_names=[self.job_name]),
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices"], verbs=["get"]),
             # delete: the rollout of a changed cluster spec (rayservice.CLUSTER_SPEC_HASH_ANNOTATION).
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayclusters"], verbs=["get", "delete"]),
@@ -220,6 +231,7 @@ class VerificationChart(cdk8s.Chart):
                 metadata=k8s.ObjectMeta(labels=counter_labels),
                 spec=k8s.PodSpec(
                     automount_service_account_token=False,
+                    security_context=_non_root(),
                     affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
                         required_during_scheduling_ignored_during_execution=gpu_nodes)),
                     tolerations=[k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value,
@@ -236,7 +248,10 @@ class VerificationChart(cdk8s.Chart):
                         resources=_guaranteed(sizing.EFA_COUNTER_READER),
                         security_context=_locked_down(),
                         volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
-                                       k8s.VolumeMount(name="sys", mount_path="/host/sys", read_only=True)],
+                                       # Submounts such as /sys/fs/cgroup read-only too, where the
+                                       # runtime can (Kubernetes 1.33+ recursiveReadOnly).
+                                       k8s.VolumeMount(name="sys", mount_path="/host/sys", read_only=True,
+                                                       recursive_read_only="IfPossible")],
                     )],
                     volumes=[_program_volume(program_name),
                              k8s.Volume(name="sys", host_path=k8s.HostPathVolumeSource(path="/sys", type="Directory"))],
@@ -244,37 +259,60 @@ class VerificationChart(cdk8s.Chart):
             ),
         ))
 
-        env = list(PYTHON_ENV)
-        if signal_url is not None:
-            env.append(k8s.EnvVar(name="GATE_SIGNAL_URL", value_from=k8s.EnvVarSource(
-                secret_key_ref=k8s.SecretKeySelector(name=self.job_name, key=SIGNAL_URL_KEY))))
         self.job = k8s.KubeJob(self, "Job", metadata=k8s.ObjectMeta(
-            name=self.job_name, labels={**labels, COMPONENT_LABEL: GATE_COMPONENT, RUN_LABEL: plan.run_id}),
-            spec=k8s.JobSpec(
-                backoff_limit=0,
-                active_deadline_seconds=verification.timeout_seconds,
-                template=k8s.PodTemplateSpec(
-                    metadata=k8s.ObjectMeta(labels={**labels, COMPONENT_LABEL: GATE_COMPONENT, RUN_LABEL: plan.run_id}),
-                    spec=k8s.PodSpec(
-                        service_account_name=account,
-                        automount_service_account_token=True,  # the gate reads the API with it
-                        restart_policy="Never",
-                        node_selector=spec.system.labels,
-                        containers=[k8s.Container(
-                            name="gate", image=spec.image_uri,
-                            command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"),
-                            env=env,
-                            # Within the system node's room for small pods (sizing.SYSTEM_POD_BUDGET).
-                            resources=_guaranteed(sizing.GATE_JOB),
-                            security_context=_locked_down(),
-                            volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
-                                           k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True)],
-                        )],
-                        volumes=[_program_volume(program_name),
-                                 k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name=self.settings_name))],
-                    ),
-                ),
-            ))
+            name=self.job_name, labels=_job_labels(name, plan.run_id)),
+            spec=gate_job_spec(spec, verification, self.job_name, signal=signal_url is not None))
+
+
+def _job_labels(service_name: str, run: str) -> dict[str, str]:
+    return {pod_templates.INSTANCE_LABEL: service_name, COMPONENT_LABEL: GATE_COMPONENT, RUN_LABEL: run}
+
+
+def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: str, *, signal: bool) -> k8s.JobSpec:
+    """The gate Job's spec; its settings ConfigMap and signal Secret share the Job's name."""
+    env = list(PYTHON_ENV)
+    if signal:
+        env.append(k8s.EnvVar(name="GATE_SIGNAL_URL", value_from=k8s.EnvVarSource(
+            secret_key_ref=k8s.SecretKeySelector(name=job_name, key=SIGNAL_URL_KEY))))
+    run = job_name.rsplit("-", 1)[-1]
+    return k8s.JobSpec(
+        backoff_limit=0,
+        # CloudFormation's wait and this deadline start together, when the Job is created; the
+        # program stops GATE_MARGIN_SECONDS earlier, counted from the same instant.
+        active_deadline_seconds=verification.timeout_seconds,
+        template=k8s.PodTemplateSpec(
+            metadata=k8s.ObjectMeta(labels=_job_labels(spec.service_name, run)),
+            spec=k8s.PodSpec(
+                service_account_name=gate_name(spec.service_name),
+                automount_service_account_token=True,  # the gate reads the API with it
+                restart_policy="Never",
+                node_selector=spec.system.labels,
+                security_context=_non_root(),
+                containers=[k8s.Container(
+                    name="gate", image=spec.image_uri,
+                    command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"),
+                    env=env,
+                    # Within the system node's room for small pods (sizing.SYSTEM_POD_BUDGET).
+                    resources=_guaranteed(sizing.GATE_JOB),
+                    security_context=_locked_down(),
+                    volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
+                                   k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True)],
+                )],
+                volumes=[_program_volume(f"{gate_name(spec.service_name)}-program"),
+                         k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name=job_name))],
+            ),
+        ),
+    )
+
+
+def _job_spec_json(spec: ServingSpec, verification: VerificationSpec) -> dict[str, Any]:
+    """The Job spec with a placeholder run, for the run id: a change to the Job itself (the signal
+    switched on or off, a new command or size after a library upgrade) must rename it, since a
+    Job's pod template cannot be changed in place."""
+    scratch = cdk8s.Chart(cdk8s.App(), "job-spec")
+    job = k8s.KubeJob(scratch, "Job", spec=gate_job_spec(spec, verification, gate_job_name(spec.service_name, "RUN"),
+                                                         signal=verification.wait))
+    return dict(job.to_json()["spec"])
 
 
 def build_verification_chart(app: cdk8s.App, spec: ServingSpec, verification: VerificationSpec, plan: GatePlan,

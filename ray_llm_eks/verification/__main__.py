@@ -1,6 +1,8 @@
 """``python -m <package> run|efa-counters|classify``: the gate's entry points in the cluster.
 
 Exit codes of ``run`` (the same as ``ray-llm-eks verify``): 0 pass, 1 fail, 3 no cluster access.
+Whatever happens in ``run`` (bad settings, a crash, no API access), the wait condition is
+signalled, with retries, so a deploy never waits out its timeout for a gate that has already ended.
 """
 
 from __future__ import annotations
@@ -9,49 +11,87 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from . import cfn_signal, efa, evidence
-from .gate import Endpoints, Gate, GateConfig, Report
+from .gate import COMPONENT_LABEL, INSTANCE_LABEL, REPORT_COMPONENT, REPORT_FILE, Endpoints, Gate, GateConfig, Report
 from .kube import Kube, KubeAccess, NoClusterAccess
 
 EXIT_PASS, EXIT_FAIL, EXIT_NO_ACCESS = 0, 1, 3
 SIGNAL_URL_ENV = "GATE_SIGNAL_URL"
+SIGNAL_ATTEMPTS = 5
 
 
 def _log(message: str) -> None:
     print(f"[gate] {message}", file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    settings = json.loads(Path(args.config).read_text())
-    config = GateConfig.from_json({**settings, **(json.loads(args.set) if args.set else {})})
-    signal_url = os.environ.get(SIGNAL_URL_ENV) or None
-    report: Report | None = None
-    code = EXIT_FAIL
+class _Unconfigured:
+    """Stands in for the settings when they cannot be read, so the failure can still be reported."""
+
+    run_id = job_name = namespace = ray_service = topology = ""
+
+
+def _signal(url: str, success: bool, reason: str, unique_id: str, data: Any) -> None:
+    for attempt in range(1, SIGNAL_ATTEMPTS + 1):
+        try:
+            status = cfn_signal.send(url, success, reason, unique_id, data)
+            _log(f"signalled CloudFormation: {'SUCCESS' if success else 'FAILURE'} (HTTP {status})")
+            return
+        except Exception as error:  # noqa: BLE001 - retried, then reported
+            _log(f"signal attempt {attempt} of {SIGNAL_ATTEMPTS} failed: {error}")
+            if attempt < SIGNAL_ATTEMPTS:
+                time.sleep(2 ** attempt)
+    _log("could not signal CloudFormation; the deploy will fail when the wait condition times out")
+
+
+def _keep_report(kube: Kube, config: GateConfig, report: Report) -> None:
+    """A copy in a ConfigMap the deploy does not manage: a rollback prunes the Job (and its log), not this."""
     try:
-        access = KubeAccess.with_token_file(args.kube_api, args.kube_token_file) if args.kube_api \
-            else KubeAccess.in_cluster()
-        kube = Kube(access)
-        gate = Gate(config, kube, Endpoints(kube, via_api_proxy=args.via_api_proxy), log=_log)
-        report = gate.run()
-        code = EXIT_PASS if report.verdict == "pass" else EXIT_FAIL
-    except NoClusterAccess as error:
+        kube.create_config_map(config.namespace, report.report_config_map,
+                               {INSTANCE_LABEL: config.ray_service, COMPONENT_LABEL: REPORT_COMPONENT},
+                               {REPORT_FILE: json.dumps(report.to_json(), indent=2)})
+    except Exception as error:  # noqa: BLE001 - the Job log still has it
+        _log(f"could not keep the report in ConfigMap {report.report_config_map}: {error}")
+
+
+def run(args: argparse.Namespace) -> int:
+    signal_url = os.environ.get(SIGNAL_URL_ENV) or None
+    code, kube = EXIT_FAIL, None
+    try:
+        settings = json.loads(Path(args.config).read_text())
+        config: Any = GateConfig.from_json({**settings, **(json.loads(args.set) if args.set else {})})
+    except Exception as error:  # noqa: BLE001
+        config = _Unconfigured()
+        report = Report(config)  # type: ignore[arg-type]
+        report.fail(f"cannot read the gate settings {args.config}: {error}")
+    else:
         report = Report(config)
-        report.fail(f"no cluster access: {error}")
-        code = EXIT_NO_ACCESS
-    except Exception as error:  # noqa: BLE001 - the deploy must hear about any crash, not time out
-        report = Report(config)
-        report.fail(f"the gate crashed: {type(error).__name__}: {error}")
-        traceback.print_exc(file=sys.stderr)
+        try:
+            access = KubeAccess.with_token_file(args.kube_api, args.kube_token_file) if args.kube_api \
+                else KubeAccess.in_cluster()
+            kube = Kube(access)
+            gate = Gate(config, kube, Endpoints(kube, via_api_proxy=args.via_api_proxy), log=_log)
+            report = gate.report  # what was found so far survives a crash below
+            report = gate.run()
+            code = EXIT_PASS if report.verdict == "pass" else EXIT_FAIL
+        except NoClusterAccess as error:
+            report.fail(f"no cluster access: {error}")
+            code = EXIT_NO_ACCESS
+        except Exception as error:  # noqa: BLE001 - the deploy must hear about any crash, not time out
+            report.fail(f"the gate crashed: {type(error).__name__}: {error}")
+            traceback.print_exc(file=sys.stderr)
     print(json.dumps(report.to_json(), indent=2), flush=True)
     if args.report_file:
         Path(args.report_file).write_text(json.dumps(report.to_json(), indent=2))
+    if kube is not None and isinstance(config, GateConfig) and config.as_deploy_job and config.job_name:
+        _keep_report(kube, config, report)
     if signal_url:
         reason = "; ".join(report.reasons) or "the endpoint answered and the KV cache crossed EFA"
-        status = cfn_signal.send(signal_url, code == EXIT_PASS, reason, f"gate-{config.run_id}", report.summary())
-        _log(f"signalled CloudFormation: {'SUCCESS' if code == EXIT_PASS else 'FAILURE'} (HTTP {status})")
+        _signal(signal_url, code == EXIT_PASS, reason, f"gate-{config.run_id}", report.summary())
     _log(f"verdict: {report.verdict}" + "".join(f"\n  - {r}" for r in report.reasons))
     return code
 

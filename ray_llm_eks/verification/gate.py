@@ -25,6 +25,7 @@ Standard library only: it runs in the cluster, in the serving image.
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import urllib.parse
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 from . import efa, evidence, metrics, probe
-from .kube import ApiError, Kube
+from .kube import ApiError, Kube, NoClusterAccess
 
 PASS, FAIL = "pass", "fail"
 READY_CONDITION = "Ready"
@@ -42,6 +43,15 @@ GROUP_LABEL = "ray.io/group"
 NODE_TYPE_LABEL = "ray.io/node-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+INSTANCE_LABEL = "ray-llm-eks/instance"
+"""The label every object of one deployment carries (the charts' ``pod_templates.INSTANCE_LABEL``)."""
+COMPONENT_LABEL = "ray-llm-eks/component"
+SETTINGS_COMPONENT = "gate-settings"
+REPORT_COMPONENT = "gate-report"
+SETTINGS_FILE = "gate.json"
+REPORT_FILE = "report.json"
+LOG_SINCE_MARGIN_SECONDS = 5.0
+"""Worker log lines are read from the current Serve deployment's time minus this (clock skew)."""
 SIGNAL_DATA_MAX_BYTES = 4096
 """CloudFormation's limit on a wait condition signal's ``Data`` (CloudFormation quotas)."""
 
@@ -83,6 +93,11 @@ class GateConfig:
     probe_max_tokens: int
     deadline_seconds: float
     rollout: bool = True
+    """Delete an active RayCluster whose pods run another cluster spec (the deploy's Job does; ``verify`` never)."""
+    as_deploy_job: bool = True
+    """Running as the deploy's Job: the deadline counts from the Job's creation (when CloudFormation's
+    wait began, not when this process started after its image pull), and the report is also kept in
+    a ConfigMap that no later deploy prunes."""
     poll_seconds: float = 10.0
     metrics_settle_seconds: float = 15.0
     expected_backend: str = evidence.EXPECTED_BACKEND
@@ -191,11 +206,29 @@ class Report:
             "efa_fraction_of_predicted": kv.get("efa_fraction_of_predicted"),
             "nixl_bytes_transferred": kv.get("nixl", {}).get("bytes_transferred"),
             "nixl_mean_xfer_time_ms": kv.get("nixl", {}).get("mean_xfer_time_ms"),
-            "report": f"kubectl -n {self.config.namespace} logs job/{self.config.job_name}",
+            "report": report_command(self.config.namespace, self.config.job_name),
         }
-        while len(json.dumps(data)) > SIGNAL_DATA_MAX_BYTES - 256 and data["reasons"]:
-            data["reasons"] = [r[:200] for r in data["reasons"][:-1]]
+        data["reasons"] = [r if len(r) <= 300 else r[:297] + "..." for r in data["reasons"]]
+        while len(json.dumps(data)) > SIGNAL_DATA_MAX_BYTES - 256 and len(data["reasons"]) > 1:
+            data["reasons"] = data["reasons"][:-1]
+        if len(json.dumps(data)) > SIGNAL_DATA_MAX_BYTES - 256:
+            data["reasons"] = [data["reasons"][0][:120] + "..."]
         return data
+
+    @property
+    def report_config_map(self) -> str:
+        return report_config_map(self.config.job_name)
+
+
+def report_config_map(job_name: str) -> str:
+    """Where the gate Job keeps its report; no deploy manages it, so no rollback prunes it."""
+    return f"{job_name}-report"
+
+
+def report_command(namespace: str, job_name: str) -> str:
+    """The command that prints a gate run's full JSON report."""
+    return (f"kubectl -n {namespace} get configmap {report_config_map(job_name)} "
+            "-o jsonpath='{.data.report\\.json}'")
 
 
 Sleeper = Callable[[float], None]
@@ -213,10 +246,14 @@ class Gate:
         self.log = log
         self.deadline = clock() + config.deadline_seconds
         self.report = Report(config)
+        self.application: dict[str, Any] = {}
+        """The Serve application as last read from the dashboard (``ApplicationDetails``)."""
 
     # --- the run ----------------------------------------------------------------------------------
 
     def run(self) -> Report:
+        if self.config.as_deploy_job:
+            self._anchor_deadline_to_job()
         cluster = self.wait_until_ready()
         if cluster is None:
             return self.report
@@ -230,66 +267,159 @@ class Gate:
         counter_pods = self.efa_counter_pods()
         efa_before = self.read_efa(counter_pods)
         nixl_before = self.read_nixl(workers)
-        self.run_probes()
-        if self.config.metrics_settle_seconds:
-            self.sleep(self.config.metrics_settle_seconds)  # Ray's metrics agent exports periodically
+        if not self.run_probes():
+            return self.report
+        settle = min(self.config.metrics_settle_seconds, max(0.0, self._remaining()))
+        if settle:
+            self.sleep(settle)  # Ray's metrics agent exports periodically
         efa_after = self.read_efa(counter_pods)
         nixl_after = self.read_nixl(workers)
         self.check_transport_logs(workers)
         self.check_kv(efa_before, efa_after, nixl_before, nixl_after)
         return self.report
 
-    # --- 1 and 2: rollout and readiness -------------------------------------------------------------
-
     def _remaining(self) -> float:
         return self.deadline - self.clock()
 
+    def _anchor_deadline_to_job(self) -> None:
+        """CloudFormation's wait began when the Job was created; this process may start minutes later."""
+        c = self.config
+        try:
+            created = self.kube.job(c.namespace, c.job_name)["metadata"]["creationTimestamp"]
+            age = time.time() - _epoch(created)
+        except (ApiError, NoClusterAccess, KeyError, ValueError) as error:
+            self.report.warnings.append(f"cannot read Job {c.job_name}'s creation time ({error}); the deadline "
+                                        "counts from this process's start")
+            return
+        self.deadline = min(self.deadline, self.clock() + c.deadline_seconds - max(0.0, age))
+
+    # --- 1 and 2: rollout and readiness -------------------------------------------------------------
+
     def wait_until_ready(self) -> str | None:
-        """The name of the active RayCluster once it runs the expected spec and is Ready, else None."""
+        """The name of the active RayCluster once it runs the expected spec and its Serve application
+        runs the expected config; None (with the reason reported) when the deadline passes first.
+
+        Transient API errors (unreachable, 5xx, 429) are retried until the deadline; refused
+        credentials end the run at once.
+        """
         c = self.config
         deleted: list[str] = []
         state = "the RayService does not exist"
         started = self.clock()
         while True:
-            service = self.kube.ray_service(c.namespace, c.ray_service)
-            if service is not None:
-                applied = _template_hashes(service, c.hash_annotation)
-                if applied and applied != {c.cluster_spec_hash}:
-                    self.report.fail(f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster "
-                                     f"spec hash {sorted(applied)}, not {c.cluster_spec_hash}: a newer deploy replaced "
-                                     "it, or it was edited by hand")
-                    return None
-                status = service.get("status") or {}
-                active = (status.get("activeServiceStatus") or {}).get("rayClusterName") or ""
-                pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: active}) if active else []
-                stale = sorted({_annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
-                if c.rollout and active and stale and active not in deleted:
-                    self.log(f"active RayCluster {active} runs cluster spec {stale}; deleting it so KubeRay "
-                             f"recreates it from spec {c.cluster_spec_hash}")
-                    try:
-                        self.kube.delete_ray_cluster(c.namespace, active)
-                    except ApiError as error:
-                        if error.status != 404:
-                            raise
-                    deleted.append(active)
-                ready = _condition_true(service, READY_CONDITION)
-                expected_pods = 1 + sum(r.nodes for r in c.roles.values())
-                ready_pods = [p for p in pods if _pod_ready(p) and _annotation(p, c.hash_annotation) == c.cluster_spec_hash]
-                state = (f"Ready={ready}, active cluster {active or '(none)'}, {len(ready_pods)}/{expected_pods} pods "
-                         f"ready on spec {c.cluster_spec_hash}")
-                if ready and active and active not in deleted and not stale and len(ready_pods) == expected_pods \
-                        and len(pods) == expected_pods:
+            try:
+                outcome = self._poll_once(deleted)
+            except (NoClusterAccess, ApiError) as error:
+                if not error.transient:
+                    raise
+                outcome = f"the API server did not answer ({error})"
+            if isinstance(outcome, tuple):
+                active, ready_state = outcome
+                if ready_state is None:
                     self.report.sections["service"] = {
                         "ready": True, "active_cluster": active, "waited_s": round(self.clock() - started, 1),
                         "rollout": {"recreated": deleted, "cluster_spec_hash": c.cluster_spec_hash},
                     }
                     return active
+                state = ready_state
+            elif outcome is False:
+                return None  # a reason that waiting cannot fix was reported
+            else:
+                state = outcome
             if self._remaining() <= c.poll_seconds:
                 self.report.sections["service"] = {"ready": False, "last_state": state, "rollout": {"recreated": deleted}}
                 self.report.fail(f"the RayService {c.namespace}/{c.ray_service} was not ready within "
                                  f"{c.deadline_seconds:.0f} s ({state})")
                 return None
             self.sleep(c.poll_seconds)
+
+    def _poll_once(self, deleted: list[str]) -> tuple[str, str | None] | str | bool:
+        """One look: (active cluster, None) when ready; (active, why not) or a state string to keep
+        waiting; False when the gate must stop."""
+        c = self.config
+        service = self.kube.ray_service(c.namespace, c.ray_service)
+        if service is None:
+            return "the RayService does not exist"
+        applied = _template_hashes(service, c.hash_annotation)
+        if applied and applied != {c.cluster_spec_hash}:
+            self.report.fail(f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster spec hash "
+                             f"{sorted(applied)}, not {c.cluster_spec_hash}: a newer deploy replaced it, or it was "
+                             "edited by hand")
+            return False
+        status = service.get("status") or {}
+        active = (status.get("activeServiceStatus") or {}).get("rayClusterName") or ""
+        pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: active}) if active else []
+        stale = sorted({_annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
+        if c.rollout and active and stale and active not in deleted:
+            self.log(f"active RayCluster {active} runs cluster spec {stale}; deleting it so KubeRay recreates it "
+                     f"from spec {c.cluster_spec_hash}")
+            try:
+                self.kube.delete_ray_cluster(c.namespace, active)
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+            deleted.append(active)
+        ready = _condition_true(service, READY_CONDITION)
+        expected_pods = 1 + sum(r.nodes for r in c.roles.values())
+        current = [p for p in pods if _annotation(p, c.hash_annotation) == c.cluster_spec_hash]
+        ready_pods = [p for p in current if _pod_ready(p)]
+        state = (f"Ready={ready}, active cluster {active or '(none)'}, {len(ready_pods)}/{expected_pods} pods ready "
+                 f"on spec {c.cluster_spec_hash}")
+        # KubeRay 1.4.0 keeps a deleted cluster as active until it promotes the new one.
+        if not (ready and active and active not in deleted and not stale and len(ready_pods) == expected_pods
+                and len(pods) == expected_pods):
+            waiting = self._pods_waiting(c.namespace)
+            return active, state + (f"; {waiting}" if waiting else "")
+        serve = self._serve_state()
+        if serve is False:
+            return False
+        if serve is not None:
+            return active, f"{state}; {serve}"
+        return active, None
+
+    def _serve_state(self) -> str | bool | None:
+        """None when the application runs the rendered config; a state to wait on; False on a failed deploy."""
+        c = self.config
+        url = c.dashboard_url.rstrip("/") + "/api/serve/applications/"
+        try:
+            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace)))
+        except Exception as error:  # noqa: BLE001 - the dashboard may still be starting
+            return f"the Ray dashboard does not answer yet ({error})"
+        app = (details.get("applications") or {}).get(c.application)
+        if app is None:
+            return f"Serve application {c.application!r} is not deployed yet"
+        self.application = app
+        differences = _differences(c.serve_args, (app.get("deployed_app_config") or {}).get("args") or {})
+        status = app.get("status")
+        if differences:
+            return f"Serve application {c.application!r} still runs another config (differs at {differences[0]})"
+        if status == "DEPLOY_FAILED":
+            self.report.fail(f"Serve application {c.application!r} failed to deploy the spec's config: "
+                             f"{(app.get('message') or '')[:500]}")
+            return False
+        if status != "RUNNING":
+            return f"Serve application {c.application!r} is {status}"
+        return None
+
+    def _pods_waiting(self, namespace: str) -> str:
+        """Why Ray pods of this service are not running yet (Pending, image pull, crash), for the report."""
+        try:
+            pods = self.kube.pods(namespace, {INSTANCE_LABEL: self.config.ray_service})
+        except (ApiError, NoClusterAccess):
+            return ""
+        reasons = []
+        for pod in pods:
+            if CLUSTER_LABEL not in (pod.get("metadata") or {}).get("labels", {}):
+                continue  # not a Ray pod (the EFA counter readers carry the instance label too)
+            status = pod.get("status") or {}
+            why = [f"{w['reason']}" + (f": {w.get('message', '')[:120]}" if w.get("message") else "")
+                   for w in ((cs.get("state") or {}).get("waiting") or {} for cs in status.get("containerStatuses") or ())
+                   if w.get("reason")]
+            why += [f"{cond.get('reason')}: {cond.get('message', '')[:160]}" for cond in status.get("conditions") or ()
+                    if cond.get("type") == "PodScheduled" and cond.get("status") == "False"]
+            if why:
+                reasons.append(f"{pod['metadata']['name']} {status.get('phase', '')} ({'; '.join(why)})")
+        return "; ".join(reasons[:4])
 
     # --- 3: nodes, pods, engine -----------------------------------------------------------------------
 
@@ -350,28 +480,19 @@ class Gate:
         return entry
 
     def check_engine(self) -> None:
-        """The Serve application's deployed arguments equal the rendered Serve config's."""
+        """Record the Serve application the wait loop found running the spec's config (Ray's
+        ``GET /api/serve/applications/``: its ``deployed_app_config.args`` against the rendered ones)."""
         c = self.config
-        url = c.dashboard_url.rstrip("/") + "/api/serve/applications/"
-        try:
-            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace)))
-        except Exception as error:  # noqa: BLE001 - any failure to read it is reported, not raised
-            self.report.fail(f"cannot read the Serve applications from the Ray dashboard: {error}")
-            return
-        app = (details.get("applications") or {}).get(c.application)
-        if app is None:
-            self.report.fail(f"Serve application {c.application!r} is not deployed")
-            return
+        app = self.application
         deployed_args = ((app.get("deployed_app_config") or {}).get("args")) or {}
         differences = _differences(c.serve_args, deployed_args)
         self.report.sections["engine"] = {
             "application": c.application, "status": app.get("status"), "matches_spec": not differences,
-            "differences": differences[:20],
+            "differences": differences[:20], "last_deployed_time_s": app.get("last_deployed_time_s"),
             "deployments": {name: d.get("status") for name, d in (app.get("deployments") or {}).items()},
         }
         if app.get("status") != "RUNNING":
-            self.report.fail(f"Serve application {c.application!r} is {app.get('status')}, not RUNNING: "
-                             f"{app.get('message', '')[:300]}")
+            self.report.fail(f"Serve application {c.application!r} is {app.get('status')}, not RUNNING")
         if differences:
             self.report.fail(f"the deployed engine settings differ from the spec at {', '.join(differences[:5])}")
 
@@ -402,12 +523,16 @@ class Gate:
                 self.report.warnings.append(f"cannot read metrics of {name}: {error}")
         return readings
 
-    def run_probes(self) -> None:
+    def run_probes(self) -> bool:
+        """Send the probes, each bounded by the time left; False when the deadline cut them short."""
         c = self.config
         url = self.endpoints.service_url(c.openai_url, c.namespace)
         results = []
-        for _ in range(c.probes):
-            timeout = max(5.0, min(300.0, self._remaining()))
+        for index in range(c.probes):
+            if self._remaining() <= 1.0:
+                self.report.fail(f"the deadline passed after {index} of {c.probes} probes")
+                break
+            timeout = min(300.0, self._remaining())
             results.append(probe.chat_probe(url, c.model, probe.probe_prompt(c.probe_prompt_words), c.probe_max_tokens,
                                             timeout=timeout, opener=self.endpoints.open))
         ok = [r for r in results if r.ok]
@@ -420,16 +545,22 @@ class Gate:
         for index, result in enumerate(results):
             if not result.ok:
                 self.report.fail(f"probe {index + 1} failed: {result.error}")
+        return len(results) == c.probes
 
     # --- 5: transport --------------------------------------------------------------------------------------
 
     def check_transport_logs(self, workers: list[dict[str, Any]]) -> None:
         c = self.config
+        # Only what the current replicas printed: after an in-place Serve redeploy the container log
+        # still holds the previous replicas' lines (an old UCX warning, or an old EFA line that
+        # would vouch for replicas that printed none).
+        deployed = self.application.get("last_deployed_time_s")
+        since = _rfc3339(float(deployed) - LOG_SINCE_MARGIN_SECONDS) if deployed else None
         logs = {}
         for pod in workers:
             name = pod["metadata"]["name"]
             try:
-                logs[name] = self.kube.pod_log(c.namespace, name, c.worker_container)
+                logs[name] = self.kube.pod_log(c.namespace, name, c.worker_container, since=since)
             except Exception as error:  # noqa: BLE001
                 self.report.fail(f"cannot read the log of {name}: {error}")
         result = evidence.classify_logs(logs, c.expected_backend, c.expected_provider)
@@ -437,7 +568,7 @@ class Gate:
         providers = {e["provider"] for e in result["by_source"].values()}
         self.report.sections["transport"] = {
             "verdict": result["verdict"], "backend": _one(backends), "provider": _one(providers),
-            "by_pod": result["by_source"],
+            "log_since": since, "by_pod": result["by_source"],
         }
         for reason in result["reasons"]:
             self.report.fail(reason)
@@ -451,13 +582,15 @@ class Gate:
         role_of_node = {}
         for entry in self.report.sections.get("nodes", []):
             role_of_node[entry["name"]] = entry["role"]
-        by_node = {node: {"role": role_of_node.get(node), **efa.node_delta(efa_before.get(node, {}), after)}
-                   for node, after in efa_after.items()}
+        # A delta needs both readings: counting from zero would credit every byte since boot.
+        read_twice = sorted(set(efa_before) & set(efa_after))
+        by_node = {node: {"role": role_of_node.get(node), **efa.node_delta(efa_before[node], efa_after[node])}
+                   for node in read_twice}
         sent = sum(d["sent_bytes"] for d in by_node.values() if d["role"] == "prefill")
         received = sum(d["received_bytes"] for d in by_node.values() if d["role"] == "decode")
         moved = min(sent, received)
-        nixl = metrics.sum_deltas(metrics.nixl_delta(nixl_before.get(pod, metrics.NixlTotals.of("")), after)
-                                  for pod, after in nixl_after.items())
+        nixl = metrics.sum_deltas(metrics.nixl_delta(nixl_before[pod], nixl_after[pod])
+                                  for pod in sorted(set(nixl_before) & set(nixl_after)))
         fraction = moved / predicted if predicted else None
         self.report.sections["kv"] = {
             "predicted_bytes": predicted,
@@ -473,9 +606,10 @@ class Gate:
         }
         prefill_nodes = {n for n, r in role_of_node.items() if r == "prefill"}
         decode_nodes = {n for n, r in role_of_node.items() if r == "decode"}
-        missing = sorted((prefill_nodes | decode_nodes) - set(efa_after))
+        missing = sorted((prefill_nodes | decode_nodes) - set(read_twice))
         if missing:
-            self.report.fail(f"no EFA counter reading from {', '.join(missing)} (is the efa-counters DaemonSet running?)")
+            self.report.fail(f"no EFA counter reading before and after the probes from {', '.join(missing)} "
+                             "(is the efa-counters DaemonSet running there?)")
         if not predicted:
             self.report.fail("no successful probe reported its prompt tokens, so the KV bytes cannot be predicted")
         elif fraction is not None and fraction < c.min_kv_fraction:
@@ -489,6 +623,15 @@ class Gate:
 
 
 # --- small helpers ----------------------------------------------------------------------------------------
+
+def _epoch(stamp: str) -> float:
+    """Seconds since the epoch of a Kubernetes RFC 3339 timestamp (``2026-11-30T21:03:46Z``)."""
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _rfc3339(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 def _template_hashes(service: Mapping[str, Any], key: str) -> set[str]:
     config = (service.get("spec") or {}).get("rayClusterConfig") or {}
@@ -549,11 +692,6 @@ def _differences(expected: Any, actual: Any, path: str = "args") -> list[str]:
     return [] if expected == actual else [path]
 
 
-INSTANCE_LABEL = "ray-llm-eks/instance"
-"""The label every object of one deployment carries (the charts' ``pod_templates.INSTANCE_LABEL``)."""
-COMPONENT_LABEL = "ray-llm-eks/component"
-SETTINGS_COMPONENT = "gate-settings"
-SETTINGS_FILE = "gate.json"
 
 
 def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str, Any]:

@@ -23,7 +23,15 @@ REQUEST_TIMEOUT_SECONDS = 15.0
 
 
 class NoClusterAccess(RuntimeError):
-    """The API server cannot be reached, or refuses our credentials (exit code 3)."""
+    """The API server cannot be reached, or refuses our credentials (exit code 3).
+
+    ``transient`` is True when it could not be reached (worth retrying while a deadline allows)
+    and False when it answered and refused (401/403, bad TLS material: retrying cannot help).
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class ApiError(RuntimeError):
@@ -31,6 +39,11 @@ class ApiError(RuntimeError):
         super().__init__(f"{status} on {path}: {message}")
         self.status = status
         self.path = path
+
+    @property
+    def transient(self) -> bool:
+        """Server-side trouble or throttling: the same call may succeed a moment later."""
+        return self.status >= 500 or self.status == 429
 
 
 @dataclass
@@ -69,9 +82,12 @@ class Kube:
         self.access = access
         self.ssl_context: ssl.SSLContext | None = None
         if access.server.startswith("https://"):
-            context = ssl.create_default_context(cafile=access.ca_file)
-            if access.client_cert_file:
-                context.load_cert_chain(access.client_cert_file, access.client_key_file)
+            try:
+                context = ssl.create_default_context(cafile=access.ca_file)
+                if access.client_cert_file:
+                    context.load_cert_chain(access.client_cert_file, access.client_key_file)
+            except (OSError, ssl.SSLError) as error:
+                raise NoClusterAccess(f"cannot load the TLS material for {access.server}: {error}") from None
             if access.insecure_skip_tls_verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
@@ -98,7 +114,8 @@ class Kube:
                 raise NoClusterAccess(f"the API server refused {method} {path} ({error.code}): {detail}") from None
             raise ApiError(error.code, path, detail) from None
         except (urllib.error.URLError, OSError) as error:
-            raise NoClusterAccess(f"cannot reach the API server at {self.access.server}: {error}") from None
+            raise NoClusterAccess(f"cannot reach the API server at {self.access.server}: {error}",
+                                  transient=True) from None
 
     def get(self, path: str, **query: str) -> dict[str, Any]:
         return json.loads(self.request("GET", path, query=query or None))
@@ -129,11 +146,21 @@ class Kube:
     def nodes(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         return list(self.get("/api/v1/nodes", labelSelector=_selector(selector))["items"])
 
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+
+    def create_config_map(self, namespace: str, name: str, labels: Mapping[str, str], data: Mapping[str, str]) -> None:
+        self.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body={
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)}, "data": dict(data)})
+
     def config_maps(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v1/namespaces/{namespace}/configmaps", labelSelector=_selector(selector))["items"])
 
-    def pod_log(self, namespace: str, pod: str, container: str) -> str:
-        return self.get_text(f"/api/v1/namespaces/{namespace}/pods/{pod}/log", container=container)
+    def pod_log(self, namespace: str, pod: str, container: str, since: str | None = None) -> str:
+        """The container's log; with ``since`` (RFC 3339), only lines the kubelet stamped at or after it."""
+        query = {"container": container, **({"sinceTime": since} if since else {})}
+        return self.get_text(f"/api/v1/namespaces/{namespace}/pods/{pod}/log", **query)
 
     def proxy_url(self, namespace: str, kind: str, name: str, port: int, path: str) -> str:
         """The API server's proxy to a pod or service port (``kind``: ``pods`` or ``services``)."""

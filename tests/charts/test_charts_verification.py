@@ -81,6 +81,7 @@ def test_the_job_is_named_after_the_run_and_bounded_by_the_wait(default):
                                                  "memory": sizing.GATE_JOB.memory_quantity}
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65534
 
 
 def test_the_signal_url_lives_in_a_secret_and_only_when_cloudformation_waits(default):
@@ -118,8 +119,13 @@ def test_the_settings_say_what_the_deployed_spec_says(default):
 
 def test_the_gate_can_read_what_it_checks_and_delete_only_ray_clusters(default):
     rules = default.one("Role")["rules"]
-    assert {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]} in rules
-    assert not [r for r in rules if set(r["verbs"]) - {"get", "list", "delete"}]
+    assert rules == [
+        {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},  # the report's copy
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"], "resourceNames": [default.chart.job_name]},
+        {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get"]},
+        {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]},
+    ]
     assert [r for r in rules if "delete" in r["verbs"]] == [
         {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]}]
     assert default.one("ClusterRole")["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
@@ -136,7 +142,9 @@ def test_the_counter_reader_runs_on_every_gpu_node_read_only(default):
                                                                    ("ray-llm-eks/gpu-role", "decode")}
     assert pod["automountServiceAccountToken"] is False
     [container] = pod["containers"]
-    assert {"name": "sys", "mountPath": "/host/sys", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "sys", "mountPath": "/host/sys", "readOnly": True, "recursiveReadOnly": "IfPossible"} \
+        in container["volumeMounts"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65534
     assert {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}} in pod["volumes"]
     assert "privileged" not in container["securityContext"] or container["securityContext"]["privileged"] is False
     assert container["resources"]["requests"] == {"cpu": "50m", "memory": "64Mi"}
@@ -200,6 +208,12 @@ def test_an_unchanged_spec_keeps_its_run_id(default):
     again = Rendered({})
     assert again.plan.run_id == default.plan.run_id
     assert again.template_hashes() == default.template_hashes()
+
+
+def test_switching_the_wait_renames_the_job_whose_pod_template_changes(default):
+    """A Job's pod template is immutable: the signal's env var comes and goes with ``wait``."""
+    relaxed = Rendered({"verification": {"wait": False}}, signal_url=None)
+    assert relaxed.plan.run_id != default.plan.run_id
 
 
 def test_gate_settings_changes_rerun_the_gate_without_touching_the_pods(default):

@@ -20,11 +20,13 @@ node (``tx_bytes``) and the decode node (``rx_bytes``) and the decode worker's
 
 from __future__ import annotations
 
+import datetime
 import json
 import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -65,8 +67,15 @@ class Scenario:
     failed_transfers: int = 0
     completion_status: int = 200
     ready: bool = True
-    stale_first: bool = False
-    """The running pods carry an older cluster spec hash until the gate deletes their RayCluster."""
+    old_log: list[str] = field(default_factory=list)
+    """Lines the previous replicas printed before the current Serve deployment (an in-place redeploy)."""
+    serve_states: list[tuple[str, bool]] = field(default_factory=list)
+    """What the dashboard answers on successive reads: (status, runs the deployed args); then RUNNING, True."""
+    serve_final: tuple[str, bool] = ("RUNNING", True)
+    promote_after_polls: int = 3
+    """RayService reads after a DELETE before KubeRay promotes the new cluster (until then the status
+    still names the deleted one, as in KubeRay 1.4.0)."""
+    job_age_seconds: float = 1.0
     image: str | None = None
     """The image the pods run; default: the deployed spec's."""
     efa_allocatable: str = "1"
@@ -113,7 +122,14 @@ class FakeDeployment:
         self.requests_served = 0
         self.lock = threading.Lock()
         self.active = f"{self.name}-abcde"
-        self.pod_hash = "0ld0ld0ld0ld" if scenario.stale_first else self.hash
+        self.pod_hash = self.hash
+        self.pending: str | None = None
+        self.polls_since_delete = 0
+        self.deployed_at = time.time() - 30
+        self.created_config_maps: list[dict[str, Any]] = []
+        self.break_counters_until = 0
+        """How many reads of each node's counters fail first (a reader not yet listening)."""
+        self.counter_reads: dict[str, int] = {}
         self.sysfs = {node: tmp / "sysfs" / node for node in (PREFILL_NODE, DECODE_NODE)}
         for root in self.sysfs.values():
             counters = root / "class" / "infiniband" / "rdmap0s6" / "ports" / "1" / "hw_counters"
@@ -133,10 +149,16 @@ class FakeDeployment:
         for ip, pod in ((PREFILL_IP, "prefill"), (DECODE_IP, "decode")):
             self._serve(ip, lambda h, m, pod=pod: self.route_metrics(h, m, pod), self.metrics_port)
         self.counter_port = free_port(PREFILL_NODE_IP)
+        self.counter_backend_port = free_port("127.0.0.1")
         for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
-            server = efa.make_server(str(self.sysfs[node]), self.counter_port, ip)
+            # The package's own reader over the node's fixture tree, behind a pass-through that can
+            # fail the first reads.
+            server = efa.make_server(str(self.sysfs[node]), 0, "127.0.0.1")
             self.servers.append(server)
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+            backend = f"http://127.0.0.1:{server.server_address[1]}"
+            self._serve(ip, lambda h, m, node=node, backend=backend: self.route_counters(h, node, backend),
+                        self.counter_port)
         self.signal_port = self._serve("127.0.0.1", self.route_signal)
         self.token_file = tmp / "token"
         self.token_file.write_text("test-token\n")
@@ -180,7 +202,7 @@ class FakeDeployment:
 
     # --- Kubernetes API --------------------------------------------------------------------------
 
-    def _pod(self, name: str, ip: str, role: str, node: str) -> dict[str, Any]:
+    def _pod(self, cluster: str, name: str, ip: str, role: str, node: str) -> dict[str, Any]:
         config = self.rayservice["spec"]["rayClusterConfig"]
         if role == "head":
             template = config["headGroupSpec"]["template"]
@@ -190,7 +212,7 @@ class FakeDeployment:
         if self.scenario.image:
             for container in containers:
                 container["image"] = self.scenario.image
-        labels = {**template["metadata"].get("labels", {}), "ray.io/cluster": self.active,
+        labels = {**template["metadata"].get("labels", {}), "ray.io/cluster": cluster,
                   "ray.io/group": "headgroup" if role == "head" else role,
                   "ray.io/node-type": "head" if role == "head" else "worker"}
         annotations = {**template["metadata"].get("annotations", {}), "ray-llm-eks/cluster-spec-hash": self.pod_hash}
@@ -204,10 +226,11 @@ class FakeDeployment:
         }
 
     def pods(self) -> list[dict[str, Any]]:
+        cluster = self.pending or self.active
         pods = [
-            self._pod(f"{self.active}-head-x1", "127.0.0.9", "head", "ip-10-0-1-10.system"),
-            self._pod(f"{self.active}-prefill-worker-p1", PREFILL_IP, "prefill", PREFILL_NODE),
-            self._pod(f"{self.active}-decode-worker-d1", DECODE_IP, "decode", DECODE_NODE),
+            self._pod(cluster, f"{cluster}-head-x1", "127.0.0.9", "head", "ip-10-0-1-10.system"),
+            self._pod(cluster, f"{cluster}-prefill-worker-p1", PREFILL_IP, "prefill", PREFILL_NODE),
+            self._pod(cluster, f"{cluster}-decode-worker-d1", DECODE_IP, "decode", DECODE_NODE),
         ]
         for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
             pods.append({
@@ -224,7 +247,11 @@ class FakeDeployment:
                 for node, role in ((PREFILL_NODE, "prefill"), (DECODE_NODE, "decode"))]
 
     def rayservice_object(self) -> dict[str, Any]:
-        ready = self.scenario.ready and not (self.deleted and self.pod_hash != self.hash)
+        if self.pending is not None:
+            self.polls_since_delete += 1
+            if self.polls_since_delete > self.scenario.promote_after_polls:
+                self.active, self.pending = self.pending, None  # promoted once its Serve apps run
+        ready = self.scenario.ready and self.pending is None
         return {**self.rayservice, "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False",
                             "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints"}],
@@ -249,9 +276,11 @@ class FakeDeployment:
             name = path.rsplit("/", 1)[1]
             if name != self.active:
                 return handler.reply(404, {"kind": "Status", "reason": "NotFound"})
-            # KubeRay 1.4.0: no active and no pending cluster -> a new one from the current spec.
+            # KubeRay 1.4.0: no active and no pending cluster -> a new one from the current spec, promoted
+            # to active once serving; until then the status still names the deleted cluster.
             self.deleted.append(name)
-            self.active = f"{self.name}-fghij"
+            self.pending = f"{self.name}-fghij"
+            self.polls_since_delete = 0
             self.pod_hash = self.hash
             return handler.reply(200, {"kind": "Status", "status": "Success"})
         if method == "GET" and path == f"{ns}/pods":
@@ -264,8 +293,21 @@ class FakeDeployment:
                                        "items": [n for n in self.nodes() if n["metadata"]["labels"]["role"] == role]})
         if method == "GET" and path.startswith(f"{ns}/pods/") and path.endswith("/log"):
             pod = path.split("/")[-2]
-            lines = self.scenario.worker_log if "worker" in pod else ["head log"]
+            # The kubelet stamps each line; sinceTime returns those at or after it.
+            stamped = [(self.deployed_at - 60, line) for line in self.scenario.old_log]
+            stamped += [(self.deployed_at + 1, line) for line in self.scenario.worker_log]
+            if "sinceTime" in query:
+                since = datetime.datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00")).timestamp()
+                stamped = [(t, line) for t, line in stamped if t >= since]
+            lines = [line for _, line in stamped] if "worker" in pod else ["head log"]
             return handler.reply(200, "\n".join(lines) + "\n", "text/plain")
+        if method == "GET" and path.startswith(f"/apis/batch/v1/namespaces/{self.namespace}/jobs/"):
+            created = datetime.datetime.fromtimestamp(time.time() - self.scenario.job_age_seconds, datetime.timezone.utc)
+            return handler.reply(200, {"kind": "Job", "metadata": {
+                "name": path.rsplit("/", 1)[1], "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}})
+        if method == "POST" and path == f"{ns}/configmaps":
+            self.created_config_maps.append(json.loads(handler.rfile.read(int(handler.headers["Content-Length"]))))
+            return handler.reply(201, self.created_config_maps[-1])
         if method == "GET" and path == f"{ns}/configmaps":
             data = {"gate.json": json.dumps(self.gate_settings_for_cli)}
             return handler.reply(200, {"kind": "ConfigMapList", "items": [{"metadata": {"name": "x"}, "data": data}]})
@@ -300,10 +342,13 @@ class FakeDeployment:
         if path != "/api/serve/applications/":
             return handler.reply(404, {})
         app = self.settings["application"]
+        status, current = self.scenario.serve_states.pop(0) if self.scenario.serve_states else self.scenario.serve_final
+        args = self.settings["serve_args"] if current else {**self.settings["serve_args"], "previous": True,
+                                                            "prefill_config": {"model_loading_config": {}}}
         return handler.reply(200, {"applications": {app: {
-            "name": app, "status": "RUNNING", "message": "",
-            "deployed_app_config": {"name": app, "import_path": "ray.serve.llm:build_pd_openai_app",
-                                    "args": self.settings["serve_args"]},
+            "name": app, "status": status, "message": "engine died: CUDA out of memory" if status != "RUNNING" else "",
+            "last_deployed_time_s": self.deployed_at,
+            "deployed_app_config": {"name": app, "import_path": "ray.serve.llm:build_pd_openai_app", "args": args},
             "deployments": {"PDProxyServer": {"status": "HEALTHY"}},
         }}})
 
@@ -345,6 +390,13 @@ class FakeDeployment:
         if handler.path != "/metrics":
             return handler.reply(404, {})
         return handler.reply(200, generate_latest(self.registries[pod]), "text/plain; version=0.0.4")
+
+    def route_counters(self, handler: Handler, node: str, backend: str) -> None:
+        self.counter_reads[node] = self.counter_reads.get(node, 0) + 1
+        if self.counter_reads[node] <= self.break_counters_until:
+            return handler.reply(503, b"starting", "text/plain")
+        with urllib.request.urlopen(backend + handler.path, timeout=5) as response:
+            return handler.reply(response.status, response.read(), "application/json")
 
     def route_signal(self, handler: Handler, method: str) -> None:
         length = int(handler.headers.get("Content-Length") or 0)

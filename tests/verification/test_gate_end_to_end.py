@@ -8,6 +8,8 @@ EFA), a transfer failure, EFA counters that did not move, and pods that do not m
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -87,7 +89,8 @@ def test_each_failure_fails_for_its_reason(in_cluster_copy, fake: FakeDeployment
 
 
 def test_stale_pods_are_recreated_from_the_deployed_spec(in_cluster_copy, fake: FakeDeployment):
-    fake.scenario = Scenario(stale_first=True)
+    # KubeRay 1.4.0 keeps naming the deleted cluster as active for a while: deleted once, waited on.
+    fake.scenario = Scenario(promote_after_polls=4)
     fake.pod_hash = "0ld0ld0ld0ld"
     result = run_gate(in_cluster_copy, fake, fake.gate_settings())
     report = _report(result)
@@ -95,11 +98,88 @@ def test_stale_pods_are_recreated_from_the_deployed_spec(in_cluster_copy, fake: 
     assert fake.deleted == ["ray-llm-abcde"]
     assert report["service"]["rollout"]["recreated"] == ["ray-llm-abcde"]
     assert report["service"]["active_cluster"] == "ray-llm-fghij"
+    assert {p["cluster_spec_hash"] for p in report["pods"]} == {fake.hash}
+
+
+def test_a_serve_config_change_is_waited_for_until_the_new_config_runs(in_cluster_copy, fake: FakeDeployment):
+    """In place (model, engine settings, topology): the cluster stays Ready while Serve redeploys."""
+    fake.scenario = Scenario(serve_states=[("RUNNING", False), ("DEPLOYING", True), ("DEPLOYING", True)])
+    result = run_gate(in_cluster_copy, fake, fake.gate_settings())
+    report = _report(result)
+    assert result.returncode == 0, report["reasons"]
+    assert report["engine"]["matches_spec"] is True and fake.scenario.serve_states == []
+
+
+def test_a_failed_serve_deploy_fails_at_once_with_its_message(in_cluster_copy, fake: FakeDeployment):
+    fake.scenario = Scenario(serve_final=("DEPLOY_FAILED", True))
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(deadline_seconds=60)))
+    assert report["duration_s"] < 30
+    assert any("failed to deploy the spec's config: engine died: CUDA out of memory" in r for r in report["reasons"])
+
+
+def test_lines_of_replaced_replicas_are_not_evidence(in_cluster_copy, fake: FakeDeployment):
+    # An old UCX warning from before the redeploy does not fail the new LIBFABRIC replicas ...
+    fake.scenario = Scenario(old_log=UCX_ON_EFA)
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert report["verdict"] == "pass", report["reasons"]
+    assert report["transport"]["log_since"] is not None
+
+
+def test_old_efa_lines_do_not_vouch_for_new_replicas(in_cluster_copy, fake: FakeDeployment):
+    # ... and old EFA lines do not vouch for new replicas that printed no backend.
+    fake.scenario = Scenario(old_log=list(EFA_LINES), worker_log=["INFO [_api.py:268] Initialized NIXL agent: 9a"])
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert any("no backend was instantiated" in r for r in report["reasons"]), report["reasons"]
+
+
+def test_a_counter_read_only_after_the_probes_is_not_a_delta(in_cluster_copy, fake: FakeDeployment):
+    """Counting from zero would credit every byte since boot: a missing first reading fails."""
+    fake.scenario = Scenario(efa_fraction=0.0)
+    fake.break_counters_until = 1  # the first read of each node fails
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert any("no EFA counter reading before and after the probes" in r for r in report["reasons"]), report["reasons"]
+
+
+def test_the_deadline_counts_from_the_jobs_creation(in_cluster_copy, fake: FakeDeployment):
+    """CloudFormation's wait began when the Job was created, not when the gate's image was pulled."""
+    fake.scenario = Scenario(ready=False, job_age_seconds=55)
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(deadline_seconds=60)))
+    assert report["duration_s"] < 20
+    assert any("was not ready within" in r for r in report["reasons"])
+
+
+def test_the_report_outlives_the_job(in_cluster_copy, fake: FakeDeployment):
+    result = run_gate(in_cluster_copy, fake, fake.gate_settings(job_name="ray-llm-gate-1a2b3c4d"))
+    [config_map] = fake.created_config_maps
+    assert config_map["metadata"]["name"] == "ray-llm-gate-1a2b3c4d-report"
+    assert config_map["metadata"]["labels"] == {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/component": "gate-report"}
+    assert json.loads(config_map["data"]["report.json"]) == json.loads(result.stdout)
+
+
+def test_a_long_failure_still_fits_the_signal(in_cluster_copy, fake: FakeDeployment):
+    fake.scenario = Scenario(worker_log=[f"ERROR NIXL transfer failure: kind{i} | Context: {{}}" for i in range(60)],
+                             efa_fraction=0.0)
+    run_gate(in_cluster_copy, fake, fake.gate_settings(), env={"GATE_SIGNAL_URL": fake.signal_url})
+    signal = json.loads(fake.signals[0][1])
+    assert len(signal["Data"].encode()) <= 4096 and len(signal["Reason"]) <= 1000
+    assert json.loads(signal["Data"])["reasons"]
+
+
+def test_unreadable_settings_still_signal_failure(in_cluster_copy, fake: FakeDeployment):
+    config = fake.tmp / "broken.json"
+    config.write_text("{not json")
+    done = subprocess.run([sys.executable, "-S", "-m", "rayllmeks_gate", "run", "--config", str(config)],
+                          cwd=in_cluster_copy, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "GATE_SIGNAL_URL": fake.signal_url})
+    assert done.returncode == 1
+    signal = json.loads(fake.signals[0][1])
+    assert signal["Status"] == "FAILURE" and "cannot read the gate settings" in signal["Reason"]
 
 
 def test_without_rollout_stale_pods_time_out_instead_of_being_deleted(in_cluster_copy, fake: FakeDeployment):
     fake.pod_hash = "0ld0ld0ld0ld"
-    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(rollout=False, deadline_seconds=2)))
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(rollout=False, deadline_seconds=2,
+                                                                         as_deploy_job=False)))
     assert fake.deleted == []
     assert any("0/3 pods ready on spec" in r for r in report["reasons"]), report["reasons"]
 
@@ -136,7 +216,8 @@ def test_the_verdict_reaches_cloudformation(in_cluster_copy, fake: FakeDeploymen
     data = json.loads(signal["Data"])
     assert len(signal["Data"]) <= 4096
     assert data["verdict"] == "fail" and data["efa_moved_bytes"] == 0
-    assert data["report"] == "kubectl -n inference logs job/ray-llm-gate-1a2b3c4d"
+    assert data["report"] == ("kubectl -n inference get configmap ray-llm-gate-1a2b3c4d-report "
+                              "-o jsonpath='{.data.report\\.json}'")
 
 
 def test_a_pass_signals_success(in_cluster_copy, fake: FakeDeployment):
