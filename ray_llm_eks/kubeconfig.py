@@ -10,6 +10,7 @@ Reads the parts of the kubeconfig format that EKS and common setups use: the con
 
 from __future__ import annotations
 
+import atexit
 import base64
 import datetime as dt
 import json
@@ -39,10 +40,21 @@ def _named(items: list[dict[str, Any]] | None, name: str, kind: str, path: Path)
 
 
 def _data_file(data: str, suffix: str) -> str:
+    """Inline certificate or key data as a private file for ssl (which reads paths), removed at exit."""
     handle = tempfile.NamedTemporaryFile("wb", suffix=suffix, delete=False)  # noqa: SIM115 - kept for ssl
     with handle:
+        os.chmod(handle.name, 0o600)
         handle.write(base64.b64decode(data))
+    atexit.register(lambda name=handle.name: os.path.exists(name) and os.remove(name))
     return handle.name
+
+
+def _path(value: str | None, source: Path) -> str | None:
+    """kubectl resolves relative file paths in a kubeconfig against the kubeconfig's own folder."""
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else source.parent / path)
 
 
 class _ExecToken:
@@ -97,10 +109,10 @@ def load_access(path: str | os.PathLike[str] | None = None, context: str | None 
     server = cluster.get("server")
     if not server:
         raise NoClusterAccess(f"{source}: cluster {ctx.get('cluster')!r} has no server")
-    ca_file = cluster.get("certificate-authority")
+    ca_file = _path(cluster.get("certificate-authority"), source)
     if cluster.get("certificate-authority-data"):
         ca_file = _data_file(cluster["certificate-authority-data"], ".crt")
-    cert, key = user.get("client-certificate"), user.get("client-key")
+    cert, key = _path(user.get("client-certificate"), source), _path(user.get("client-key"), source)
     if user.get("client-certificate-data"):
         cert = _data_file(user["client-certificate-data"], ".crt")
     if user.get("client-key-data"):
@@ -110,7 +122,7 @@ def load_access(path: str | os.PathLike[str] | None = None, context: str | None 
     elif user.get("token"):
         token = lambda value=user["token"]: value  # noqa: E731
     elif user.get("tokenFile"):
-        token = lambda file=Path(user["tokenFile"]): file.read_text().strip()  # noqa: E731
+        token = lambda file=Path(_path(user["tokenFile"], source) or ""): file.read_text().strip()  # noqa: E731
     else:
         token = lambda: None  # noqa: E731
     return KubeAccess(server=server.rstrip("/"), token=token, ca_file=ca_file, client_cert_file=cert,

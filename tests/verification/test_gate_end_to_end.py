@@ -237,3 +237,29 @@ def test_no_cluster_access_exits_3_and_still_signals(in_cluster_copy, fake: Fake
 def test_classifier_constants_match_the_gate(disaggregated):
     assert disaggregated.settings["expected_backend"] == evidence.EXPECTED_BACKEND == "LIBFABRIC"
     assert disaggregated.settings["expected_provider"] == evidence.EXPECTED_PROVIDER == "efa"
+
+
+def test_the_jobs_own_command_line_runs_on_a_plain_interpreter(in_cluster_copy, fake: FakeDeployment, disaggregated):
+    """The rendered Job's shell line, as the container runs it (python3 or python from PATH), with
+    the system interpreter and none of this project's packages."""
+    import cdk8s
+
+    from ray_llm_eks.cdk8s_charts import build_serving_charts
+    from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
+
+    spec, verification = disaggregated.config.specs().serving, disaggregated.config.specs().verification
+    app = cdk8s.App()
+    charts = build_serving_charts(app, spec)
+    chart = build_verification_chart(app, spec, verification, GatePlan.of(spec, verification, charts), charts, None)
+    job = next(o for o in chart.to_json() if o["kind"] == "Job")
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    config = fake.tmp / "gate.json"
+    config.write_text(json.dumps(fake.gate_settings()))
+    shell, flag, line = container["command"]
+    line = line.replace("/etc/rayllmeks-gate/gate.json", str(config))
+    line += f" --kube-api {fake.api_url} --kube-token-file {fake.token_file}"
+    done = subprocess.run([shell, flag, line], capture_output=True, text=True, timeout=120,
+                          env={**env, "PYTHONPATH": str(in_cluster_copy), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["verdict"] == "pass"
