@@ -302,6 +302,8 @@ def verify(
         _fail(ExitCode.NO_CREDENTIALS, f"no access to the cluster: {error}", as_json)
     except (LookupError, ApiError) as error:
         _fail(ExitCode.CHECK_FAILED, str(error), as_json)
+    except ValueError as error:  # settings this version cannot read (a newer deploy), or not JSON
+        _fail(ExitCode.CHECK_FAILED, f"cannot use the gate settings found in the cluster: {error}", as_json)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

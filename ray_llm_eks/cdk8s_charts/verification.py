@@ -10,7 +10,9 @@ Applied after the RayService, once per change of the serving spec (``serving-ver
 - Secret ``<service>-gate-<run>`` (only when CloudFormation waits): the wait condition's
   presigned URL, which the Job signals with its verdict.
 - ServiceAccount ``<service>-gate`` with a Role (read pods, their logs and the RayService; get and
-  delete RayClusters, for the rollout) and a ClusterRole (read nodes, for allocatable EFA).
+  delete RayClusters, for the rollout; get its own Job, whose creation started CloudFormation's
+  wait; create its report's ConfigMap, and update that one by name) and a ClusterRole (read
+  nodes, for allocatable EFA).
 - DaemonSet ``<service>-efa-counters`` on the GPU nodes: serves the node's EFA hardware counters
   (``/sys`` mounted read-only) on port 9475 of the pod IP; no API access, no capabilities.
 - Job ``<service>-gate-<run>`` on the system node: one attempt (``backoffLimit: 0``; the program
@@ -19,8 +21,9 @@ Applied after the RayService, once per change of the serving spec (``serving-ver
 ``<run>`` is the hash of the rendered serving charts and the gate settings: every change of the
 serving spec (image, model, engine settings, security profile, node counts, topology) renames the
 Job, so the deploy applies a new one, and the old Job and ConfigMap are pruned with it
-(``kubectl apply --prune``, which the kubectl provider runs on update). Its log is the report:
-``kubectl -n <namespace> logs job/<service>-gate-<run>``.
+(``kubectl apply --prune``, which the kubectl provider runs on update). The report is on the
+Job's stdout and, so that a rollback's prune cannot take it, in the ConfigMap
+``<service>-gate-<run>-report`` that the gate creates (``gate.report_command``).
 """
 
 from __future__ import annotations
@@ -200,8 +203,11 @@ class VerificationChart(cdk8s.Chart):
                                automount_service_account_token=False)
         k8s.KubeRole(self, "Role", metadata=k8s.ObjectMeta(name=account, labels=labels), rules=[
             k8s.PolicyRule(api_groups=[""], resources=["pods", "pods/log"], verbs=["get", "list"]),
-            # The report's copy outlives the Job, which a rollback prunes (create cannot name its object).
+            # The report's copy outlives the Job, which a rollback prunes (create cannot name its object;
+            # update can: a Job run again under the same name replaces its own report).
             k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["create"]),
+            k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["update"],
+                           resource_names=[gate.report_config_map(self.job_name)]),
             # Its own Job's creation time: CloudFormation's wait began then.
             k8s.PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["get"], resource_names=[self.job_name]),
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices"], verbs=["get"]),

@@ -22,7 +22,10 @@ from .kube import Kube, KubeAccess, NoClusterAccess
 
 EXIT_PASS, EXIT_FAIL, EXIT_NO_ACCESS = 0, 1, 3
 SIGNAL_URL_ENV = "GATE_SIGNAL_URL"
-SIGNAL_ATTEMPTS = 5
+SIGNAL_ATTEMPTS = 3
+SIGNAL_TIMEOUT_SECONDS = 20.0
+"""3 attempts of at most 20 s, 2 and 4 s apart: at most 66 s, inside the 120 s the gate keeps
+between its deadline and the wait condition's timeout (with the report's 10 s write)."""
 
 
 def _log(message: str) -> None:
@@ -38,7 +41,7 @@ class _Unconfigured:
 def _signal(url: str, success: bool, reason: str, unique_id: str, data: Any) -> None:
     for attempt in range(1, SIGNAL_ATTEMPTS + 1):
         try:
-            status = cfn_signal.send(url, success, reason, unique_id, data)
+            status = cfn_signal.send(url, success, reason, unique_id, data, timeout=SIGNAL_TIMEOUT_SECONDS)
             _log(f"signalled CloudFormation: {'SUCCESS' if success else 'FAILURE'} (HTTP {status})")
             return
         except Exception as error:  # noqa: BLE001 - retried, then reported
@@ -51,7 +54,7 @@ def _signal(url: str, success: bool, reason: str, unique_id: str, data: Any) -> 
 def _keep_report(kube: Kube, config: GateConfig, report: Report) -> None:
     """A copy in a ConfigMap the deploy does not manage: a rollback prunes the Job (and its log), not this."""
     try:
-        kube.create_config_map(config.namespace, report.report_config_map,
+        kube.put_config_map(config.namespace, report.report_config_map,
                                {INSTANCE_LABEL: config.ray_service, COMPONENT_LABEL: REPORT_COMPONENT},
                                {REPORT_FILE: json.dumps(report.to_json(), indent=2)})
     except Exception as error:  # noqa: BLE001 - the Job log still has it

@@ -35,8 +35,9 @@ configured. ...``
 ==========================================================  ===================================================
 
 The C++ lines are INFO in NIXL's own (Abseil) logger, whose level defaults to WARN
-(``src/utils/common/nixl_log.cpp:36``), and NIXL's Python logger reads the same variable
-(``src/api/python/logging.py:64``): the workers run with ``NIXL_LOG_LEVEL=INFO`` so they appear. Lines are matched anywhere in a line, since Ray and vLLM prefix them with process,
+(``src/utils/common/nixl_log.cpp:36``): the workers run with ``NIXL_LOG_LEVEL=INFO`` so they
+appear. NIXL's Python logger logs INFO to stdout by default and reads the same variable
+(``src/api/python/logging.py``, format ``<time> NIXL <LEVEL> <file>:<line> <message>``). Lines are matched anywhere in a line, since Ray and vLLM prefix them with process,
 level and timestamp.
 
 Standard library only: this module also runs inside the cluster (see ``__init__``).
@@ -185,6 +186,9 @@ class TransportEvidence:
                                "NIXL_LOG_LEVEL=INFO, and is this a disaggregated worker's log?)")
         elif found_backend != backend:
             reasons.append(f"the NIXL backend is {found_backend}, not {backend}")
+        elif set(self.backends_instantiated) - {backend}:
+            others = ", ".join(sorted(set(self.backends_instantiated) - {backend}))
+            reasons.append(f"NIXL also instantiated {others}: transfers may use it instead of {backend}")
         elif provider == EXPECTED_PROVIDER and not self.efa_devices and provider not in self.rail_providers:
             reasons.append(f"backend {backend} was instantiated but nothing shows the {provider} provider "
                            "('Discovered <N> EFA devices' / 'Created <N> rails using provider=efa'): "

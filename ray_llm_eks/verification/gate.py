@@ -100,6 +100,10 @@ class GateConfig:
     a ConfigMap that no later deploy prunes."""
     poll_seconds: float = 10.0
     metrics_settle_seconds: float = 15.0
+    post_probe_reserve_seconds: float = 90.0
+    """Kept after the probes for the counter, metrics and log reads (a few 15 s calls at most), so
+    the gate still ends by its deadline; what follows it (the report, the signal) fits the margin
+    before the wait condition's timeout (``spec.verification.GATE_MARGIN_SECONDS``)."""
     expected_backend: str = evidence.EXPECTED_BACKEND
     expected_provider: str = evidence.EXPECTED_PROVIDER
     run_id: str = ""
@@ -206,7 +210,7 @@ class Report:
             "efa_fraction_of_predicted": kv.get("efa_fraction_of_predicted"),
             "nixl_bytes_transferred": kv.get("nixl", {}).get("bytes_transferred"),
             "nixl_mean_xfer_time_ms": kv.get("nixl", {}).get("mean_xfer_time_ms"),
-            "report": report_command(self.config.namespace, self.config.job_name),
+            "report": report_command(self.config.namespace, self.config.job_name) if self.config.job_name else None,
         }
         data["reasons"] = [r if len(r) <= 300 else r[:297] + "..." for r in data["reasons"]]
         while len(json.dumps(data)) > SIGNAL_DATA_MAX_BYTES - 256 and len(data["reasons"]) > 1:
@@ -281,6 +285,17 @@ class Gate:
     def _remaining(self) -> float:
         return self.deadline - self.clock()
 
+    def _kube(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A Kubernetes call, retried on transient errors (unreachable, 5xx, 429) until the deadline."""
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except (NoClusterAccess, ApiError) as error:
+                if not error.transient or self._remaining() <= self.config.poll_seconds:
+                    raise
+                self.log(f"retrying after a transient API error: {error}")
+                self.sleep(min(self.config.poll_seconds, max(0.0, self._remaining())))
+
     def _anchor_deadline_to_job(self) -> None:
         """CloudFormation's wait began when the Job was created; this process may start minutes later."""
         c = self.config
@@ -350,6 +365,11 @@ class Gate:
         active = (status.get("activeServiceStatus") or {}).get("rayClusterName") or ""
         pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: active}) if active else []
         stale = sorted({_annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
+        if not c.rollout and active and stale:
+            self.report.fail(f"the running pods of {active} carry cluster spec {', '.join(stale)}, the deployed spec is "
+                             f"{c.cluster_spec_hash}: the pods were not rolled out (the deploy's gate Job does that; "
+                             "this run does not)")
+            return False
         if c.rollout and active and stale and active not in deleted:
             self.log(f"active RayCluster {active} runs cluster spec {stale}; deleting it so KubeRay recreates it "
                      f"from spec {c.cluster_spec_hash}")
@@ -427,7 +447,7 @@ class Gate:
         c = self.config
         nodes_report, pods_report, workers = [], [], []
         for role, expect in c.roles.items():
-            nodes = self.kube.nodes(expect.node_selector)
+            nodes = self._kube(self.kube.nodes, expect.node_selector)
             for node in nodes:
                 allocatable = (node.get("status") or {}).get("allocatable") or {}
                 efa_count, gpu_count = _int(allocatable.get(EFA_RESOURCE)), _int(allocatable.get(GPU_RESOURCE))
@@ -442,13 +462,13 @@ class Gate:
                                      f"{expect.gpus_per_node}")
             if len(nodes) < expect.nodes:
                 self.report.fail(f"{len(nodes)} {role} node(s) found, expected {expect.nodes}")
-            pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: cluster, GROUP_LABEL: role})
+            pods = self._kube(self.kube.pods, c.namespace, {CLUSTER_LABEL: cluster, GROUP_LABEL: role})
             if len(pods) != expect.nodes:
                 self.report.fail(f"{len(pods)} {role} worker pod(s) in {cluster}, expected {expect.nodes}")
             for pod in pods:
                 workers.append(pod)
                 pods_report.append(self._check_pod(pod, role))
-        for head in self.kube.pods(c.namespace, {CLUSTER_LABEL: cluster, NODE_TYPE_LABEL: "head"}):
+        for head in self._kube(self.kube.pods, c.namespace, {CLUSTER_LABEL: cluster, NODE_TYPE_LABEL: "head"}):
             pods_report.append(self._check_pod(head, "head"))
         self.report.sections["nodes"] = nodes_report
         self.report.sections["pods"] = pods_report
@@ -499,7 +519,7 @@ class Gate:
     # --- 4: probes and counters --------------------------------------------------------------------------
 
     def efa_counter_pods(self) -> list[dict[str, Any]]:
-        return self.kube.pods(self.config.namespace, self.config.efa_counter_selector)
+        return list(self._kube(self.kube.pods, self.config.namespace, self.config.efa_counter_selector))
 
     def read_efa(self, counter_pods: list[dict[str, Any]]) -> dict[str, efa.Counters]:
         readings: dict[str, efa.Counters] = {}
@@ -528,11 +548,12 @@ class Gate:
         c = self.config
         url = self.endpoints.service_url(c.openai_url, c.namespace)
         results = []
+        reserve = c.post_probe_reserve_seconds if c.disaggregated else 0.0
         for index in range(c.probes):
-            if self._remaining() <= 1.0:
+            if self._remaining() - reserve <= 1.0:
                 self.report.fail(f"the deadline passed after {index} of {c.probes} probes")
                 break
-            timeout = min(300.0, self._remaining())
+            timeout = min(300.0, self._remaining() - reserve)
             results.append(probe.chat_probe(url, c.model, probe.probe_prompt(c.probe_prompt_words), c.probe_max_tokens,
                                             timeout=timeout, opener=self.endpoints.open))
         ok = [r for r in results if r.ok]
@@ -560,7 +581,7 @@ class Gate:
         for pod in workers:
             name = pod["metadata"]["name"]
             try:
-                logs[name] = self.kube.pod_log(c.namespace, name, c.worker_container, since=since)
+                logs[name] = self._kube(self.kube.pod_log, c.namespace, name, c.worker_container, since=since)
             except Exception as error:  # noqa: BLE001
                 self.report.fail(f"cannot read the log of {name}: {error}")
         result = evidence.classify_logs(logs, c.expected_backend, c.expected_provider)
@@ -577,8 +598,14 @@ class Gate:
                  nixl_before: Mapping[str, metrics.NixlTotals], nixl_after: Mapping[str, metrics.NixlTotals]) -> None:
         c = self.config
         probes_json = self.report.sections.get("probes", {}).get("results", [])
-        predicted = sum((r.get("prompt_tokens") or 0) * c.kv_bytes_per_token + c.kv_bytes_per_sequence
-                        for r in probes_json if r.get("ok"))
+        counted = [r for r in probes_json if r.get("ok")]
+        uncounted = [i + 1 for i, r in enumerate(probes_json) if r.get("ok") and not r.get("prompt_tokens")]
+        if uncounted:
+            # Counting them as 0 tokens would lower the bar to the sequence state alone.
+            self.report.fail(f"probe(s) {', '.join(map(str, uncounted))} reported no usage.prompt_tokens (the server "
+                             "ignored stream_options.include_usage), so the KV bytes they moved cannot be predicted")
+        predicted = sum(r["prompt_tokens"] * c.kv_bytes_per_token + c.kv_bytes_per_sequence
+                        for r in counted if r.get("prompt_tokens"))
         role_of_node = {}
         for entry in self.report.sections.get("nodes", []):
             role_of_node[entry["name"]] = entry["role"]
@@ -703,6 +730,8 @@ def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str,
     if service is None:
         raise LookupError(f"no RayService {namespace}/{ray_service} in the cluster")
     candidates = kube.config_maps(namespace, {COMPONENT_LABEL: SETTINGS_COMPONENT, INSTANCE_LABEL: ray_service})
+    # Newest first: two runs that changed only the Serve config share a cluster hash.
+    candidates.sort(key=lambda c: (c.get("metadata") or {}).get("creationTimestamp", ""), reverse=True)
     settings = [json.loads((c.get("data") or {}).get(SETTINGS_FILE, "{}")) for c in candidates]
     for candidate in settings:
         if {candidate.get("cluster_spec_hash")} == _template_hashes(service, candidate.get("hash_annotation", "")):

@@ -8,6 +8,7 @@ projected tokens rotate); ``ray-llm-eks verify`` builds the same client from a k
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import ssl
@@ -102,7 +103,10 @@ class Kube:
         request = urllib.request.Request(url, data=data, method=method, headers={"Accept": accept})
         if data is not None:
             request.add_header("Content-Type", "application/json")
-        token = self.access.token()
+        try:
+            token = self.access.token()
+        except OSError as error:
+            raise NoClusterAccess(f"cannot read the API token: {error}") from None
         if token:
             request.add_header("Authorization", f"Bearer {token}")
         try:
@@ -113,12 +117,16 @@ class Kube:
             if error.code in (401, 403) and "/proxy" not in path:
                 raise NoClusterAccess(f"the API server refused {method} {path} ({error.code}): {detail}") from None
             raise ApiError(error.code, path, detail) from None
-        except (urllib.error.URLError, OSError) as error:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
             raise NoClusterAccess(f"cannot reach the API server at {self.access.server}: {error}",
                                   transient=True) from None
 
     def get(self, path: str, **query: str) -> dict[str, Any]:
-        return json.loads(self.request("GET", path, query=query or None))
+        body = self.request("GET", path, query=query or None)
+        try:
+            return json.loads(body)
+        except ValueError:  # a truncated answer: worth another try
+            raise NoClusterAccess(f"the API server sent a body that is not JSON for {path}", transient=True) from None
 
     def get_text(self, path: str, **query: str) -> str:
         return self.request("GET", path, query=query or None, accept="*/*").decode(errors="replace")
@@ -149,10 +157,16 @@ class Kube:
     def job(self, namespace: str, name: str) -> dict[str, Any]:
         return self.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
 
-    def create_config_map(self, namespace: str, name: str, labels: Mapping[str, str], data: Mapping[str, str]) -> None:
-        self.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body={
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)}, "data": dict(data)})
+    def put_config_map(self, namespace: str, name: str, labels: Mapping[str, str], data: Mapping[str, str]) -> None:
+        """Create the ConfigMap, or replace it when it exists (a Job run again under the same name)."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)}, "data": dict(data)}
+        try:
+            self.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body=body, timeout=10)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            self.request("PUT", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body=body, timeout=10)
 
     def config_maps(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v1/namespaces/{namespace}/configmaps", labelSelector=_selector(selector))["items"])

@@ -122,6 +122,8 @@ def test_the_gate_can_read_what_it_checks_and_delete_only_ray_clusters(default):
     assert rules == [
         {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},  # the report's copy
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["update"],
+         "resourceNames": [f"{default.chart.job_name}-report"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"], "resourceNames": [default.chart.job_name]},
         {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get"]},
         {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]},

@@ -76,6 +76,8 @@ class Scenario:
     """RayService reads after a DELETE before KubeRay promotes the new cluster (until then the status
     still names the deleted one, as in KubeRay 1.4.0)."""
     job_age_seconds: float = 1.0
+    usage: bool = True
+    """Whether the stream ends with a usage chunk (stream_options.include_usage honoured)."""
     image: str | None = None
     """The image the pods run; default: the deployed spec's."""
     efa_allocatable: str = "1"
@@ -194,6 +196,7 @@ class FakeDeployment:
             "efa_counter_port": self.counter_port,
             "poll_seconds": 0.2,
             "metrics_settle_seconds": 0,
+            "post_probe_reserve_seconds": 1,
             "deadline_seconds": 20,
             "probes": 3,
             "probe_prompt_words": 300,
@@ -306,8 +309,14 @@ class FakeDeployment:
             return handler.reply(200, {"kind": "Job", "metadata": {
                 "name": path.rsplit("/", 1)[1], "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}})
         if method == "POST" and path == f"{ns}/configmaps":
+            body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+            if any(c["metadata"]["name"] == body["metadata"]["name"] for c in self.created_config_maps):
+                return handler.reply(409, {"kind": "Status", "reason": "AlreadyExists"})
+            self.created_config_maps.append(body)
+            return handler.reply(201, body)
+        if method == "PUT" and path.startswith(f"{ns}/configmaps/"):
             self.created_config_maps.append(json.loads(handler.rfile.read(int(handler.headers["Content-Length"]))))
-            return handler.reply(201, self.created_config_maps[-1])
+            return handler.reply(200, self.created_config_maps[-1])
         if method == "GET" and path == f"{ns}/configmaps":
             data = {"gate.json": json.dumps(self.gate_settings_for_cli)}
             return handler.reply(200, {"kind": "ConfigMapList", "items": [{"metadata": {"name": "x"}, "data": data}]})
@@ -383,7 +392,8 @@ class FakeDeployment:
             handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             handler.wfile.flush()
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 4, "total_tokens": prompt_tokens + 4}
-        handler.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        if self.scenario.usage:
+            handler.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         handler.wfile.write(b"data: [DONE]\n\n")
 
     def route_metrics(self, handler: Handler, method: str, pod: str) -> None:

@@ -18,14 +18,15 @@ from ray_llm_eks.verification.evidence import classify, classify_logs
 
 # --- the real lines ---------------------------------------------------------------------------------------
 # src/api/python/_api.py:390  logger.info("Backend %s was instantiated", backend)
-BACKEND_LIBFABRIC = "2026-11-30 21:03:46,101 - nixl - INFO - Backend LIBFABRIC was instantiated"
-BACKEND_UCX = "2026-11-30 21:03:46,101 - nixl - INFO - Backend UCX was instantiated"
+# Python lines in NIXL's own format (src/api/python/logging.py: "%(asctime)s NIXL %(levelname)-7s %(filename)s:%(lineno)d %(message)s")
+BACKEND_LIBFABRIC = "2026-11-30 21:03:46 NIXL INFO    _api.py:390 Backend LIBFABRIC was instantiated"
+BACKEND_UCX = "2026-11-30 21:03:46 NIXL INFO    _api.py:390 Backend UCX was instantiated"
 # src/api/python/_api.py:268  logger.info("Initialized NIXL agent: %s", agent_name)
-AGENT = "2026-11-30 21:03:46,102 - nixl - INFO - Initialized NIXL agent: 5c1f0b4e-prefill"
+AGENT = "2026-11-30 21:03:46 NIXL INFO    _api.py:268 Initialized NIXL agent: 5c1f0b4e-prefill"
 # src/api/python/_api.py:239  "Skipping backend registration %s due to the missing plugin."
-SKIPPED = "2026-11-30 21:03:46,100 - nixl - WARNING - Skipping backend registration LIBFABRIC due to the missing plugin."
+SKIPPED = "2026-11-30 21:03:46 NIXL WARNING _api.py:239 Skipping backend registration LIBFABRIC due to the missing plugin."
 # src/api/python/_api.py:227
-NO_PLUGINS = "2026-11-30 21:03:46,100 - nixl - ERROR - No plugins available, cannot start transfers!"
+NO_PLUGINS = "2026-11-30 21:03:46 NIXL ERROR   _api.py:227 No plugins available, cannot start transfers!"
 # src/utils/libfabric/libfabric_topology.cpp:140  NIXL_INFO << "Discovered " << num_devices << " EFA devices"
 EFA_DEVICES = "I1130 21:03:46.090211     412 libfabric_topology.cpp:140] Discovered 1 EFA devices"
 # libfabric_topology.cpp:142  "Discovered " << num_devices << " " << provider_name << " devices (TCP fallback)"
@@ -147,3 +148,8 @@ def test_verify_logs_reads_a_missing_file_as_a_usage_error(tmp_path):
     done = _cli("verify-logs", str(tmp_path / "absent.log"))
     assert done.returncode == 2
     assert "cannot read" in done.stderr
+
+
+def test_a_second_backend_beside_libfabric_fails():
+    problems = classify([*HEALTHY, BACKEND_UCX, BACKEND_LIBFABRIC]).problems()
+    assert any("also instantiated UCX" in p for p in problems), problems

@@ -63,7 +63,7 @@ def test_the_reference_prompt_predicts_the_planners_bytes(disaggregated):
         (Scenario(ready=False), "was not ready within"),
         (Scenario(completion_status=500), "probe 1 failed: HTTP 500"),
         (Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
-                              "I1130 libfabric_topology.cpp:97] Discovered 1 tcp devices (TCP fallback)"]),
+                              "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"]),
          "libfabric fell back to TCP"),
         (Scenario(worker_log=["INFO [_api.py:170] Initialized NIXL agent: 3f9c2a"]),
          "a NIXL agent was initialized but no backend was instantiated"),
@@ -176,12 +176,30 @@ def test_unreadable_settings_still_signal_failure(in_cluster_copy, fake: FakeDep
     assert signal["Status"] == "FAILURE" and "cannot read the gate settings" in signal["Reason"]
 
 
-def test_without_rollout_stale_pods_time_out_instead_of_being_deleted(in_cluster_copy, fake: FakeDeployment):
+def test_without_rollout_stale_pods_fail_at_once_instead_of_being_deleted(in_cluster_copy, fake: FakeDeployment):
     fake.pod_hash = "0ld0ld0ld0ld"
-    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(rollout=False, deadline_seconds=2,
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(rollout=False, deadline_seconds=60,
                                                                          as_deploy_job=False)))
     assert fake.deleted == []
-    assert any("0/3 pods ready on spec" in r for r in report["reasons"]), report["reasons"]
+    assert report["duration_s"] < 30
+    assert any("carry cluster spec 0ld0ld0ld0ld" in r and "were not rolled out" in r for r in report["reasons"]), \
+        report["reasons"]
+
+
+def test_a_probe_without_usage_cannot_lower_the_bar(in_cluster_copy, fake: FakeDeployment):
+    """Counting a probe without usage.prompt_tokens as 0 tokens would leave only the sequence state to move."""
+    fake.scenario = Scenario(efa_fraction=0.3, usage=False)
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert any("reported no usage.prompt_tokens" in r for r in report["reasons"]), report["reasons"]
+
+
+def test_a_rerun_replaces_its_own_report(in_cluster_copy, fake: FakeDeployment):
+    settings = fake.gate_settings(job_name="ray-llm-gate-1a2b3c4d")
+    run_gate(in_cluster_copy, fake, settings)
+    fake.scenario = Scenario(efa_fraction=0.0)
+    run_gate(in_cluster_copy, fake, settings)
+    assert [c["metadata"]["name"] for c in fake.created_config_maps] == ["ray-llm-gate-1a2b3c4d-report"] * 2
+    assert json.loads(fake.created_config_maps[-1]["data"]["report.json"])["verdict"] == "fail"
 
 
 def test_a_newer_rayservice_is_not_verified_against_old_settings(in_cluster_copy, fake: FakeDeployment):

@@ -76,3 +76,11 @@ def test_an_unreachable_api_server_exits_3(tmp_path):
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, "http://127.0.0.1:9")), "--json")
     assert done.returncode == 3
     assert "cannot reach the API server" in json.loads(done.stdout)["error"]
+
+
+def test_settings_this_version_cannot_read_fail_with_a_sentence(fake: FakeDeployment, tmp_path):
+    fake.gate_settings_for_cli = {**_deployed_settings(fake), "a_newer_setting": 1}
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json")
+    assert done.returncode == 1
+    assert "cannot use the gate settings found in the cluster: unknown gate settings: a_newer_setting" in \
+        json.loads(done.stdout)["error"]
