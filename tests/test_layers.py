@@ -102,3 +102,14 @@ def test_the_gate_program_imports_only_the_standard_library_and_itself(path):
         for module in modules:
             root = (module or "").split(".")[0]
             assert root == "__future__" or root in sys.stdlib_module_names, f"{path} imports {module}"
+
+
+def test_the_gate_program_s_copies_of_the_charts_names_are_the_charts():
+    """The in-cluster program cannot import the charts, so it states the names it selects and reads
+    by; they must be the ones the charts render."""
+    from ray_llm_eks.cdk8s_charts import pod_templates, verification as chart
+    from ray_llm_eks.verification import gate
+
+    assert gate.INSTANCE_LABEL == pod_templates.INSTANCE_LABEL
+    assert (gate.GPU_RESOURCE, gate.EFA_RESOURCE) == (pod_templates.GPU_RESOURCE, pod_templates.EFA_RESOURCE)
+    assert (gate.COMPONENT_LABEL, gate.SETTINGS_FILE) == (chart.COMPONENT_LABEL, chart.SETTINGS_FILE)

@@ -108,7 +108,7 @@ class GateConfig:
     expected_provider: str = evidence.EXPECTED_PROVIDER
     run_id: str = ""
     job_name: str = ""
-    """The Job that runs this gate in the cluster; its log is the report."""
+    """The Job that runs this gate in the cluster; its report is kept in ``<job_name>-report``."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GateConfig:

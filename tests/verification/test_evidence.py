@@ -46,6 +46,8 @@ UCX_ON_EFA = ("W1130 21:03:46.080000     412 nixl_agent.cpp:350] 1 Amazon EFA(s)
 # src/plugins/libfabric/libfabric_backend.cpp:518
 LIBFABRIC_FAILED = ("E1130 21:03:46.080000     412 libfabric_backend.cpp:518] Failed to initialize libfabric backend: "
                     "fi_getinfo failed")
+# src/utils/libfabric/libfabric_topology.cpp:145
+NO_NETWORK_DEVICES = "E1130 21:03:46.090211     412 libfabric_topology.cpp:145] No network devices found"
 # src/core/nixl_agent.cpp:652 (NIXL_ERROR_FUNC)
 NO_COMMON = "E1130 21:03:47.000000     412 nixl_agent.cpp:652] makeConnection: no common backend to connect with 'decode-0'"
 # vLLM 0.26 kv_connector/v1/nixl/base_worker.py: "NIXL transfer failure: <type> | Context: {...}"
@@ -89,11 +91,12 @@ def test_the_plugins_lines_alone_prove_libfabric_when_the_python_line_is_missing
         ([LIBFABRIC_FAILED, AGENT], "the libfabric backend failed to initialize: fi_getinfo failed"),
         ([*HEALTHY, NO_COMMON], "no common NIXL backend with agent 'decode-0'"),
         ([AGENT, BACKEND_LIBFABRIC], "nothing shows the efa provider"),
+        ([NO_NETWORK_DEVICES, AGENT], "the libfabric backend failed to initialize: no network devices found"),
         ([], "no NIXL backend evidence in the log"),
     ],
     ids=["tcp-fallback", "sockets-fallback", "tcp-rails", "agent-without-backend", "missing-plugin", "no-plugins",
          "ucx-on-efa", "ucx-backend", "transfer-failure", "libfabric-init-failed", "no-common-backend",
-         "libfabric-without-provider", "empty-log"],
+         "libfabric-without-provider", "no-network-devices", "empty-log"],
 )
 def test_each_trap_fails_for_its_reason(lines, reason):
     problems = classify(lines).problems()
