@@ -159,7 +159,7 @@ def _ports(ports: tuple[NamedPort, ...] | list[NamedPort]) -> list[k8s.Container
     return [k8s.ContainerPort(name=p.name, container_port=p.port, protocol="TCP") for p in ports]
 
 
-def _guaranteed(resources: sizing.PodResources, extra: Mapping[str, int] | None = None) -> k8s.ResourceRequirements:
+def guaranteed(resources: sizing.PodResources, extra: Mapping[str, int] | None = None) -> k8s.ResourceRequirements:
     """Requests equal to limits: the Guaranteed QoS class (see ``sizing``)."""
     amounts = {
         "cpu": k8s.Quantity.from_string(resources.cpu_quantity),
@@ -167,6 +167,23 @@ def _guaranteed(resources: sizing.PodResources, extra: Mapping[str, int] | None 
     }
     amounts.update({name: k8s.Quantity.from_number(count) for name, count in (extra or {}).items()})
     return k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
+
+
+NOBODY = 65534
+
+
+def locked_down() -> k8s.SecurityContext:
+    """For the project's own helper containers: no capability, nothing writable, no way up."""
+    return k8s.SecurityContext(
+        allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
+        capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def non_root() -> k8s.PodSecurityContext:
+    """nobody: the helpers (gate, EFA counter reader, bench) read, compute and send, nothing more."""
+    return k8s.PodSecurityContext(run_as_non_root=True, run_as_user=NOBODY, run_as_group=NOBODY,
+                                  seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
 
 
 def _env(values: Mapping[str, str]) -> list[k8s.EnvVar]:
@@ -283,7 +300,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
                     name=HEAD_CONTAINER,
                     image=spec.image_uri,
                     ports=_ports(HEAD_PORTS),
-                    resources=_guaranteed(spec.head_resources),
+                    resources=guaranteed(spec.head_resources),
                     security_context=k8s.SecurityContext(allow_privilege_escalation=False),
                 )
             ],
@@ -309,7 +326,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                     image=spec.image_uri,
                     env=_env(worker_env()),
                     ports=_ports([*WORKER_PORTS, *nixl_ports]),
-                    resources=_guaranteed(
+                    resources=guaranteed(
                         spec.worker_resources(role),
                         {GPU_RESOURCE: pool.gpus_per_node, EFA_RESOURCE: 1},
                     ),

@@ -60,7 +60,6 @@ DASHBOARD_PORT = 8265
 METRICS_PORT = 8080
 """KubeRay's ``metrics-export-port`` default (``DefaultMetricsPort``), declared on the Ray pods."""
 RUN_ID_LENGTH = 8
-NOBODY = 65534
 
 def gate_name(service_name: str) -> str:
     return f"{service_name}-gate"
@@ -140,26 +139,6 @@ class GatePlan:
         return cls(settings={**settings, "run_id": identifier, "job_name": job_name}, run_id=identifier)
 
 
-def _guaranteed(resources: sizing.PodResources) -> k8s.ResourceRequirements:
-    amounts = {"cpu": k8s.Quantity.from_string(resources.cpu_quantity),
-               "memory": k8s.Quantity.from_string(resources.memory_quantity)}
-    return k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
-
-
-def _locked_down() -> k8s.SecurityContext:
-    # No capability, nothing writable, no way up.
-    return k8s.SecurityContext(
-        allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
-        capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),
-    )
-
-
-def _non_root() -> k8s.PodSecurityContext:
-    # nobody: the counter files are world-readable (0444) and the program only reads and sends.
-    return k8s.PodSecurityContext(run_as_non_root=True, run_as_user=NOBODY, run_as_group=NOBODY,
-                                  seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
-
-
 def _python_command(*args: str) -> list[str]:
     # The serving image's interpreter, whichever name it goes by.
     return ["/bin/sh", "-c", 'exec "$(command -v python3 || command -v python)" -m '
@@ -237,7 +216,7 @@ class VerificationChart(cdk8s.Chart):
                 metadata=k8s.ObjectMeta(labels=counter_labels),
                 spec=k8s.PodSpec(
                     automount_service_account_token=False,
-                    security_context=_non_root(),
+                    security_context=pod_templates.non_root(),
                     affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
                         required_during_scheduling_ignored_during_execution=gpu_nodes)),
                     tolerations=[k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value,
@@ -251,8 +230,8 @@ class VerificationChart(cdk8s.Chart):
                         readiness_probe=k8s.Probe(http_get=k8s.HttpGetAction(
                             path="/healthz", port=k8s.IntOrString.from_number(efa.COUNTER_PORT))),
                         # Within the GPU nodes' DaemonSet budget (sizing.DAEMONSET_BUDGET).
-                        resources=_guaranteed(sizing.EFA_COUNTER_READER),
-                        security_context=_locked_down(),
+                        resources=pod_templates.guaranteed(sizing.EFA_COUNTER_READER),
+                        security_context=pod_templates.locked_down(),
                         volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                        # Submounts such as /sys/fs/cgroup read-only too, where the
                                        # runtime can (Kubernetes 1.33+ recursiveReadOnly).
@@ -293,14 +272,14 @@ def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: s
                 automount_service_account_token=True,  # the gate reads the API with it
                 restart_policy="Never",
                 node_selector=spec.system.labels,
-                security_context=_non_root(),
+                security_context=pod_templates.non_root(),
                 containers=[k8s.Container(
                     name="gate", image=spec.image_uri,
                     command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"),
                     env=env,
                     # Within the system node's room for small pods (sizing.SYSTEM_POD_BUDGET).
-                    resources=_guaranteed(sizing.GATE_JOB),
-                    security_context=_locked_down(),
+                    resources=pod_templates.guaranteed(sizing.GATE_JOB),
+                    security_context=pod_templates.locked_down(),
                     volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                    k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True)],
                 )],
