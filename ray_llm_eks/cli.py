@@ -1,6 +1,7 @@
 """The ``ray-llm-eks`` command line: ``plan`` (no AWS calls), ``preflight`` (read-only AWS checks),
-``verify`` (the deployment gate against the current kubeconfig) and ``verify-logs`` (its log
-classifier on saved worker logs).
+``verify`` (the deployment gate against the current kubeconfig), ``verify-logs`` (its log
+classifier on saved worker logs), ``bench`` (AIPerf against an endpoint, priced by ``plan``) and
+``compare`` (two bench runs and the verdict).
 
 Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
 
@@ -10,7 +11,9 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
       same message) / at least one check failed (preflight)
  2    the configuration cannot be used: invalid file or values (the same refusals and messages
       as ``make synth``), or a region or instance type the price table does not cover
- 1    verify: the gate failed / verify-logs: the logs do not prove LIBFABRIC on the efa provider
+ 1    verify: the gate failed / verify-logs: the logs do not prove LIBFABRIC on the efa provider /
+      bench: AIPerf failed or wrote nothing readable
+ 2    bench, compare: bad flags or run directories (the message names the flag and what is accepted)
  3    preflight: no usable AWS credentials / verify: no access to the cluster
  4    preflight only: AWS cannot be reached
 ====  ==========================================================================================
@@ -375,6 +378,151 @@ def verify_logs(
             for reason in result["reasons"]:
                 console.print(f"[red]-[/] {escape(reason)}")
     raise typer.Exit(int(ExitCode.OK if result["verdict"] == "pass" else ExitCode.CHECK_FAILED))
+
+
+# --- bench and compare ---------------------------------------------------------------------------
+
+def _concurrency_levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"not a comma list of whole numbers (got {text!r}); accepted: e.g. 1,4,16,64") from None
+    if not levels or any(level < 1 for level in levels):
+        raise typer.BadParameter(f"each level must be >= 1 (got {text!r})")
+    return levels
+
+
+@app.command()
+def bench(
+    out: Annotated[Path, typer.Option("--out", help="Run directory: summary.json, run.json, agreement.json, raw/.")],
+    url: Annotated[str | None, typer.Option("--url", help="Base URL of the OpenAI-compatible endpoint "
+                                                          "(default with --emit-job: the service's cluster address).")] = None,
+    config: ConfigOption = None,
+    model: Annotated[str | None, typer.Option("--model", help="OpenAI model id; default: model.served_name of --config.")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="Hugging Face id or local directory for "
+                                                                      "AIPerf's prompts; default: model.source of --config.")] = None,
+    workload: Annotated[str, typer.Option("--workload", help="Preset (docs/benchmark.md): "
+                                                             "short-chat, long-prompt, long-answer.")] = "short-chat",
+    isl: Annotated[int | None, typer.Option("--isl", min=1, help="Mean input tokens; default: the preset's.")] = None,
+    osl: Annotated[int | None, typer.Option("--osl", min=1, help="Mean output tokens; default: the preset's.")] = None,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="One level or a comma list for a sweep.")] = "1,4,16",
+    requests: Annotated[int, typer.Option("--requests", min=1, help="Measured requests per level.")] = 100,
+    slo_ttft_ms: Annotated[float | None, typer.Option("--slo-ttft-ms", min=0.0, help="Time-to-first-token SLO.")] = None,
+    slo_e2e_ms: Annotated[float | None, typer.Option("--slo-e2e-ms", min=0.0, help="End-to-end latency SLO.")] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", help="Replay a Mooncake-format trace (JSON lines: "
+                                                               "input_length, output_length, hash_ids, timestamp).")] = None,
+    replay_timestamps: Annotated[bool, typer.Option("--replay-timestamps", help="With --trace: send at the trace's "
+                                                                                "timestamps instead of at each concurrency.")] = False,
+    metrics_url: Annotated[list[str] | None, typer.Option("--metrics-url", help="Prometheus endpoint to scrape "
+                                                                                "for vllm:nixl_* (repeatable; under Ray: each worker's :8080/metrics).")] = None,
+    hourly_cost_usd: Annotated[float | None, typer.Option("--hourly-cost-usd", min=0.0, help="Override the "
+                                                                                         "deployment's hourly cost from `plan`.")] = None,
+    agreement_prompts: Annotated[int, typer.Option("--agreement-prompts", min=0, help="Fixed prompts to complete "
+                                                                                     "greedily for `compare` (0: skip).")] = 16,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--allow-eos", help="Ask for exactly --osl tokens.")] = True,
+    aiperf: Annotated[str | None, typer.Option("--aiperf", help="The aiperf program; default: installed beside this one.")] = None,
+    emit_job: Annotated[bool, typer.Option("--emit-job", help="Print a Kubernetes Job that runs this bench next to "
+                                                              "the service, instead of running it here.")] = False,
+) -> None:
+    """Benchmark an OpenAI endpoint with AIPerf: latency percentiles, accepted responses, cost per accepted response."""
+    from .bench.runner import BenchError, BenchSettings, run
+    from .bench.workloads import PRESETS
+
+    if workload not in PRESETS:
+        _fail(ExitCode.CONFIG_ERROR, f"--workload: unknown preset (got {workload!r}); accepted: {', '.join(PRESETS)}", False)
+    levels = _concurrency_levels(concurrency)
+    deployment = _load(config, False)
+    specs = deployment.specs()
+    serving = specs.serving
+    preset = PRESETS[workload]
+    isl, osl = isl or preset.isl, osl or preset.osl
+    if not trace and isl + osl > serving.model.max_model_len:
+        _fail(ExitCode.CONFIG_ERROR, f"--isl + --osl: {isl} + {osl} tokens exceed model.max_model_len "
+                                     f"({serving.model.max_model_len}); accepted: a sum within it", False)
+    try:
+        plan_result = make_plan(deployment)
+    except (PlanError, PriceError) as error:
+        _fail(ExitCode.CONFIG_ERROR, str(error), False)
+    hourly = plan_result.cost.hourly_usd if hourly_cost_usd is None else hourly_cost_usd
+    nodes = ", ".join(f"{n.count}x {n.instance_type} ({n.role})" for n in plan_result.nodes if n.count)
+    described = {"config": str(config) if config else "reference deployment", "topology": serving.topology.value,
+                 "region": deployment.region, "nodes": nodes, "price_table_as_of": plan_result.cost.price_table_as_of,
+                 "hourly_cost_source": "--hourly-cost-usd" if hourly_cost_usd is not None else "ray-llm-eks plan"}
+    if emit_job:
+        from .cdk8s_charts.bench import in_cluster_url
+
+        url = url or in_cluster_url(serving)
+    elif not url:
+        _fail(ExitCode.CONFIG_ERROR, "--url: missing; accepted: the endpoint's base URL, e.g. http://localhost:8000", False)
+    try:
+        settings = BenchSettings(
+            url=url, model=model or serving.model.served_name, tokenizer=tokenizer or serving.model.source,
+            concurrency=levels, requests=requests, isl=isl, osl=osl, slo_ttft_ms=slo_ttft_ms, slo_e2e_ms=slo_e2e_ms,
+            hourly_cost_usd=hourly, trace=str(trace) if trace else None, replay_timestamps=replay_timestamps,
+            metrics_urls=tuple(metrics_url or ()), agreement_prompts=agreement_prompts, ignore_eos=ignore_eos,
+            deployment=described, aiperf=aiperf)
+    except BenchError as error:
+        _fail(ExitCode.CONFIG_ERROR, str(error), False)
+    if emit_job:
+        from .cdk8s_charts.bench import OUT_DIR, render_bench_job
+
+        if trace:
+            _fail(ExitCode.CONFIG_ERROR, "--trace: a trace file cannot ride in the Job yet; run the bench from "
+                                         "a pod that has the file, or without --trace", False)
+        name, manifest = render_bench_job(serving, settings.to_json())
+        typer.echo(manifest, nl=False)
+        _error_console().print(
+            f"kubectl apply -f the output, then: kubectl -n {serving.namespace} logs -f job/{name}; when it prints "
+            f"'[bench] exit 0': kubectl -n {serving.namespace} cp $(kubectl -n {serving.namespace} get pod "
+            f"-l job-name={name} -o name | cut -d/ -f2):{OUT_DIR} {out}, then touch {OUT_DIR}/.fetched in the pod "
+            "(docs/benchmark.md)", soft_wrap=True)
+        return
+    console = _console()
+    console.print(f"bench {escape(url)} model {escape(settings.model)}: {workload if not trace else 'trace'} "
+                  f"(isl {isl}, osl {osl}), concurrency {', '.join(map(str, levels))}, hourly cost ${hourly:.2f} "
+                  f"({escape(described['hourly_cost_source'])})")
+    try:
+        entries = run(settings, out, progress=lambda line: console.print(escape(line)),
+                      ui="simple" if console.is_terminal else "none")
+    except BenchError as error:
+        _fail(ExitCode.CHECK_FAILED, str(error), False)
+    table = Table(title=f"{out}/summary.json")
+    for column in ("concurrency", "ok", "failed", "accepted", "TTFT p50/p99 ms", "e2e p99 ms", "output tok/s",
+                   "KV p50 ms", "$ / accepted"):
+        table.add_column(column, justify="right")
+    for e in entries:
+        kv = e["kv_transfer_ms"]
+        table.add_row(str(e["concurrency"]), str(e["requests_ok"]), str(e["requests_failed"]), str(e["accepted_responses"]),
+                      f"{e['ttft_ms']['p50'] or 0:.1f} / {e['ttft_ms']['p99'] or 0:.1f}", f"{e['e2e_ms']['p99'] or 0:.0f}",
+                      f"{e['output_tokens_per_s']:.1f}", "n/a" if not kv else f"{kv['p50']:.2f}",
+                      "n/a" if e["cost_per_accepted_response_usd"] is None else f"{e['cost_per_accepted_response_usd']:.6f}")
+    console.print(table)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="A bench run directory (e.g. the disaggregated deployment).")],
+    run_b: Annotated[Path, typer.Argument(help="Another (e.g. the colocated baseline).")],
+    out: Annotated[Path, typer.Option("--out", help="Report directory: report.md, verdict.json, two PNG plots.")],
+    min_gain: Annotated[float, typer.Option("--min-gain", min=0.0, max=0.99,
+                                            help="Smallest gain in accepted responses per dollar acted on.")] = 0.05,
+    as_json: JsonOption = False,
+) -> None:
+    """Side-by-side report of two bench runs and the verdict: which serves more accepted responses per dollar."""
+    from .bench.compare import REPORT_FILE, compare as compare_runs
+    from .bench.runner import BenchError
+
+    try:
+        decision = compare_runs(run_a, run_b, out, min_gain=min_gain)
+    except BenchError as error:
+        _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
+    except ImportError as error:
+        _fail(ExitCode.CONFIG_ERROR, f"the plots need matplotlib: pip install 'ray-llm-eks[bench]' ({error})", as_json)
+    if as_json:
+        typer.echo(json.dumps(decision, indent=2))
+    else:
+        _console().print(f"[bold]{escape(decision['decision'])}[/]: {escape(decision['reason'])}\n"
+                         f"report: {escape(str(out / REPORT_FILE))}")
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import instance_types
+from .bench import cost as bench_cost
 from .config import DeploymentConfig, Specs
 from .models import ModelArchitecture
 from .pricing import PriceBasis, PriceTable, load_price_table
@@ -108,7 +109,8 @@ class CostEstimate:
     def usd_per_million_output_tokens(self, tokens_per_second: float) -> float:
         if tokens_per_second <= 0:
             raise ValueError(f"tokens_per_second must be positive; got {tokens_per_second}")
-        return self.hourly_usd / (tokens_per_second * 3600) * 1_000_000
+        # One formula for the plan and the benchmark's summary.
+        return bench_cost.usd_per_million_output_tokens(self.hourly_usd, tokens_per_second)
 
 
 @dataclass(frozen=True)

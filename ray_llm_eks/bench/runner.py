@@ -1,0 +1,383 @@
+"""One benchmark run: AIPerf once per concurrency level, then ``summary.json`` from its output.
+
+AIPerf 0.13 (``aiperf profile``) is driven as a program, not imported: its Python API is not
+a published interface, its command line and export files are (``profile_export_aiperf.json``,
+``profile_export.jsonl``, ``server_metrics_export.json``). What is read from them, and why:
+
+- Client latencies (TTFT, ITL, end-to-end) are AIPerf's own percentiles of the profiling phase.
+- Token counts come from the server's ``usage`` (``--use-server-token-count``): counting with a
+  client tokenizer that differs from the server's shifts ITL by the ratio of the two counts.
+- Accepted responses are counted per request from ``profile_export.jsonl``: no error, at least one
+  output token, TTFT and end-to-end latency within both SLOs. AIPerf's ``--goodput`` applies the
+  same SLOs and is kept in the raw output as a cross-check.
+- KV-transfer time is vLLM's ``nixl_xfer_time_seconds`` histogram (any of the spellings in
+  :data:`METRIC_PREFIXES`), merged over every ``/metrics`` endpoint AIPerf scraped, as are the
+  engines' own token counts, queue time, peak KV-cache use and failed transfers (``server``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from . import agreement, cost, histogram
+
+AIPERF_VERSION = "0.13.0"
+"""The version the extra ``bench`` pins and the export format below was read from."""
+SUMMARY_FILE = "summary.json"
+RUN_FILE = "run.json"
+AGREEMENT_FILE = "agreement.json"
+RAW_DIR = "raw"
+PERCENTILES = ("p50", "p95", "p99")
+METRIC_PREFIXES = ("vllm:", "ray_vllm_", "vllm_")
+"""vLLM's own spelling, and Ray's re-export of it (``ray_`` prefix, ``:`` to ``_``)."""
+KV_TRANSFER_METRIC = "nixl_xfer_time_seconds"
+
+
+class BenchError(Exception):
+    """The run cannot start or its output cannot be read; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """Everything a run needs; ``ray-llm-eks bench`` builds it from its flags and the deployment."""
+
+    url: str
+    model: str
+    tokenizer: str
+    """A Hugging Face id or a local directory: AIPerf builds prompts of ``isl`` tokens with it."""
+    concurrency: tuple[int, ...] = (1,)
+    requests: int = 100
+    """Requests measured per concurrency level (after the warm-up)."""
+    isl: int = 256
+    osl: int = 256
+    slo_ttft_ms: float | None = None
+    slo_e2e_ms: float | None = None
+    hourly_cost_usd: float | None = None
+    trace: str | None = None
+    """A Mooncake-format trace (JSON lines with ``input_length``, ``output_length``, ``hash_ids``,
+    ``timestamp``): its requests replace the synthetic ``isl``/``osl`` prompts."""
+    replay_timestamps: bool = False
+    """With ``trace``: send at the trace's timestamps (one level) instead of at each concurrency."""
+    metrics_urls: tuple[str, ...] = ()
+    """Prometheus endpoints besides ``<url>/metrics`` (under Ray: each node's port 8080)."""
+    warmup_requests: int | None = None
+    """Default: one per concurrent slot, so the measured phase starts with warm connections."""
+    ignore_eos: bool = True
+    """Ask for exactly ``osl`` tokens (vLLM's ``ignore_eos``), so both topologies do the same work."""
+    request_timeout_s: float = 600.0
+    agreement_prompts: int = len(agreement.PROMPTS)
+    seed: int = 0
+    deployment: dict[str, Any] = field(default_factory=dict)
+    """What was measured (topology, instance types, price table date); copied into ``run.json``."""
+    aiperf: str | None = None
+    """The ``aiperf`` program; default: beside this Python, then on ``PATH``."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
+            problems.append(f"concurrency: each level must be a whole number >= 1 (got {list(self.concurrency)})")
+        if len(set(self.concurrency)) != len(self.concurrency):
+            problems.append(f"concurrency: levels repeat (got {list(self.concurrency)})")
+        for name in ("requests", "isl", "osl"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                problems.append(f"{name}: must be a whole number >= 1 (got {value!r})")
+        for name in ("slo_ttft_ms", "slo_e2e_ms"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                problems.append(f"{name}: must be positive (got {value!r})")
+        if self.hourly_cost_usd is not None and not self.hourly_cost_usd >= 0:
+            problems.append(f"hourly_cost_usd: must be >= 0 (got {self.hourly_cost_usd!r})")
+        if self.replay_timestamps and not self.trace:
+            problems.append("replay_timestamps: needs a trace to replay")
+        if self.replay_timestamps and len(self.concurrency) > 1:
+            problems.append(f"concurrency: a timestamp replay is one level, not a sweep (got {list(self.concurrency)})")
+        if not 0 <= self.agreement_prompts <= len(agreement.PROMPTS):
+            problems.append(f"agreement_prompts: between 0 and {len(agreement.PROMPTS)} (got {self.agreement_prompts})")
+        if problems:
+            raise BenchError("; ".join(problems))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "concurrency": list(self.concurrency), "metrics_urls": list(self.metrics_urls)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchSettings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BenchError(f"unknown bench settings: {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
+        values = dict(data)
+        for name in ("concurrency", "metrics_urls"):
+            if name in values:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+
+def find_aiperf(explicit: str | None = None) -> str:
+    if explicit:
+        return explicit
+    beside = Path(sys.executable).parent / "aiperf"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("aiperf")
+    if found:
+        return found
+    raise BenchError(f"aiperf is not installed: pip install 'ray-llm-eks[bench]' (AIPerf {AIPERF_VERSION}), "
+                     "or name the program with --aiperf")
+
+
+def level_name(concurrency: int | None) -> str:
+    return "trace-timestamps" if concurrency is None else f"c{concurrency}"
+
+
+def aiperf_command(settings: BenchSettings, concurrency: int | None, artifact_dir: Path, *, ui: str = "none") -> list[str]:
+    """The ``aiperf profile`` command line of one level (``concurrency`` None: replay the trace's timestamps)."""
+    command = [find_aiperf(settings.aiperf), "profile",
+               "--model", settings.model, "--url", settings.url,
+               "--endpoint-type", "chat", "--streaming", "--use-server-token-count",
+               "--tokenizer", settings.tokenizer,
+               "--random-seed", str(settings.seed),
+               "--request-timeout-seconds", f"{settings.request_timeout_s:g}",
+               "--no-gpu-telemetry", "--ui-type", ui,
+               "--output-artifact-dir", str(artifact_dir)]
+    if settings.trace:
+        command += ["--custom-dataset-type", "mooncake_trace", "--input-file", settings.trace]
+        command += ["--fixed-schedule"] if concurrency is None else ["--no-fixed-schedule"]
+    else:
+        command += ["--isl", str(settings.isl), "--osl", str(settings.osl)]
+    if concurrency is not None:
+        command += ["--concurrency", str(concurrency), "--request-count", str(settings.requests)]
+        warmup = settings.warmup_requests if settings.warmup_requests is not None else concurrency
+        if warmup:
+            command += ["--warmup-request-count", str(warmup)]
+    if settings.ignore_eos:
+        command += ["--extra-inputs", "ignore_eos:true"]
+    goodput = [f"time_to_first_token:{settings.slo_ttft_ms:g}"] if settings.slo_ttft_ms else []
+    goodput += [f"request_latency:{settings.slo_e2e_ms:g}"] if settings.slo_e2e_ms else []
+    if goodput:
+        command += ["--goodput", " ".join(goodput)]
+    if settings.metrics_urls:
+        command += ["--server-metrics", *settings.metrics_urls]
+    return command
+
+
+# --- reading AIPerf's output ----------------------------------------------------------------------
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BenchError(f"AIPerf wrote no {path.name} in {path.parent}: see aiperf.log there") from None
+    except json.JSONDecodeError as error:
+        raise BenchError(f"{path}: not JSON ({error})") from None
+
+
+def _percentiles(aggregate: dict[str, Any], metric: str) -> dict[str, float | None]:
+    stats = aggregate.get(metric) or {}
+    return {p: stats.get(p) for p in PERCENTILES}
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise BenchError(f"AIPerf wrote no {path.name} in {path.parent}: see aiperf.log there")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _value(record: dict[str, Any], metric: str) -> float | None:
+    entry = record.get("metrics", {}).get(metric)
+    return entry.get("value") if isinstance(entry, dict) else None
+
+
+def is_accepted(record: dict[str, Any], slo_ttft_ms: float | None, slo_e2e_ms: float | None) -> bool:
+    """Completed without error, non-empty, and within both SLOs (an SLO not set does not constrain)."""
+    if record.get("error"):
+        return False
+    tokens = _value(record, "output_sequence_length")
+    ttft, e2e = _value(record, "time_to_first_token"), _value(record, "request_latency")
+    if not tokens or tokens <= 0 or ttft is None or e2e is None:
+        return False
+    return (slo_ttft_ms is None or ttft <= slo_ttft_ms) and (slo_e2e_ms is None or e2e <= slo_e2e_ms)
+
+
+def _metric(server_metrics: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """A vLLM metric under whichever spelling the endpoints exported."""
+    metrics = (server_metrics or {}).get("metrics") or {}
+    for prefix in METRIC_PREFIXES:
+        if prefix + name in metrics:
+            return {**metrics[prefix + name], "name": prefix + name}
+    return None
+
+
+def histogram_ms(server_metrics: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """p50/p95 (ms) of a seconds histogram over every scraped endpoint; None when none exports it
+    or it recorded nothing during the profiling phase."""
+    entry = _metric(server_metrics, name)
+    if entry is None:
+        return None
+    series = entry.get("series", [])
+    buckets = histogram.merge(s["buckets"] for s in series if s.get("buckets"))
+    count = max(buckets.values(), default=0)
+    if count <= 0:
+        return None
+    # The mean is exact (sum / count); the percentiles are as fine as the buckets: vLLM's NIXL
+    # histogram starts at 5 ms, so a p50 of 2.5 ms reads "under 5 ms".
+    total = sum((s.get("stats") or {}).get("sum") or 0.0 for s in series)
+    return {"p50": _ms(histogram.quantile(0.50, buckets)), "p95": _ms(histogram.quantile(0.95, buckets)),
+            "mean": _ms(total / count), "count": int(count), "metric": entry["name"]}
+
+
+def kv_transfer_ms(server_metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The KV-transfer time (vLLM's NIXL histogram), merged over every prefill and decode worker."""
+    return histogram_ms(server_metrics, KV_TRANSFER_METRIC)
+
+
+def _counter_total(server_metrics: dict[str, Any] | None, name: str) -> float | None:
+    entry = _metric(server_metrics, name)
+    if entry is None:
+        return None
+    return sum((s.get("stats") or {}).get("total") or 0.0 for s in entry.get("series", []))
+
+
+def _gauge_max(server_metrics: dict[str, Any] | None, name: str) -> float | None:
+    entry = _metric(server_metrics, name)
+    values = [(s.get("stats") or {}).get("max") for s in (entry or {}).get("series", [])]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def server_figures(server_metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the engines say about the same phase: tokens (to check the client's count), time
+    queued before prefill, peak KV-cache use, and failed KV transfers."""
+    if not server_metrics:
+        return None
+    return {
+        "endpoints": list((server_metrics.get("summary") or {}).get("endpoints_successful") or []),
+        "generation_tokens": _counter_total(server_metrics, "generation_tokens"),
+        "prompt_tokens": _counter_total(server_metrics, "prompt_tokens"),
+        "queue_time_ms": histogram_ms(server_metrics, "request_queue_time_seconds"),
+        "kv_cache_usage_max": _gauge_max(server_metrics, "kv_cache_usage_perc"),
+        "nixl_failed_transfers": _counter_total(server_metrics, "nixl_num_failed_transfers"),
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: int | None,
+                    aiperf_exit_code: int = 0) -> dict[str, Any]:
+    """One ``summary.json`` entry from one AIPerf artifact directory."""
+    aggregate_file = artifact_dir / "profile_export_aiperf.json"
+    aggregate = _read_json(aggregate_file) if aggregate_file.exists() or aiperf_exit_code == 0 else {}
+    records = [r for r in _records(artifact_dir / "profile_export.jsonl")
+               if r.get("metadata", {}).get("benchmark_phase", "profiling") == "profiling"]
+    server_file = artifact_dir / "server_metrics_export.json"
+    server = _read_json(server_file) if server_file.exists() else None
+    failed = sum(1 for r in records if r.get("error"))
+    accepted = sum(1 for r in records if is_accepted(r, settings.slo_ttft_ms, settings.slo_e2e_ms))
+    duration_s = (aggregate.get("benchmark_duration") or {}).get("avg") or 0.0
+    output_tokens = sum(_value(r, "output_sequence_length") or 0 for r in records if not r.get("error"))
+    tokens_per_s = output_tokens / duration_s if duration_s > 0 else 0.0
+    hourly = settings.hourly_cost_usd
+    goodput = (aggregate.get("goodput") or {}).get("avg")
+    return {
+        "concurrency": concurrency,
+        "requests_ok": len(records) - failed,
+        "requests_failed": failed,
+        "accepted_responses": accepted,
+        "ttft_ms": _percentiles(aggregate, "time_to_first_token"),
+        "itl_ms": _percentiles(aggregate, "inter_token_latency"),
+        "e2e_ms": _percentiles(aggregate, "request_latency"),
+        "output_tokens_per_s": tokens_per_s,
+        "kv_transfer_ms": kv_transfer_ms(server),
+        "hourly_cost_usd": hourly,
+        "cost_per_million_output_tokens_usd": None if hourly is None else cost.usd_per_million_output_tokens(hourly, tokens_per_s),
+        "cost_per_accepted_response_usd": None if hourly is None else cost.usd_per_accepted_response(hourly, accepted, duration_s),
+        "duration_s": duration_s,
+        "output_tokens": output_tokens,
+        "accepted_responses_per_s": accepted / duration_s if duration_s > 0 else 0.0,
+        "aiperf_goodput_per_s": goodput,
+        "slo_ttft_ms": settings.slo_ttft_ms,
+        "slo_e2e_ms": settings.slo_e2e_ms,
+        "server": server_figures(server),
+        "raw": f"{RAW_DIR}/{level_name(concurrency)}",
+        "aiperf_exit_code": aiperf_exit_code,
+    }
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] = lambda _: None,
+        ui: str = "none") -> list[dict[str, Any]]:
+    """Run every level, then the agreement prompts; write the outputs; return the summary entries.
+
+    ``ui`` is AIPerf's ``--ui-type``: ``simple`` draws its progress bars on a terminal; with
+    ``none`` its log goes to ``raw/<level>/aiperf.log`` and ``progress`` gets one line per step.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    levels: list[int | None] = [None] if settings.replay_timestamps else list(settings.concurrency)
+    started = time.time()
+    (out / RUN_FILE).write_text(json.dumps({"settings": settings.to_json(), "aiperf_version": AIPERF_VERSION,
+                                            "started_at": started}, indent=2) + "\n")
+    entries = []
+    for index, concurrency in enumerate(levels, 1):
+        artifact_dir = out / RAW_DIR / level_name(concurrency)
+        if artifact_dir.exists():
+            shutil.rmtree(artifact_dir)  # a rerun into the same DIR must not read the last run's files
+        artifact_dir.mkdir(parents=True)
+        command = aiperf_command(settings, concurrency, artifact_dir, ui=ui)
+        what = "trace timestamps" if concurrency is None else f"concurrency {concurrency}"
+        progress(f"[{index}/{len(levels)}] {what}: {settings.requests if concurrency else 'trace'} requests")
+        (artifact_dir / "command.txt").write_text(shlex.join(command) + "\n")
+        level_started = time.monotonic()
+        with open(artifact_dir / "aiperf.log", "w") as log:
+            code = subprocess.run(command, stdout=None if ui != "none" else log,
+                                  stderr=subprocess.STDOUT if ui == "none" else None,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False).returncode
+        # AIPerf exits 1 when every request failed, after exporting the failed records: that level
+        # is a result (nothing accepted), not a broken run. Without the records it is broken.
+        if code != 0 and not (artifact_dir / "profile_export.jsonl").exists():
+            raise BenchError(f"aiperf exited with {code} at {what}; its log: {artifact_dir / 'aiperf.log'}")
+        entry = summarize_level(artifact_dir, settings, concurrency, aiperf_exit_code=code)
+        entries.append(entry)
+        progress(f"[{index}/{len(levels)}] {what}: {entry['requests_ok']} ok, {entry['requests_failed']} failed, "
+                 f"{entry['accepted_responses']} accepted, TTFT p50 {_fmt(entry['ttft_ms']['p50'])} ms, "
+                 f"{entry['output_tokens_per_s']:.1f} output tokens/s ({time.monotonic() - level_started:.0f} s)")
+        _write_summary(out, entries)
+    if settings.agreement_prompts:
+        progress(f"agreement: {settings.agreement_prompts} greedy completions, one at a time")
+        recorded = agreement.record(settings.url, settings.model, count=settings.agreement_prompts,
+                                    timeout=settings.request_timeout_s)
+        (out / AGREEMENT_FILE).write_text(json.dumps(recorded, indent=2) + "\n")
+        errors = sum(1 for c in recorded["completions"] if c["error"])
+        progress(f"agreement: {len(recorded['completions']) - errors} recorded, {errors} failed")
+    _write_summary(out, entries)
+    return entries
+
+
+def _write_summary(out: Path, entries: list[dict[str, Any]]) -> None:
+    (out / SUMMARY_FILE).write_text(json.dumps(entries, indent=2, allow_nan=False) + "\n")
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}"
+
+
+def load_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any] | None]:
+    """``run.json``, ``summary.json`` and ``agreement.json`` (if any) of a run directory."""
+    if not (path / SUMMARY_FILE).exists():
+        raise BenchError(f"{path}: no {SUMMARY_FILE}; a run directory is what `ray-llm-eks bench --out` wrote")
+    run_info = _read_json(path / RUN_FILE) if (path / RUN_FILE).exists() else {}
+    entries = _read_json(path / SUMMARY_FILE)
+    agreement_file = path / AGREEMENT_FILE
+    return run_info, entries, _read_json(agreement_file) if agreement_file.exists() else None
