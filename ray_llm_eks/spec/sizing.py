@@ -75,6 +75,13 @@ EFA_COUNTER_READER = PodResources(cpu_millis=50, memory_mib=64)
 GATE_JOB = PodResources(cpu_millis=100, memory_mib=256)
 """The deployment gate's Job on the system node (stdlib Python: HTTP calls and JSON)."""
 
+BENCH_JOB = PodResources(cpu_millis=800, memory_mib=3 * MIB_PER_GIB)
+"""``ray-llm-eks bench --emit-job``: AIPerf on the system node, beside the Ray head. It is not in
+:data:`SYSTEM_POD_BUDGET` (it runs only when someone benchmarks): it takes what the head leaves
+on the default m7i.xlarge (920m and 4435 MiB by these estimates; a test keeps it inside). AIPerf's
+workers are CPU-bound at high concurrency: watch its ``credit_to_start_latency`` and give the
+system node more CPUs before reading latencies past a few hundred concurrent requests."""
+
 DAEMONSET_BUDGET = PodResources(cpu_millis=500, memory_mib=512)
 """aws-node asks 25m, kube-proxy 100m, the device plugins and the Pod Identity agent a few tens
 of millicores and MiB each, the gate's EFA counter reader :data:`EFA_COUNTER_READER`: 500m and
