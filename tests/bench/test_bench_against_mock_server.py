@@ -1,0 +1,171 @@
+"""``ray-llm-eks bench`` with the real AIPerf against GuideLLM's mock server on loopback.
+
+What is checked is what the server was told (TTFT, ITL, output tokens) and arithmetic a reader can
+redo from AIPerf's raw files: accepted responses, tokens per second, the cost figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_llm_eks.bench import bundle, runner
+from ray_llm_eks.bench.agreement import PROMPTS
+
+from loopback import (ITL_MS, LEVELS, OUTPUT_TOKENS, REQUESTS, SLO_E2E_MS, SLO_TTFT_MS, TTFT_MS, TTFT_STD_MS,
+                      read_json)
+
+REQUIRED_KEYS = {"concurrency", "requests_ok", "requests_failed", "accepted_responses", "ttft_ms", "itl_ms", "e2e_ms",
+                 "output_tokens_per_s", "kv_transfer_ms", "hourly_cost_usd", "cost_per_million_output_tokens_usd",
+                 "cost_per_accepted_response_usd"}
+
+
+def records(run_dir: Path, entry: dict) -> list[dict]:
+    """The measured requests (AIPerf also exports its warm-up requests, which no figure counts)."""
+    lines = (run_dir / entry["raw"] / "profile_export.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [r for r in rows if r["metadata"]["benchmark_phase"] == "profiling"]
+
+
+def test_summary_has_one_entry_per_level_with_every_key(sweep):
+    out, _ = sweep
+    summary = read_json(out / runner.SUMMARY_FILE)
+    assert [e["concurrency"] for e in summary] == list(LEVELS)
+    for entry in summary:
+        assert REQUIRED_KEYS <= entry.keys()
+        for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+            assert set(entry[metric]) == {"p50", "p95", "p99"}
+            assert entry[metric]["p50"] <= entry[metric]["p95"] <= entry[metric]["p99"]
+        # The mock serves no /metrics: no transfer histogram, so no figure rather than a zero.
+        assert entry["kv_transfer_ms"] is None
+
+
+def test_measured_latencies_are_what_the_server_was_told(sweep):
+    out, _ = sweep
+    for entry in read_json(out / runner.SUMMARY_FILE):
+        # Loopback, JSON and SSE framing add a few milliseconds, never less than the sleeps.
+        assert TTFT_MS - 3 <= entry["ttft_ms"]["p50"] <= TTFT_MS + 12, entry["ttft_ms"]
+        assert ITL_MS <= entry["itl_ms"]["p50"] <= ITL_MS + 1.5, entry["itl_ms"]
+        expected_e2e = TTFT_MS + (OUTPUT_TOKENS - 1) * ITL_MS
+        assert expected_e2e - 10 <= entry["e2e_ms"]["p50"] <= expected_e2e + 30, entry["e2e_ms"]
+
+
+def test_every_request_completes_with_the_server_s_token_count(sweep):
+    out, _ = sweep
+    for entry in read_json(out / runner.SUMMARY_FILE):
+        assert (entry["requests_ok"], entry["requests_failed"]) == (REQUESTS, 0)
+        assert entry["output_tokens"] == REQUESTS * OUTPUT_TOKENS
+
+
+def test_accepted_responses_are_recounted_from_the_raw_records(sweep):
+    """Completed, non-empty, within both SLOs; AIPerf's own goodput applies the same SLOs."""
+    out, _ = sweep
+    for entry in read_json(out / runner.SUMMARY_FILE):
+        rows = records(out, entry)
+        within = [r for r in rows if not r.get("error")
+                  and r["metrics"]["output_sequence_length"]["value"] > 0
+                  and r["metrics"]["time_to_first_token"]["value"] <= SLO_TTFT_MS
+                  and r["metrics"]["request_latency"]["value"] <= SLO_E2E_MS]
+        assert entry["accepted_responses"] == len(within)
+        # TTFT 40±8 ms against a 45 ms SLO: some in, some out, so the SLO really filters.
+        assert 0 < entry["accepted_responses"] < entry["requests_ok"]
+        assert entry["aiperf_goodput_per_s"] * entry["duration_s"] == pytest.approx(entry["accepted_responses"], abs=1)
+
+
+def test_cost_arithmetic_is_exact(sweep, reference_hourly_usd):
+    out, _ = sweep
+    for entry in read_json(out / runner.SUMMARY_FILE):
+        aggregate = read_json(out / entry["raw"] / "profile_export_aiperf.json")
+        duration = aggregate["benchmark_duration"]["avg"]
+        tokens = sum(r["metrics"]["output_sequence_length"]["value"] for r in records(out, entry))
+        assert entry["hourly_cost_usd"] == reference_hourly_usd  # `plan`'s figure for the reference deployment
+        assert entry["duration_s"] == duration
+        assert entry["output_tokens_per_s"] == tokens / duration
+        assert entry["cost_per_million_output_tokens_usd"] == reference_hourly_usd / (tokens / duration * 3600) * 1e6
+        assert entry["cost_per_accepted_response_usd"] == reference_hourly_usd * duration / 3600 / entry["accepted_responses"]
+
+
+def test_raw_output_and_the_command_are_kept(sweep):
+    out, _ = sweep
+    for entry in read_json(out / runner.SUMMARY_FILE):
+        raw = out / entry["raw"]
+        assert {"profile_export_aiperf.json", "profile_export.jsonl", "aiperf.log", "command.txt"} <= \
+            {p.name for p in raw.iterdir()}
+        command = (raw / "command.txt").read_text()
+        assert f"--concurrency {entry['concurrency']}" in command and "--use-server-token-count" in command
+    run_info = read_json(out / runner.RUN_FILE)
+    assert run_info["aiperf_version"] == runner.AIPERF_VERSION
+    assert run_info["settings"]["deployment"]["topology"] == "disaggregated"
+
+
+def test_progress_is_printed_per_level(sweep):
+    _, result = sweep
+    for index, level in enumerate(LEVELS, 1):
+        assert f"[{index}/{len(LEVELS)}] concurrency {level}: {REQUESTS} requests" in result.stdout
+    assert "summary.json" in result.stdout
+
+
+def test_the_agreement_prompts_are_recorded(sweep):
+    out, _ = sweep
+    recorded = read_json(out / runner.AGREEMENT_FILE)
+    assert recorded["temperature"] == 0
+    assert len(recorded["completions"]) == 4
+    assert all(c["text"] and c["error"] is None for c in recorded["completions"])
+
+
+def test_the_installed_aiperf_is_the_pinned_one():
+    from importlib.metadata import version
+
+    assert version("aiperf") == runner.AIPERF_VERSION
+
+
+def test_failed_requests_are_counted_and_never_accepted(mock_servers, tokenizer_dir, tmp_path, cli):
+    # The mock answers 5 requests, then fails every other one.
+    url = mock_servers.start("failing", "--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "4",
+                             "--fail-after-requests", "5")
+    cli("bench", "--url", url, "--model", "tiny", "--tokenizer", str(tokenizer_dir), "--isl", "16", "--osl", "4",
+        "--concurrency", "2", "--requests", "12", "--agreement-prompts", "0", "--out", str(tmp_path))
+    (entry,) = read_json(tmp_path / runner.SUMMARY_FILE)
+    assert entry["requests_failed"] > 0
+    assert entry["requests_ok"] + entry["requests_failed"] == 12
+    assert entry["accepted_responses"] == entry["requests_ok"]  # no SLO set: every success is accepted
+
+
+def test_a_trace_is_replayed_at_its_timestamps(mock_servers, tokenizer_dir, tmp_path, cli):
+    url = mock_servers.start("trace", "--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "8")
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 100, "input_length": 24, "output_length": 8,
+                                         "hash_ids": [i]}) + "\n" for i in range(6)))
+    cli("bench", "--url", url, "--model", "tiny", "--tokenizer", str(tokenizer_dir), "--trace", str(trace),
+        "--replay-timestamps", "--concurrency", "1", "--agreement-prompts", "0", "--out", str(tmp_path / "run"))
+    (entry,) = read_json(tmp_path / "run" / runner.SUMMARY_FILE)
+    assert entry["concurrency"] is None and entry["raw"] == "raw/trace-timestamps"
+    assert entry["requests_ok"] == 6
+    command = (tmp_path / "run" / entry["raw"] / "command.txt").read_text()
+    assert "--custom-dataset-type mooncake_trace" in command and "--fixed-schedule" in command
+
+
+def test_the_in_cluster_package_runs_from_its_bundle_with_the_standard_library(mock_servers, tokenizer_dir, tmp_path):
+    """What the Job runs: the bundled files under their mounted name, on a Python without site-packages."""
+    url = mock_servers.start("bundle", "--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "4")
+    package = tmp_path / "program" / bundle.IN_CLUSTER_PACKAGE
+    package.mkdir(parents=True)
+    for name, text in bundle.files().items():
+        (package / name).write_text(text)
+    settings = runner.BenchSettings(url=url, model="tiny", tokenizer=str(tokenizer_dir), concurrency=(2,),
+                                    requests=6, isl=16, osl=4, hourly_cost_usd=1.5, agreement_prompts=2,
+                                    aiperf=str(Path(sys.executable).parent / "aiperf"))
+    (tmp_path / "bench.json").write_text(json.dumps(settings.to_json()))
+    result = subprocess.run([sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, str(tmp_path / "bench.json"),
+                             str(tmp_path / "out")], cwd=tmp_path / "program", capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    assert result.returncode == 0, result.stderr
+    assert "[bench] done" in result.stdout
+    (entry,) = read_json(tmp_path / "out" / runner.SUMMARY_FILE)
+    assert entry["requests_ok"] == 6 and entry["hourly_cost_usd"] == 1.5
+    assert len(read_json(tmp_path / "out" / runner.AGREEMENT_FILE)["completions"]) == 2 <= len(PROMPTS)

@@ -1,0 +1,57 @@
+"""``ray-llm-eks bench`` and ``compare``: flags, refusals and exit codes, through typer's CliRunner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ray_llm_eks import cli
+
+runner = CliRunner()
+RUNS = Path(__file__).resolve().parents[1] / "data" / "bench" / "runs"
+
+
+def invoke(*args: str):
+    return runner.invoke(cli.app, list(args))
+
+
+def test_emit_job_prints_a_job_for_the_service_and_how_to_fetch_its_results(tmp_path):
+    result = invoke("bench", "--emit-job", "--concurrency", "1,8", "--slo-ttft-ms", "500", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    documents = [d for d in yaml.safe_load_all(result.stdout.split("kubectl apply")[0]) if d]
+    assert [d["kind"] for d in documents] == ["ConfigMap", "Job"]
+    assert "kubectl cp" in result.output and ".fetched" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--url", "http://x", "--workload", "huge"], "--workload: unknown preset (got 'huge'); accepted: short-chat, long-prompt, long-answer"),
+    (["--url", "http://x", "--isl", "4000", "--osl", "200"], "--isl + --osl: 4000 + 200 tokens exceed model.max_model_len (4096)"),
+    ([], "--url: missing"),
+    (["--emit-job", "--trace", "t.jsonl"], "--trace: a trace file cannot ride in the Job yet"),
+    (["--url", "http://x", "--concurrency", "4,4"], "concurrency: levels repeat"),
+])
+def test_bad_flags_exit_2_naming_the_flag(tmp_path, args, message):
+    result = invoke("bench", *args, "--out", str(tmp_path))
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def test_a_concurrency_that_is_not_a_list_of_numbers_is_a_usage_error(tmp_path):
+    result = invoke("bench", "--url", "http://x", "--concurrency", "1,many", "--out", str(tmp_path))
+    assert result.exit_code == 2 and "not a comma list of whole numbers" in " ".join(result.output.split())
+
+
+def test_compare_prints_the_verdict_and_writes_the_report(tmp_path):
+    result = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("adopt-disaggregation: Disaggregation pays off")
+    assert {p.name for p in tmp_path.iterdir()} == {"report.md", "verdict.json", "latency_vs_throughput.png",
+                                                   "cost_per_accepted_response.png"}
+
+
+def test_compare_of_a_directory_that_is_not_a_run_exits_2(tmp_path):
+    result = invoke("compare", str(tmp_path), str(RUNS / "colocated"), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2 and "no summary.json" in result.output

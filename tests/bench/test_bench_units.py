@@ -1,0 +1,206 @@
+"""The bench's arithmetic and its reading of AIPerf's files, without a server."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ray_llm_eks.bench import agreement, cost, histogram, runner, workloads
+from ray_llm_eks.bench.runner import BenchError, BenchSettings
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "bench"
+
+
+def settings(**overrides) -> BenchSettings:
+    return BenchSettings(**{"url": "http://127.0.0.1:8000", "model": "m", "tokenizer": "t", "aiperf": "aiperf",
+                            **overrides})
+
+
+# --- histogram quantiles (PromQL's histogram_quantile) --------------------------------------------
+
+def test_quantile_interpolates_inside_the_bucket_holding_the_rank():
+    # 10 observations: 2 in (0, 1], 6 in (1, 2], 2 in (2, 4]. Rank of p50 = 5, in (1, 2]:
+    # 1 + (2 - 1) * (5 - 2) / (8 - 2) = 1.5. Rank of p95 = 9.5, in (2, 4]: 2 + 2 * 1.5 / 2 = 3.5.
+    buckets = {1.0: 2, 2.0: 8, 4.0: 10, math.inf: 10}
+    assert histogram.quantile(0.5, buckets) == 1.5
+    assert histogram.quantile(0.95, buckets) == 3.5
+
+
+def test_quantile_in_the_first_bucket_interpolates_from_zero_and_in_inf_returns_the_last_bound():
+    assert histogram.quantile(0.5, {0.005: 4, 0.01: 4, math.inf: 4}) == 0.0025
+    assert histogram.quantile(0.99, {0.1: 1, 0.2: 2, math.inf: 10}) == 0.2
+
+
+def test_quantile_of_an_empty_histogram_is_none_and_q_is_checked():
+    assert histogram.quantile(0.5, {1.0: 0, math.inf: 0}) is None
+    assert histogram.quantile(0.5, {}) is None
+    with pytest.raises(ValueError, match="q must be between 0 and 1"):
+        histogram.quantile(1.5, {1.0: 1})
+
+
+def test_series_merge_by_adding_buckets():
+    merged = histogram.merge([{"0.1": 1, "+Inf": 2}, {"0.1": 3, "+Inf": 3}])
+    assert merged == {0.1: 4.0, math.inf: 5.0}
+
+
+# --- the server's metrics, as AIPerf exports them --------------------------------------------------
+
+def real_export() -> dict:
+    return json.loads((DATA / "server_metrics_export_vllm_cpu.json").read_text())
+
+
+def test_server_figures_read_vllm_s_own_counters():
+    figures = runner.server_figures(real_export())
+    assert figures["generation_tokens"] == 192  # 12 requests x 16 tokens, as the client counted
+    assert figures["prompt_tokens"] == 932
+    assert figures["endpoints"] == ["http://127.0.0.1:18090/metrics"]
+    assert figures["queue_time_ms"]["count"] == 12
+    assert 0 <= figures["kv_cache_usage_max"] <= 1
+    assert figures["nixl_failed_transfers"] is None  # a CPU engine has no NIXL
+
+
+def test_no_transfer_histogram_gives_no_figure():
+    assert runner.kv_transfer_ms(real_export()) is None
+    assert runner.kv_transfer_ms(None) is None
+
+
+def test_kv_transfer_is_merged_over_workers_under_ray_s_spelling():
+    """Ray re-exports vLLM's metrics as ray_vllm_*: two workers' series add up before the quantile."""
+    export = real_export()
+    histogram_entry = export["metrics"]["vllm:e2e_request_latency_seconds"]
+    series = histogram_entry["series"][0]
+    export["metrics"] = {"ray_vllm_nixl_xfer_time_seconds": {**histogram_entry, "series": [series, series]}}
+    figure = runner.kv_transfer_ms(export)
+    assert figure["metric"] == "ray_vllm_nixl_xfer_time_seconds"
+    assert figure["count"] == 2 * series["buckets"]["+Inf"]
+    merged = histogram.merge([series["buckets"], series["buckets"]])
+    assert figure["p50"] == histogram.quantile(0.5, merged) * 1000
+    assert figure["p95"] == histogram.quantile(0.95, merged) * 1000
+    assert figure["mean"] == pytest.approx(series["stats"]["sum"] / series["stats"]["count"] * 1000)
+
+
+# --- cost -------------------------------------------------------------------------------------
+
+def test_cost_per_accepted_response_spreads_the_hour_over_what_it_served():
+    # $3.60 an hour for 10 s is $0.01; 4 accepted responses share it.
+    assert cost.usd_per_accepted_response(3.6, 4, 10.0) == pytest.approx(0.0025)
+    assert cost.usd_per_accepted_response(3.6, 0, 10.0) is None
+    assert cost.usd_per_million_output_tokens(3.6, 1000.0) == pytest.approx(1.0)
+    assert cost.usd_per_million_output_tokens(3.6, 0.0) is None
+
+
+def test_the_planner_and_the_bench_share_one_formula():
+    from ray_llm_eks.config import DeploymentConfig
+    from ray_llm_eks.planning import make_plan
+
+    estimate = make_plan(DeploymentConfig()).cost
+    assert estimate.usd_per_million_output_tokens(500.0) == cost.usd_per_million_output_tokens(estimate.hourly_usd, 500.0)
+
+
+# --- accepted responses ---------------------------------------------------------------------------
+
+def record(ttft=50.0, e2e=500.0, tokens=16, error=None) -> dict:
+    row = {"metadata": {"benchmark_phase": "profiling"},
+           "metrics": {"time_to_first_token": {"value": ttft}, "request_latency": {"value": e2e},
+                       "output_sequence_length": {"value": tokens}}}
+    return {**row, "error": error} if error else row
+
+
+@pytest.mark.parametrize(("row", "accepted"), [
+    (record(), True),
+    (record(ttft=100.0), True),  # on the SLO is within it
+    (record(ttft=100.1), False),
+    (record(e2e=1000.1), False),
+    (record(tokens=0), False),  # empty
+    (record(error={"type": "HTTPError", "message": "500"}), False),
+])
+def test_accepted_means_completed_non_empty_and_within_both_slos(row, accepted):
+    assert runner.is_accepted(row, 100.0, 1000.0) is accepted
+
+
+def test_without_slos_every_non_empty_success_is_accepted():
+    assert runner.is_accepted(record(ttft=1e6, e2e=1e7), None, None)
+
+
+# --- settings and the AIPerf command line ---------------------------------------------------------
+
+def test_the_command_uses_the_server_s_token_counts_and_the_slos_as_goodput():
+    command = runner.aiperf_command(settings(slo_ttft_ms=200, slo_e2e_ms=2000, metrics_urls=("http://w:8080/metrics",)),
+                                    4, Path("/out"))
+    assert command[:2] == ["aiperf", "profile"]
+    assert "--use-server-token-count" in command and "--streaming" in command
+    assert command[command.index("--goodput") + 1] == "time_to_first_token:200 request_latency:2000"
+    assert command[command.index("--concurrency") + 1] == "4"
+    assert command[command.index("--warmup-request-count") + 1] == "4"
+    assert command[command.index("--server-metrics") + 1] == "http://w:8080/metrics"
+    assert command[command.index("--extra-inputs") + 1] == "ignore_eos:true"
+
+
+def test_a_trace_replaces_the_synthetic_lengths():
+    command = runner.aiperf_command(settings(trace="/t.jsonl", replay_timestamps=True, concurrency=(1,)), None, Path("/o"))
+    assert "--isl" not in command and "--concurrency" not in command
+    assert command[command.index("--custom-dataset-type") + 1] == "mooncake_trace"
+    assert "--fixed-schedule" in command
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"concurrency": ()}, "concurrency: each level must be a whole number >= 1"),
+    ({"concurrency": (0, 4)}, "concurrency: each level must be a whole number >= 1 (got [0, 4])"),
+    ({"concurrency": (4, 4)}, "concurrency: levels repeat"),
+    ({"requests": 0}, "requests: must be a whole number >= 1 (got 0)"),
+    ({"slo_ttft_ms": -1.0}, "slo_ttft_ms: must be positive (got -1.0)"),
+    ({"replay_timestamps": True}, "replay_timestamps: needs a trace to replay"),
+    ({"trace": "t", "replay_timestamps": True, "concurrency": (1, 2)}, "a timestamp replay is one level"),
+    ({"agreement_prompts": 99}, "agreement_prompts: between 0 and 16 (got 99)"),
+])
+def test_bad_settings_are_refused_with_the_field_and_the_value(overrides, message):
+    with pytest.raises(BenchError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        settings(**overrides)
+
+
+def test_settings_round_trip_through_json_and_refuse_unknown_keys():
+    original = settings(concurrency=(1, 8), metrics_urls=("http://a/metrics",))
+    assert BenchSettings.from_json(json.loads(json.dumps(original.to_json()))) == original
+    with pytest.raises(BenchError, match="unknown bench settings: colour"):
+        BenchSettings.from_json({**original.to_json(), "colour": "red"})
+
+
+def test_a_run_directory_without_a_summary_is_refused(tmp_path):
+    with pytest.raises(BenchError, match="no summary.json"):
+        runner.load_run(tmp_path)
+
+
+def test_a_missing_aiperf_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setattr(runner.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BenchError, match=r"pip install 'ray-llm-eks\[bench\]'"):
+        runner.find_aiperf()
+
+
+# --- presets and agreement -----------------------------------------------------------------------
+
+def test_every_preset_fits_the_reference_context_length():
+    from ray_llm_eks.config import DeploymentConfig
+
+    max_model_len = DeploymentConfig().specs().serving.model.max_model_len
+    assert set(workloads.PRESETS) == {"short-chat", "long-prompt", "long-answer"}
+    for preset in workloads.PRESETS.values():
+        assert preset.isl + preset.osl <= max_model_len
+
+
+def test_agreement_counts_identical_completions_and_locates_divergence():
+    def run(texts, errors=()):
+        return {"max_tokens": 64, "completions": [
+            {"prompt_sha256": str(i), "text": t, "error": "boom" if i in errors else None} for i, t in enumerate(texts)]}
+
+    result = agreement.agreement(run(["a b c", "same", "x"]), run(["a b d", "same", "y"], errors=(2,)))
+    assert (result["compared"], result["identical"], result["rate"]) == (2, 1, 0.5)
+    assert result["divergences"] == [{"prompt_sha256": "0", "first_difference_at_char": 4, "a": "c", "b": "d"}]
+
+
+def test_the_agreement_prompts_are_fixed_and_distinct():
+    assert len(set(agreement.PROMPTS)) == len(agreement.PROMPTS) == 16
+    assert len({agreement.prompt_id(p) for p in agreement.PROMPTS}) == 16

@@ -1,0 +1,162 @@
+"""``ray-llm-eks compare`` on two recorded runs whose winner is known (tests/bench/record_example.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from ray_llm_eks.bench import compare
+from ray_llm_eks.bench.runner import SUMMARY_FILE
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "bench" / "runs"
+DISAGGREGATED, COLOCATED = RUNS / "disaggregated", RUNS / "colocated"
+
+
+ROOT = RUNS.parents[3]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """From the repository root with relative paths, as record_example.py runs it (the report names them)."""
+    out = tmp_path_factory.mktemp("report")
+    here = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return out, compare.compare(DISAGGREGATED.relative_to(ROOT), COLOCATED.relative_to(ROOT), out)
+    finally:
+        os.chdir(here)
+
+
+def best_per_dollar(run: Path) -> tuple[int, float]:
+    """By hand: the level with the lowest cost per accepted response, and 1 / that cost."""
+    entries = json.loads((run / SUMMARY_FILE).read_text())
+    best = min((e for e in entries if e["cost_per_accepted_response_usd"]), key=lambda e: e["cost_per_accepted_response_usd"])
+    return best["concurrency"], 1 / best["cost_per_accepted_response_usd"]
+
+
+def test_the_known_winner_wins_for_the_stated_reason(report):
+    _, decision = report
+    assert decision["decision"] == "adopt-disaggregation"
+    assert decision["winner"] == "disaggregated"
+    level_a, per_dollar_a = best_per_dollar(DISAGGREGATED)
+    level_b, per_dollar_b = best_per_dollar(COLOCATED)
+    assert decision["best"] == {"disaggregated": level_a, "colocated": level_b}
+    assert decision["gain"] == pytest.approx(per_dollar_a / per_dollar_b - 1)
+    assert f"{per_dollar_a:,.0f} accepted responses per dollar" in decision["reason"]
+    assert "at the same SLOs" in decision["reason"]
+
+
+def test_swapping_the_runs_rejects_the_loser_not_the_topology(tmp_path):
+    decision = compare.compare(COLOCATED, DISAGGREGATED, tmp_path, plots=False)
+    assert decision["decision"] == "adopt-disaggregation" and decision["winner"] == "disaggregated"
+    assert decision["gain"] < 0
+
+
+def test_the_same_run_twice_is_no_difference_and_keeps_it_simple(tmp_path):
+    decision = compare.compare(COLOCATED, COLOCATED, tmp_path, plots=False)
+    assert decision["decision"] == "no-difference" and decision["gain"] == 0
+    assert decision["a"] != decision["b"]  # labelled apart
+
+
+def test_a_gain_below_the_threshold_keeps_the_colocated_baseline(tmp_path):
+    _, per_dollar_a = best_per_dollar(DISAGGREGATED)
+    _, per_dollar_b = best_per_dollar(COLOCATED)
+    gain = per_dollar_a / per_dollar_b - 1
+    decision = compare.compare(DISAGGREGATED, COLOCATED, tmp_path, min_gain=gain + 0.01, plots=False)
+    assert decision["decision"] == "no-difference"
+    assert "Keep colocated, the simpler topology" in decision["reason"]
+
+
+def copy_run(source: Path, target: Path, edit) -> Path:
+    shutil.copytree(source, target)
+    run = json.loads((target / "run.json").read_text())
+    summary = json.loads((target / SUMMARY_FILE).read_text())
+    completions = json.loads((target / "agreement.json").read_text())
+    edit(run, summary, completions)
+    (target / "run.json").write_text(json.dumps(run))
+    (target / SUMMARY_FILE).write_text(json.dumps(summary))
+    (target / "agreement.json").write_text(json.dumps(completions))
+    return target
+
+
+def test_runs_at_different_slos_are_not_compared(tmp_path):
+    def loosen(run, summary, _):
+        run["settings"]["slo_ttft_ms"] = 10_000
+    other = copy_run(COLOCATED, tmp_path / "loose", loosen)
+    decision = compare.compare(DISAGGREGATED, other, tmp_path / "out", plots=False)
+    assert decision["decision"] == "not-comparable" and decision["winner"] is None
+    assert "the SLOs differ" in decision["reason"]
+
+
+def test_two_runs_of_one_topology_get_no_topology_verdict(tmp_path):
+    def relabel(run, summary, _):
+        run["settings"]["deployment"]["topology"] = "disaggregated"
+    decision = compare.compare(DISAGGREGATED, copy_run(COLOCATED, tmp_path / "same", relabel), tmp_path / "o", plots=False)
+    assert decision["decision"] == "prefer-disaggregated (A)"
+    assert "both runs say topology disaggregated: was each benchmarked with its own --config?" in decision["reason"]
+
+
+def test_runs_of_different_workloads_are_not_compared(tmp_path):
+    def longer(run, summary, _):
+        run["settings"]["isl"] = 4096
+    decision = compare.compare(DISAGGREGATED, copy_run(COLOCATED, tmp_path / "long", longer), tmp_path / "o", plots=False)
+    assert decision["decision"] == "not-comparable" and "the workloads differ" in decision["reason"]
+
+
+def test_unpriced_runs_are_not_compared(tmp_path):
+    def unpriced(run, summary, _):
+        for entry in summary:
+            entry["cost_per_accepted_response_usd"] = None
+    decision = compare.compare(DISAGGREGATED, copy_run(COLOCATED, tmp_path / "free", unpriced), tmp_path / "o", plots=False)
+    assert decision["decision"] == "not-comparable" and "no priced level" in decision["reason"]
+
+
+def test_diverging_greedy_outputs_are_reported_with_a_warning(tmp_path):
+    def corrupt(run, summary, completions):
+        completions["completions"][3]["text"] = completions["completions"][3]["text"][:5] + "#corrupted"
+    decision = compare.compare(DISAGGREGATED, copy_run(COLOCATED, tmp_path / "bad", corrupt), tmp_path / "o", plots=False)
+    agreement = decision["agreement"]
+    assert (agreement["identical"], agreement["compared"]) == (15, 16)
+    assert agreement["divergences"][0]["first_difference_at_char"] == 5
+    assert "Warning: greedy outputs agree on 15 of 16 prompts" in decision["reason"]
+    report = (tmp_path / "o" / compare.REPORT_FILE).read_text()
+    assert "15 of 16 prompts identical (94%)" in report
+
+
+def test_the_report_shows_every_level_of_both_runs(report):
+    out, decision = report
+    text = (out / compare.REPORT_FILE).read_text()
+    assert text.startswith("# disaggregated vs colocated")
+    assert decision["reason"] in text
+    for run in (DISAGGREGATED, COLOCATED):
+        for entry in json.loads((run / SUMMARY_FILE).read_text()):
+            assert f"| {entry['concurrency']} | {run.name} | {entry['requests_ok']} |" in text
+    assert "16 of 16 prompts identical (100%)" in text
+    assert json.loads((out / compare.VERDICT_FILE).read_text()) == json.loads(json.dumps(decision))
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_both_plots_are_rendered(report):
+    out, _ = report
+    width, height = png_size(out / compare.LATENCY_PLOT)
+    assert width > 1000 and height > 400
+    width, height = png_size(out / compare.COST_PLOT)
+    assert width > 600 and height > 400
+
+
+def test_the_committed_worked_example_is_this_comparison(report):
+    """docs/benchmark-example is `compare` of the recorded runs: regenerate both together."""
+    out, decision = report
+    committed = Path(__file__).resolve().parents[2] / "docs" / "benchmark-example"
+    assert json.loads((committed / compare.VERDICT_FILE).read_text()) == json.loads(json.dumps(decision))
+    assert (committed / compare.REPORT_FILE).read_text() == (out / compare.REPORT_FILE).read_text()
