@@ -204,3 +204,12 @@ def test_agreement_counts_identical_completions_and_locates_divergence():
 def test_the_agreement_prompts_are_fixed_and_distinct():
     assert len(set(agreement.PROMPTS)) == len(agreement.PROMPTS) == 16
     assert len({agreement.prompt_id(p) for p in agreement.PROMPTS}) == 16
+
+
+def test_the_load_generator_stays_out_of_the_core_install():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    core = " ".join(project["dependencies"]).lower()
+    assert not any(name in core for name in ("aiperf", "guidellm", "matplotlib", "transformers"))
+    assert f"aiperf=={runner.AIPERF_VERSION}" in project["optional-dependencies"]["bench"]
