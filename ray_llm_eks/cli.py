@@ -382,6 +382,13 @@ def verify_logs(
 
 # --- bench and compare ---------------------------------------------------------------------------
 
+def _with_flags(error: Any) -> str:
+    """A refused bench setting under the flag that sets it (``slo_ttft_ms`` is ``--slo-ttft-ms``)."""
+    if not error.problems:
+        return str(error)
+    return "; ".join(f"--{name.replace('_', '-')}: {sentence}" for name, sentence in error.problems)
+
+
 def _concurrency_levels(text: str) -> tuple[int, ...]:
     try:
         levels = tuple(int(part) for part in text.split(",") if part.strip())
@@ -405,7 +412,8 @@ def bench(
                                                              "short-chat, long-prompt, long-answer.")] = "short-chat",
     isl: Annotated[int | None, typer.Option("--isl", min=1, help="Mean input tokens; default: the preset's.")] = None,
     osl: Annotated[int | None, typer.Option("--osl", min=1, help="Mean output tokens; default: the preset's.")] = None,
-    concurrency: Annotated[str, typer.Option("--concurrency", help="One level or a comma list for a sweep.")] = "1,4,16",
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="One level or a comma list for a sweep; "
+                                                                            "default 1,4,16 (1 with --replay-timestamps).")] = None,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Measured requests per level.")] = 100,
     slo_ttft_ms: Annotated[float | None, typer.Option("--slo-ttft-ms", min=0.0, help="Time-to-first-token SLO.")] = None,
     slo_e2e_ms: Annotated[float | None, typer.Option("--slo-e2e-ms", min=0.0, help="End-to-end latency SLO.")] = None,
@@ -430,7 +438,10 @@ def bench(
 
     if workload not in PRESETS:
         _fail(ExitCode.CONFIG_ERROR, f"--workload: unknown preset (got {workload!r}); accepted: {', '.join(PRESETS)}", False)
-    levels = _concurrency_levels(concurrency)
+    levels = _concurrency_levels(concurrency or ("1" if replay_timestamps else "1,4,16"))
+    if trace is not None and not trace.is_file():
+        _fail(ExitCode.CONFIG_ERROR, f"--trace: no such file (got {str(trace)!r}); accepted: a Mooncake-format "
+                                     "JSON-lines trace", False)
     deployment = _load(config, False)
     specs = deployment.specs()
     serving = specs.serving
@@ -445,7 +456,9 @@ def bench(
         _fail(ExitCode.CONFIG_ERROR, str(error), False)
     hourly = plan_result.cost.hourly_usd if hourly_cost_usd is None else hourly_cost_usd
     nodes = ", ".join(f"{n.count}x {n.instance_type} ({n.role})" for n in plan_result.nodes if n.count)
-    described = {"config": str(config) if config else "reference deployment", "topology": serving.topology.value,
+    # Without --config the price is the reference deployment's, but the topology behind --url is unknown.
+    described = {"config": str(config) if config else "none (priced as the reference deployment)",
+                 "topology": serving.topology.value if config else None,
                  "region": deployment.region, "nodes": nodes, "price_table_as_of": plan_result.cost.price_table_as_of,
                  "hourly_cost_source": "--hourly-cost-usd" if hourly_cost_usd is not None else "ray-llm-eks plan"}
     if emit_job:
@@ -460,23 +473,37 @@ def bench(
             concurrency=levels, requests=requests, isl=isl, osl=osl, slo_ttft_ms=slo_ttft_ms, slo_e2e_ms=slo_e2e_ms,
             hourly_cost_usd=hourly, trace=str(trace) if trace else None, replay_timestamps=replay_timestamps,
             metrics_urls=tuple(metrics_url or ()), agreement_prompts=agreement_prompts, ignore_eos=ignore_eos,
+            tokenizer_revision=serving.model.revision if tokenizer is None else None,
             deployment=described, aiperf=aiperf)
     except BenchError as error:
-        _fail(ExitCode.CONFIG_ERROR, str(error), False)
+        _fail(ExitCode.CONFIG_ERROR, _with_flags(error), False)
     if emit_job:
-        from .cdk8s_charts.bench import OUT_DIR, render_bench_job
+        from .cdk8s_charts.bench import MAX_TRACE_BYTES, OUT_DIR, render_bench_job
 
+        trace_text = None
         if trace:
-            _fail(ExitCode.CONFIG_ERROR, "--trace: a trace file cannot ride in the Job yet; run the bench from "
-                                         "a pod that has the file, or without --trace", False)
-        name, manifest = render_bench_job(serving, settings.to_json())
+            trace_text = trace.read_text()
+            if len(trace_text.encode()) > MAX_TRACE_BYTES:
+                _fail(ExitCode.CONFIG_ERROR, f"--trace: {len(trace_text.encode()):,} bytes do not fit in the Job's "
+                                             f"ConfigMap (got {str(trace)!r}); accepted: at most {MAX_TRACE_BYTES:,} "
+                                             "bytes (sample it, or run the bench from a pod that has the file)", False)
+        name, manifest = render_bench_job(serving, settings.to_json(), trace_text=trace_text)
         typer.echo(manifest, nl=False)
-        _error_console().print(
-            f"kubectl apply -f the output, then: kubectl -n {serving.namespace} logs -f job/{name}; when it prints "
-            f"'[bench] exit 0': kubectl -n {serving.namespace} cp $(kubectl -n {serving.namespace} get pod "
-            f"-l job-name={name} -o name | cut -d/ -f2):{OUT_DIR} {out}, then touch {OUT_DIR}/.fetched in the pod "
-            "(docs/benchmark.md)", soft_wrap=True)
+        ns = f"kubectl -n {serving.namespace}"
+        pod = f"$({ns} get pod -l job-name={name} -o name | cut -d/ -f2)"
+        # Plain text: the hint quotes "[bench]", which rich would take for markup.
+        _error_console().print(escape(
+            f"kubectl apply -f the output (a Job of the same name must be deleted first), then:\n"
+            f"  {ns} logs -f job/{name}\n"
+            f"when it prints '[bench] exit 0':\n"
+            f"  {ns} cp {pod}:{OUT_DIR} {out}\n"
+            f"  {ns} exec {pod} -- touch {OUT_DIR}/.fetched\n"
+            f"  {ns} delete job/{name} configmap/{name}\n"
+            "(docs/benchmark.md)"), soft_wrap=True)
         return
+    if not config:
+        _error_console().print("warning: no --config: priced as the reference deployment, topology not recorded",
+                               soft_wrap=True)
     console = _console()
     console.print(f"bench {escape(url)} model {escape(settings.model)}: {workload if not trace else 'trace'} "
                   f"(isl {isl}, osl {osl}), concurrency {', '.join(map(str, levels))}, hourly cost ${hourly:.2f} "
@@ -494,7 +521,7 @@ def bench(
         kv = e["kv_transfer_ms"]
         table.add_row(str(e["concurrency"]), str(e["requests_ok"]), str(e["requests_failed"]), str(e["accepted_responses"]),
                       f"{e['ttft_ms']['p50'] or 0:.1f} / {e['ttft_ms']['p99'] or 0:.1f}", f"{e['e2e_ms']['p99'] or 0:.0f}",
-                      f"{e['output_tokens_per_s']:.1f}", "n/a" if not kv else f"{kv['p50']:.2f}",
+                      f"{e['output_tokens_per_s']:.1f}", "n/a" if not kv or kv["p50"] is None else f"{kv['p50']:.2f}",
                       "n/a" if e["cost_per_accepted_response_usd"] is None else f"{e['cost_per_accepted_response_usd']:.6f}")
     console.print(table)
 
@@ -506,6 +533,9 @@ def compare(
     out: Annotated[Path, typer.Option("--out", help="Report directory: report.md, verdict.json, two PNG plots.")],
     min_gain: Annotated[float, typer.Option("--min-gain", min=0.0, max=0.99,
                                             help="Smallest gain in accepted responses per dollar acted on.")] = 0.05,
+    min_attainment: Annotated[float, typer.Option("--min-attainment", min=0.01, max=1.0,
+                                                  help="Share of a level's requests that must be accepted for the "
+                                                       "level to count (DistServe's goodput goal).")] = 0.9,
     as_json: JsonOption = False,
 ) -> None:
     """Side-by-side report of two bench runs and the verdict: which serves more accepted responses per dollar."""
@@ -513,9 +543,9 @@ def compare(
     from .bench.runner import BenchError
 
     try:
-        decision = compare_runs(run_a, run_b, out, min_gain=min_gain)
+        decision = compare_runs(run_a, run_b, out, min_gain=min_gain, min_attainment=min_attainment)
     except BenchError as error:
-        _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
+        _fail(ExitCode.CONFIG_ERROR, _with_flags(error), as_json)
     except ImportError as error:
         _fail(ExitCode.CONFIG_ERROR, f"the plots need matplotlib: pip install 'ray-llm-eks[bench]' ({error})", as_json)
     if as_json:

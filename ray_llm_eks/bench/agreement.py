@@ -55,6 +55,10 @@ class Completion:
     completion_tokens: int | None
     finish_reason: str | None
     error: str | None = None
+    reasoning: str = ""
+    """What a reasoning parser moved out of ``content`` (vLLM's ``reasoning_content``, or
+    ``reasoning``): a thinking model such as Qwen3.5 can spend all 64 tokens there, leaving an
+    empty ``content`` on both sides that would agree trivially. Both are compared."""
 
 
 def prompt_id(prompt: str) -> str:
@@ -79,9 +83,11 @@ def record(base_url: str, model: str, *, count: int = len(PROMPTS), max_tokens: 
         try:
             answer = post(base_url.rstrip("/") + "/v1/chat/completions", body, timeout)
             choice = answer["choices"][0]
-            completions.append(Completion(prompt_id(prompt), choice["message"].get("content") or "",
+            message = choice["message"]
+            completions.append(Completion(prompt_id(prompt), message.get("content") or "",
                                           (answer.get("usage") or {}).get("completion_tokens"),
-                                          choice.get("finish_reason")))
+                                          choice.get("finish_reason"),
+                                          reasoning=message.get("reasoning_content") or message.get("reasoning") or ""))
         except Exception as error:  # noqa: BLE001 - an error is a disagreement, recorded with its reason
             completions.append(Completion(prompt_id(prompt), "", None, None, f"{type(error).__name__}: {error}"))
     return {"model": model, "max_tokens": max_tokens, "temperature": 0, "started_at": started,
@@ -97,22 +103,35 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
+def _output(completion: dict[str, Any]) -> str:
+    reasoning = completion.get("reasoning") or ""
+    return reasoning + "\n" + completion["text"] if reasoning else completion["text"]
+
+
 def agreement(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Exact-match rate over the prompts both runs answered without error, and where they diverge."""
+    """Exact-match rate over the prompts both runs recorded, and where they diverge.
+
+    A prompt that failed on either side counts as a disagreement (a broken KV path may fail the
+    request rather than corrupt it); ``errors`` says how many, and which side.
+    """
     by_prompt = {c["prompt_sha256"]: c for c in b.get("completions", [])}
     compared = identical = 0
-    divergences = []
+    divergences, errors = [], []
     for first in a.get("completions", []):
         second = by_prompt.get(first["prompt_sha256"])
-        if second is None or first.get("error") or second.get("error"):
+        if second is None:
             continue
         compared += 1
-        if first["text"] == second["text"]:
+        if first.get("error") or second.get("error"):
+            errors.append({"prompt_sha256": first["prompt_sha256"], "a": first.get("error"), "b": second.get("error")})
+            continue
+        left, right = _output(first), _output(second)
+        if left == right:
             identical += 1
         else:
-            at = _common_prefix(first["text"], second["text"])
+            at = _common_prefix(left, right)
             divergences.append({"prompt_sha256": first["prompt_sha256"], "first_difference_at_char": at,
-                                "a": first["text"][at:at + 40], "b": second["text"][at:at + 40]})
+                                "a": left[at:at + 40], "b": right[at:at + 40]})
     return {"compared": compared, "identical": identical,
-            "rate": identical / compared if compared else None, "divergences": divergences,
+            "rate": identical / compared if compared else None, "divergences": divergences, "errors": errors,
             "same_max_tokens": a.get("max_tokens") == b.get("max_tokens")}

@@ -1,10 +1,13 @@
 """Two benchmark runs side by side, and the verdict: does the added topology pay for itself?
 
 The rule is the one the review of the AWS launch states: disaggregation pays off only where it
-serves more accepted responses per dollar at the same SLOs. Each run's figure is its best level
-(the concurrency at which its hourly price buys the most accepted responses: the operating point
-a cost-minded operator would choose), so neither run is judged at a load it was not sized for.
-A difference smaller than ``min_gain`` is run-to-run noise and keeps the simpler topology.
+serves more accepted responses per dollar at the same SLOs. Each run's figure is its best level:
+the concurrency at which its hourly price buys the most accepted responses, among the levels
+that meet the SLOs for at least ``min_attainment`` of their requests (90 %, the attainment goal
+of DistServe's goodput, arXiv:2401.09670). That is the operating point a cost-minded operator
+would choose and could sell; a level that is cheap only because it rejects a third of its
+requests is not one. A difference smaller than ``min_gain`` either way is run-to-run noise and
+keeps the simpler topology.
 
 Matplotlib is imported only to draw, so the rest runs with the standard library.
 """
@@ -22,6 +25,8 @@ from .runner import BenchError, load_run
 
 DEFAULT_MIN_GAIN = 0.05
 """Gains under 5 % are not acted on: two runs of the same deployment differ by a few percent."""
+DEFAULT_MIN_ATTAINMENT = 0.9
+"""A level counts only if at least 90 % of its requests were accepted (DistServe's goodput goal)."""
 REPORT_FILE = "report.md"
 VERDICT_FILE = "verdict.json"
 LATENCY_PLOT = "latency_vs_throughput.png"
@@ -45,10 +50,18 @@ class Run:
     def topology(self) -> str | None:
         return self.settings.get("deployment", {}).get("topology")
 
-    def best(self) -> dict[str, Any] | None:
-        """The level with the most accepted responses per dollar (the lowest cost per accepted response)."""
-        priced = [e for e in self.entries if e.get("cost_per_accepted_response_usd")]
-        return min(priced, key=lambda e: e["cost_per_accepted_response_usd"]) if priced else None
+    def best(self, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any] | None:
+        """Among the levels meeting ``min_attainment``, the one with the most accepted responses
+        per dollar (the lowest cost per accepted response)."""
+        eligible = [e for e in self.entries if e.get("cost_per_accepted_response_usd") is not None
+                    and attainment(e) >= min_attainment]
+        return min(eligible, key=lambda e: e["cost_per_accepted_response_usd"]) if eligible else None
+
+
+def attainment(entry: dict[str, Any]) -> float:
+    """The share of a level's measured requests that were accepted."""
+    sent = entry["requests_ok"] + entry["requests_failed"]
+    return entry["accepted_responses"] / sent if sent else 0.0
 
 
 def load(path: Path, label: str | None = None) -> Run:
@@ -62,56 +75,83 @@ def responses_per_dollar(entry: dict[str, Any]) -> float:
 
 
 def _workload(run: Run) -> dict[str, Any]:
+    """What must be equal for two runs to measure the same work."""
     s = run.settings
     return {"isl": None if s.get("trace") else s.get("isl"), "osl": None if s.get("trace") else s.get("osl"),
-            "trace": Path(s["trace"]).name if s.get("trace") else None, "ignore_eos": s.get("ignore_eos")}
+            "trace": Path(s["trace"]).name if s.get("trace") else None,
+            "replay_timestamps": bool(s.get("replay_timestamps")), "ignore_eos": s.get("ignore_eos"),
+            "tokenizer": s.get("tokenizer"), "tokenizer_revision": s.get("tokenizer_revision")}
 
 
 def _slos(run: Run) -> tuple[Any, Any]:
     return run.settings.get("slo_ttft_ms"), run.settings.get("slo_e2e_ms")
 
 
-def verdict(a: Run, b: Run, min_gain: float = DEFAULT_MIN_GAIN) -> dict[str, Any]:
+def _agreement_warning(agreement: dict[str, Any] | None) -> str | None:
+    if agreement is None:
+        return None
+    if agreement["compared"] == 0:
+        return "Warning: the runs share no agreement prompt, so output agreement was not measured."
+    if agreement["rate"] < 1:
+        failed = f", {len(agreement['errors'])} failed on a side" if agreement["errors"] else ""
+        return (f"Warning: greedy outputs agree on {agreement['identical']} of {agreement['compared']} prompts"
+                f"{failed}; look at where they diverge before trusting the faster run (a corrupted KV "
+                "transfer shows here first).")
+    return None
+
+
+def verdict(a: Run, b: Run, min_gain: float = DEFAULT_MIN_GAIN,
+            min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any]:
     """The decision and its reason, as data (``verdict.json``) and as a sentence."""
-    problems = []
+    blocking, caveats = [], []
     if _slos(a) != _slos(b):
-        problems.append(f"the SLOs differ (TTFT/e2e ms: {a.label} {_slos(a)}, {b.label} {_slos(b)})")
-    if _slos(a) == (None, None):
-        problems.append("no SLO was set, so every completed response counts as accepted; "
-                        "rerun with --slo-ttft-ms and --slo-e2e-ms")
+        blocking.append(f"the SLOs differ (TTFT/e2e ms: {a.label} {_slos(a)}, {b.label} {_slos(b)})")
     if _workload(a) != _workload(b):
-        problems.append(f"the workloads differ ({a.label} {_workload(a)}, {b.label} {_workload(b)})")
-    if a.topology and a.topology == b.topology and a.path.resolve() != b.path.resolve():
-        problems.append(f"both runs say topology {a.topology}: was each benchmarked with its own --config?")
-    best_a, best_b = a.best(), b.best()
+        differ = sorted(k for k in _workload(a) if _workload(a)[k] != _workload(b)[k])
+        blocking.append(f"the workloads differ in {', '.join(differ)} ({a.label} "
+                        f"{ {k: _workload(a)[k] for k in differ} }, {b.label} { {k: _workload(b)[k] for k in differ} })")
+    best_a, best_b = a.best(min_attainment), b.best(min_attainment)
     for run, best in ((a, best_a), (b, best_b)):
         if best is None:
-            problems.append(f"{run.label} has no priced level with an accepted response "
-                            "(no --config/--hourly-cost-usd, or nothing met the SLOs)")
+            blocking.append(f"{run.label} has no priced level where at least {min_attainment:.0%} of the requests "
+                            "were accepted (no --config/--hourly-cost-usd, or the SLOs were missed at every level)")
+    if _slos(a) == (None, None):
+        caveats.append("no SLO was set, so every completed response counts as accepted; "
+                       "rerun with --slo-ttft-ms and --slo-e2e-ms")
+    if a.topology and a.topology == b.topology and a.path.resolve() != b.path.resolve():
+        caveats.append(f"both runs say topology {a.topology}: was each benchmarked with its own --config?")
+    for key in ("model", "requests"):
+        if a.settings.get(key) != b.settings.get(key):
+            caveats.append(f"{key} differs ({a.settings.get(key)} vs {b.settings.get(key)})")
+    incomplete = [f"{r.label} c{e['concurrency']}" for r in (a, b) for e in r.entries if e.get("aiperf_exit_code")]
+    if incomplete:
+        caveats.append(f"AIPerf reported failure at {', '.join(incomplete)} (every request failed there)")
     agreement = (agreement_module.agreement(a.completions, b.completions)
                  if a.completions and b.completions else None)
-    result: dict[str, Any] = {"a": a.label, "b": b.label, "min_gain": min_gain, "agreement": agreement}
-    if problems and (best_a is None or best_b is None or _slos(a) != _slos(b) or _workload(a) != _workload(b)):
+    result: dict[str, Any] = {"a": a.label, "b": b.label, "min_gain": min_gain, "min_attainment": min_attainment,
+                              "agreement": agreement}
+    warning = _agreement_warning(agreement)
+    if blocking or best_a is None or best_b is None:
+        reason = "Not comparable: " + "; ".join(blocking + caveats) + "."
         return {**result, "decision": "not-comparable", "winner": None, "gain": None,
-                "reason": "Not comparable: " + "; ".join(problems) + "."}
-    assert best_a is not None and best_b is not None
+                "reason": reason + (f" {warning}" if warning else "")}
     per_dollar_a, per_dollar_b = responses_per_dollar(best_a), responses_per_dollar(best_b)
     gain = per_dollar_a / per_dollar_b - 1
-    winner = a if gain > min_gain else b if gain < -min_gain else None
+    # Symmetric: the larger over the smaller, whichever run was named first.
+    ratio = max(per_dollar_a, per_dollar_b) / min(per_dollar_a, per_dollar_b) - 1
+    winner = (a if per_dollar_a > per_dollar_b else b) if ratio > min_gain else None
     figures = (f"{a.label} serves {per_dollar_a:,.0f} accepted responses per dollar at its best level "
-               f"(concurrency {best_a['concurrency']}), {b.label} {per_dollar_b:,.0f} "
-               f"(concurrency {best_b['concurrency']})")
-    topologies = {a.topology, b.topology}
+               f"(concurrency {best_a['concurrency']}, {attainment(best_a):.0%} accepted), {b.label} "
+               f"{per_dollar_b:,.0f} (concurrency {best_b['concurrency']}, {attainment(best_b):.0%} accepted)")
     if winner is None:
         decision = "no-difference"
         simpler = next((r.label for r in (a, b) if r.topology and r.topology != DISAGGREGATED), None)
         reason = (f"No difference beyond {min_gain:.0%}: {figures}. "
                   + (f"Keep {simpler}, the simpler topology: the gain does not pay for the second GPU pool "
-                     "and the KV transfer." if simpler and DISAGGREGATED in topologies else
+                     "and the KV transfer." if simpler and DISAGGREGATED in {a.topology, b.topology} else
                      "Keep the simpler or cheaper deployment."))
     else:
         loser = b if winner is a else a
-        ratio = max(per_dollar_a, per_dollar_b) / min(per_dollar_a, per_dollar_b) - 1
         if winner.topology == DISAGGREGATED and loser.topology != DISAGGREGATED:
             decision = "adopt-disaggregation"
             reason = (f"Disaggregation pays off for this workload: {figures}; {ratio:.0%} more accepted responses "
@@ -124,11 +164,10 @@ def verdict(a: Run, b: Run, min_gain: float = DEFAULT_MIN_GAIN) -> dict[str, Any
         else:
             decision = "prefer-" + winner.label
             reason = f"{winner.label} serves {ratio:.0%} more accepted responses per dollar at the same SLOs: {figures}."
-    if agreement and agreement["rate"] is not None and agreement["rate"] < 1:
-        reason += (f" Warning: greedy outputs agree on {agreement['identical']} of {agreement['compared']} prompts; "
-                   "look at where they diverge before trusting the faster run (a corrupted KV transfer shows here first).")
-    if problems:
-        reason += " Caveat: " + "; ".join(problems) + "."
+    if warning:
+        reason += " " + warning
+    if caveats:
+        reason += " Caveat: " + "; ".join(caveats) + "."
     return {**result, "decision": decision, "winner": winner.label if winner else None, "gain": gain,
             "best": {a.label: best_a["concurrency"], b.label: best_b["concurrency"]},
             "responses_per_dollar": {a.label: per_dollar_a, b.label: per_dollar_b}, "reason": reason}
@@ -148,24 +187,32 @@ def _usd(value: Any) -> str:
     return f"${value:.6f}" if value < 0.01 else f"${value:,.4f}"
 
 
+def _triple(values: dict[str, Any], digits: int) -> str:
+    return "/".join(_num(values.get(p), digits) for p in ("p50", "p95", "p99"))
+
+
 def markdown(a: Run, b: Run, decision: dict[str, Any]) -> str:
     lines = [f"# {a.label} vs {b.label}", "", f"**Verdict ({decision['decision']}).** {decision['reason']}", ""]
     s = a.settings
     slo = f"TTFT ≤ {_num(s.get('slo_ttft_ms'), 0)} ms, end-to-end ≤ {_num(s.get('slo_e2e_ms'), 0)} ms"
-    work = (f"trace `{Path(s['trace']).name}`" if s.get("trace")
-            else f"{s.get('isl')} input / {s.get('osl')} output tokens (mean)")
-    lines += [f"Workload: {work}; SLOs: {slo}; {s.get('requests')} requests per level; load generator "
-              f"AIPerf {a.info.get('aiperf_version', '?')}.", ""]
+    if s.get("trace"):
+        work = f"trace `{Path(s['trace']).name}`" + (" at its timestamps" if s.get("replay_timestamps")
+                                                      else f", {s.get('requests')} requests per level")
+    else:
+        work = f"{s.get('isl')} input / {s.get('osl')} output tokens (mean), {s.get('requests')} requests per level"
+    lines += [f"Workload: {work}; SLOs: {slo}; a level counts when at least {decision['min_attainment']:.0%} of "
+              f"its requests are accepted; load generator AIPerf {a.info.get('aiperf_version', '?')}.", ""]
     for run in (a, b):
         d = run.settings.get("deployment", {})
         hourly = next((e["hourly_cost_usd"] for e in run.entries if e.get("hourly_cost_usd") is not None), None)
-        facts = [f"`{run.path}`", f"topology {d.get('topology', '?')}", d.get("nodes"),
+        facts = [f"`{run.path}`", f"topology {d.get('topology') or 'not given'}", d.get("nodes"),
                  f"hourly cost {_usd(hourly)} ({d.get('hourly_cost_source', 'given')}"
                  + (f", prices of {d['price_table_as_of']})" if d.get("price_table_as_of") else ")")]
         lines.append(f"- **{run.label}**: " + "; ".join(f for f in facts if f))
     lines += ["", "| concurrency | run | ok | failed | accepted | TTFT p50/p95/p99 ms | ITL p50 ms | e2e p50/p95/p99 ms "
               "| output tok/s | KV transfer p50/p95 ms | $ per 1M output tokens | $ per accepted response |",
               "|---:|---|---:|---:|---:|---|---:|---|---:|---|---:|---:|"]
+    best = decision.get("best") or {}
     levels = sorted({e["concurrency"] for r in (a, b) for e in r.entries}, key=lambda c: (c is None, c or 0))
     for level in levels:
         for run in (a, b):
@@ -173,11 +220,12 @@ def markdown(a: Run, b: Run, decision: dict[str, Any]) -> str:
             if e is None:
                 continue
             kv = e.get("kv_transfer_ms")
+            marker = " **best**" if best.get(run.label) == level and level is not None else ""
             lines.append(
-                f"| {level if level is not None else 'trace'} | {run.label} | {e['requests_ok']} | {e['requests_failed']} "
-                f"| {e['accepted_responses']} | {'/'.join(_num(e['ttft_ms'][p]) for p in ('p50', 'p95', 'p99'))} "
-                f"| {_num(e['itl_ms']['p50'], 2)} | {'/'.join(_num(e['e2e_ms'][p], 0) for p in ('p50', 'p95', 'p99'))} "
-                f"| {_num(e['output_tokens_per_s'])} | {'/'.join(_num(kv[p], 2) for p in ('p50', 'p95')) if kv else 'n/a'} "
+                f"| {level if level is not None else 'trace'} | {run.label}{marker} | {e['requests_ok']} "
+                f"| {e['requests_failed']} | {e['accepted_responses']} ({attainment(e):.0%}) | {_triple(e['ttft_ms'], 1)} "
+                f"| {_num(e['itl_ms'].get('p50'), 2)} | {_triple(e['e2e_ms'], 0)} | {_num(e['output_tokens_per_s'])} "
+                f"| {'/'.join(_num(kv[p], 2) for p in ('p50', 'p95')) if kv else 'n/a'} "
                 f"| {_usd(e['cost_per_million_output_tokens_usd'])} | {_usd(e['cost_per_accepted_response_usd'])} |")
     agreement = decision.get("agreement")
     lines += ["", "## Output agreement (greedy decoding, fixed prompts)", ""]
@@ -190,32 +238,48 @@ def markdown(a: Run, b: Run, decision: dict[str, Any]) -> str:
         for d in agreement["divergences"]:
             lines.append(f"- prompt `{d['prompt_sha256']}` diverges at character {d['first_difference_at_char']}: "
                          f"{json.dumps(d['a'])} vs {json.dumps(d['b'])}")
+        for d in agreement.get("errors", []):
+            lines.append(f"- prompt `{d['prompt_sha256']}` failed: {a.label}: {d['a'] or 'ok'}; {b.label}: {d['b'] or 'ok'}")
     lines += ["", "## Plots", "", f"![TTFT and end-to-end latency against throughput]({LATENCY_PLOT})", "",
               f"![Cost per accepted response against concurrency]({COST_PLOT})", "",
               "How to read this report: docs/benchmark.md.", ""]
     return "\n".join(lines)
 
 
-def plot(a: Run, b: Run, out: Path) -> list[Path]:
+def _swept(run: Run) -> list[dict[str, Any]]:
+    """The levels of a concurrency sweep that served something (a timestamp replay has no x)."""
+    return sorted((e for e in run.entries if e["concurrency"] is not None and e["requests_ok"] > 0),
+                  key=lambda e: e["concurrency"])
+
+
+def _no_data(axis: Any, what: str) -> None:
+    axis.text(0.5, 0.5, f"no {what} to plot", ha="center", va="center", transform=axis.transAxes, color="gray")
+
+
+def plot(a: Run, b: Run, out: Path, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[Path]:
+    """Two PNGs; levels without a figure (nothing served, nothing accepted, a timestamp replay) are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
     colors = {a.label: "#1f77b4", b.label: "#d62728"}
     styles = {"p50": "-", "p95": "--", "p99": ":"}
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
     for axis, metric, title, slo_key in ((axes[0], "ttft_ms", "Time to first token", "slo_ttft_ms"),
                                          (axes[1], "e2e_ms", "End-to-end latency", "slo_e2e_ms")):
+        drawn = False
         for run in (a, b):
-            entries = sorted((e for e in run.entries if e["concurrency"] is not None), key=lambda e: e["concurrency"])
-            x = [e["output_tokens_per_s"] for e in entries]
             for p, style in styles.items():
-                axis.plot(x, [e[metric][p] for e in entries], style, marker="o", color=colors[run.label],
-                          label=f"{run.label} {p}")
-            for e in entries:
-                axis.annotate(f"c{e['concurrency']}", (e["output_tokens_per_s"], e[metric]["p50"]),
-                              textcoords="offset points", xytext=(4, -10), fontsize=7, color=colors[run.label])
+                points = [(e["output_tokens_per_s"], e[metric][p]) for e in _swept(run) if e[metric].get(p) is not None]
+                if points:
+                    axis.plot(*zip(*points), style, marker="o", color=colors[run.label], label=f"{run.label} {p}")
+                    drawn = True
+            for e in _swept(run):
+                if e[metric].get("p50") is not None:
+                    axis.annotate(f"c{e['concurrency']}", (e["output_tokens_per_s"], e[metric]["p50"]),
+                                  textcoords="offset points", xytext=(4, -10), fontsize=7, color=colors[run.label])
         slo = a.settings.get(slo_key)
         if slo:
             axis.axhline(slo, color="black", linewidth=0.8, alpha=0.6)
@@ -223,33 +287,40 @@ def plot(a: Run, b: Run, out: Path) -> list[Path]:
                           textcoords="offset points", xytext=(0, 3), fontsize=8)
         axis.set(title=f"{title} vs throughput", xlabel="output tokens / s", ylabel="ms")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7, ncol=2)
+        if drawn:
+            axis.legend(fontsize=7, ncol=2)
+        else:
+            _no_data(axis, "concurrency level that served a request")
     latency = out / LATENCY_PLOT
     figure.savefig(latency, dpi=110)
     plt.close(figure)
 
     figure, axis = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
+    priced = {run.label: [e for e in _swept(run) if e.get("cost_per_accepted_response_usd") is not None]
+              for run in (a, b)}
     for run in (a, b):
-        entries = sorted((e for e in run.entries if e["concurrency"] is not None
-                          and e.get("cost_per_accepted_response_usd")), key=lambda e: e["concurrency"])
+        entries = priced[run.label]
+        if not entries:
+            continue
         axis.plot([e["concurrency"] for e in entries], [e["cost_per_accepted_response_usd"] * 1000 for e in entries],
                   marker="o", color=colors[run.label], label=run.label)
-        best = run.best()
+        best = run.best(min_attainment)
         if best and best["concurrency"] is not None:
             axis.scatter([best["concurrency"]], [best["cost_per_accepted_response_usd"] * 1000], s=140,
                          facecolors="none", edgecolors=colors[run.label], linewidths=1.5)
-    from matplotlib.ticker import FuncFormatter, ScalarFormatter
-
-    levels = sorted({e["concurrency"] for r in (a, b) for e in r.entries if e["concurrency"] is not None})
-    axis.set_xscale("log", base=2)
-    axis.set_yscale("log")  # equal ratios look equal: "70 % more per dollar" is the same gap at every level
-    axis.set_xticks(levels)
-    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.yaxis.set_major_formatter(ScalarFormatter())
-    axis.set(title="Cost per accepted response (circled: each run's best level)", xlabel="concurrency",
-             ylabel="USD per 1,000 accepted responses (log)")
+    levels = sorted({e["concurrency"] for entries in priced.values() for e in entries})
+    if levels:
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")  # equal ratios look equal: "70 % more per dollar" is the same gap at every level
+        axis.set_xticks(levels)
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.yaxis.set_major_formatter(ScalarFormatter())
+        axis.legend()
+    else:
+        _no_data(axis, "priced level with an accepted response")
+    axis.set(title=f"Cost per accepted response (circled: best level with >= {min_attainment:.0%} accepted)",
+             xlabel="concurrency", ylabel="USD per 1,000 accepted responses (log)")
     axis.grid(alpha=0.3, which="both")
-    axis.legend()
     cost_plot = out / COST_PLOT
     figure.savefig(cost_plot, dpi=110)
     plt.close(figure)
@@ -257,16 +328,20 @@ def plot(a: Run, b: Run, out: Path) -> list[Path]:
 
 
 def compare(path_a: Path, path_b: Path, out: Path, *, min_gain: float = DEFAULT_MIN_GAIN,
-            labels: tuple[str | None, str | None] = (None, None), plots: bool = True) -> dict[str, Any]:
+            min_attainment: float = DEFAULT_MIN_ATTAINMENT, labels: tuple[str | None, str | None] = (None, None),
+            plots: bool = True) -> dict[str, Any]:
     a, b = load(path_a, labels[0]), load(path_b, labels[1])
     if a.label == b.label:
         a, b = load(path_a, labels[0] or f"{a.label} (A)"), load(path_b, labels[1] or f"{b.label} (B)")
     if not 0 <= min_gain < 1:
-        raise BenchError(f"min_gain: between 0 and 1 (got {min_gain})")
+        raise BenchError(f"min_gain: between 0 and 1 (got {min_gain})", [("min_gain", f"between 0 and 1 (got {min_gain})")])
+    if not 0 < min_attainment <= 1:
+        raise BenchError(f"min_attainment: above 0 and at most 1 (got {min_attainment})",
+                         [("min_attainment", f"above 0 and at most 1 (got {min_attainment})")])
     out.mkdir(parents=True, exist_ok=True)
-    decision = verdict(a, b, min_gain)
+    decision = verdict(a, b, min_gain, min_attainment)
     (out / VERDICT_FILE).write_text(json.dumps(decision, indent=2) + "\n")
     (out / REPORT_FILE).write_text(markdown(a, b, decision))
     if plots:
-        plot(a, b, out)
+        plot(a, b, out, min_attainment)
     return decision

@@ -44,7 +44,19 @@ KV_TRANSFER_METRIC = "nixl_xfer_time_seconds"
 
 
 class BenchError(Exception):
-    """The run cannot start or its output cannot be read; the message says which and why."""
+    """The run cannot start or its output cannot be read; the message says which and why.
+
+    ``problems`` holds ``(setting, sentence)`` pairs when settings are refused, so the command
+    line can name its own flag for each setting (``slo_ttft_ms`` is ``--slo-ttft-ms``).
+    """
+
+    def __init__(self, message: str, problems: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
+class BenchIncomplete(BenchError):
+    """AIPerf stopped before the level's requests were sent, or a level served no request."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,8 @@ class BenchSettings:
     """Ask for exactly ``osl`` tokens (vLLM's ``ignore_eos``), so both topologies do the same work."""
     request_timeout_s: float = 600.0
     agreement_prompts: int = len(agreement.PROMPTS)
+    tokenizer_revision: str | None = None
+    """The model revision (``model.revision``), so prompts are built with the deployed tokenizer."""
     seed: int = 0
     deployment: dict[str, Any] = field(default_factory=dict)
     """What was measured (topology, instance types, price table date); copied into ``run.json``."""
@@ -83,29 +97,31 @@ class BenchSettings:
     """The ``aiperf`` program; default: beside this Python, then on ``PATH``."""
 
     def __post_init__(self) -> None:
-        problems = []
+        problems: list[tuple[str, str]] = []
         if not self.concurrency or any(not isinstance(c, int) or c < 1 for c in self.concurrency):
-            problems.append(f"concurrency: each level must be a whole number >= 1 (got {list(self.concurrency)})")
-        if len(set(self.concurrency)) != len(self.concurrency):
-            problems.append(f"concurrency: levels repeat (got {list(self.concurrency)})")
+            problems.append(("concurrency", f"each level must be a whole number >= 1 (got {list(self.concurrency)})"))
+        elif len(set(self.concurrency)) != len(self.concurrency):
+            problems.append(("concurrency", f"levels repeat (got {list(self.concurrency)}); accepted: distinct levels"))
         for name in ("requests", "isl", "osl"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                problems.append(f"{name}: must be a whole number >= 1 (got {value!r})")
+                problems.append((name, f"must be a whole number >= 1 (got {value!r})"))
         for name in ("slo_ttft_ms", "slo_e2e_ms"):
             value = getattr(self, name)
             if value is not None and not value > 0:
-                problems.append(f"{name}: must be positive (got {value!r})")
-        if self.hourly_cost_usd is not None and not self.hourly_cost_usd >= 0:
-            problems.append(f"hourly_cost_usd: must be >= 0 (got {self.hourly_cost_usd!r})")
+                problems.append((name, f"must be a positive number of milliseconds (got {value!r})"))
+        # Zero would make every response free and every comparison infinite.
+        if self.hourly_cost_usd is not None and not self.hourly_cost_usd > 0:
+            problems.append(("hourly_cost_usd", f"must be a positive price (got {self.hourly_cost_usd!r})"))
         if self.replay_timestamps and not self.trace:
-            problems.append("replay_timestamps: needs a trace to replay")
+            problems.append(("replay_timestamps", "needs a trace to replay; accepted: with a trace file"))
         if self.replay_timestamps and len(self.concurrency) > 1:
-            problems.append(f"concurrency: a timestamp replay is one level, not a sweep (got {list(self.concurrency)})")
+            problems.append(("concurrency", f"a timestamp replay is one level, not a sweep (got {list(self.concurrency)})"))
         if not 0 <= self.agreement_prompts <= len(agreement.PROMPTS):
-            problems.append(f"agreement_prompts: between 0 and {len(agreement.PROMPTS)} (got {self.agreement_prompts})")
+            problems.append(("agreement_prompts",
+                             f"between 0 and {len(agreement.PROMPTS)} (got {self.agreement_prompts})"))
         if problems:
-            raise BenchError("; ".join(problems))
+            raise BenchError("; ".join(f"{name}: {sentence}" for name, sentence in problems), problems)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "concurrency": list(self.concurrency), "metrics_urls": list(self.metrics_urls)}
@@ -146,6 +162,7 @@ def aiperf_command(settings: BenchSettings, concurrency: int | None, artifact_di
                "--model", settings.model, "--url", settings.url,
                "--endpoint-type", "chat", "--streaming", "--use-server-token-count",
                "--tokenizer", settings.tokenizer,
+               *(["--tokenizer-revision", settings.tokenizer_revision] if settings.tokenizer_revision else []),
                "--random-seed", str(settings.seed),
                "--request-timeout-seconds", f"{settings.request_timeout_s:g}",
                "--no-gpu-telemetry", "--ui-type", ui,
@@ -210,12 +227,13 @@ def is_accepted(record: dict[str, Any], slo_ttft_ms: float | None, slo_e2e_ms: f
 
 
 def _metric(server_metrics: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
-    """A vLLM metric under whichever spelling the endpoints exported."""
+    """A vLLM metric's series under every spelling the endpoints exported (a plain vLLM server and
+    Ray's re-export can be scraped in one run)."""
     metrics = (server_metrics or {}).get("metrics") or {}
-    for prefix in METRIC_PREFIXES:
-        if prefix + name in metrics:
-            return {**metrics[prefix + name], "name": prefix + name}
-    return None
+    found = [prefix + name for prefix in METRIC_PREFIXES if prefix + name in metrics]
+    if not found:
+        return None
+    return {"name": ", ".join(found), "series": [s for n in found for s in metrics[n].get("series", [])]}
 
 
 def histogram_ms(server_metrics: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
@@ -224,16 +242,19 @@ def histogram_ms(server_metrics: dict[str, Any] | None, name: str) -> dict[str, 
     entry = _metric(server_metrics, name)
     if entry is None:
         return None
-    series = entry.get("series", [])
-    buckets = histogram.merge(s["buckets"] for s in series if s.get("buckets"))
+    # A series whose buckets AIPerf dropped (a counter reset during the run) is left out of the
+    # sum as well as the buckets, so the mean divides like by like.
+    series = [s for s in entry.get("series", []) if s.get("buckets")]
+    buckets = histogram.merge(s["buckets"] for s in series)
     count = max(buckets.values(), default=0)
-    if count <= 0:
+    p50, p95 = histogram.quantile(0.50, buckets), histogram.quantile(0.95, buckets)
+    if count <= 0 or p50 is None or p95 is None:
         return None
     # The mean is exact (sum / count); the percentiles are as fine as the buckets: vLLM's NIXL
     # histogram starts at 5 ms, so a p50 of 2.5 ms reads "under 5 ms".
     total = sum((s.get("stats") or {}).get("sum") or 0.0 for s in series)
-    return {"p50": _ms(histogram.quantile(0.50, buckets)), "p95": _ms(histogram.quantile(0.95, buckets)),
-            "mean": _ms(total / count), "count": int(count), "metric": entry["name"]}
+    return {"p50": _ms(p50), "p95": _ms(p95), "mean": _ms(total / count), "count": int(count),
+            "metric": entry["name"]}
 
 
 def kv_transfer_ms(server_metrics: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -325,6 +346,10 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     ``none`` its log goes to ``raw/<level>/aiperf.log`` and ``progress`` gets one line per step.
     """
     out.mkdir(parents=True, exist_ok=True)
+    # A rerun into the same directory must not leave the last run's files to be read as this one's.
+    for stale in (SUMMARY_FILE, AGREEMENT_FILE, RUN_FILE):
+        (out / stale).unlink(missing_ok=True)
+    shutil.rmtree(out / RAW_DIR, ignore_errors=True)
     levels: list[int | None] = [None] if settings.replay_timestamps else list(settings.concurrency)
     started = time.time()
     (out / RUN_FILE).write_text(json.dumps({"settings": settings.to_json(), "aiperf_version": AIPERF_VERSION,
@@ -332,8 +357,6 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     entries = []
     for index, concurrency in enumerate(levels, 1):
         artifact_dir = out / RAW_DIR / level_name(concurrency)
-        if artifact_dir.exists():
-            shutil.rmtree(artifact_dir)  # a rerun into the same DIR must not read the last run's files
         artifact_dir.mkdir(parents=True)
         command = aiperf_command(settings, concurrency, artifact_dir, ui=ui)
         what = "trace timestamps" if concurrency is None else f"concurrency {concurrency}"
@@ -344,10 +367,9 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
             code = subprocess.run(command, stdout=None if ui != "none" else log,
                                   stderr=subprocess.STDOUT if ui == "none" else None,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False).returncode
-        # AIPerf exits 1 when every request failed, after exporting the failed records: that level
-        # is a result (nothing accepted), not a broken run. Without the records it is broken.
-        if code != 0 and not (artifact_dir / "profile_export.jsonl").exists():
-            raise BenchError(f"aiperf exited with {code} at {what}; its log: {artifact_dir / 'aiperf.log'}")
+        log_file = artifact_dir / ("aiperf.log" if ui == "none" else "logs/aiperf.log")
+        if code != 0:
+            _check_failed_level(artifact_dir, settings, concurrency, code, what, log_file)
         entry = summarize_level(artifact_dir, settings, concurrency, aiperf_exit_code=code)
         entries.append(entry)
         progress(f"[{index}/{len(levels)}] {what}: {entry['requests_ok']} ok, {entry['requests_failed']} failed, "
@@ -362,7 +384,27 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
         errors = sum(1 for c in recorded["completions"] if c["error"])
         progress(f"agreement: {len(recorded['completions']) - errors} recorded, {errors} failed")
     _write_summary(out, entries)
+    served_nothing = [level_name(e["concurrency"]) for e in entries if e["requests_ok"] == 0]
+    if served_nothing:
+        raise BenchIncomplete(f"no request succeeded at {', '.join(served_nothing)} (summary.json has the "
+                              f"errors; first check --url and --model): {settings.url}")
     return entries
+
+
+def _check_failed_level(artifact_dir: Path, settings: BenchSettings, concurrency: int | None, code: int,
+                        what: str, log_file: Path) -> None:
+    """AIPerf exits 1 when every request failed, after exporting them all: that level is a result
+    (nothing accepted). Any other early exit leaves a partial record file that must not be read
+    as a measurement."""
+    records_file = artifact_dir / "profile_export.jsonl"
+    records = [r for r in _records(records_file)
+               if r.get("metadata", {}).get("benchmark_phase", "profiling") == "profiling"] \
+        if records_file.exists() else []
+    complete = concurrency is None or len(records) >= settings.requests
+    if not records or not complete or any(not r.get("error") for r in records):
+        expected = f"{settings.requests} requests" if concurrency is not None else "the trace's requests"
+        raise BenchIncomplete(f"aiperf exited with {code} at {what} after recording {len(records)} of "
+                              f"{expected}; its log: {log_file}")
 
 
 def _write_summary(out: Path, entries: list[dict[str, Any]]) -> None:

@@ -6,7 +6,8 @@ measurement path is the one in-cluster clients take. Not part of the deployment:
 demand, applied with ``kubectl apply``, deleted when the results are copied.
 
 - ConfigMap ``<job>``: the modules of :mod:`ray_llm_eks.bench` (mounted as the package
-  ``rayllmeks_bench``) and ``bench.json``, the run's settings.
+  ``rayllmeks_bench``), ``bench.json`` (the run's settings) and, for a trace replay, the trace
+  (at most :data:`MAX_TRACE_BYTES`).
 - Job ``<job>``: the serving image's Python (already on the node: nothing new to pull) installs
   AIPerf into a virtualenv (or, without the venv module, a ``pip --target`` directory) on an
   ``emptyDir`` at start (the NAT gateway's way out, as the model
@@ -37,6 +38,9 @@ PROGRAM_DIR = "/opt/rayllmeks-bench"
 WORK_DIR = "/work"
 OUT_DIR = f"{WORK_DIR}/out"
 SETTINGS_FILE = "bench.json"
+TRACE_FILE = "trace.jsonl"
+MAX_TRACE_BYTES = 900_000
+"""A ConfigMap holds at most 1 MiB in all; the program's modules and settings take the rest."""
 FETCHED_MARKER = ".fetched"
 AIPERF_IN_POD = f"{WORK_DIR}/bin/aiperf"
 DEFAULT_HOLD_SECONDS = 3600
@@ -85,16 +89,20 @@ class BenchJobChart(cdk8s.Chart):
     """The ConfigMap and Job of one benchmark run (see the module docstring)."""
 
     def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec, settings: dict[str, Any],
-                 hold_seconds: int = DEFAULT_HOLD_SECONDS) -> None:
+                 hold_seconds: int = DEFAULT_HOLD_SECONDS, trace_text: str | None = None) -> None:
         super().__init__(scope, id, namespace=spec.namespace)
         settings = {**settings, "aiperf": AIPERF_IN_POD}
-        self.job_name = bench_job_name(spec.service_name, settings)
+        extra = {}
+        if trace_text is not None:
+            settings["trace"] = f"{PROGRAM_DIR}/{TRACE_FILE}"
+            extra[TRACE_FILE] = trace_text
+        self.job_name = bench_job_name(spec.service_name, {**settings, **extra})
         labels = {pod_templates.INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: BENCH_COMPONENT}
         program = bundle.files()
         k8s.KubeConfigMap(self, "Program", metadata=k8s.ObjectMeta(name=self.job_name, labels=labels),
-                          data={**program, SETTINGS_FILE: json.dumps(settings, indent=2, sort_keys=True)})
+                          data={**program, SETTINGS_FILE: json.dumps(settings, indent=2, sort_keys=True), **extra})
         items = [k8s.KeyToPath(key=f, path=f"{bundle.IN_CLUSTER_PACKAGE}/{f}") for f in sorted(program)]
-        items.append(k8s.KeyToPath(key=SETTINGS_FILE, path=SETTINGS_FILE))
+        items += [k8s.KeyToPath(key=f, path=f) for f in (SETTINGS_FILE, *extra)]
         k8s.KubeJob(self, "Job", metadata=k8s.ObjectMeta(name=self.job_name, labels=labels), spec=k8s.JobSpec(
             backoff_limit=0,
             template=k8s.PodTemplateSpec(
@@ -128,8 +136,9 @@ class BenchJobChart(cdk8s.Chart):
         ))
 
 
-def render_bench_job(spec: ServingSpec, settings: dict[str, Any], hold_seconds: int = DEFAULT_HOLD_SECONDS) -> tuple[str, str]:
-    """The Job's name and its manifests as one YAML document stream."""
+def render_bench_job(spec: ServingSpec, settings: dict[str, Any], hold_seconds: int = DEFAULT_HOLD_SECONDS,
+                     trace_text: str | None = None) -> tuple[str, str]:
+    """The Job's name and its manifests as one YAML document stream (the trace, if any, rides in the ConfigMap)."""
     app = cdk8s.App()
-    chart = BenchJobChart(app, "bench", spec=spec, settings=settings, hold_seconds=hold_seconds)
+    chart = BenchJobChart(app, "bench", spec=spec, settings=settings, hold_seconds=hold_seconds, trace_text=trace_text)
     return chart.job_name, app.synth_yaml()

@@ -100,7 +100,9 @@ def test_raw_output_and_the_command_are_kept(sweep):
         assert f"--concurrency {entry['concurrency']}" in command and "--use-server-token-count" in command
     run_info = read_json(out / runner.RUN_FILE)
     assert run_info["aiperf_version"] == runner.AIPERF_VERSION
-    assert run_info["settings"]["deployment"]["topology"] == "disaggregated"
+    # No --config: priced as the reference deployment, but what serves --url is not known.
+    assert run_info["settings"]["deployment"]["topology"] is None
+    assert run_info["settings"]["deployment"]["config"] == "none (priced as the reference deployment)"
 
 
 def test_progress_is_printed_per_level(sweep):
@@ -136,13 +138,30 @@ def test_failed_requests_are_counted_and_never_accepted(mock_servers, tokenizer_
     assert entry["accepted_responses"] == entry["requests_ok"]  # no SLO set: every success is accepted
 
 
+def test_a_server_that_fails_every_request_is_recorded_and_the_bench_exits_1(mock_servers, tokenizer_dir,
+                                                                             tmp_path, cli):
+    url = mock_servers.start("always-failing", "--ttft-ms", "5", "--itl-ms", "1", "--fail-after-requests", "0")
+    result = cli("bench", "--url", url, "--model", "tiny", "--tokenizer", str(tokenizer_dir), "--isl", "16",
+                 "--osl", "4", "--concurrency", "2", "--requests", "6", "--agreement-prompts", "0",
+                 "--out", str(tmp_path), check=False)
+    assert result.returncode == 1
+    assert "no request succeeded at c2" in " ".join(result.stderr.split())
+    (entry,) = read_json(tmp_path / runner.SUMMARY_FILE)  # the failures are a result, kept
+    assert (entry["requests_ok"], entry["requests_failed"], entry["accepted_responses"]) == (0, 6, 0)
+    assert entry["aiperf_exit_code"] == 1 and entry["cost_per_accepted_response_usd"] is None
+
+
 def test_a_trace_is_replayed_at_its_timestamps(mock_servers, tokenizer_dir, tmp_path, cli):
     url = mock_servers.start("trace", "--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "8")
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps({"timestamp": i * 100, "input_length": 24, "output_length": 8,
                                          "hash_ids": [i]}) + "\n" for i in range(6)))
+    # A previous run's agreement.json in the same directory must not survive a run that records none.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / runner.AGREEMENT_FILE).write_text("{}")
     cli("bench", "--url", url, "--model", "tiny", "--tokenizer", str(tokenizer_dir), "--trace", str(trace),
-        "--replay-timestamps", "--concurrency", "1", "--agreement-prompts", "0", "--out", str(tmp_path / "run"))
+        "--replay-timestamps", "--agreement-prompts", "0", "--out", str(tmp_path / "run"))
+    assert not (tmp_path / "run" / runner.AGREEMENT_FILE).exists()
     (entry,) = read_json(tmp_path / "run" / runner.SUMMARY_FILE)
     assert entry["concurrency"] is None and entry["raw"] == "raw/trace-timestamps"
     assert entry["requests_ok"] == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,20 +24,36 @@ def test_emit_job_prints_a_job_for_the_service_and_how_to_fetch_its_results(tmp_
     assert result.exit_code == 0, result.output
     documents = [d for d in yaml.safe_load_all(result.stdout.split("kubectl apply")[0]) if d]
     assert [d["kind"] for d in documents] == ["ConfigMap", "Job"]
-    assert "kubectl cp" in result.output and ".fetched" in result.output
+    assert "kubectl cp" in result.output and "-- touch /work/out/.fetched" in result.output
+    assert "'[bench] exit 0'" in result.output  # printed as text, not taken for markup
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--url", "http://x", "--workload", "huge"], "--workload: unknown preset (got 'huge'); accepted: short-chat, long-prompt, long-answer"),
     (["--url", "http://x", "--isl", "4000", "--osl", "200"], "--isl + --osl: 4000 + 200 tokens exceed model.max_model_len (4096)"),
     ([], "--url: missing"),
-    (["--emit-job", "--trace", "t.jsonl"], "--trace: a trace file cannot ride in the Job yet"),
-    (["--url", "http://x", "--concurrency", "4,4"], "concurrency: levels repeat"),
+    (["--url", "http://x", "--concurrency", "4,4"], "--concurrency: levels repeat (got [4, 4]); accepted: distinct levels"),
+    (["--url", "http://x", "--slo-ttft-ms", "0"], "--slo-ttft-ms: must be a positive number of milliseconds (got 0.0)"),
+    (["--url", "http://x", "--hourly-cost-usd", "0"], "--hourly-cost-usd: must be a positive price (got 0.0)"),
+    (["--url", "http://x", "--trace", "missing.jsonl"], "--trace: no such file (got 'missing.jsonl')"),
+    (["--url", "http://x", "--replay-timestamps"], "--replay-timestamps: needs a trace to replay"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(tmp_path, args, message):
     result = invoke("bench", *args, "--out", str(tmp_path))
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+def test_emit_job_carries_the_trace_in_its_config_map(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [0]}\n')
+    result = invoke("bench", "--emit-job", "--trace", str(trace), "--replay-timestamps", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    config_map = next(yaml.safe_load_all(result.stdout.split("kubectl apply")[0]))
+    assert config_map["data"]["trace.jsonl"] == trace.read_text()
+    settings = json.loads(config_map["data"]["bench.json"])
+    assert settings["trace"] == "/opt/rayllmeks-bench/trace.jsonl" and settings["replay_timestamps"] is True
+    assert settings["concurrency"] == [1]
 
 
 def test_a_concurrency_that_is_not_a_list_of_numbers_is_a_usage_error(tmp_path):

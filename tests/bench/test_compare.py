@@ -32,11 +32,26 @@ def report(tmp_path_factory):
         os.chdir(here)
 
 
-def best_per_dollar(run: Path) -> tuple[int, float]:
-    """By hand: the level with the lowest cost per accepted response, and 1 / that cost."""
+def best_per_dollar(run: Path, min_attainment: float = 0.9) -> tuple[int, float]:
+    """By hand: among levels with at least 90 % of requests accepted, the lowest cost per accepted response."""
     entries = json.loads((run / SUMMARY_FILE).read_text())
-    best = min((e for e in entries if e["cost_per_accepted_response_usd"]), key=lambda e: e["cost_per_accepted_response_usd"])
+    eligible = [e for e in entries if e["cost_per_accepted_response_usd"] is not None
+                and e["accepted_responses"] / (e["requests_ok"] + e["requests_failed"]) >= min_attainment]
+    best = min(eligible, key=lambda e: e["cost_per_accepted_response_usd"])
     return best["concurrency"], 1 / best["cost_per_accepted_response_usd"]
+
+
+def test_a_level_that_misses_the_slos_too_often_is_not_a_best_level(tmp_path):
+    """The cheapest level per accepted response is not a best level when fewer than 90 % of its
+    requests were accepted: a load nobody could sell."""
+    def overloaded(run, summary, _):
+        top = max(summary, key=lambda e: e["concurrency"])
+        top["accepted_responses"] = int(0.85 * (top["requests_ok"] + top["requests_failed"]))
+        top["cost_per_accepted_response_usd"] = min(e["cost_per_accepted_response_usd"] for e in summary) / 2
+    run = compare.load(copy_run(COLOCATED, tmp_path / "overloaded", overloaded))
+    top = max(e["concurrency"] for e in run.entries)
+    assert run.best(min_attainment=0.8)["concurrency"] == top
+    assert run.best()["concurrency"] == max(e["concurrency"] for e in run.entries if e["concurrency"] != top)
 
 
 def test_the_known_winner_wins_for_the_stated_reason(report):
@@ -57,6 +72,18 @@ def test_swapping_the_runs_rejects_the_loser_not_the_topology(tmp_path):
     assert decision["gain"] < 0
 
 
+@pytest.mark.parametrize("first_is_better", [True, False])
+def test_the_threshold_is_the_same_whichever_run_is_named_first(tmp_path, first_is_better):
+    """5.2 % better must win in either order (a/b - 1 = 5.2 % but b/a - 1 = -4.9 %)."""
+    def cheaper(run, summary, _):
+        for entry in summary:
+            entry["cost_per_accepted_response_usd"] /= 1.052
+    better = copy_run(COLOCATED, tmp_path / "better", cheaper)
+    a, b = (better, COLOCATED) if first_is_better else (COLOCATED, better)
+    decision = compare.compare(a, b, tmp_path / "o", plots=False)
+    assert decision["winner"] == ("colocated (A)" if first_is_better else "colocated (B)")
+
+
 def test_the_same_run_twice_is_no_difference_and_keeps_it_simple(tmp_path):
     decision = compare.compare(COLOCATED, COLOCATED, tmp_path, plots=False)
     assert decision["decision"] == "no-difference" and decision["gain"] == 0
@@ -64,11 +91,13 @@ def test_the_same_run_twice_is_no_difference_and_keeps_it_simple(tmp_path):
 
 
 def test_a_gain_below_the_threshold_keeps_the_colocated_baseline(tmp_path):
-    _, per_dollar_a = best_per_dollar(DISAGGREGATED)
-    _, per_dollar_b = best_per_dollar(COLOCATED)
-    gain = per_dollar_a / per_dollar_b - 1
-    decision = compare.compare(DISAGGREGATED, COLOCATED, tmp_path, min_gain=gain + 0.01, plots=False)
-    assert decision["decision"] == "no-difference"
+    def colocated_3_percent_dearer(run, summary, _):
+        run["settings"]["deployment"]["topology"] = "colocated"
+        for entry in summary:
+            entry["cost_per_accepted_response_usd"] *= 1.03
+    baseline = copy_run(DISAGGREGATED, tmp_path / "colocated", colocated_3_percent_dearer)
+    decision = compare.compare(DISAGGREGATED, baseline, tmp_path / "o", plots=False)
+    assert decision["decision"] == "no-difference" and decision["gain"] == pytest.approx(0.03)
     assert "Keep colocated, the simpler topology" in decision["reason"]
 
 
@@ -123,9 +152,21 @@ def test_diverging_greedy_outputs_are_reported_with_a_warning(tmp_path):
     agreement = decision["agreement"]
     assert (agreement["identical"], agreement["compared"]) == (15, 16)
     assert agreement["divergences"][0]["first_difference_at_char"] == 5
-    assert "Warning: greedy outputs agree on 15 of 16 prompts" in decision["reason"]
+    assert "Warning: greedy outputs agree on 15 of 16 prompts;" in decision["reason"]
     report = (tmp_path / "o" / compare.REPORT_FILE).read_text()
     assert "15 of 16 prompts identical (94%)" in report
+
+
+def test_failed_agreement_prompts_warn_even_when_the_rest_agree(tmp_path):
+    def failing(run, summary, completions):
+        for completion in completions["completions"]:
+            completion["text"], completion["error"] = "", "HTTPError: HTTP Error 500"
+    decision = compare.compare(DISAGGREGATED, copy_run(COLOCATED, tmp_path / "f", failing), tmp_path / "o", plots=False)
+    assert decision["agreement"]["rate"] == 0.0 and len(decision["agreement"]["errors"]) == 16
+    assert "agree on 0 of 16 prompts, 16 failed on a side" in decision["reason"]
+    report = (tmp_path / "o" / compare.REPORT_FILE).read_text()
+    assert "0 of 16 prompts identical (0%)" in report
+    assert "failed: disaggregated: ok; colocated: HTTPError: HTTP Error 500" in report
 
 
 def test_the_report_shows_every_level_of_both_runs(report):
@@ -135,7 +176,9 @@ def test_the_report_shows_every_level_of_both_runs(report):
     assert decision["reason"] in text
     for run in (DISAGGREGATED, COLOCATED):
         for entry in json.loads((run / SUMMARY_FILE).read_text()):
-            assert f"| {entry['concurrency']} | {run.name} | {entry['requests_ok']} |" in text
+            assert f"| {entry['concurrency']} | {run.name} | {entry['requests_ok']} |" in text.replace(" **best**", "")
+    for run in (DISAGGREGATED, COLOCATED):
+        assert f"| {best_per_dollar(run)[0]} | {run.name} **best** |" in text
     assert "16 of 16 prompts identical (100%)" in text
     assert json.loads((out / compare.VERDICT_FILE).read_text()) == json.loads(json.dumps(decision))
 
@@ -152,6 +195,36 @@ def test_both_plots_are_rendered(report):
     assert width > 1000 and height > 400
     width, height = png_size(out / compare.COST_PLOT)
     assert width > 600 and height > 400
+
+
+@pytest.mark.parametrize("case", ["every-request-failed", "unpriced", "trace-replay"])
+def test_levels_without_figures_are_reported_and_plotted_without_a_crash(tmp_path, case):
+    def edit(run, summary, _):
+        for entry in summary:
+            if case == "every-request-failed" and entry["concurrency"] == 32:
+                entry.update(requests_ok=0, requests_failed=64, accepted_responses=0, output_tokens_per_s=0.0,
+                             cost_per_accepted_response_usd=None, cost_per_million_output_tokens_usd=None,
+                             aiperf_exit_code=1, **{m: {"p50": None, "p95": None, "p99": None}
+                                                   for m in ("ttft_ms", "itl_ms", "e2e_ms")})
+            if case == "unpriced":
+                entry.update(cost_per_accepted_response_usd=None, cost_per_million_output_tokens_usd=None,
+                             hourly_cost_usd=None)
+        if case == "trace-replay":
+            del summary[1:]
+            summary[0]["concurrency"] = None
+            run["settings"].update(trace="/t.jsonl", replay_timestamps=True)
+    runs = [copy_run(r, tmp_path / r.name, edit) for r in (DISAGGREGATED, COLOCATED)]
+    decision = compare.compare(*runs, tmp_path / "out")
+    for name in (compare.LATENCY_PLOT, compare.COST_PLOT):
+        assert png_size(tmp_path / "out" / name)[0] > 600
+    report = (tmp_path / "out" / compare.REPORT_FILE).read_text()
+    if case == "every-request-failed":
+        assert "| 32 | colocated | 0 | 64 | 0 (0%) | n/a/n/a/n/a |" in report
+        assert "AIPerf reported failure at disaggregated c32, colocated c32" in decision["reason"]
+    elif case == "unpriced":
+        assert decision["decision"] == "not-comparable"
+    else:
+        assert "| trace | disaggregated |" in report and "at its timestamps" in report
 
 
 def test_the_committed_worked_example_is_this_comparison(report):
