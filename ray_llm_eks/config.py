@@ -220,9 +220,11 @@ class ClusterConfig(_Shape):
     kubernetes_version: str = infra.DEFAULT_KUBERNETES_VERSION
     """Must match the kubectl layer the library ships (aws-cdk.lambda-layer-kubectl-v35)."""
     endpoint_access: str = infra.DEFAULT_ENDPOINT_ACCESS
-    """EKS API endpoint: public-and-private, private, or public."""
+    """EKS API endpoint: private (reachable from the VPC only), or public-and-private (the public side open to public_access_cidrs)."""
     public_access_cidrs: list[str] = list(infra.DEFAULT_PUBLIC_ACCESS_CIDRS)
-    """CIDR blocks allowed to reach the public endpoint; narrow this to your networks."""
+    """With public-and-private: the CIDR blocks allowed to reach the public side (never 0.0.0.0/0)."""
+    bootstrap_cluster_creator_admin_permissions: bool = infra.DEFAULT_BOOTSTRAP_CLUSTER_CREATOR_ADMIN
+    """Whether the CloudFormation execution role becomes cluster admin; admins come from admin_role_arn. Changing it replaces the cluster."""
     admin_role_arn: str | None = None
     """An IAM role granted cluster admin through an EKS access entry."""
     control_plane_logs: list[str] = list(infra.DEFAULT_CONTROL_PLANE_LOGS)

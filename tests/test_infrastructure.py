@@ -78,15 +78,29 @@ def test_control_plane_logging_api_audit_authenticator(default):
     assert sorted(t["Type"] for t in enabled) == ["api", "audit", "authenticator"]
 
 
-def test_endpoint_is_public_and_private_with_an_allow_list(default, synth):
+def test_the_endpoint_is_private_by_default_and_public_only_for_named_cidrs(default, synth):
     access = props(single(default.resources("AWS::EKS::Cluster")))["ResourcesVpcConfig"]
-    assert access["EndpointPublicAccess"] is True
+    assert access["EndpointPublicAccess"] is False
     assert access["EndpointPrivateAccess"] is True
-    assert access["PublicAccessCidrs"] == ["0.0.0.0/0"]
+    assert "PublicAccessCidrs" not in access
 
-    narrowed = synth({"cluster": {"public_access_cidrs": ["203.0.113.0/24"]}})
-    access = props(single(narrowed.resources("AWS::EKS::Cluster")))["ResourcesVpcConfig"]
+    opened = synth({"cluster": {"endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24"]}})
+    access = props(single(opened.resources("AWS::EKS::Cluster")))["ResourcesVpcConfig"]
+    assert (access["EndpointPublicAccess"], access["EndpointPrivateAccess"]) == (True, True)
     assert access["PublicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_the_kubectl_handler_runs_in_the_vpc_so_a_private_endpoint_is_reachable(default):
+    handlers = [r for logical_id, r in default.resources("AWS::Lambda::Function").items()
+                if "KubectlProvider" in logical_id and "Handler" in logical_id]
+    assert handlers, "the kubectl handler must be placed in the VPC"
+    for handler in handlers:
+        assert props(handler)["VpcConfig"]["SubnetIds"] and props(handler)["VpcConfig"]["SecurityGroupIds"]
+
+
+def test_the_cloudformation_role_does_not_become_cluster_admin(default):
+    cluster = props(single(default.resources("AWS::EKS::Cluster")))
+    assert cluster["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False
 
 
 def test_kubectl_layer_is_v35_and_used_by_the_kubectl_handler(default):

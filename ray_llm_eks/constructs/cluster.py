@@ -30,7 +30,6 @@ LOG_TYPES = {
 ENDPOINT_ACCESS = {
     "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
     "private": eks.EndpointAccess.PRIVATE,
-    "public": eks.EndpointAccess.PUBLIC,
 }
 
 # Installed before any node joins: a node is NotReady until the VPC CNI runs on it.
@@ -47,8 +46,11 @@ class InferenceCluster(Construct):
     - No Auto Mode, no default capacity: node groups are added by ``SystemNodeGroup`` and
       ``EfaGpuNodeGroup``.
     - Control-plane logs: api, audit, authenticator.
-    - Endpoint: public and private; the public side open to ``public_access_cidrs``
-      (default ``0.0.0.0/0``; narrow it to your office or CI ranges).
+    - Endpoint: private, reachable from the VPC only (the kubectl handler runs in the VPC's private
+      subnets); ``public-and-private`` opens a public side to ``public_access_cidrs``, never to
+      ``0.0.0.0/0``. The project's nag rule ``RayLlmEks-EKS1`` checks the template for it.
+    - ``bootstrap_cluster_creator_admin_permissions`` False: the CloudFormation execution role
+      does not become cluster admin (changing it later replaces the cluster).
     - Managed add-ons vpc-cni, kube-proxy, eks-pod-identity-agent and coredns, each at the
       default version for the cluster's Kubernetes version. EKS does not also install its
       self-managed copies (``bootstrap_self_managed_addons=False``), so exactly one owner
@@ -71,6 +73,7 @@ class InferenceCluster(Construct):
         public_access_cidrs: Sequence[str] = infra.DEFAULT_PUBLIC_ACCESS_CIDRS,
         control_plane_logs: Sequence[str] = infra.DEFAULT_CONTROL_PLANE_LOGS,
         admin_role_arn: str | None = None,
+        bootstrap_cluster_creator_admin_permissions: bool = infra.DEFAULT_BOOTSTRAP_CLUSTER_CREATOR_ADMIN,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.kubernetes_version, kubernetes_version, "kubernetes_version")
@@ -80,7 +83,7 @@ class InferenceCluster(Construct):
         validated(self, infra.control_plane_logs, list(control_plane_logs), "control_plane_logs")
         validated(self, infra.admin_role_arn, admin_role_arn, "admin_role_arn")
         access = ENDPOINT_ACCESS[endpoint_access]
-        if endpoint_access != "private":
+        if endpoint_access == "public-and-private":
             access = access.only_from(*public_access_cidrs)
         self.control_plane_logs = tuple(control_plane_logs)
 
@@ -94,6 +97,7 @@ class InferenceCluster(Construct):
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
             bootstrap_self_managed_addons=False,
+            bootstrap_cluster_creator_admin_permissions=bootstrap_cluster_creator_admin_permissions,
             endpoint_access=access,
             cluster_logging=[LOG_TYPES[t] for t in control_plane_logs],
             kubectl_provider_options=eks.KubectlProviderOptions(

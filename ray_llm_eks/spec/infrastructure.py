@@ -26,9 +26,19 @@ DEFAULT_FLOW_LOG_RETENTION_DAYS = 30
 DEFAULT_KUBERNETES_VERSION = "1.35"
 KUBERNETES_VERSIONS = ("1.35",)
 """Versions with a kubectl layer in the install (``aws-cdk.lambda-layer-kubectl-v35``)."""
-ENDPOINT_ACCESS_MODES = ("public-and-private", "private", "public")
-DEFAULT_ENDPOINT_ACCESS = "public-and-private"
-DEFAULT_PUBLIC_ACCESS_CIDRS = ("0.0.0.0/0",)
+ENDPOINT_ACCESS_MODES = ("private", "public-and-private")
+"""``public`` (no private side) is not offered: ``aws_eks_v2`` cannot restrict a public-only
+endpoint to CIDRs (``EndpointAccess.PUBLIC.only_from`` raises), so it would always be open to
+the internet, and the kubectl handler could not reach it from the VPC."""
+DEFAULT_ENDPOINT_ACCESS = "private"
+"""The Kubernetes API is reachable only from the VPC (the kubectl handler runs there); open a
+public side for named CIDRs with ``public-and-private`` (README, "Reach the cluster")."""
+DEFAULT_PUBLIC_ACCESS_CIDRS: tuple[str, ...] = ()
+DEFAULT_BOOTSTRAP_CLUSTER_CREATOR_ADMIN = False
+"""Whether the identity that creates the cluster (the CloudFormation execution role) silently
+becomes cluster admin. No: the kubectl handler gets admin through its own access entry
+(aws-cdk-lib ``aws_eks_v2``: ``grantClusterAdmin("ClusterAdminRoleAccess", kubectl role)``), and
+people get it through ``admin_role_arn``. Changing this later replaces the cluster."""
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
 
@@ -150,10 +160,15 @@ def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways")
 def public_access_cidrs(values: Sequence[str], endpoint_access: str,
                         field: str = "cluster.public_access_cidrs") -> tuple[str, ...]:
     for value in values:
-        _network(field, value, "203.0.113.0/24")
-    if endpoint_access != "private" and not values:
-        raise problem(field, list(values), f"endpoint_access {endpoint_access} needs at least one CIDR",
-                      "one or more CIDR blocks such as 203.0.113.0/24")
+        if _network(field, value, "203.0.113.0/24").prefixlen == 0:
+            raise problem(field, value, "opens the Kubernetes API to the whole internet",
+                          "the CIDR blocks of your networks, such as 203.0.113.0/24")
+    if endpoint_access == "public-and-private" and not values:
+        raise problem(field, list(values), "endpoint_access public-and-private needs the CIDRs allowed to reach "
+                      "the public side", "one or more CIDR blocks such as 203.0.113.0/24")
+    if endpoint_access == "private" and values:
+        raise problem(field, list(values), "a private endpoint has no public side to open",
+                      "no CIDRs, or endpoint_access public-and-private")
     return tuple(values)
 
 
