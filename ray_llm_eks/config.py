@@ -258,6 +258,12 @@ class ServingConfig(_Shape):
     """Worker pod privilege: privileged (the reference; NIXL registers CUDA memory with EFA) or ipc-lock (experimental)."""
     endpoint: EndpointType = ServingSpec.endpoint
     """How the OpenAI API on port 8000 is exposed: ClusterIP (port-forward) or internal-nlb."""
+    client_namespaces: list[str] = list(ServingSpec.client_namespaces)
+    """Namespaces whose pods may call the OpenAI API; every other pod in the cluster is denied (NetworkPolicy)."""
+    client_cidrs: list[str] = list(ServingSpec.client_cidrs)
+    """Networks that may call the OpenAI API; required with internal-nlb (its source ranges)."""
+    egress_cidrs: list[str] = list(ServingSpec.egress_cidrs)
+    """Where the pods may open HTTPS (model download, AWS and Kubernetes APIs); narrow to the VPC once the model is cached."""
 
 
 class VerificationConfig(_Shape):
@@ -283,6 +289,9 @@ _SERVING_FIELDS = {
     "service_name": "serving.service_name",
     "security_profile": "serving.security_profile",
     "endpoint": "serving.endpoint",
+    "client_namespaces": "serving.client_namespaces",
+    "client_cidrs": "serving.client_cidrs",
+    "egress_cidrs": "serving.egress_cidrs",
     "ray_version": "versions.ray",
     "prefill_tensor_parallel_size": "prefill.tensor_parallel_size",
     "decode_tensor_parallel_size": "decode.tensor_parallel_size",
@@ -405,6 +414,8 @@ class DeploymentConfig(_Shape):
                     service_name=self.serving.service_name, ray_version=self.versions.ray,
                     prefill_tensor_parallel_size=self.prefill.tensor_parallel_size,
                     decode_tensor_parallel_size=self.decode.tensor_parallel_size, strict=self.strict,
+                    client_namespaces=tuple(self.serving.client_namespaces),
+                    client_cidrs=tuple(self.serving.client_cidrs), egress_cidrs=tuple(self.serving.egress_cidrs),
                 )
             except SpecErrors as errors:
                 found.errors.extend(type(e)(_config_field(e.field), e.message) for e in errors)

@@ -98,6 +98,11 @@ def test_the_kubectl_handler_runs_in_the_vpc_so_a_private_endpoint_is_reachable(
         assert props(handler)["VpcConfig"]["SubnetIds"] and props(handler)["VpcConfig"]["SecurityGroupIds"]
 
 
+def test_the_vpc_cni_enforces_network_policy(default):
+    (cni,) = [r for r in default.resources("AWS::EKS::Addon").values() if props(r)["AddonName"] == "vpc-cni"]
+    assert json.loads(props(cni)["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+
+
 def test_the_cloudformation_role_does_not_become_cluster_admin(default):
     cluster = props(single(default.resources("AWS::EKS::Cluster")))
     assert cluster["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False

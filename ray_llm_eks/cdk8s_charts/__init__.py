@@ -5,6 +5,7 @@ Built from typed objects: core kinds through cdk8s-plus-35, pod templates throug
 that chose this over ``cdk8s import`` of the KubeRay CRD).
 """
 
+from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
 from .rayservice import RayService, RayServiceSpec, UpgradeStrategy
 from .serve_config import build_serve_config
 from .serving import (
@@ -20,6 +21,8 @@ from .verification import VERIFICATION_CHART_ID, GatePlan, VerificationChart, bu
 
 __all__ = [
     "NAMESPACE_CHART_ID",
+    "NETWORK_POLICY_CHART_ID",
+    "NetworkPolicyChart",
     "RAYSERVICE_CHART_ID",
     "RayService",
     "RayServiceChart",

@@ -1,8 +1,11 @@
 """The cdk8s charts of the serving layer, in apply order.
 
-1. ``serving-namespace``: the Namespace and the ServiceAccount the Ray pods run as (bound to an
-   IAM role through EKS Pod Identity by ``ray_llm_eks.constructs.serving``).
-2. ``serving-rayservice``: the KubeRay ``RayService`` and the Service of the OpenAI API.
+1. ``serving-namespace``: the Namespace (with its Pod Security Admission labels) and the
+   ServiceAccount the Ray pods run as (bound to an IAM role through EKS Pod Identity by
+   ``ray_llm_eks.constructs.serving``).
+2. ``serving-network-policy``: default deny, and what is allowed (:mod:`.network_policy`),
+   before any pod starts.
+3. ``serving-rayservice``: the KubeRay ``RayService`` and the Service of the OpenAI API.
 
 Chart ids are public API: they name the files in ``cdk.out/manifests/`` and the CDK constructs
 that apply them. Switching topology changes only what is inside ``serving-rayservice``.
@@ -18,6 +21,7 @@ import cdk8s_plus_35 as kplus
 from ..spec.placement import WORKER_ROLES
 from ..spec.serving import SERVE_PORT, EndpointType, ServingSpec
 from . import pod_templates, serve_config
+from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
 from .rayservice import (
     HeadGroupSpec,
     RayClusterConfig,
@@ -41,6 +45,22 @@ INTERNAL_NLB_ANNOTATIONS = {
 }
 
 
+POD_SECURITY_LEVEL_KEY = "pod-security.kubernetes.io/enforce"
+POD_SECURITY_LABELS = {
+    # The workers need what "baseline" forbids (hostPath for the model cache; privileged, or
+    # IPC_LOCK, for NIXL to register GPU memory with EFA), so the namespace enforces
+    # "privileged". "restricted" is audited and warned, so every pod that is looser than it is
+    # named in the API server's audit log and in kubectl's output. Who may run privileged here is
+    # narrowed by RBAC on the namespace and by the NetworkPolicies, not by this label.
+    POD_SECURITY_LEVEL_KEY: "privileged",
+    "pod-security.kubernetes.io/enforce-version": "v1.35",
+    "pod-security.kubernetes.io/audit": "restricted",
+    "pod-security.kubernetes.io/audit-version": "v1.35",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/warn-version": "v1.35",
+}
+
+
 def openai_service_name(service_name: str) -> str:
     """The Service of the OpenAI API for the RayService ``service_name``."""
     return f"{service_name}{OPENAI_SERVICE_SUFFIX}"
@@ -51,7 +71,8 @@ class ServingNamespaceChart(cdk8s.Chart):
 
     def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, id, disable_resource_name_hashes=True)
-        self.namespace_object = kplus.Namespace(self, "Namespace", metadata=cdk8s.ApiObjectMetadata(name=spec.namespace))
+        self.namespace_object = kplus.Namespace(self, "Namespace", metadata=cdk8s.ApiObjectMetadata(
+            name=spec.namespace, labels=dict(POD_SECURITY_LABELS)))
         self.service_account = kplus.ServiceAccount(
             self,
             "ServiceAccount",
@@ -115,6 +136,8 @@ class RayServiceChart(cdk8s.Chart):
                 annotations=dict(INTERNAL_NLB_ANNOTATIONS) if internal_nlb else None,
             ),
             type=kplus.ServiceType.LOAD_BALANCER if internal_nlb else kplus.ServiceType.CLUSTER_IP,
+            # The NLB's security group and NodePort admit only these (required by the spec).
+            load_balancer_source_ranges=list(spec.client_cidrs) if internal_nlb else None,
             ports=[
                 kplus.ServicePort(
                     name="http",
@@ -128,27 +151,36 @@ class RayServiceChart(cdk8s.Chart):
         # KubeRay's readiness probe on workers keeps a pod out until its proxy answers.
         self.openai_service.select_label(pod_templates.INSTANCE_LABEL, name)
         self.openai_service.select_label(pod_templates.SERVES_HTTP_LABEL, "true")
+        if internal_nlb:
+            # Local keeps the client's source address (no SNAT to a node IP at the NodePort), so
+            # the NetworkPolicy's client CIDRs see the real caller.
+            cdk8s.ApiObject.of(self.openai_service).add_json_patch(
+                cdk8s.JsonPatch.add("/spec/externalTrafficPolicy", "Local"))
 
 
 @dataclass(frozen=True)
 class ServingCharts:
     namespace: ServingNamespaceChart
+    network_policy: NetworkPolicyChart
     rayservice: RayServiceChart
 
     @property
     def charts(self) -> list[cdk8s.Chart]:
-        """Apply order: the namespace and service account before anything that lives in them."""
-        return [self.namespace, self.rayservice]
+        """Apply order: the namespace and service account before anything that lives in them, the
+        policies before any pod, so no pod starts with the namespace open."""
+        return [self.namespace, self.network_policy, self.rayservice]
 
 
 def build_serving_charts(app: cdk8s.App, spec: ServingSpec) -> ServingCharts:
     """The serving charts of ``spec``, in ``app`` (a ``cdk8s.App``: charts never sit under a CDK construct)."""
     namespace_chart = ServingNamespaceChart(app, NAMESPACE_CHART_ID, spec=spec)
+    policy_chart = NetworkPolicyChart(app, NETWORK_POLICY_CHART_ID, spec=spec)
+    policy_chart.add_dependency(namespace_chart)
     rayservice_chart = RayServiceChart(
         app,
         RAYSERVICE_CHART_ID,
         spec=spec,
         service_account_name=namespace_chart.service_account.name,
     )
-    rayservice_chart.add_dependency(namespace_chart)
-    return ServingCharts(namespace=namespace_chart, rayservice=rayservice_chart)
+    rayservice_chart.add_dependency(policy_chart)
+    return ServingCharts(namespace=namespace_chart, network_policy=policy_chart, rayservice=rayservice_chart)

@@ -120,8 +120,8 @@ class KubeRayOperator(Construct):
     must depend on it.
     """
 
-    NAMESPACE = "kuberay"
-    RELEASE = "kuberay-operator"
+    NAMESPACE = infra.KUBERAY_NAMESPACE
+    RELEASE = infra.KUBERAY_RELEASE
 
     def __init__(
         self,

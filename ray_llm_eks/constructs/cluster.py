@@ -36,6 +36,14 @@ ENDPOINT_ACCESS = {
 NETWORKING_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 # CoreDNS is a Deployment: it reports healthy only once a node can run it.
 DNS_ADDON = "coredns"
+ADDON_CONFIGURATION = {
+    # The VPC CNI enforces NetworkPolicy only when asked (its network policy agent, the second
+    # container of aws-node; add-on v1.14.0-eksbuild.3 or later, EKS user guide
+    # "cni-network-policy-configure"). The value is the string "true". Standard mode: a namespace
+    # is open until a policy selects its pods, so CoreDNS and kube-system keep working; the
+    # serving namespace gets default-deny policies before any pod (serving-network-policy).
+    "vpc-cni": {"enableNetworkPolicy": "true"},
+}
 
 
 class InferenceCluster(Construct):
@@ -51,8 +59,9 @@ class InferenceCluster(Construct):
       ``0.0.0.0/0``. The project's nag rule ``RayLlmEks-EKS1`` checks the template for it.
     - ``bootstrap_cluster_creator_admin_permissions`` False: the CloudFormation execution role
       does not become cluster admin (changing it later replaces the cluster).
-    - Managed add-ons vpc-cni, kube-proxy, eks-pod-identity-agent and coredns, each at the
-      default version for the cluster's Kubernetes version. EKS does not also install its
+    - Managed add-ons vpc-cni (with NetworkPolicy enforcement on), kube-proxy,
+      eks-pod-identity-agent and coredns, each at the default version for the cluster's
+      Kubernetes version. EKS does not also install its
       self-managed copies (``bootstrap_self_managed_addons=False``), so exactly one owner
       manages each.
     - An optional admin IAM role granted cluster admin through an access entry.
@@ -106,7 +115,8 @@ class InferenceCluster(Construct):
         )
         acknowledge_cluster(self.cluster)
         self.addons: dict[str, eks.Addon] = {
-            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name)
+            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+                            configuration_values=ADDON_CONFIGURATION.get(name))
             for name in (*NETWORKING_ADDONS, DNS_ADDON)
         }
         self.admin_access_entry: eks.AccessEntry | None = None

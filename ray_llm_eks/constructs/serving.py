@@ -97,12 +97,18 @@ class RayLlmServing(Construct):
     :param prefill_tensor_parallel_size: overrides ``model.tensor_parallel_size`` for prefill.
     :param decode_tensor_parallel_size: likewise for decode.
     :param strict: refuse an image without a digest or a model without a commit revision.
+    :param client_namespaces: namespaces whose pods may call the OpenAI API. Default: none (the
+        namespace denies all traffic but this deployment's own; a port-forward still works).
+    :param client_cidrs: networks that may call the OpenAI API; required with ``internal-nlb``
+        (the NLB's source ranges).
+    :param egress_cidrs: where the pods may open HTTPS. Default ``0.0.0.0/0`` (the model download
+        through the NAT gateway), always without the link-local range (no IMDS).
     :param verification: the deployment gate's settings. Default: ``VerificationSpec()``, a
         60-minute bound, 4 probes, CloudFormation waits for the verdict.
     :param depends_on: anything else the charts must be applied after.
 
     Public attributes: ``spec`` (the ``ServingSpec``), ``cdk8s_app``, ``charts`` (apply order:
-    ``serving-namespace``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
+    ``serving-namespace``, ``serving-network-policy``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
     ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
     ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``),
     ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
@@ -132,6 +138,9 @@ class RayLlmServing(Construct):
         prefill_tensor_parallel_size: int | None = None,
         decode_tensor_parallel_size: int | None = None,
         strict: bool = ServingSpec.strict,
+        client_namespaces: Sequence[str] = ServingSpec.client_namespaces,
+        client_cidrs: Sequence[str] = ServingSpec.client_cidrs,
+        egress_cidrs: Sequence[str] = ServingSpec.egress_cidrs,
         verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
@@ -144,6 +153,8 @@ class RayLlmServing(Construct):
             namespace=namespace, service_name=service_name, ray_version=ray_version,
             prefill_tensor_parallel_size=prefill_tensor_parallel_size,
             decode_tensor_parallel_size=decode_tensor_parallel_size, strict=strict,
+            client_namespaces=tuple(client_namespaces), client_cidrs=tuple(client_cidrs),
+            egress_cidrs=tuple(egress_cidrs),
         )
         if device_plugins is not None:
             uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))

@@ -42,6 +42,11 @@ people get it through ``admin_role_arn``. Changing this later replaces the clust
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
 
+KUBERAY_NAMESPACE = "kuberay"
+KUBERAY_RELEASE = "kuberay-operator"
+KUBERAY_OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
+"""The operator pod's labels (kuberay-operator chart 1.4.0, ``templates/_helpers.tpl``: the
+chart name); the serving namespace's NetworkPolicy admits it to the Ray dashboard with these."""
 DEFAULT_KUBERAY_VERSION = "1.4.0"
 """The RayService CRD schema the charts are tested against (``tests/data``)."""
 DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"

@@ -8,6 +8,7 @@ itself when built, so every entry point refuses the same combinations with the s
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -67,6 +68,15 @@ KV_BUFFER_DEVICES = ("cuda", "cpu")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
+
+
+def _is_cidr(value: str) -> bool:
+    try:
+        ipaddress.IPv4Network(value, strict=True)
+        return True
+    except ValueError:
+        return False
 
 
 def _is_int(value: Any) -> bool:
@@ -214,6 +224,16 @@ class ServingSpec:
     decode_tensor_parallel_size: int | None = None
     strict: bool = False
     """Refuse an image pinned by tag only or a model without a commit revision."""
+    client_namespaces: tuple[str, ...] = ()
+    """Namespaces whose pods may call the OpenAI API (port 8000). Nothing else in the cluster may:
+    the serving namespace denies all other traffic (``serving-network-policy``)."""
+    client_cidrs: tuple[str, ...] = ()
+    """Networks that may call the OpenAI API; with ``endpoint: internal-nlb`` also the NLB's
+    source ranges (required there: without them the NLB's NodePort opens to 0.0.0.0/0)."""
+    egress_cidrs: tuple[str, ...] = DEFAULT_EGRESS_CIDRS
+    """Where this deployment's pods may open HTTPS (443): the model download (Hugging Face and its
+    CDN through the NAT gateway), the Kubernetes API for the gate, CloudFormation's signal URL.
+    Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -229,6 +249,7 @@ class ServingSpec:
         if found.errors:
             found.raise_if_any()
         self._check_names(found)
+        self._check_access(found)
         self._check_image(found)
         tensor_parallel_ok = self._check_tensor_parallel(found)
         for role in WORKER_ROLES:
@@ -253,6 +274,35 @@ class ServingSpec:
             found.add(problem("service_name", self.service_name,
                               f"{len(self.service_name)} characters; KubeRay derives longer names from it",
                               f"at most {RAY_SERVICE_NAME_MAX} characters"))
+
+    def _check_access(self, found: Collector) -> None:
+        for name in ("client_namespaces", "client_cidrs", "egress_cidrs"):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                object.__setattr__(self, name, tuple(value))
+            else:
+                found.add(problem(name, value, "not a list", "a list (possibly empty)"))
+                return
+        for namespace in self.client_namespaces:
+            if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+                found.add(problem("client_namespaces", namespace, "not a namespace name",
+                                  "lowercase letters, digits and '-', at most 63"))
+        for name in ("client_cidrs", "egress_cidrs"):
+            for cidr in getattr(self, name):
+                try:
+                    ipaddress.IPv4Network(cidr, strict=True)
+                except (ValueError, TypeError):
+                    found.add(problem(name, cidr, "not an IPv4 CIDR block (network address / prefix length)",
+                                      "a block such as 10.0.0.0/16"))
+        if self.endpoint is EndpointType.internal_nlb:
+            if not self.client_cidrs:
+                found.add(problem("client_cidrs", [], "an internal NLB without source ranges opens its NodePort on "
+                                  "every node to 0.0.0.0/0 (the AWS cloud provider's default)",
+                                  "the CIDR blocks of the networks that call the API, such as 10.0.0.0/16"))
+            elif any(ipaddress.IPv4Network(c, strict=False).prefixlen == 0 for c in self.client_cidrs
+                     if isinstance(c, str) and _is_cidr(c)):
+                found.add(problem("client_cidrs", list(self.client_cidrs), "0.0.0.0/0 is every source",
+                                  "the CIDR blocks of the networks that call the API"))
 
     def _check_image(self, found: Collector) -> None:
         if not _is_resolved_region(self.region):

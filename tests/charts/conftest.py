@@ -35,7 +35,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "hardened": {
         "model": {"revision": PINNED_REVISION},
         "image": {"digest": DIGEST},
-        "serving": {"security_profile": "ipc-lock", "endpoint": "internal-nlb", "namespace": "llm", "service_name": "qwen"},
+        "serving": {"security_profile": "ipc-lock", "endpoint": "internal-nlb", "namespace": "llm", "service_name": "qwen",
+                    "client_cidrs": ["10.50.0.0/16"], "client_namespaces": ["apps"]},
         "nixl": {"kv_buffer_device": "cpu"},
         "strict": True,
     },

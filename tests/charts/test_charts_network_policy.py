@@ -1,0 +1,160 @@
+"""The serving namespace's NetworkPolicies, evaluated (tests/charts/netpol.py), not string-matched.
+
+The reference deployment (namespace ``inference``, service ``ray-llm``) and the hardened scenario
+(namespace ``llm``, service ``qwen``, internal NLB, clients from namespace ``apps`` and from a
+peered network, 10.50.0.0/16). Pods have VPC addresses (10.0.0.0/16) under the VPC CNI.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from netpol import Endpoint, allowed
+from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
+from ray_llm_eks.cdk8s_charts.pod_templates import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+from ray_llm_eks.spec.infrastructure import KUBERAY_NAMESPACE, KUBERAY_OPERATOR_POD_LABELS
+from ray_llm_eks.verification.gate import COMPONENT_LABEL
+
+KUBERNETES_VERSION = "1.35.0"
+GCS, DASHBOARD, SERVE, METRICS, EFA_COUNTERS = 6379, 8265, 8000, 8080, 9475
+
+
+def policies(rendered) -> list[dict]:
+    return rendered.objects[NETWORK_POLICY_CHART_ID]
+
+
+def pods(namespace: str, service: str) -> dict[str, Endpoint]:
+    """This deployment's pods as KubeRay and the charts label them, and a few strangers."""
+    own = {INSTANCE_LABEL: service}
+    return {
+        "head": Endpoint("10.0.1.10", namespace, {**own, RAY_ROLE_LABEL: "head", SERVES_HTTP_LABEL: "false"}),
+        "prefill": Endpoint("10.0.1.11", namespace, {**own, RAY_ROLE_LABEL: "prefill", SERVES_HTTP_LABEL: "true"}),
+        "decode": Endpoint("10.0.1.12", namespace, {**own, RAY_ROLE_LABEL: "decode", SERVES_HTTP_LABEL: "true"}),
+        "gate": Endpoint("10.0.1.13", namespace, {**own, COMPONENT_LABEL: "gate"}),
+        "efa-counters": Endpoint("10.0.1.14", namespace, {**own, COMPONENT_LABEL: "efa-counters"}),
+        "operator": Endpoint("10.0.1.20", KUBERAY_NAMESPACE, dict(KUBERAY_OPERATOR_POD_LABELS)),
+        "coredns": Endpoint("10.0.1.30", "kube-system", {"k8s-app": "kube-dns"}),
+        # A pod someone else runs in the same namespace, and one in another namespace.
+        "stranger-same-namespace": Endpoint("10.0.1.40", namespace, {"app": "notebook"}),
+        "neighbour": Endpoint("10.0.1.41", "default", {"app": "web"}),
+        # A neighbour that copies the other KubeRay labels but not this deployment's.
+        "impostor": Endpoint("10.0.1.42", "default", {"ray.io/node-type": "worker", **KUBERAY_OPERATOR_POD_LABELS}),
+    }
+
+
+@pytest.fixture(params=["disaggregated", "hardened"])
+def case(request, scenario):
+    rendered = scenario(request.param)
+    spec = rendered.config.specs().serving
+    return policies(rendered), pods(spec.namespace, spec.service_name), spec
+
+
+@pytest.mark.parametrize("intruder", ["neighbour", "stranger-same-namespace", "impostor"])
+@pytest.mark.parametrize("port", [GCS, DASHBOARD, 10001, 52365])
+def test_a_neighbour_pod_cannot_reach_the_ray_head(case, intruder, port):
+    """The audit's first finding: any pod could submit a Ray job through 8265 or join GCS on 6379."""
+    rules, endpoints, _ = case
+    assert not allowed(rules, endpoints[intruder], endpoints["head"], port)
+
+
+@pytest.mark.parametrize("intruder", ["neighbour", "stranger-same-namespace"])
+def test_a_neighbour_pod_cannot_reach_the_workers(case, intruder):
+    rules, endpoints, _ = case
+    for worker in ("prefill", "decode"):
+        for port in (SERVE, METRICS, GCS, 20000):
+            assert not allowed(rules, endpoints[intruder], endpoints[worker], port)
+
+
+def test_the_operator_reaches_the_dashboard_and_nothing_else(case):
+    rules, endpoints, _ = case
+    assert allowed(rules, endpoints["operator"], endpoints["head"], DASHBOARD)
+    for port in (GCS, SERVE, 10001):
+        assert not allowed(rules, endpoints["operator"], endpoints["head"], port)
+    assert not allowed(rules, endpoints["operator"], endpoints["prefill"], SERVE)
+
+
+@pytest.mark.parametrize(("source", "destination", "port"), [
+    ("prefill", "head", GCS), ("decode", "head", GCS), ("head", "decode", 10005),
+    ("prefill", "decode", 20000),  # NIXL's side channel (TCP) between the legs
+    ("decode", "prefill", 20001),
+    ("gate", "head", DASHBOARD), ("gate", "prefill", SERVE), ("gate", "decode", METRICS),
+    ("gate", "efa-counters", EFA_COUNTERS),
+])
+def test_the_deployment_s_own_pods_reach_each_other_on_any_port(case, source, destination, port):
+    rules, endpoints, _ = case
+    assert allowed(rules, endpoints[source], endpoints[destination], port)
+
+
+def test_every_pod_resolves_names_and_nothing_else_on_53(case):
+    rules, endpoints, _ = case
+    for pod in ("head", "prefill", "gate", "stranger-same-namespace"):
+        assert allowed(rules, endpoints[pod], endpoints["coredns"], 53, "UDP")
+        assert allowed(rules, endpoints[pod], endpoints["coredns"], 53, "TCP")
+        assert not allowed(rules, endpoints[pod], Endpoint("8.8.8.8"), 53, "UDP")
+
+
+def test_https_out_for_the_download_and_the_apis_but_no_instance_metadata(case):
+    rules, endpoints, _ = case
+    huggingface, api_server = Endpoint("18.239.50.1"), Endpoint("10.0.2.7")
+    for pod in ("prefill", "decode", "gate"):
+        assert allowed(rules, endpoints[pod], huggingface, 443)
+        assert allowed(rules, endpoints[pod], api_server, 443)
+        assert not allowed(rules, endpoints[pod], huggingface, 80)
+        # IMDS would hand out the node role's credentials; the Pod Identity agent hands out the pod's own.
+        assert not allowed(rules, endpoints[pod], Endpoint("169.254.169.254"), 80)
+        assert allowed(rules, endpoints[pod], Endpoint("169.254.170.23"), 80)
+    assert not allowed(rules, endpoints["stranger-same-namespace"], huggingface, 443)
+
+
+def test_clients_reach_the_openai_port_of_the_workers_only_from_where_the_config_says(scenario):
+    hardened = scenario("hardened")
+    rules, spec = policies(hardened), hardened.config.specs().serving
+    endpoints = pods(spec.namespace, spec.service_name)
+    app_pod = Endpoint("10.0.3.5", "apps", {"app": "chat"})
+    in_client_cidr, elsewhere = Endpoint("10.50.200.9"), Endpoint("192.168.1.1")
+    for client in (app_pod, in_client_cidr):
+        assert allowed(rules, client, endpoints["prefill"], SERVE)
+        assert not allowed(rules, client, endpoints["head"], DASHBOARD)
+        assert not allowed(rules, client, endpoints["prefill"], GCS)
+    assert not allowed(rules, elsewhere, endpoints["decode"], SERVE)
+    # The reference deployment names no client: only port-forward (inside the pod's own network) reaches it.
+    reference = scenario("disaggregated")
+    assert not allowed(policies(reference), app_pod, pods("inference", "ray-llm")["prefill"], SERVE)
+
+
+def test_a_client_cidr_that_covers_pod_addresses_admits_those_pods_to_8000_only(scenario):
+    """Under the VPC CNI pods take VPC addresses, and ipBlock matches them: naming the VPC CIDR as a
+    client network lets every pod in the VPC call the API (docs/threat-model.md), never more."""
+    from ray_llm_eks.cdk8s_charts.network_policy import NetworkPolicyChart
+    import cdk8s
+    from dataclasses import replace
+
+    spec = replace(scenario("hardened").config.specs().serving, client_cidrs=("10.0.0.0/16",))
+    rules = list(cdk8s.Testing.synth(NetworkPolicyChart(cdk8s.App(), "p", spec=spec)))
+    endpoints = pods(spec.namespace, spec.service_name)
+    assert allowed(rules, endpoints["neighbour"], endpoints["prefill"], SERVE)
+    assert not allowed(rules, endpoints["neighbour"], endpoints["head"], DASHBOARD)
+    assert not allowed(rules, endpoints["neighbour"], endpoints["prefill"], GCS)
+
+
+def test_the_nlb_admits_only_the_client_cidrs_and_keeps_their_addresses(scenario):
+    service = next(o for o in scenario("hardened").objects["serving-rayservice"] if o["kind"] == "Service")
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["loadBalancerSourceRanges"] == ["10.50.0.0/16"]
+    assert service["spec"]["externalTrafficPolicy"] == "Local"
+
+
+def test_the_policies_pass_kubernetes_validate_strict(case):
+    import kubernetes_validate
+
+    rules, _, _ = case
+    assert {r["kind"] for r in rules} == {"NetworkPolicy"}
+    for rule in rules:
+        kubernetes_validate.validate(rule, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_namespace_enforces_privileged_and_audits_restricted(scenario):
+    namespace = next(o for o in scenario("disaggregated").objects["serving-namespace"] if o["kind"] == "Namespace")
+    labels = namespace["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/audit"] == labels["pod-security.kubernetes.io/warn"] == "restricted"
