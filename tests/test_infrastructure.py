@@ -278,8 +278,9 @@ def test_sizes_and_instance_type_come_from_config(synth):
 def test_every_node_role_can_pull_from_ecr_and_has_the_eks_worker_policies(default):
     for role in (default.stack.system_nodes.role, *(g.role for g in default.stack.gpu_node_groups.values())):
         arns = json.dumps(props(default.template_json["Resources"][default.logical_id(role)])["ManagedPolicyArns"])
-        for policy in ("AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy"):
+        for policy in ("AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodePolicy"):
             assert policy in arns
+        assert "AmazonEKS_CNI_Policy" not in arns  # the VPC CNI has its own role
 
 
 # --- Helm add-ons ------------------------------------------------------------------------

@@ -301,10 +301,24 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
                     image=spec.image_uri,
                     ports=_ports(HEAD_PORTS),
                     resources=guaranteed(spec.head_resources),
-                    security_context=k8s.SecurityContext(allow_privilege_escalation=False),
+                    security_context=head_security_context(),
                 )
             ],
         ),
+    )
+
+
+def head_security_context() -> k8s.SecurityContext:
+    """The head runs GCS, the dashboard and the Serve controller: no GPU, no EFA, no device, so
+    no capability and no syscall outside the runtime's default profile.
+
+    Not set, for want of a test on the deployed image (docs/threat-model.md): ``runAsNonRoot``
+    (the serving image's user is not known to this library; a root-user image would then refuse
+    to start) and a read-only root filesystem (Ray writes its session directory under /tmp and
+    its logs next to it)."""
+    return k8s.SecurityContext(
+        allow_privilege_escalation=False, privileged=False,
+        capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),
     )
 
 

@@ -77,10 +77,11 @@ class ServingNamespaceChart(cdk8s.Chart):
             self,
             "ServiceAccount",
             metadata=cdk8s.ApiObjectMetadata(name=spec.service_name, namespace=spec.namespace),
-            # cdk8s-plus defaults to no token. The account has no RBAC bindings, so the token
-            # grants nothing in the cluster; mounting it keeps AWS SDKs' credential chain and
-            # the Pod Identity webhook on their documented default path.
-            automount_token=True,
+            # No Kubernetes API token in the Ray pods: nothing in them calls the API (KubeRay's
+            # autoscaler is off), and a token in a privileged pod is one more thing to steal.
+            # EKS Pod Identity does not use it: its webhook mounts a projected token of its own
+            # (audience pods.eks.amazonaws.com) and sets AWS_CONTAINER_CREDENTIALS_FULL_URI.
+            automount_token=False,
         )
         self.service_account.node.add_dependency(self.namespace_object)
 

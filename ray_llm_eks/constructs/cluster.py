@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
-from aws_cdk import aws_ec2 as ec2, aws_eks_v2 as eks
+from aws_cdk import aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from ..spec import infrastructure as infra
-from .nag import acknowledge_cluster
+from .identity import pod_identity_role
+from .nag import acknowledge_cluster, acknowledge_cni_role
 from .validation import validated
 
 KUBERNETES_VERSIONS = {"1.35": eks.KubernetesVersion.V1_35}
@@ -36,6 +37,8 @@ ENDPOINT_ACCESS = {
 NETWORKING_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 # CoreDNS is a Deployment: it reports healthy only once a node can run it.
 DNS_ADDON = "coredns"
+VPC_CNI_NAMESPACE, VPC_CNI_SERVICE_ACCOUNT = "kube-system", "aws-node"
+VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
 ADDON_CONFIGURATION = {
     # The VPC CNI enforces NetworkPolicy only when asked (its network policy agent, the second
     # container of aws-node; add-on v1.14.0-eksbuild.3 or later, EKS user guide
@@ -66,8 +69,12 @@ class InferenceCluster(Construct):
       manages each.
     - An optional admin IAM role granted cluster admin through an access entry.
 
+    - The VPC CNI on its own role (``AmazonEKS_CNI_Policy``, EKS Pod Identity on
+      ``kube-system/aws-node``, trusted for that service account of this cluster only), so node
+      groups of this cluster carry no CNI permissions.
+
     Public attributes: ``cluster`` (the ``aws_eks_v2.Cluster``), ``addons`` (name -> Addon),
-    ``admin_access_entry``.
+    ``vpc_cni_role``, ``admin_access_entry``.
     """
 
     def __init__(
@@ -119,6 +126,17 @@ class InferenceCluster(Construct):
                             configuration_values=ADDON_CONFIGURATION.get(name))
             for name in (*NETWORKING_ADDONS, DNS_ADDON)
         }
+        # The VPC CNI on a role of its own, not the node role (EKS user guide, "cni-iam-role"):
+        # the add-on's Pod Identity association on kube-system/aws-node. The node groups of this
+        # cluster then leave AmazonEKS_CNI_Policy off their roles.
+        self.vpc_cni_role = pod_identity_role(
+            self, "VpcCniRole", cluster_arn=self.cluster.cluster_arn, namespace=VPC_CNI_NAMESPACE,
+            service_account=VPC_CNI_SERVICE_ACCOUNT, description="Amazon VPC CNI (kube-system/aws-node) via EKS Pod Identity")
+        self.vpc_cni_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY))
+        acknowledge_cni_role(self.vpc_cni_role, VPC_CNI_POLICY)
+        cni_addon: eks.CfnAddon = self.addons["vpc-cni"].node.default_child
+        cni_addon.pod_identity_associations = [eks.CfnAddon.PodIdentityAssociationProperty(
+            role_arn=self.vpc_cni_role.role_arn, service_account=VPC_CNI_SERVICE_ACCOUNT)]
         self.admin_access_entry: eks.AccessEntry | None = None
         if admin_role_arn:
             self.admin_access_entry = self.cluster.grant_cluster_admin("AdminAccess", admin_role_arn)

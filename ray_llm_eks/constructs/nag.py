@@ -37,6 +37,12 @@ def acknowledge_node_role(role: iam.IRole, managed_policies: tuple[str, ...]) ->
         _acknowledge(role, _managed_policy(name), reasons[name])
 
 
+def acknowledge_cni_role(role: iam.IRole, policy: str) -> None:
+    _acknowledge(role, _managed_policy(policy),
+                 "The Amazon VPC CNI's own role (EKS Pod Identity on kube-system/aws-node): EKS documents this AWS "
+                 "managed policy as what the CNI needs to attach ENIs and assign pod IPs (EKS user guide, 'cni-iam-role').")
+
+
 def acknowledge_cluster(cluster: eks.Cluster) -> None:
     """Findings on the roles and functions aws-cdk-lib's ``aws_eks_v2.Cluster`` creates itself."""
     _acknowledge(

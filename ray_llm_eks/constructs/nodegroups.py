@@ -31,30 +31,43 @@ ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 EKS-optimized AMIs boot from /dev/xvda.
 # policy (pull, no listing or describing of repositories) instead of ReadOnly.
 NODE_MANAGED_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
-    "AmazonEKS_CNI_Policy",
     "AmazonEC2ContainerRegistryPullOnly",
 )
+CNI_POLICY = "AmazonEKS_CNI_Policy"
+"""Needed on the node role only when the VPC CNI has no role of its own. ``InferenceCluster``
+gives it one (EKS Pod Identity on ``kube-system/aws-node``), so its nodes go without: a process
+that reaches the node role can no longer attach ENIs or assign addresses."""
 
 InstanceTypeLike = str | ec2.InstanceType
 """An instance type by name (``"g6.8xlarge"``) or as ``ec2.InstanceType("g6.8xlarge")``."""
 
 
-def make_node_role(scope: Construct, construct_id: str) -> iam.Role:
+def make_node_role(scope: Construct, construct_id: str, *, cni_policy: bool = True) -> iam.Role:
     """An EC2 role for EKS worker nodes with exactly the managed policies EKS requires.
+
+    ``cni_policy=False`` leaves out ``AmazonEKS_CNI_Policy``, for a cluster whose VPC CNI has its
+    own role (``InferenceCluster`` does; the node groups pass the right value themselves).
 
     The Ray LLM image lives in ECR in the AWS Deep Learning Containers account 763104351884;
     ``AmazonEC2ContainerRegistryPullOnly`` covers pulls from it as from your own account.
     Workloads never use this role: IMDS hop limit 1 keeps pods off it, and they get AWS access
     through EKS Pod Identity.
     """
+    policies = NODE_MANAGED_POLICIES + ((CNI_POLICY,) if cni_policy else ())
     role = iam.Role(
         scope,
         construct_id,
         assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_MANAGED_POLICIES],
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in policies],
     )
-    acknowledge_node_role(role, NODE_MANAGED_POLICIES)
+    acknowledge_node_role(role, policies)
     return role
+
+
+def _node_role_for(scope: Construct, cluster: ClusterLike) -> iam.Role:
+    # The CNI policy stays on the node role for a cluster this library did not make: its VPC CNI
+    # may have no role of its own, and nodes without the policy would never get pod addresses.
+    return make_node_role(scope, "NodeRole", cni_policy=not isinstance(cluster, InferenceCluster))
 
 
 def _eks_taint(taint: Taint) -> eks.TaintSpec:
@@ -153,7 +166,7 @@ class SystemNodeGroup(Construct):
         super().__init__(scope, construct_id)
         self.pool = validated(self, SystemPool, instance_type=instance_type, count=count,
                               root_volume_size_gib=root_volume_size_gib)
-        self.role = node_role or make_node_role(self, "NodeRole")
+        self.role = node_role or _node_role_for(self, cluster)
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
@@ -285,7 +298,7 @@ class EfaGpuNodeGroup(Construct):
         self.instance = self.pool.instance
         self.labels = self.pool.labels
         self.taint = _eks_taint(self.pool.taint)
-        self.role = node_role or make_node_role(self, "NodeRole")
+        self.role = node_role or _node_role_for(self, cluster)
 
         placement = None
         if self.placement_group is not None:

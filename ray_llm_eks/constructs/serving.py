@@ -55,10 +55,10 @@ from ..spec.serving import (
 from ..spec.verification import VerificationSpec
 from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
 from .cluster import ClusterLike, eks_cluster_of
+from .identity import pod_identity_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
 
-POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
 
 def _worker_pool(group: GpuPoolLike) -> WorkerPool:
@@ -184,14 +184,11 @@ class RayLlmServing(Construct):
         self.ray_service_name = self.spec.service_name
         self.openai_service_name = openai_service_name(self.spec.service_name)
 
-        self.pod_role = iam.Role(
-            self,
-            "PodRole",
-            description=f"Ray Serve LLM pods ({self.namespace}/{self.service_account_name}) via EKS Pod Identity",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
-        )
-        # SessionTagsPrincipal adds sts:TagSession beside sts:AssumeRole, as Pod Identity needs.
         target = eks_cluster_of(cluster)
+        self.pod_role = pod_identity_role(
+            self, "PodRole", cluster_arn=target.cluster_arn, namespace=self.namespace,
+            service_account=self.service_account_name,
+            description=f"Ray Serve LLM pods ({self.namespace}/{self.service_account_name}) via EKS Pod Identity")
         self.pod_identity = eks.CfnPodIdentityAssociation(
             self,
             "PodIdentity",

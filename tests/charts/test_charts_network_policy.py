@@ -158,3 +158,15 @@ def test_the_namespace_enforces_privileged_and_audits_restricted(scenario):
     labels = namespace["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
     assert labels["pod-security.kubernetes.io/audit"] == labels["pod-security.kubernetes.io/warn"] == "restricted"
+
+
+def test_the_ray_pods_mount_no_kubernetes_api_token(scenario):
+    account = next(o for o in scenario("disaggregated").objects["serving-namespace"] if o["kind"] == "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
+
+
+def test_the_head_has_no_capability_and_the_default_seccomp_profile(scenario):
+    context = scenario("disaggregated").head_container["securityContext"]
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False

@@ -30,17 +30,58 @@ def stack_colocated(synth):
 def test_pod_role_is_trusted_by_eks_pod_identity_and_has_no_permissions(stack_disaggregated):
     serving = stack_disaggregated.stack.serving
     role = stack_disaggregated.template_json["Resources"][stack_disaggregated.logical_id(serving.pod_role)]
-    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
-        {
-            "Action": ["sts:AssumeRole", "sts:TagSession"],
-            "Effect": "Allow",
-            "Principal": {"Service": "pods.eks.amazonaws.com"},
-        }
-    ]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+    assert (statement["Effect"], statement["Principal"]) == ("Allow", {"Service": "pods.eks.amazonaws.com"})
+    # Only for its own service account, namespace and cluster (the session tags EKS Pod Identity sets).
+    tags = statement["Condition"]["StringEquals"]
+    assert tags["aws:RequestTag/kubernetes-namespace"] == "inference"
+    assert tags["aws:RequestTag/kubernetes-service-account"] == "ray-llm"
+    assert tags["aws:RequestTag/eks-cluster-arn"] == {"Fn::GetAtt": [stack_disaggregated.logical_id(
+        stack_disaggregated.stack.cluster.cluster.node.default_child), "Arn"]}
     assert "ManagedPolicyArns" not in role["Properties"]
     role_id = stack_disaggregated.logical_id(serving.pod_role)
     policies = stack_disaggregated.resources("AWS::IAM::Policy")
     assert not [p for p in policies.values() if {"Ref": role_id} in p["Properties"].get("Roles", [])]
+
+
+def test_the_vpc_cni_has_its_own_role_and_the_nodes_none_of_its_permissions(stack_disaggregated):
+    resources = stack_disaggregated.template_json["Resources"]
+    cluster = stack_disaggregated.stack.cluster
+    (addon,) = [r for r in resources.values() if r["Type"] == "AWS::EKS::Addon"
+                and r["Properties"]["AddonName"] == "vpc-cni"]
+    cni_role_id = stack_disaggregated.logical_id(cluster.vpc_cni_role)
+    assert addon["Properties"]["PodIdentityAssociations"] == [
+        {"RoleArn": {"Fn::GetAtt": [cni_role_id, "Arn"]}, "ServiceAccount": "aws-node"}]
+    cni_role = resources[cni_role_id]["Properties"]
+    assert "AmazonEKS_CNI_Policy" in json.dumps(cni_role["ManagedPolicyArns"])
+    tags = cni_role["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"]
+    assert (tags["aws:RequestTag/kubernetes-namespace"], tags["aws:RequestTag/kubernetes-service-account"]) == (
+        "kube-system", "aws-node")
+    node_roles = [r for r in resources.values() if r["Type"] == "AWS::IAM::Role"
+                  and "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    assert len(node_roles) == 3  # system, prefill, decode
+    for role in node_roles:
+        assert "AmazonEKS_CNI_Policy" not in json.dumps(role["Properties"]["ManagedPolicyArns"])
+
+
+def test_node_groups_on_a_cluster_the_library_did_not_make_keep_the_cni_policy():
+    """Its VPC CNI may have no role of its own: nodes without the policy would get no pod addresses."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2, aws_eks_v2 as eks
+    from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+
+    from ray_llm_eks.constructs import SystemNodeGroup
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "Own", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
+    own = eks.Cluster(stack, "Cluster", version=eks.KubernetesVersion.V1_35, vpc=vpc, default_capacity=0,
+                      default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+                      kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(stack, "L")))
+    system = SystemNodeGroup(stack, "System", cluster=own, subnet=vpc.private_subnets[0])
+    policies = json.dumps(stack.resolve(system.role.node.default_child.managed_policy_arns))
+    assert "AmazonEKS_CNI_Policy" in policies
 
 
 def test_pod_identity_association_binds_the_service_account_to_the_role(stack_disaggregated):

@@ -1,0 +1,30 @@
+"""IAM roles for pods through EKS Pod Identity, trusted only for the one service account they serve.
+
+EKS Pod Identity calls ``sts:AssumeRole`` and ``sts:TagSession`` as ``pods.eks.amazonaws.com``
+and tags the session with the pod's cluster, namespace and service account (EKS user guide,
+"pod-id-abac": ``eks-cluster-arn``, ``kubernetes-namespace``, ``kubernetes-service-account``).
+The trust policy requires those tags, so the role cannot be handed to another service account,
+namespace or cluster by a stray association (the issue the audit found: a trust with no source
+conditions). The conditions need the session tags, so an association must not disable them.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+def pod_identity_role(scope: Construct, construct_id: str, *, cluster_arn: str, namespace: str,
+                      service_account: str, description: str) -> iam.Role:
+    """A role that EKS Pod Identity may give to ``namespace/service_account`` of ``cluster_arn`` only."""
+    principal = iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL).with_conditions({
+        "StringEquals": {
+            "aws:RequestTag/eks-cluster-arn": cluster_arn,
+            "aws:RequestTag/kubernetes-namespace": namespace,
+            "aws:RequestTag/kubernetes-service-account": service_account,
+        },
+    })
+    # SessionTagsPrincipal adds sts:TagSession beside sts:AssumeRole, as Pod Identity needs.
+    return iam.Role(scope, construct_id, description=description, assumed_by=iam.SessionTagsPrincipal(principal))
