@@ -128,7 +128,8 @@ class RayLlmEksStack(cdk.Stack):
             efa_chart_version=config.versions.efa_device_plugin,
         )
         self.kuberay = KubeRayOperator(
-            self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes
+            self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes,
+            watch_namespaces=[specs.serving.namespace],
         )
         serving = specs.serving
         self.serving = RayLlmServing(

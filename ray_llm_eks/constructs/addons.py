@@ -116,8 +116,12 @@ class KubeRayOperator(Construct):
     Helm waits (up to 10 minutes) for the operator to be ready, so a RayService applied after
     this chart finds both the CRDs and a running controller.
 
-    Public attribute: ``chart`` (the ``HelmChart``). Anything that creates Ray custom resources
-    must depend on it.
+    ``watch_namespaces``: the namespaces the operator acts in, with namespaced RBAC only
+    (``singleNamespaceInstall``); default: every namespace, with a ClusterRole (the chart's
+    default). ``RayLlmEksStack`` passes the serving namespace.
+
+    Public attributes: ``chart`` (the ``HelmChart``; anything that creates Ray custom resources
+    must depend on it), ``watch_namespaces``.
     """
 
     NAMESPACE = infra.KUBERAY_NAMESPACE
@@ -132,9 +136,21 @@ class KubeRayOperator(Construct):
         version: str = infra.DEFAULT_KUBERAY_VERSION,
         system_nodes: SystemNodeGroup | None = None,
         node_selector: dict[str, str] | None = None,
+        watch_namespaces: Sequence[str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.semver, version, "version")
+        if watch_namespaces is not None:
+            validated(self, infra.namespaces, list(watch_namespaces), "watch_namespaces")
+        self.watch_namespaces = tuple(watch_namespaces) if watch_namespaces is not None else None
+        values: dict[str, object] = {
+            "nodeSelector": dict(node_selector or (system_nodes.labels if system_nodes else SYSTEM_LABELS))}
+        if self.watch_namespaces:
+            # Namespaced Roles in the watched namespaces instead of a ClusterRole, and
+            # --watch-namespace (chart 1.4.0, templates/deployment.yaml and
+            # multiple_namespaces_role.yaml): the operator cannot touch pods elsewhere. The
+            # namespaces must exist before the chart installs (RayLlmServing orders that).
+            values.update(singleNamespaceInstall=True, watchNamespace=list(self.watch_namespaces))
         self.chart = eks.HelmChart(
             self,
             "Chart",
@@ -147,7 +163,7 @@ class KubeRayOperator(Construct):
             create_namespace=True,
             wait=True,
             timeout=Duration.minutes(10),
-            values={"nodeSelector": dict(node_selector or (system_nodes.labels if system_nodes else SYSTEM_LABELS))},
+            values=values,
         )
         if system_nodes is not None:
             # Helm's wait needs a node that can run the operator's pod.

@@ -198,6 +198,13 @@ class RayLlmServing(Construct):
             role_arn=self.pod_role.role_arn,
         )
 
+        if kuberay is not None and kuberay.watch_namespaces is not None and self.namespace not in kuberay.watch_namespaces:
+            raise ConstructValidationError(self, [problem(
+                "kuberay", list(kuberay.watch_namespaces),
+                f"the operator watches only those namespaces, so it would never act on the RayService in "
+                f"{self.namespace}", f"KubeRayOperator(watch_namespaces=[..., '{self.namespace}'])")])
+        # An operator confined to this namespace installs its Role into it: the namespace goes first.
+        namespace_first = kuberay is not None and bool(kuberay.watch_namespaces)
         after: list[Construct] = [self.pod_identity]
         if kuberay is not None:
             after.append(kuberay.chart)
@@ -209,6 +216,10 @@ class RayLlmServing(Construct):
         for chart in self.charts:
             manifest = target.add_cdk8s_chart(chart.node.id, chart)
             for dependency in after:
+                if namespace_first and chart is self.serving_charts.namespace and kuberay is not None \
+                        and dependency is kuberay.chart:
+                    kuberay.chart.node.add_dependency(manifest)
+                    continue
                 manifest.node.add_dependency(dependency)
             if previous is not None:
                 manifest.node.add_dependency(previous)

@@ -45,7 +45,7 @@ DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
 KUBERAY_NAMESPACE = "kuberay"
 KUBERAY_RELEASE = "kuberay-operator"
 KUBERAY_OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
-"""The operator pod's labels (kuberay-operator chart 1.4.0, ``templates/_helpers.tpl``: the
+"""The operator pod's labels (kuberay-operator chart 1.4.0, ``templates/deployment.yaml``: the
 chart name); the serving namespace's NetworkPolicy admits it to the Ray dashboard with these."""
 DEFAULT_KUBERAY_VERSION = "1.4.0"
 """The RayService CRD schema the charts are tested against (``tests/data``)."""
@@ -174,6 +174,19 @@ def public_access_cidrs(values: Sequence[str], endpoint_access: str,
     if endpoint_access == "private" and values:
         raise problem(field, list(values), "a private endpoint has no public side to open",
                       "no CIDRs, or endpoint_access public-and-private")
+    return tuple(values)
+
+
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def namespaces(values: Sequence[str], field: str = "watch_namespaces") -> tuple[str, ...]:
+    if not values:
+        raise problem(field, list(values), "an operator that watches no namespace serves nothing",
+                      "one or more namespace names, or None for every namespace")
+    for value in values:
+        if not isinstance(value, str) or not _NAMESPACE.match(value):
+            raise problem(field, value, "not a namespace name", "lowercase letters, digits and '-', at most 63")
     return tuple(values)
 
 

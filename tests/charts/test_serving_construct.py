@@ -115,9 +115,14 @@ def test_manifests_wait_for_kuberay_the_device_plugins_and_the_previous_chart(st
         stack_disaggregated.logical_id(stack.kuberay.chart),
         *(stack_disaggregated.logical_id(chart) for chart in stack.device_plugins.charts),
     }
-    for manifest_id in (namespace_id, policy_id, rayservice_id):
+    kuberay_id = stack_disaggregated.logical_id(stack.kuberay.chart)
+    for manifest_id in (policy_id, rayservice_id):
         assert resources[manifest_id]["Type"] == MANIFEST_TYPE
         assert operator_and_plugins <= set(resources[manifest_id]["DependsOn"])
+    # The operator watches only the serving namespace and installs its Role there: namespace first.
+    assert namespace_id in resources[kuberay_id]["DependsOn"]
+    assert kuberay_id not in resources[namespace_id]["DependsOn"]
+    assert operator_and_plugins - {kuberay_id} <= set(resources[namespace_id]["DependsOn"])
     # The policies exist before any pod: no Ray pod starts in an open namespace.
     assert namespace_id in resources[policy_id]["DependsOn"]
     assert policy_id in resources[rayservice_id]["DependsOn"]
@@ -187,3 +192,31 @@ def test_manifest_files_are_named_after_the_chart_ids(stack_disaggregated, tmp_p
         f"{NAMESPACE_CHART_ID}.yaml", f"{NETWORK_POLICY_CHART_ID}.yaml", f"{RAYSERVICE_CHART_ID}.yaml",
         f"{VERIFICATION_CHART_ID}.yaml"]
     assert chart_file_name(stack_disaggregated.stack.serving.charts[2]) == "serving-rayservice.yaml"
+
+
+def test_the_operator_watches_only_the_serving_namespace(stack_disaggregated):
+    chart = next(r for r in stack_disaggregated.template_json["Resources"].values()
+                 if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kuberay-operator")
+    values = json.loads(chart["Properties"]["Values"])
+    assert values["singleNamespaceInstall"] is True and values["watchNamespace"] == ["inference"]
+
+
+def test_serving_refuses_an_operator_that_does_not_watch_its_namespace():
+    import aws_cdk as cdk
+
+    from ray_llm_eks.constructs import (EfaFabric, EfaGpuNodeGroup, InferenceCluster, InferenceVpc, KubeRayOperator,
+                                        RayLlmServing, SystemNodeGroup)
+    from ray_llm_eks.constructs.validation import ConstructValidationError
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "S", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    network = InferenceVpc(stack, "Net", availability_zones=["us-west-2a", "us-west-2b"], data_plane_az="us-west-2a")
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
+    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
+    legs = {role: EfaGpuNodeGroup(stack, role, cluster=cluster, fabric=fabric, role=role,
+                                  subnet=network.data_plane_subnet) for role in ("prefill", "decode")}
+    kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system, watch_namespaces=["elsewhere"])
+    with pytest.raises(ConstructValidationError, match=r"S/Serving: kuberay: the operator watches only those "
+                                                       r"namespaces.*inference.*accepted: KubeRayOperator"):
+        RayLlmServing(stack, "Serving", cluster=cluster, system=system, kuberay=kuberay, **legs)
