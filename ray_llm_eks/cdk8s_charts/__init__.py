@@ -5,6 +5,7 @@ Built from typed objects: core kinds through cdk8s-plus-35, pod templates throug
 that chose this over ``cdk8s import`` of the KubeRay CRD).
 """
 
+from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart
 from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
 from .rayservice import RayService, RayServiceSpec, UpgradeStrategy
 from .serve_config import build_serve_config
@@ -20,6 +21,8 @@ from .serving import (
 from .verification import VERIFICATION_CHART_ID, GatePlan, VerificationChart, build_verification_chart
 
 __all__ = [
+    "ADMISSION_POLICY_CHART_ID",
+    "AdmissionPolicyChart",
     "NAMESPACE_CHART_ID",
     "NETWORK_POLICY_CHART_ID",
     "NetworkPolicyChart",

@@ -172,6 +172,11 @@ def guaranteed(resources: sizing.PodResources, extra: Mapping[str, int] | None =
 NOBODY = 65534
 
 
+def efa_counters_name(service_name: str) -> str:
+    """The deployment gate's EFA counter reader DaemonSet, and its service account."""
+    return f"{service_name}-efa-counters"
+
+
 def locked_down() -> k8s.SecurityContext:
     """For the project's own helper containers: no capability, nothing writable, no way up."""
     return k8s.SecurityContext(

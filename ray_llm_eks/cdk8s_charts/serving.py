@@ -5,7 +5,9 @@
    ``ray_llm_eks.constructs.serving``).
 2. ``serving-network-policy``: default deny, and what is allowed (:mod:`.network_policy`),
    before any pod starts.
-3. ``serving-rayservice``: the KubeRay ``RayService`` and the Service of the OpenAI API.
+3. ``serving-admission-policy``: only this deployment's accounts may run privileged or tolerate
+   the GPU taint (:mod:`.admission_policy`).
+4. ``serving-rayservice``: the KubeRay ``RayService`` and the Service of the OpenAI API.
 
 Chart ids are public API: they name the files in ``cdk.out/manifests/`` and the CDK constructs
 that apply them. Switching topology changes only what is inside ``serving-rayservice``.
@@ -21,6 +23,7 @@ import cdk8s_plus_35 as kplus
 from ..spec.placement import WORKER_ROLES
 from ..spec.serving import SERVE_PORT, EndpointType, ServingSpec
 from . import pod_templates, serve_config
+from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart
 from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
 from .rayservice import (
     HeadGroupSpec,
@@ -163,13 +166,14 @@ class RayServiceChart(cdk8s.Chart):
 class ServingCharts:
     namespace: ServingNamespaceChart
     network_policy: NetworkPolicyChart
+    admission_policy: AdmissionPolicyChart
     rayservice: RayServiceChart
 
     @property
     def charts(self) -> list[cdk8s.Chart]:
         """Apply order: the namespace and service account before anything that lives in them, the
         policies before any pod, so no pod starts with the namespace open."""
-        return [self.namespace, self.network_policy, self.rayservice]
+        return [self.namespace, self.network_policy, self.admission_policy, self.rayservice]
 
 
 def build_serving_charts(app: cdk8s.App, spec: ServingSpec) -> ServingCharts:
@@ -183,5 +187,8 @@ def build_serving_charts(app: cdk8s.App, spec: ServingSpec) -> ServingCharts:
         spec=spec,
         service_account_name=namespace_chart.service_account.name,
     )
-    rayservice_chart.add_dependency(policy_chart)
-    return ServingCharts(namespace=namespace_chart, network_policy=policy_chart, rayservice=rayservice_chart)
+    admission_chart = AdmissionPolicyChart(app, ADMISSION_POLICY_CHART_ID, spec=spec)
+    admission_chart.add_dependency(policy_chart)
+    rayservice_chart.add_dependency(admission_chart)
+    return ServingCharts(namespace=namespace_chart, network_policy=policy_chart, admission_policy=admission_chart,
+                         rayservice=rayservice_chart)

@@ -70,8 +70,7 @@ def gate_job_name(service_name: str, run_id: str) -> str:
     return f"{gate_name(service_name)}-{run_id}"
 
 
-def efa_counters_name(service_name: str) -> str:
-    return f"{service_name}-efa-counters"
+efa_counters_name = pod_templates.efa_counters_name
 
 
 def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: ServingCharts) -> dict[str, Any]:
@@ -209,12 +208,17 @@ class VerificationChart(cdk8s.Chart):
         counter_labels = {**labels, COMPONENT_LABEL: EFA_COUNTERS_COMPONENT}
         gpu_nodes = k8s.NodeSelector(node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=[
             k8s.NodeSelectorRequirement(key=ROLE_LABEL, operator="In", values=list(WORKER_ROLES))])])
+        # Its own account (no token, no RBAC): the admission policy lets this account, and the Ray
+        # pods', tolerate the GPU taint (serving-admission-policy).
+        k8s.KubeServiceAccount(self, "EfaCountersAccount", metadata=k8s.ObjectMeta(
+            name=efa_counters_name(name), labels=labels), automount_service_account_token=False)
         k8s.KubeDaemonSet(self, "EfaCounters", metadata=k8s.ObjectMeta(name=efa_counters_name(name), labels=labels),
                           spec=k8s.DaemonSetSpec(
             selector=k8s.LabelSelector(match_labels=counter_labels),
             template=k8s.PodTemplateSpec(
                 metadata=k8s.ObjectMeta(labels=counter_labels),
                 spec=k8s.PodSpec(
+                    service_account_name=efa_counters_name(name),
                     automount_service_account_token=False,
                     security_context=pod_templates.non_root(),
                     affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(

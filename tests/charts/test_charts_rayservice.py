@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ray_llm_eks.cdk8s_charts import NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID, RAYSERVICE_CHART_ID
+from ray_llm_eks.cdk8s_charts import (ADMISSION_POLICY_CHART_ID, NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID,
+                                     RAYSERVICE_CHART_ID)
 from ray_llm_eks.spec import GPU_TAINT_KEY
 
 from conftest import DIGEST, PINNED_REVISION, SCENARIOS
@@ -23,9 +24,9 @@ def ports_of(container: dict) -> dict[str, int]:
 # --- Charts and apply order ----------------------------------------------------------------
 
 
-def test_three_charts_in_apply_order_namespace_then_policies_then_pods(disaggregated):
+def test_charts_in_apply_order_namespace_then_policies_then_pods(disaggregated):
     assert [c.node.id for c in disaggregated.charts.charts] == [NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID,
-                                                                RAYSERVICE_CHART_ID]
+                                                                ADMISSION_POLICY_CHART_ID, RAYSERVICE_CHART_ID]
     assert [o["kind"] for o in disaggregated.objects[NAMESPACE_CHART_ID]] == ["Namespace", "ServiceAccount"]
     assert {o["kind"] for o in disaggregated.objects[NETWORK_POLICY_CHART_ID]} == {"NetworkPolicy"}
     assert sorted(o["kind"] for o in disaggregated.objects[RAYSERVICE_CHART_ID]) == ["RayService", "Service"]

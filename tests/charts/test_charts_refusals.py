@@ -105,4 +105,4 @@ def test_a_system_node_too_small_for_the_head_is_refused():
 
 def test_reference_deployment_builds():
     charts = build_serving_charts(cdk8s.App(), DeploymentConfig().specs().serving)
-    assert len(charts.charts) == 3
+    assert len(charts.charts) == 4

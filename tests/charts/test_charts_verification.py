@@ -55,8 +55,8 @@ def test_every_object_passes_kubernetes_validate_strict(default):
     import kubernetes_validate
 
     kinds = [o["kind"] for o in default.objects]
-    assert sorted(kinds) == sorted(["ConfigMap", "ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding",
-                                    "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job"])
+    assert sorted(kinds) == sorted(["ConfigMap", "ConfigMap", "Secret", "ServiceAccount", "ServiceAccount", "Role",
+                                    "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job"])
     for obj in default.objects:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from ray_llm_eks.cdk8s_charts import (NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID, RAYSERVICE_CHART_ID,
-                                     VERIFICATION_CHART_ID)
+from ray_llm_eks.cdk8s_charts import (ADMISSION_POLICY_CHART_ID, NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID,
+                                     RAYSERVICE_CHART_ID, VERIFICATION_CHART_ID)
 from ray_llm_eks.manifests import chart_file_name, write_manifests
 
 MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -97,8 +97,8 @@ def test_pod_identity_association_binds_the_service_account_to_the_role(stack_di
 
 def test_charts_are_exposed_in_apply_order(stack_disaggregated):
     serving = stack_disaggregated.stack.serving
-    assert [c.node.id for c in serving.charts] == [NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID, RAYSERVICE_CHART_ID,
-                                                   VERIFICATION_CHART_ID]
+    assert [c.node.id for c in serving.charts] == [NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID,
+                                                   ADMISSION_POLICY_CHART_ID, RAYSERVICE_CHART_ID, VERIFICATION_CHART_ID]
     assert stack_disaggregated.stack.charts == serving.charts
     assert (serving.namespace, serving.service_account_name, serving.openai_service_name) == (
         "inference", "ray-llm", "ray-llm-openai",
@@ -110,6 +110,7 @@ def test_manifests_wait_for_kuberay_the_device_plugins_and_the_previous_chart(st
     resources = stack_disaggregated.template_json["Resources"]
     namespace_id = stack_disaggregated.logical_id(stack.serving.manifests[NAMESPACE_CHART_ID])
     policy_id = stack_disaggregated.logical_id(stack.serving.manifests[NETWORK_POLICY_CHART_ID])
+    admission_id = stack_disaggregated.logical_id(stack.serving.manifests[ADMISSION_POLICY_CHART_ID])
     rayservice_id = stack_disaggregated.logical_id(stack.serving.manifests[RAYSERVICE_CHART_ID])
     operator_and_plugins = {
         stack_disaggregated.logical_id(stack.kuberay.chart),
@@ -125,7 +126,8 @@ def test_manifests_wait_for_kuberay_the_device_plugins_and_the_previous_chart(st
     assert operator_and_plugins - {kuberay_id} <= set(resources[namespace_id]["DependsOn"])
     # The policies exist before any pod: no Ray pod starts in an open namespace.
     assert namespace_id in resources[policy_id]["DependsOn"]
-    assert policy_id in resources[rayservice_id]["DependsOn"]
+    assert policy_id in resources[admission_id]["DependsOn"]
+    assert admission_id in resources[rayservice_id]["DependsOn"]
 
 
 def test_every_manifest_waits_for_the_pod_identity_association(stack_disaggregated):
@@ -135,8 +137,8 @@ def test_every_manifest_waits_for_the_pod_identity_association(stack_disaggregat
     resources = stack_disaggregated.template_json["Resources"]
     association_id = stack_disaggregated.logical_id(stack.serving.pod_identity)
     assert resources[association_id]["Type"] == "AWS::EKS::PodIdentityAssociation"
-    assert set(stack.serving.manifests) == {NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID, RAYSERVICE_CHART_ID,
-                                            VERIFICATION_CHART_ID}
+    assert set(stack.serving.manifests) == {NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID, ADMISSION_POLICY_CHART_ID,
+                                            RAYSERVICE_CHART_ID, VERIFICATION_CHART_ID}
     for manifest in stack.serving.manifests.values():
         assert association_id in resources[stack_disaggregated.logical_id(manifest)]["DependsOn"]
 
@@ -189,9 +191,9 @@ def test_switching_topology_changes_only_kubernetes_manifests(stack_disaggregate
 def test_manifest_files_are_named_after_the_chart_ids(stack_disaggregated, tmp_path):
     written = write_manifests(stack_disaggregated.stack.serving.charts, tmp_path)
     assert [p.name for p in written] == [
-        f"{NAMESPACE_CHART_ID}.yaml", f"{NETWORK_POLICY_CHART_ID}.yaml", f"{RAYSERVICE_CHART_ID}.yaml",
-        f"{VERIFICATION_CHART_ID}.yaml"]
-    assert chart_file_name(stack_disaggregated.stack.serving.charts[2]) == "serving-rayservice.yaml"
+        f"{NAMESPACE_CHART_ID}.yaml", f"{NETWORK_POLICY_CHART_ID}.yaml", f"{ADMISSION_POLICY_CHART_ID}.yaml",
+        f"{RAYSERVICE_CHART_ID}.yaml", f"{VERIFICATION_CHART_ID}.yaml"]
+    assert chart_file_name(stack_disaggregated.stack.serving.charts[3]) == "serving-rayservice.yaml"
 
 
 def test_the_operator_watches_only_the_serving_namespace(stack_disaggregated):
