@@ -3,7 +3,10 @@
 EKS Pod Identity calls ``sts:AssumeRole`` and ``sts:TagSession`` as ``pods.eks.amazonaws.com``
 and tags the session with the pod's cluster, namespace and service account (EKS user guide,
 "pod-id-abac": ``eks-cluster-arn``, ``kubernetes-namespace``, ``kubernetes-service-account``).
-The trust policy requires those tags, so the role cannot be handed to another service account,
+The trust policy requires those tags, as the EKS user guide's own example does ("Create IAM role
+with trust policy required by EKS Pod Identity", "Setting Conditions": ``aws:RequestTag/
+kubernetes-namespace`` and ``aws:RequestTag/kubernetes-service-account``; this adds the cluster
+ARN), so the role cannot be handed to another service account,
 namespace or cluster by a stray association (the issue the audit found: a trust with no source
 conditions). The conditions need the session tags, so an association must not disable them.
 """
