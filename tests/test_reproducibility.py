@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aws_cdk.cloud_assembly_schema  # noqa: F401 - jsii resolves MetadataEntry proxies only from a loaded module
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
