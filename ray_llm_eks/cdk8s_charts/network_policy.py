@@ -28,6 +28,8 @@ kernel IP path; the EFA security group (``EfaFabric``) admits only its own membe
 
 from __future__ import annotations
 
+import ipaddress
+
 import cdk8s
 from cdk8s_plus_35 import k8s
 
@@ -109,6 +111,4 @@ class NetworkPolicyChart(cdk8s.Chart):
 
 def _except(cidr: str) -> list[str] | None:
     """The link-local range (IMDS and friends) carved out of any egress block that contains it."""
-    import ipaddress
-
     return [LINK_LOCAL] if ipaddress.IPv4Network(LINK_LOCAL).subnet_of(ipaddress.IPv4Network(cidr)) else None

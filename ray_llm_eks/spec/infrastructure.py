@@ -122,7 +122,7 @@ def cluster_name(value: str | None, field: str = "cluster.name") -> str | None:
     return value
 
 
-def _network(field: str, value: str, example: str) -> ipaddress.IPv4Network:
+def ipv4_network(field: str, value: str, example: str) -> ipaddress.IPv4Network:
     try:
         return ipaddress.IPv4Network(value, strict=True)
     except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):
@@ -144,7 +144,7 @@ def vpc_layout_prefix(az_count: int) -> int:
 
 
 def vpc_cidr(value: str, az_count: int = len(DEFAULT_CONTROL_PLANE_AZS), field: str = "network.vpc_cidr") -> str:
-    network = _network(field, value, DEFAULT_VPC_CIDR)
+    network = ipv4_network(field, value, DEFAULT_VPC_CIDR)
     smallest = vpc_layout_prefix(az_count)
     if not LARGEST_VPC_PREFIX <= network.prefixlen <= smallest:
         raise problem(
@@ -165,7 +165,7 @@ def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways")
 def public_access_cidrs(values: Sequence[str], endpoint_access: str,
                         field: str = "cluster.public_access_cidrs") -> tuple[str, ...]:
     for value in values:
-        if _network(field, value, "203.0.113.0/24").prefixlen == 0:
+        if ipv4_network(field, value, "203.0.113.0/24").prefixlen == 0:
             raise problem(field, value, "opens the Kubernetes API to the whole internet",
                           "the CIDR blocks of your networks, such as 203.0.113.0/24")
     if endpoint_access == "public-and-private" and not values:

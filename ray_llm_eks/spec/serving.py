@@ -8,7 +8,6 @@ itself when built, so every entry point refuses the same combinations with the s
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -17,7 +16,7 @@ from typing import Any
 from ..models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
 from . import sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
-from .infrastructure import region as check_region, semver
+from .infrastructure import ipv4_network, region as check_region, semver
 from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
@@ -70,13 +69,6 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
 
-
-def _is_cidr(value: str) -> bool:
-    try:
-        ipaddress.IPv4Network(value, strict=True)
-        return True
-    except ValueError:
-        return False
 
 
 def _is_int(value: Any) -> bool:
@@ -287,20 +279,15 @@ class ServingSpec:
             if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
                 found.add(problem("client_namespaces", namespace, "not a namespace name",
                                   "lowercase letters, digits and '-', at most 63"))
-        for name in ("client_cidrs", "egress_cidrs"):
-            for cidr in getattr(self, name):
-                try:
-                    ipaddress.IPv4Network(cidr, strict=True)
-                except (ValueError, TypeError):
-                    found.add(problem(name, cidr, "not an IPv4 CIDR block (network address / prefix length)",
-                                      "a block such as 10.0.0.0/16"))
+        client_networks = [found.check(ipv4_network, "client_cidrs", c, "10.0.0.0/16") for c in self.client_cidrs]
+        for cidr in self.egress_cidrs:
+            found.check(ipv4_network, "egress_cidrs", cidr, "10.0.0.0/16")
         if self.endpoint is EndpointType.internal_nlb:
             if not self.client_cidrs:
                 found.add(problem("client_cidrs", [], "an internal NLB without source ranges opens its NodePort on "
                                   "every node to 0.0.0.0/0 (the AWS cloud provider's default)",
                                   "the CIDR blocks of the networks that call the API, such as 10.0.0.0/16"))
-            elif any(ipaddress.IPv4Network(c, strict=False).prefixlen == 0 for c in self.client_cidrs
-                     if isinstance(c, str) and _is_cidr(c)):
+            elif any(n is not None and n.prefixlen == 0 for n in client_networks):
                 found.add(problem("client_cidrs", list(self.client_cidrs), "0.0.0.0/0 is every source",
                                   "the CIDR blocks of the networks that call the API"))
 
