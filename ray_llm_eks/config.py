@@ -264,6 +264,8 @@ class ServingConfig(_Shape):
     """Networks that may call the OpenAI API; required with internal-nlb (its source ranges)."""
     egress_cidrs: list[str] = list(ServingSpec.egress_cidrs)
     """Where the pods may open HTTPS (model download, AWS and Kubernetes APIs); narrow to the VPC once the model is cached."""
+    admission_exempt_namespaces: list[str] = list(ServingSpec.admission_exempt_namespaces)
+    """Namespaces the admission policy leaves alone: node agents with host access or catch-all tolerations."""
 
 
 class VerificationConfig(_Shape):
@@ -292,6 +294,7 @@ _SERVING_FIELDS = {
     "client_namespaces": "serving.client_namespaces",
     "client_cidrs": "serving.client_cidrs",
     "egress_cidrs": "serving.egress_cidrs",
+    "admission_exempt_namespaces": "serving.admission_exempt_namespaces",
     "ray_version": "versions.ray",
     "prefill_tensor_parallel_size": "prefill.tensor_parallel_size",
     "decode_tensor_parallel_size": "decode.tensor_parallel_size",
@@ -416,6 +419,7 @@ class DeploymentConfig(_Shape):
                     decode_tensor_parallel_size=self.decode.tensor_parallel_size, strict=self.strict,
                     client_namespaces=tuple(self.serving.client_namespaces),
                     client_cidrs=tuple(self.serving.client_cidrs), egress_cidrs=tuple(self.serving.egress_cidrs),
+                    admission_exempt_namespaces=tuple(self.serving.admission_exempt_namespaces),
                 )
             except SpecErrors as errors:
                 found.errors.extend(type(e)(_config_field(e.field), e.message) for e in errors)

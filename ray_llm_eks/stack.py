@@ -6,6 +6,8 @@ and changing one replaces the resource (see docs/replacement.md).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -131,29 +133,15 @@ class RayLlmEksStack(cdk.Stack):
             self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes,
             watch_namespaces=[specs.serving.namespace],
         )
-        serving = specs.serving
+        # Every field of the checked spec but the pools and the region, which the construct takes
+        # from the node groups and the stack: a setting added to ServingSpec reaches the stack
+        # without a second list here (tests/test_composition.py compares the two specs).
+        passed_on = {f.name: getattr(specs.serving, f.name) for f in dataclasses.fields(specs.serving)
+                     if f.name not in ("region", "prefill", "decode", "system")}
         self.serving = RayLlmServing(
-            self,
-            "Serving",
-            cluster=self.cluster,
-            prefill=self.prefill_nodes,
-            decode=self.decode_nodes,
-            system=self.system_nodes,
-            kuberay=self.kuberay,
-            device_plugins=self.device_plugins,
-            model=serving.model,
-            image=serving.image,
-            nixl=serving.nixl,
-            topology=serving.topology,
-            security_profile=serving.security_profile,
-            endpoint=serving.endpoint,
-            namespace=serving.namespace,
-            service_name=serving.service_name,
-            ray_version=serving.ray_version,
-            prefill_tensor_parallel_size=serving.prefill_tensor_parallel_size,
-            decode_tensor_parallel_size=serving.decode_tensor_parallel_size,
-            strict=serving.strict,
-            verification=specs.verification,
+            self, "Serving", cluster=self.cluster, prefill=self.prefill_nodes, decode=self.decode_nodes,
+            system=self.system_nodes, kuberay=self.kuberay, device_plugins=self.device_plugins,
+            verification=specs.verification, **passed_on,
         )
         self.cdk8s_app = self.serving.cdk8s_app
 

@@ -195,3 +195,19 @@ def test_readme_python_snippets_run_as_written(tmp_path, monkeypatch):
     for snippet in snippets:
         namespace: dict = {"__name__": "readme_snippet"}
         exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+
+
+def test_the_stack_hands_every_serving_setting_to_the_construct():
+    """The stack's RayLlmServing gets the spec the configuration checked, field for field (it once
+    dropped the client and egress settings, which left the NetworkPolicies at their defaults)."""
+    from ray_llm_eks.stack import build_app
+
+    config = parse_config({
+        "serving": {"namespace": "llm", "service_name": "qwen", "client_namespaces": ["apps"],
+                    "client_cidrs": ["10.50.0.0/16"], "egress_cidrs": ["10.0.0.0/8"], "endpoint": "internal-nlb",
+                    "security_profile": "ipc-lock", "admission_exempt_namespaces": ["kube-system", "agents"]},
+        "topology": "colocated",
+        "nixl": {"kv_buffer_device": "cpu"},
+    })
+    _, stack = build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
+    assert stack.serving.spec == config.specs().serving

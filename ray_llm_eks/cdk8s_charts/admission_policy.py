@@ -1,86 +1,170 @@
-"""Who may run privileged, and who may land on the GPU nodes (``serving-admission-policy``).
+"""Who may run privileged, reach the host, or land on the GPU nodes (``serving-admission-policy``).
 
 The GPU taint keeps pods off the GPU nodes only until a pod adds the toleration, and the
 namespace's Pod Security level is ``privileged`` (the workers need it). This
 ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``, built into Kubernetes 1.30+;
-EKS 1.35 runs it without a webhook) denies, in every namespace but ``kube-system``, any pod
-that is privileged or tolerates the GPU taint, unless it runs in the serving namespace as the
-Ray pods' service account or the EFA counter readers' one.
+EKS 1.35 runs it without a webhook) grants, per service account of this deployment:
 
-The check reads ``object.spec.serviceAccountName``, not the requesting user: the KubeRay operator
+=========================  ==========  ==================  ========  =============  =========
+who                        privileged  added capabilities  hostPath  GPU toleration  host namespaces, ``nodeName``
+=========================  ==========  ==================  ========  =============  =========
+the Ray pods' account      yes         yes                 yes       yes            no
+the EFA counter readers'   no          no                  yes (/sys) yes           no
+anyone else                no          no                  no        no             no
+=========================  ==========  ==================  ========  =============  =========
+
+"Host namespaces" are ``hostNetwork``, ``hostPID`` and ``hostIPC``: the VPC CNI's policy agent
+admits every connection from the pod's own node, so a hostNetwork pod on the (untainted) system
+node would walk past the NetworkPolicies to the head's 8265 and 6379. ``nodeName`` set at
+creation skips the scheduler and with it every taint. Ephemeral containers (``kubectl debug``)
+may never be privileged or add capabilities, not even on the Ray pods (which never use one), so
+the right to debug a pod is not the right to root on its node.
+
+Scope. One policy per deployment, bound twice:
+
+- ``<name>-own`` to the serving namespace, where the table applies;
+- ``<name>-elsewhere`` to every namespace that is neither exempt (``admission_exempt_namespaces``,
+  default ``kube-system``: aws-node, kube-proxy and the device plugins run there with host access
+  and catch-all tolerations) nor another deployment's serving namespace (labelled
+  ``ray-llm-eks/serving-instance``), where nobody gets anything in the table.
+
+So two deployments in one cluster each govern their own namespace and agree everywhere else.
+Labelling a namespace needs ``patch`` on namespaces, a cluster-scoped right, so a tenant cannot
+exempt their namespace by labelling it.
+
+Updates: a pod already running when the policy arrives (a node agent in a namespace that is not
+exempt) is not frozen: an UPDATE is denied only for a grant the old object did not already use.
+
+The checks read ``object.spec.serviceAccountName``, not the requesting user: the KubeRay operator
 and the DaemonSet controller create these pods on the workload's behalf. Who may create pods as
 those accounts is then a matter of RBAC in the serving namespace (docs/threat-model.md).
-``kube-system`` is left out: the NVIDIA and EFA device plugins and aws-node run there with GPU
-tolerations and host access. A toleration without a key and ``operator: Exists`` tolerates
-every taint, so it counts as a GPU toleration.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import cdk8s
 from cdk8s_plus_35 import k8s
 
 from ..spec.placement import GPU_TAINT_KEY
-from ..spec.serving import ServingSpec
+from ..spec.serving import SERVING_INSTANCE_NAMESPACE_LABEL, ServingSpec
 from . import pod_templates
 
 ADMISSION_POLICY_CHART_ID = "serving-admission-policy"
-EXEMPT_NAMESPACES = ("kube-system",)
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-def _containers(field: str) -> str:
-    return f"(has(object.spec.{field}) ? object.spec.{field} : [])"
+def _list(obj: str, field: str) -> str:
+    return f"(has({obj}.spec.{field}) ? {obj}.spec.{field} : [])"
 
 
-PRIVILEGED = (
-    f"({_containers('containers')} + {_containers('initContainers')}).exists(c, has(c.securityContext) && "
-    "has(c.securityContext.privileged) && c.securityContext.privileged == true)"
-)
-GPU_TOLERATION = (
-    "has(object.spec.tolerations) && object.spec.tolerations.exists(t, "
-    f"(has(t.key) && t.key == '{GPU_TAINT_KEY}') || (!has(t.key) && has(t.operator) && t.operator == 'Exists'))"
-)
+def _containers(obj: str) -> str:
+    return f"({_list(obj, 'containers')} + {_list(obj, 'initContainers')} + {_list(obj, 'ephemeralContainers')})"
 
 
-def allowed_accounts(spec: ServingSpec) -> tuple[str, ...]:
-    """The Ray pods' account (named after the service) and the EFA counter readers'."""
-    return spec.service_name, pod_templates.efa_counters_name(spec.service_name)
+def _flag(obj: str, field: str) -> str:
+    return f"(has({obj}.spec.{field}) && {obj}.spec.{field} == true)"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One thing a pod may ask for, as a CEL predicate over a pod (``object`` or ``oldObject``)."""
+
+    name: str
+    description: str
+    template: str
+
+    def on(self, obj: str) -> str:
+        return self.template.format(o=obj)
+
+
+PRIVILEGED = Grant("privileged", "privileged containers", _containers("{o}") +
+                   ".exists(c, has(c.securityContext) && has(c.securityContext.privileged) && "
+                   "c.securityContext.privileged == true)")
+CAPABILITIES = Grant("capabilities", "added Linux capabilities", _containers("{o}") +
+                     ".exists(c, has(c.securityContext) && has(c.securityContext.capabilities) && "
+                     "has(c.securityContext.capabilities.add) && size(c.securityContext.capabilities.add) > 0)")
+HOST_PATH = Grant("hostPath", "hostPath volumes", _list("{o}", "volumes") + ".exists(v, has(v.hostPath))")
+GPU_TOLERATION = Grant("gpuToleration", f"tolerating the GPU taint ({GPU_TAINT_KEY})",
+                       _list("{o}", "tolerations") + ".exists(t, "
+                       f"(has(t.key) && t.key == '{GPU_TAINT_KEY}') || (!has(t.key) && has(t.operator) && t.operator == 'Exists'))")
+HOST_NAMESPACES = Grant("hostNamespaces", "hostNetwork, hostPID or hostIPC",
+                        " || ".join(_flag("{o}", f) for f in ("hostNetwork", "hostPID", "hostIPC")))
+EPHEMERAL_PRIVILEGES = Grant("ephemeralPrivileges", "privileged or capability-adding ephemeral containers",
+                             _list("{o}", "ephemeralContainers") + ".exists(c, has(c.securityContext) && ("
+                             "(has(c.securityContext.privileged) && c.securityContext.privileged == true) || "
+                             "(has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && "
+                             "size(c.securityContext.capabilities.add) > 0)))")
+GRANTS = (PRIVILEGED, CAPABILITIES, HOST_PATH, GPU_TOLERATION, HOST_NAMESPACES, EPHEMERAL_PRIVILEGES)
+
+
+def grants(spec: ServingSpec) -> dict[str, tuple[Grant, ...]]:
+    """Service account → what it may ask for (the module docstring's table)."""
+    return {
+        spec.service_name: (PRIVILEGED, CAPABILITIES, HOST_PATH, GPU_TOLERATION),
+        pod_templates.efa_counters_name(spec.service_name): (HOST_PATH, GPU_TOLERATION),
+    }
 
 
 def policy_name(spec: ServingSpec) -> str:
-    return f"{spec.namespace}-{spec.service_name}-gpu-and-privileged"
+    return f"{spec.namespace}-{spec.service_name}-pod-privileges"
+
+
+def _allowed(spec: ServingSpec, grant: Grant) -> str:
+    accounts = [account for account, granted in grants(spec).items() if grant in granted]
+    if not accounts:
+        return "false"
+    names = ", ".join(f"'{a}'" for a in accounts)
+    return (f"request.namespace == '{spec.namespace}' && has(object.spec.serviceAccountName) && "
+            f"object.spec.serviceAccountName in [{names}]")
+
+
+def _who(spec: ServingSpec, grant: Grant) -> str:
+    accounts = [account for account, granted in grants(spec).items() if grant in granted]
+    if not accounts:
+        return "nobody outside the exempt namespaces " + ", ".join(spec.admission_exempt_namespaces)
+    return f"only the service accounts {', '.join(accounts)} in namespace {spec.namespace}"
 
 
 class AdmissionPolicyChart(cdk8s.Chart):
-    """The ValidatingAdmissionPolicy and its binding (cluster-scoped; see the module docstring)."""
+    """The ValidatingAdmissionPolicy and its two bindings (cluster-scoped; see the module docstring)."""
 
     def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, id, disable_resource_name_hashes=True)
         name = policy_name(spec)
-        accounts = ", ".join(f"'{a}'" for a in allowed_accounts(spec))
         labels = {pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: spec.service_name}
-        who = f"the service accounts {', '.join(allowed_accounts(spec))} in namespace {spec.namespace}"
+        variables = [k8s.Variable(name=f"{g.name}Allowed", expression=_allowed(spec, g)) for g in GRANTS]
+        validations = [
+            k8s.Validation(
+                expression=(f"!({g.on('object')}) || variables.{g.name}Allowed || "
+                            f"(request.operation == 'UPDATE' && ({g.on('oldObject')}))"),
+                reason="Forbidden",
+                message=f"{g.description}: allowed {_who(spec, g)}")
+            for g in GRANTS
+        ]
+        validations.append(k8s.Validation(
+            expression="request.operation != 'CREATE' || !has(object.spec.nodeName) || object.spec.nodeName == ''",
+            reason="Forbidden",
+            message="spec.nodeName at creation skips the scheduler and every taint; use a nodeSelector or affinity"))
         k8s.KubeValidatingAdmissionPolicy(self, "Policy", metadata=k8s.ObjectMeta(name=name, labels=labels),
                                           spec=k8s.ValidatingAdmissionPolicySpec(
             failure_policy="Fail",
-            match_constraints=k8s.MatchResources(
-                namespace_selector=k8s.LabelSelector(match_expressions=[k8s.LabelSelectorRequirement(
-                    key="kubernetes.io/metadata.name", operator="NotIn", values=list(EXEMPT_NAMESPACES))]),
-                resource_rules=[k8s.NamedRuleWithOperations(
-                    api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=["pods"])]),
-            variables=[
-                k8s.Variable(name="allowed", expression=(
-                    f"request.namespace == '{spec.namespace}' && has(object.spec.serviceAccountName) && "
-                    f"object.spec.serviceAccountName in [{accounts}]")),
-                k8s.Variable(name="privileged", expression=PRIVILEGED),
-                k8s.Variable(name="gpuToleration", expression=GPU_TOLERATION),
-            ],
-            validations=[
-                k8s.Validation(expression="!variables.privileged || variables.allowed",
-                               message=f"privileged containers are allowed only for {who}"),
-                k8s.Validation(expression="!variables.gpuToleration || variables.allowed",
-                               message=f"tolerating the GPU taint ({GPU_TAINT_KEY}) is allowed only for {who}"),
-            ]))
-        k8s.KubeValidatingAdmissionPolicyBinding(self, "Binding", metadata=k8s.ObjectMeta(name=name, labels=labels),
-                                                 spec=k8s.ValidatingAdmissionPolicyBindingSpec(
-            policy_name=name, validation_actions=["Deny"]))
+            match_constraints=k8s.MatchResources(resource_rules=[k8s.NamedRuleWithOperations(
+                api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"],
+                resources=["pods", "pods/ephemeralcontainers"])]),
+            variables=variables,
+            validations=validations))
+        own = k8s.LabelSelector(match_expressions=[k8s.LabelSelectorRequirement(
+            key=NAMESPACE_NAME_LABEL, operator="In", values=[spec.namespace])])
+        elsewhere = k8s.LabelSelector(match_expressions=[
+            k8s.LabelSelectorRequirement(key=NAMESPACE_NAME_LABEL, operator="NotIn",
+                                         values=sorted(spec.admission_exempt_namespaces)),
+            k8s.LabelSelectorRequirement(key=SERVING_INSTANCE_NAMESPACE_LABEL, operator="DoesNotExist"),
+        ])
+        for id_, suffix, selector in (("BindingOwn", "own", own), ("BindingElsewhere", "elsewhere", elsewhere)):
+            k8s.KubeValidatingAdmissionPolicyBinding(
+                self, id_, metadata=k8s.ObjectMeta(name=f"{name}-{suffix}", labels=labels),
+                spec=k8s.ValidatingAdmissionPolicyBindingSpec(
+                    policy_name=name, validation_actions=["Deny"],
+                    match_resources=k8s.MatchResources(namespace_selector=selector)))

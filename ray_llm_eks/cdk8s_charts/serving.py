@@ -21,7 +21,7 @@ import cdk8s
 import cdk8s_plus_35 as kplus
 
 from ..spec.placement import WORKER_ROLES
-from ..spec.serving import SERVE_PORT, EndpointType, ServingSpec
+from ..spec.serving import SERVE_PORT, SERVING_INSTANCE_NAMESPACE_LABEL, EndpointType, ServingSpec
 from . import pod_templates, serve_config
 from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart
 from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
@@ -75,7 +75,8 @@ class ServingNamespaceChart(cdk8s.Chart):
     def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, id, disable_resource_name_hashes=True)
         self.namespace_object = kplus.Namespace(self, "Namespace", metadata=cdk8s.ApiObjectMetadata(
-            name=spec.namespace, labels=dict(POD_SECURITY_LABELS)))
+            name=spec.namespace,
+            labels={**POD_SECURITY_LABELS, SERVING_INSTANCE_NAMESPACE_LABEL: spec.service_name}))
         self.service_account = kplus.ServiceAccount(
             self,
             "ServiceAccount",

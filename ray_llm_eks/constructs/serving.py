@@ -103,12 +103,14 @@ class RayLlmServing(Construct):
         (the NLB's source ranges).
     :param egress_cidrs: where the pods may open HTTPS. Default ``0.0.0.0/0`` (the model download
         through the NAT gateway), always without the link-local range (no IMDS).
+    :param admission_exempt_namespaces: namespaces the admission policy leaves alone (node agents
+        with host access or catch-all tolerations). Default ``kube-system``.
     :param verification: the deployment gate's settings. Default: ``VerificationSpec()``, a
         60-minute bound, 4 probes, CloudFormation waits for the verdict.
     :param depends_on: anything else the charts must be applied after.
 
     Public attributes: ``spec`` (the ``ServingSpec``), ``cdk8s_app``, ``charts`` (apply order:
-    ``serving-namespace``, ``serving-network-policy``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
+    ``serving-namespace``, ``serving-network-policy``, ``serving-admission-policy``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
     ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
     ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``),
     ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
@@ -141,6 +143,7 @@ class RayLlmServing(Construct):
         client_namespaces: Sequence[str] = ServingSpec.client_namespaces,
         client_cidrs: Sequence[str] = ServingSpec.client_cidrs,
         egress_cidrs: Sequence[str] = ServingSpec.egress_cidrs,
+        admission_exempt_namespaces: Sequence[str] = ServingSpec.admission_exempt_namespaces,
         verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
@@ -154,7 +157,7 @@ class RayLlmServing(Construct):
             prefill_tensor_parallel_size=prefill_tensor_parallel_size,
             decode_tensor_parallel_size=decode_tensor_parallel_size, strict=strict,
             client_namespaces=tuple(client_namespaces), client_cidrs=tuple(client_cidrs),
-            egress_cidrs=tuple(egress_cidrs),
+            egress_cidrs=tuple(egress_cidrs), admission_exempt_namespaces=tuple(admission_exempt_namespaces),
         )
         if device_plugins is not None:
             uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))

@@ -68,6 +68,10 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
+DEFAULT_ADMISSION_EXEMPT_NAMESPACES = ("kube-system",)
+SERVING_INSTANCE_NAMESPACE_LABEL = "ray-llm-eks/serving-instance"
+"""On the serving namespace, valued with the service name: other deployments' admission
+policies leave a namespace so labelled to its own deployment's policy."""
 
 
 
@@ -226,6 +230,10 @@ class ServingSpec:
     """Where this deployment's pods may open HTTPS (443): the model download (Hugging Face and its
     CDN through the NAT gateway), the Kubernetes API for the gate, CloudFormation's signal URL.
     Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
+    admission_exempt_namespaces: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_NAMESPACES
+    """Namespaces the admission policy leaves alone (``serving-admission-policy``): node agents
+    that need host access or tolerate every taint (aws-node, kube-proxy, the device plugins in
+    ``kube-system``; add e.g. ``amazon-cloudwatch`` for the CloudWatch agent). Never the serving namespace."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -268,7 +276,7 @@ class ServingSpec:
                               f"at most {RAY_SERVICE_NAME_MAX} characters"))
 
     def _check_access(self, found: Collector) -> None:
-        for name in ("client_namespaces", "client_cidrs", "egress_cidrs"):
+        for name in ("client_namespaces", "client_cidrs", "egress_cidrs", "admission_exempt_namespaces"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
@@ -279,6 +287,14 @@ class ServingSpec:
             if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
                 found.add(problem("client_namespaces", namespace, "not a namespace name",
                                   "lowercase letters, digits and '-', at most 63"))
+        for namespace in self.admission_exempt_namespaces:
+            if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+                found.add(problem("admission_exempt_namespaces", namespace, "not a namespace name",
+                                  "lowercase letters, digits and '-', at most 63"))
+            elif namespace == self.namespace:
+                found.add(problem("admission_exempt_namespaces", namespace,
+                                  "the serving namespace itself: any pod there could run privileged on the GPU nodes",
+                                  f"namespaces of node agents, such as {', '.join(DEFAULT_ADMISSION_EXEMPT_NAMESPACES)}"))
         client_networks = [found.check(ipv4_network, "client_cidrs", c, "10.0.0.0/16") for c in self.client_cidrs]
         for cidr in self.egress_cidrs:
             found.check(ipv4_network, "egress_cidrs", cidr, "10.0.0.0/16")

@@ -10,16 +10,19 @@ import copy
 
 import celpy
 import pytest
+from netpol import selects
 
 from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID
 from ray_llm_eks.spec.placement import GPU_TAINT_KEY
+from ray_llm_eks.spec.serving import SERVING_INSTANCE_NAMESPACE_LABEL
 
 KUBERNETES_VERSION = "1.35.0"
 
 
-def policy(rendered) -> tuple[dict, dict]:
-    objects = {o["kind"]: o for o in rendered.objects[ADMISSION_POLICY_CHART_ID]}
-    return objects["ValidatingAdmissionPolicy"], objects["ValidatingAdmissionPolicyBinding"]
+def policy(rendered) -> tuple[dict, list[dict]]:
+    objects = rendered.objects[ADMISSION_POLICY_CHART_ID]
+    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    return vap, [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
 
 
 def _eval(expression: str, activation: dict):
@@ -27,12 +30,22 @@ def _eval(expression: str, activation: dict):
     return environment.program(environment.compile(expression)).evaluate(activation)
 
 
-def admits(vap: dict, namespace: str, pod: dict) -> bool:
-    """Whether the policy lets ``pod`` be created in ``namespace`` (namespace exemption included)."""
-    excluded = vap["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"]
-    if namespace in excluded:
+def _namespace_labels(namespace: str, labels: dict[str, str] | None) -> dict[str, str]:
+    return {"kubernetes.io/metadata.name": namespace, **(labels or {})}
+
+
+def admits(policy_and_bindings, namespace: str, pod: dict, *, namespace_labels: dict[str, str] | None = None,
+           operation: str = "CREATE", old: dict | None = None) -> bool:
+    """Whether the policy, through any of its bindings, lets ``pod`` be written in ``namespace``.
+
+    A binding applies when its namespace selector matches the namespace's labels (the netpol
+    module's selector semantics, which are Kubernetes'); an unbound request is admitted."""
+    vap, bindings = policy_and_bindings
+    labels = _namespace_labels(namespace, namespace_labels)
+    if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):
         return True
-    activation = {"object": celpy.json_to_cel(pod), "request": celpy.json_to_cel({"namespace": namespace})}
+    activation = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(old),
+                  "request": celpy.json_to_cel({"namespace": namespace, "operation": operation})}
     variables = {}
     for variable in vap["spec"]["variables"]:
         variables[variable["name"]] = _eval(variable["expression"], {**activation, "variables": celpy.json_to_cel(variables)})
@@ -58,7 +71,7 @@ EVERYTHING = {"operator": "Exists"}
 
 @pytest.fixture(scope="module")
 def vap(scenario):
-    return policy(scenario("disaggregated"))[0]
+    return policy(scenario("disaggregated"))
 
 
 def test_the_rendered_ray_workers_are_admitted(scenario, vap):
@@ -111,22 +124,114 @@ def test_ordinary_pods_and_kube_system_are_untouched(vap, namespace, candidate):
     assert admits(vap, namespace, candidate)
 
 
-def test_the_policy_denies_and_applies_to_pods(scenario):
-    vap, binding = policy(scenario("disaggregated"))
-    assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+def test_the_policy_denies_and_applies_to_pods_and_their_ephemeral_containers(scenario):
+    vap, bindings = policy(scenario("disaggregated"))
+    assert [b["metadata"]["name"] for b in bindings] == [f"{vap['metadata']['name']}-own",
+                                                          f"{vap['metadata']['name']}-elsewhere"]
+    for binding in bindings:
+        assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+        assert binding["spec"]["validationActions"] == ["Deny"]
     assert vap["spec"]["failurePolicy"] == "Fail"
     (rule,) = vap["spec"]["matchConstraints"]["resourceRules"]
-    assert (rule["resources"], sorted(rule["operations"])) == (["pods"], ["CREATE", "UPDATE"])
+    assert (rule["resources"], sorted(rule["operations"])) == (["pods", "pods/ephemeralcontainers"],
+                                                              ["CREATE", "UPDATE"])
 
 
-def test_both_pass_kubernetes_validate_strict(scenario):
+def test_all_pass_kubernetes_validate_strict(scenario):
     import kubernetes_validate
 
-    for obj in policy(scenario("hardened")):
+    vap, bindings = policy(scenario("hardened"))
+    for obj in (vap, *bindings):
         kubernetes_validate.validate(copy.deepcopy(obj), KUBERNETES_VERSION, strict=True)
 
 
 def test_the_hardened_scenario_names_its_own_namespace_and_accounts(scenario):
-    vap = policy(scenario("hardened"))[0]
+    vap = policy(scenario("hardened"))
     assert admits(vap, "llm", pod("qwen", privileged=True, toleration=GPU))
     assert not admits(vap, "inference", pod("ray-llm", privileged=True))
+
+
+def _with(candidate: dict, **spec) -> dict:
+    changed = copy.deepcopy(candidate)
+    changed["spec"].update(spec)
+    return changed
+
+
+HOST_PATH = {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}
+
+
+@pytest.mark.parametrize(("namespace", "account", "spec"), [
+    # A hostNetwork pod on the untainted system node would pass the NetworkPolicies (the policy
+    # agent admits the node's own traffic): nobody outside the exempt namespaces gets one.
+    ("default", None, {"hostNetwork": True}),
+    ("inference", "ray-llm", {"hostNetwork": True}),
+    ("inference", "ray-llm-efa-counters", {"hostPID": True}),
+    ("default", None, {"hostIPC": True}),
+    ("default", None, HOST_PATH),
+    ("inference", "default", HOST_PATH),
+    # nodeName at creation skips the scheduler, and with it the GPU taint.
+    ("default", None, {"nodeName": "ip-10-0-1-1.ec2.internal"}),
+    ("inference", "ray-llm", {"nodeName": "ip-10-0-1-1.ec2.internal"}),
+    ("default", None, {"containers": [{"name": "c", "image": "i",
+                                        "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}),
+    ("inference", "ray-llm-efa-counters", {"containers": [{"name": "c", "image": "i",
+                                                            "securityContext": {"privileged": True}}]}),
+])
+def test_host_access_and_scheduler_bypasses_are_denied_to_whoever_is_not_granted_them(vap, namespace, account, spec):
+    assert not admits(vap, namespace, _with(pod(account), **spec))
+
+
+def test_the_counter_readers_keep_their_hostpath_and_nobody_debugs_a_worker_into_root(scenario, vap):
+    assert admits(vap, "inference", _with(pod("ray-llm-efa-counters", toleration=GPU), **HOST_PATH))
+    worker = {"apiVersion": "v1", "kind": "Pod", "metadata": {},
+              "spec": copy.deepcopy(scenario("disaggregated").worker_group("decode")["template"]["spec"])}
+    debugged = copy.deepcopy(worker)
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox",
+                                                "securityContext": {"privileged": True}}]
+    assert not admits(vap, "inference", debugged, operation="UPDATE", old=worker)
+    plain = copy.deepcopy(worker)
+    plain["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
+    assert admits(vap, "inference", plain, operation="UPDATE", old=worker)
+
+
+def test_a_pod_that_predates_the_policy_may_still_be_updated_but_gain_nothing(vap):
+    """A node agent outside the exempt namespaces, running before the policy arrived: relabelling
+    it is an UPDATE that must not be refused; adding a GPU toleration to a plain pod is."""
+    agent = _with(pod("agent", toleration=EVERYTHING), hostNetwork=True, **HOST_PATH)
+    relabelled = copy.deepcopy(agent)
+    relabelled["metadata"]["labels"] = {"version": "2"}
+    assert not admits(vap, "monitoring", agent)
+    assert admits(vap, "monitoring", relabelled, operation="UPDATE", old=agent)
+    plain = pod("app")
+    assert not admits(vap, "default", _with(plain, tolerations=[GPU]), operation="UPDATE", old=plain)
+    # The binding stays on the pod's new node name: only a CREATE with nodeName is refused.
+    assert admits(vap, "default", _with(plain, nodeName="ip-10-0-1-1"), operation="UPDATE", old=plain)
+
+
+def test_two_deployments_govern_their_own_namespaces_and_agree_elsewhere(scenario):
+    first, second = policy(scenario("disaggregated")), policy(scenario("hardened"))
+    label = {SERVING_INSTANCE_NAMESPACE_LABEL: "qwen"}
+    # The second deployment's workers in its namespace: the first policy's bindings skip it.
+    assert admits(first, "llm", pod("qwen", privileged=True, toleration=GPU), namespace_labels=label)
+    assert admits(second, "llm", pod("qwen", privileged=True, toleration=GPU), namespace_labels=label)
+    # Elsewhere both deny.
+    for vap in (first, second):
+        assert not admits(vap, "default", pod(privileged=True))
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "agents"])
+def test_exempt_namespaces_are_configurable_but_never_the_serving_one(namespace):
+    import cdk8s
+
+    from ray_llm_eks.cdk8s_charts import build_serving_charts
+    from ray_llm_eks.config import ConfigError, parse_config
+
+    specs = parse_config({"serving": {"admission_exempt_namespaces": ["kube-system", "agents"]}}).specs()
+    charts = build_serving_charts(cdk8s.App(), specs.serving)
+    objects = cdk8s.Testing.synth(charts.admission_policy)
+    vap = ([o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"][0],
+           [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"])
+    assert admits(vap, namespace, _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
+    assert not admits(vap, "default", _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
+    with pytest.raises(ConfigError, match=r"serving\.admission_exempt_namespaces.*the serving namespace itself"):
+        parse_config({"serving": {"admission_exempt_namespaces": ["inference"]}}).specs()
