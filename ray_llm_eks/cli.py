@@ -279,11 +279,14 @@ def verify(
 ) -> None:
     """Run the deployment gate now, through the API server, against the spec the cluster was deployed with.
 
-    Read-only: unlike the gate Job after a deploy, it never deletes a stale RayCluster. Probes go
-    through the API server's proxy, so their latencies include it (the Job's do not).
+    Read-only but for one object: unlike the gate Job after a deploy, it never deletes a stale
+    RayCluster. Probes go through the API server's proxy, so their latencies include it (the
+    Job's do not), and for the run a NetworkPolicy admits the API server's addresses to the
+    probed ports (deleted at the end; ``verification/api_proxy.py``).
     """
     from .kubeconfig import load_access
-    from .verification.gate import Endpoints, Gate, GateConfig, deployed_settings
+    from .verification.api_proxy import admitted, port_of
+    from .verification.gate import INSTANCE_LABEL, Endpoints, Gate, GateConfig, deployed_settings
     from .verification.kube import ApiError, Kube, NoClusterAccess
 
     deployment = _load(config, as_json)
@@ -300,7 +303,11 @@ def verify(
         log = (lambda message: None) if as_json else (lambda message: _error_console().print(f"[dim]{escape(message)}[/]"))
         with _error_console().status("verifying (waiting for the service, then probing)", spinner="dots") \
                 if not as_json else _nothing():
-            report = Gate(gate_config, kube, Endpoints(kube, via_api_proxy=True), log=log).run()
+            # The gate probes these through the API server's proxy; the policies admit it only now.
+            ports = [port_of(gate_config.openai_url), port_of(gate_config.dashboard_url),
+                     gate_config.metrics_port, gate_config.efa_counter_port]
+            with admitted(kube, namespace, service, INSTANCE_LABEL, ports, log=log):
+                report = Gate(gate_config, kube, Endpoints(kube, via_api_proxy=True), log=log).run()
     except NoClusterAccess as error:
         _fail(ExitCode.NO_CREDENTIALS, f"no access to the cluster: {error}", as_json)
     except (LookupError, ApiError) as error:

@@ -39,6 +39,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from ray_llm_eks.verification import bundle, efa
 
 PREFILL_IP, DECODE_IP, PREFILL_NODE_IP, DECODE_NODE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
+API_SERVER_IPS = ("10.0.32.17", "10.0.96.201")
+"""The control plane's interfaces in the VPC, as ``default/kubernetes`` lists them."""
 PREFILL_NODE, DECODE_NODE = "ip-10-0-1-11.prefill", "ip-10-0-1-12.decode"
 
 EFA_LINES = [
@@ -129,6 +131,9 @@ class FakeDeployment:
         self.polls_since_delete = 0
         self.deployed_at = time.time() - 30
         self.created_config_maps: list[dict[str, Any]] = []
+        self.network_policies: dict[str, dict[str, Any]] = {}
+        """NetworkPolicies in the namespace now; the proxy forwards only what they admit from the API server."""
+        self.policy_history: list[tuple[str, str]] = []
         self.break_counters_until = 0
         """How many reads of each node's counters fail first (a reader not yet listening)."""
         self.counter_reads: dict[str, int] = {}
@@ -273,6 +278,23 @@ class FakeDeployment:
         ns = f"/api/v1/namespaces/{self.namespace}"
         if "/proxy" in path:
             return self.route_proxy(handler, method, path)
+        if method == "GET" and path == "/api/v1/namespaces/default/endpoints/kubernetes":
+            return handler.reply(200, {"kind": "Endpoints", "subsets": [
+                {"addresses": [{"ip": ip} for ip in API_SERVER_IPS], "ports": [{"name": "https", "port": 443}]}]})
+        policies = f"/apis/networking.k8s.io/v1/namespaces/{self.namespace}/networkpolicies"
+        if path.startswith(policies):
+            name = path[len(policies):].strip("/")
+            if method in ("POST", "PUT"):
+                body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+                if method == "POST" and body["metadata"]["name"] in self.network_policies:
+                    return handler.reply(409, {"kind": "Status", "reason": "AlreadyExists"})
+                self.network_policies[body["metadata"]["name"]] = body
+                self.policy_history.append((method, body["metadata"]["name"]))
+                return handler.reply(201 if method == "POST" else 200, body)
+            if method == "DELETE" and name in self.network_policies:
+                del self.network_policies[name]
+                self.policy_history.append((method, name))
+                return handler.reply(200, {"kind": "Status", "status": "Success"})
         if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayservices/{self.name}":
             return handler.reply(200, self.rayservice_object())
         if method == "DELETE" and path.startswith(f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/"):
@@ -329,6 +351,9 @@ class FakeDeployment:
         head, rest = path.split("/proxy", 1)
         kind, target = head.split("/")[-2:]
         name, port = target.rsplit(":", 1)
+        if not self._admits_api_server(int(port)):
+            # What the VPC CNI's policy agent does to a connection no policy admits: drops it.
+            return handler.reply(503, {"kind": "Status", "message": f"dial tcp {name}:{port}: i/o timeout"})
         if kind == "services":
             base = f"{self.api_url}/openai" if "openai" in name else f"{self.api_url}/dashboard"
         else:
@@ -344,6 +369,18 @@ class FakeDeployment:
                 return handler.reply(response.status, response.read(), response.headers.get("Content-Type", ""))
         except urllib.error.HTTPError as error:
             return handler.reply(error.code, error.read())
+
+    def _admits_api_server(self, port: int) -> bool:
+        """Whether some policy admits every API server address to ``port`` on this deployment's pods."""
+        for policy in self.network_policies.values():
+            if policy["spec"]["podSelector"].get("matchLabels") != {"ray-llm-eks/instance": self.name}:
+                continue
+            for rule in policy["spec"].get("ingress") or []:
+                sources = {peer.get("ipBlock", {}).get("cidr") for peer in rule.get("from") or []}
+                if {f"{ip}/32" for ip in API_SERVER_IPS} <= sources and \
+                        any(p.get("port") == port for p in rule.get("ports") or []):
+                    return True
+        return False
 
     # --- the serving endpoints -----------------------------------------------------------------------
 

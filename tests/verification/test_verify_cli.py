@@ -50,6 +50,52 @@ def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, tmp_pa
     assert report["probes"]["via_api_server_proxy"] is True and report["probes"]["ok"] == 3
     assert report["transport"]["provider"] == "efa"
     assert fake.deleted == []  # read-only: never rolls out
+    # The API server was admitted for the run only, to the ports the gate probes, and nothing else.
+    assert fake.policy_history == [("POST", "ray-llm-verify-api-proxy"), ("DELETE", "ray-llm-verify-api-proxy")]
+    assert fake.network_policies == {}
+
+
+def test_verify_admits_only_the_api_server_to_the_probed_ports(fake: FakeDeployment, tmp_path):
+    from ray_llm_eks.verification.api_proxy import admitted
+    from ray_llm_eks.verification.kube import Kube, KubeAccess
+
+    kube = Kube(KubeAccess.with_token_file(fake.api_url, str(fake.token_file)))
+    with admitted(kube, fake.namespace, fake.name, "ray-llm-eks/instance", [8000, 8265, 8080, 8000]) as body:
+        assert fake.network_policies[body["metadata"]["name"]] == body
+        (rule,) = body["spec"]["ingress"]
+        assert rule == {"from": [{"ipBlock": {"cidr": "10.0.32.17/32"}}, {"ipBlock": {"cidr": "10.0.96.201/32"}}],
+                        "ports": [{"protocol": "TCP", "port": p} for p in (8000, 8080, 8265)]}
+        assert body["spec"]["podSelector"] == {"matchLabels": {"ray-llm-eks/instance": fake.name}}
+    assert fake.network_policies == {}
+
+
+def test_a_leftover_policy_is_replaced_and_removed_even_when_the_run_fails(fake: FakeDeployment, tmp_path):
+    import pytest
+
+    from ray_llm_eks.verification.api_proxy import admitted
+    from ray_llm_eks.verification.kube import Kube, KubeAccess
+
+    kube = Kube(KubeAccess.with_token_file(fake.api_url, str(fake.token_file)))
+    fake.network_policies["ray-llm-verify-api-proxy"] = {"metadata": {"name": "ray-llm-verify-api-proxy"},
+                                                          "spec": {"podSelector": {}}}
+    with pytest.raises(RuntimeError), admitted(kube, fake.namespace, fake.name, "ray-llm-eks/instance", [8000]):
+        raise RuntimeError("the gate crashed")
+    assert fake.policy_history == [("PUT", "ray-llm-verify-api-proxy"), ("DELETE", "ray-llm-verify-api-proxy")]
+    assert fake.network_policies == {}
+
+
+def test_without_the_policy_the_proxy_is_dropped_as_on_a_cluster(fake: FakeDeployment, tmp_path):
+    """The fake enforces like the VPC CNI: the API server's proxy reaches nothing no policy admits."""
+    import urllib.error
+    import urllib.request
+
+    import pytest
+
+    request = urllib.request.Request(f"{fake.api_url}/api/v1/namespaces/{fake.namespace}/services/x-openai:8000/proxy/v1/models",
+                                     headers={"Authorization": "Bearer test-token"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 503
 
 
 def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, tmp_path):
