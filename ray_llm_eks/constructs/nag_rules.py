@@ -18,6 +18,7 @@ reason=...))``; the report lists acknowledged findings with their reason.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import jsii
@@ -82,11 +83,14 @@ def _acknowledged(construct: IConstruct, rule: str) -> str | None:
     return None
 
 
-def _clusters_by_logical_id(app: IConstruct) -> dict[str, CfnResource]:
+def _clusters_by_template(app: IConstruct) -> dict[tuple[str, str], CfnResource]:
+    """(template file name, logical id) → the cluster: logical ids repeat across stacks, so an
+    acknowledgment in one stack must not hide another stack's cluster of the same id."""
     found = {}
     for construct in app.node.find_all():
         if isinstance(construct, CfnResource) and construct.cfn_resource_type == "AWS::EKS::Cluster":
-            found[Stack.of(construct).resolve(construct.logical_id)] = construct
+            stack = Stack.of(construct)
+            found[(stack.template_file, stack.resolve(construct.logical_id))] = construct
     return found
 
 
@@ -107,7 +111,7 @@ class RayLlmEksChecks:
         return "1.0.0"
 
     def validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
-        clusters = _clusters_by_logical_id(context.app_construct)
+        clusters = _clusters_by_template(context.app_construct)
         violations: dict[str, list[PolicyViolatingResource]] = {rule: [] for rule in RULES}
         acknowledged: dict[str, str] = {}
         for template_path in context.template_paths:
@@ -121,7 +125,7 @@ class RayLlmEksChecks:
                 for rule, locations in findings.items():
                     if not locations:
                         continue
-                    construct = clusters.get(logical_id)
+                    construct = clusters.get((os.path.basename(template_path), logical_id))
                     reason = _acknowledged(construct, rule) if construct is not None else None
                     if reason:
                         acknowledged[f"{rule} {construct.node.path}"] = reason
