@@ -229,6 +229,8 @@ class ClusterConfig(_Shape):
     """An IAM role granted cluster admin through an EKS access entry."""
     control_plane_logs: list[str] = list(infra.DEFAULT_CONTROL_PLANE_LOGS)
     """Control-plane log types sent to CloudWatch Logs (api, audit, authenticator, controllerManager, scheduler)."""
+    control_plane_log_retention_days: int = infra.DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS
+    """How long CloudWatch Logs keeps the control-plane logs (EKS's own group never expires)."""
 
 
 class VersionsConfig(_Shape):
@@ -396,6 +398,8 @@ class DeploymentConfig(_Shape):
         found.check(infra.public_access_cidrs, self.cluster.public_access_cidrs, self.cluster.endpoint_access)
         found.check(infra.admin_role_arn, self.cluster.admin_role_arn)
         found.check(infra.control_plane_logs, self.cluster.control_plane_logs)
+        found.check(infra.retention_days, self.cluster.control_plane_log_retention_days,
+                    "cluster.control_plane_log_retention_days")
         found.check(infra.semver, self.versions.kuberay, "versions.kuberay")
         found.check(infra.nvidia_device_plugin_version, self.versions.nvidia_device_plugin)
         found.check(infra.semver, self.versions.efa_device_plugin, "versions.efa_device_plugin", v_prefix=True)

@@ -81,6 +81,7 @@ class RayLlmEksStack(cdk.Stack):
             public_access_cidrs=config.cluster.public_access_cidrs,
             bootstrap_cluster_creator_admin_permissions=config.cluster.bootstrap_cluster_creator_admin_permissions,
             control_plane_logs=config.cluster.control_plane_logs,
+            control_plane_log_retention_days=config.cluster.control_plane_log_retention_days,
             admin_role_arn=config.cluster.admin_role_arn,
         )
         self.system_nodes = SystemNodeGroup(

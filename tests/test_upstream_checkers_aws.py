@@ -27,9 +27,9 @@ def cfn_lint(template_path: Path) -> list[tuple[str, str]]:
 
 # W3005 is accepted only where aws-cdk-lib adds the redundant DependsOn itself: its VPC
 # default-security-group provider, the EKS cluster's dependency on its subnets, and the kubectl
-# provider's Lambda roles. A redundant dependency of our own still fails the test.
+# provider's and LogRetention's Lambda roles. A redundant dependency of our own still fails the test.
 AWS_CDK_LIB_W3005 = re.compile(
-    r"^'(CustomVpcRestrictDefaultSG\w+|NetworkVpcPrivateSubnet\dSubnet\w+|ClusterKubectlProvider\w+ServiceRole\w+)' "
+    r"^'(CustomVpcRestrictDefaultSG\w+|NetworkVpcPrivateSubnet\dSubnet\w+|ClusterKubectlProvider\w+ServiceRole\w+|LogRetention[0-9a-f]{32}ServiceRole\w+)' "
     r"dependency already enforced"
 )
 

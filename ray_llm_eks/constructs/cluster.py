@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
-from aws_cdk import aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
+from aws_cdk import Fn, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam, aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from ..spec import infrastructure as infra
 from .identity import pod_identity_role
-from .nag import acknowledge_cluster, acknowledge_cni_role
+from .nag import acknowledge_cluster, acknowledge_cni_role, acknowledge_log_retention
 from .validation import validated
 
 KUBERNETES_VERSIONS = {"1.35": eks.KubernetesVersion.V1_35}
@@ -56,7 +56,8 @@ class InferenceCluster(Construct):
     - Kubernetes 1.35 and the matching kubectl layer (``aws-cdk.lambda-layer-kubectl-v35``).
     - No Auto Mode, no default capacity: node groups are added by ``SystemNodeGroup`` and
       ``EfaGpuNodeGroup``.
-    - Control-plane logs: api, audit, authenticator.
+    - Control-plane logs: api, audit, authenticator, kept 90 days (``control_plane_log_retention_days``;
+      EKS's own log group never expires).
     - Endpoint: private, reachable from the VPC only (the kubectl handler runs in the VPC's private
       subnets); ``public-and-private`` opens a public side to ``public_access_cidrs``, never to
       ``0.0.0.0/0``. The project's nag rule ``RayLlmEks-EKS1`` checks the template for it.
@@ -90,6 +91,7 @@ class InferenceCluster(Construct):
         control_plane_logs: Sequence[str] = infra.DEFAULT_CONTROL_PLANE_LOGS,
         admin_role_arn: str | None = None,
         bootstrap_cluster_creator_admin_permissions: bool = infra.DEFAULT_BOOTSTRAP_CLUSTER_CREATOR_ADMIN,
+        control_plane_log_retention_days: int = infra.DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.kubernetes_version, kubernetes_version, "kubernetes_version")
@@ -98,6 +100,7 @@ class InferenceCluster(Construct):
         validated(self, infra.public_access_cidrs, list(public_access_cidrs), endpoint_access, "public_access_cidrs")
         validated(self, infra.control_plane_logs, list(control_plane_logs), "control_plane_logs")
         validated(self, infra.admin_role_arn, admin_role_arn, "admin_role_arn")
+        validated(self, infra.retention_days, control_plane_log_retention_days, "control_plane_log_retention_days")
         access = ENDPOINT_ACCESS[endpoint_access]
         if endpoint_access == "public-and-private":
             access = access.only_from(*public_access_cidrs)
@@ -121,6 +124,21 @@ class InferenceCluster(Construct):
             ),
         )
         acknowledge_cluster(self.cluster)
+        self.control_plane_log_retention: logs.LogRetention | None = None
+        if control_plane_logs:
+            # EKS creates /aws/eks/<name>/cluster itself, without retention, when the cluster starts
+            # logging; a LogGroup resource of that name would collide with it (and, on a stack
+            # deployed before, with the group that exists), so aws-cdk-lib's LogRetention custom
+            # resource sets the retention on whichever group is there, creating it if need be.
+            self.control_plane_log_retention = logs.LogRetention(
+                self, "ControlPlaneLogRetention",
+                log_group_name=Fn.join("", ["/aws/eks/", self.cluster.cluster_name, "/cluster"]),
+                retention=logs.RetentionDays.ONE_MONTH)
+            # The custom resource takes the number of days; the enum would need a table kept in
+            # step with infra.CLOUDWATCH_RETENTION_DAYS.
+            retention_resource = self.control_plane_log_retention.node.default_child
+            retention_resource.add_property_override("RetentionInDays", control_plane_log_retention_days)
+            acknowledge_log_retention(self.control_plane_log_retention)
         self.addons: dict[str, eks.Addon] = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
                             configuration_values=ADDON_CONFIGURATION.get(name))

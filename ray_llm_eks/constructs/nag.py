@@ -98,3 +98,18 @@ def acknowledge_cluster(cluster: eks.Cluster) -> None:
         "The custom-resource framework may invoke any version or alias of the one kubectl handler "
         "function (ARN suffix ':*'); the resource is that single function, not a wildcard over functions.",
     )
+
+
+def acknowledge_log_retention(retention: IConstruct) -> None:
+    """The function aws-cdk-lib's ``LogRetention`` shares across a stack (one singleton per stack)."""
+    stack = Stack.of(retention)
+    singleton = next(c for c in stack.node.children if c.node.id.startswith("LogRetention")
+                     and c.node.try_find_child("ServiceRole") is not None)
+    role = singleton.node.find_child("ServiceRole")
+    _acknowledge(role, _managed_policy("service-role/AWSLambdaBasicExecutionRole"),
+                 "AWS managed policy attached by aws-cdk-lib's LogRetention function to write its own Lambda logs; "
+                 "it grants only CloudWatch Logs writes.")
+    _acknowledge(role.node.find_child("DefaultPolicy"), f"{PACK}-IAM5[Resource::*]",
+                 "aws-cdk-lib's LogRetention function calls logs:PutRetentionPolicy and logs:DeleteRetentionPolicy, "
+                 "which it grants on '*': the log group it serves (EKS's control-plane group) is created by EKS, "
+                 "not by this stack, so no ARN exists to scope it to at synth time.")

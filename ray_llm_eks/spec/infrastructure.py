@@ -23,6 +23,8 @@ DEFAULT_STACK_NAME = "RayLlmEks"
 DEFAULT_VPC_CIDR = "10.0.0.0/16"
 DEFAULT_NAT_GATEWAYS = 1
 DEFAULT_FLOW_LOG_RETENTION_DAYS = 30
+DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS = 90
+"""The audit log is what an incident review reads; 90 days covers a quarter (EKS sets none)."""
 DEFAULT_KUBERNETES_VERSION = "1.35"
 KUBERNETES_VERSIONS = ("1.35",)
 """Versions with a kubectl layer in the install (``aws-cdk.lambda-layer-kubectl-v35``)."""
