@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import cdk8s
 import cdk8s_plus_35 as kplus
+from cdk8s_plus_35 import k8s
 
 from ..spec.placement import WORKER_ROLES
 from ..spec.serving import SERVE_PORT, SERVING_INSTANCE_NAMESPACE_LABEL, EndpointType, ServingSpec
@@ -161,6 +162,34 @@ class RayServiceChart(cdk8s.Chart):
             # the NetworkPolicy's client CIDRs see the real caller.
             cdk8s.ApiObject.of(self.openai_service).add_json_patch(
                 cdk8s.JsonPatch.add("/spec/externalTrafficPolicy", "Local"))
+
+        self.disruption_budgets = {
+            role: disruption_budget(self, spec, role) for role in WORKER_ROLES
+            if spec.pool(role).desired_size >= MIN_REPLICAS_FOR_DISRUPTION_BUDGET
+        }
+
+
+MIN_REPLICAS_FOR_DISRUPTION_BUDGET = 2
+"""A budget on a single pod would block every drain (a managed node group update then fails
+after EKS's 15-minute eviction timeout, or needs ``force``): with one pod per leg, an upgrade
+takes the leg down whatever the budget says, so none is rendered (docs/threat-model.md)."""
+
+
+def disruption_budget(chart: cdk8s.Chart, spec: ServingSpec, role: str) -> k8s.KubePodDisruptionBudget:
+    """At most one pod of the leg evicted at a time: node drains (managed node group updates,
+    Cluster Autoscaler scale-in) wait for the replacement before taking the next. A pod that is
+    not Ready anyway may always be evicted (``unhealthyPodEvictionPolicy: AlwaysAllow``, GA in
+    Kubernetes 1.31), so a crash-looping worker cannot wedge an upgrade."""
+    name = spec.service_name
+    return k8s.KubePodDisruptionBudget(
+        chart, f"DisruptionBudget-{role}",
+        metadata=k8s.ObjectMeta(name=f"{name}-{role}", labels={
+            pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name}),
+        spec=k8s.PodDisruptionBudgetSpec(
+            max_unavailable=k8s.IntOrString.from_number(1),
+            unhealthy_pod_eviction_policy="AlwaysAllow",
+            selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name,
+                                                     pod_templates.RAY_ROLE_LABEL: role})))
 
 
 @dataclass(frozen=True)
