@@ -187,6 +187,8 @@ class ModelConfig(_Shape):
     """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
     architecture: ModelArchitectureConfig | None = None
     """Architecture facts for the memory check when ``source`` is not in the package's model table."""
+    hf_token_secret: str | None = ModelSpec.hf_token_secret
+    """Secrets Manager secret (ARN or name) holding a Hugging Face token for gated models; read by the workers' own role at start, never inlined."""
 
 
 class ImageConfig(_Shape):
@@ -455,7 +457,7 @@ class DeploymentConfig(_Shape):
             source=model.source, served_name=model.served_name, revision=model.revision, dtype=model.dtype,
             max_model_len=model.max_model_len, gpu_memory_utilization=model.gpu_memory_utilization,
             enforce_eager=model.enforce_eager, tensor_parallel_size=model.tensor_parallel_size,
-            architecture=architecture,
+            architecture=architecture, hf_token_secret=model.hf_token_secret,
         )
 
     # Conveniences for the stack, plan and preflight: each reads the specs, nothing is derived twice.

@@ -271,6 +271,60 @@ def hf_cache_init_container(image: str) -> k8s.Container:
     )
 
 
+HF_TOKEN_VOLUME = "hf-token"
+HF_TOKEN_INIT_CONTAINER = "hf-token"
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
+HF_TOKEN_SCRIPT = """\
+import os, sys
+try:
+    import boto3
+except ImportError:
+    sys.exit("hf-token: the serving image has no boto3, so the Hugging Face token cannot be read from "
+             "Secrets Manager; use an image with boto3 (botocore 1.32 or later, for EKS Pod Identity)")
+secret_id = os.environ["HF_TOKEN_SECRET"]
+client = boto3.client("secretsmanager", region_name=os.environ["AWS_REGION"])
+token = (client.get_secret_value(SecretId=secret_id).get("SecretString") or "").strip()
+if not token:
+    sys.exit(f"hf-token: secret {secret_id} has no SecretString")
+fd = os.open(os.environ["HF_TOKEN_PATH"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+os.write(fd, token.encode())
+os.close(fd)
+print(f"hf-token: wrote the token from {secret_id}")
+"""
+
+
+def hf_token_region(spec: ServingSpec) -> str:
+    """The secret's own region when an ARN names it, else the deployment's."""
+    secret = spec.model.hf_token_secret or ""
+    return secret.split(":")[3] if secret.startswith("arn:") else spec.region
+
+
+def hf_token_init_container(spec: ServingSpec) -> k8s.Container:
+    """Reads the Hugging Face token from Secrets Manager into a memory-backed volume of this pod.
+
+    The token never enters the template, the manifests or the pod spec: this container fetches
+    it at start with the pod's own role (EKS Pod Identity; the role may read this one secret) and
+    writes it, mode 0400 and owned by the image's user (no ``runAsUser``: the Ray container runs
+    as the same user), where ``HF_TOKEN_PATH`` points huggingface_hub (v0.23+ reads that variable).
+    It uses the serving image's Python and boto3 (in the rayproject base image; botocore gained
+    Pod Identity credentials in 1.32), so nothing else is pulled.
+    """
+    amounts = {"cpu": k8s.Quantity.from_string("250m"), "memory": k8s.Quantity.from_string("256Mi")}
+    return k8s.Container(
+        name=HF_TOKEN_INIT_CONTAINER,
+        image=spec.image_uri,
+        command=["python3", "-c", HF_TOKEN_SCRIPT],
+        env=_env({"HF_TOKEN_SECRET": spec.model.hf_token_secret or "", "AWS_REGION": hf_token_region(spec),
+                  "HF_TOKEN_PATH": HF_TOKEN_FILE}),
+        resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
+        security_context=k8s.SecurityContext(
+            privileged=False, allow_privilege_escalation=False, read_only_root_filesystem=True,
+            capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault")),
+        volume_mounts=[k8s.VolumeMount(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR)],
+    )
+
+
 def head_ray_start_params() -> dict[str, str]:
     # num-cpus 0 as well as num-gpus 0: no Serve replica (ingress or model) lands on the small
     # system node; the GCS, dashboard and Serve controller need no logical CPUs.
@@ -330,6 +384,7 @@ def head_security_context() -> k8s.SecurityContext:
 
 def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.PodTemplateSpec:
     pool = spec.pool(role)
+    with_token = spec.model.hf_token_secret is not None
     nixl_ports = [NamedPort(f"nixl-{index}", port) for index, port in enumerate(spec.nixl_side_channel_ports(role))]
     return k8s.PodTemplateSpec(
         metadata=k8s.ObjectMeta(labels=pod_labels(spec, role, serves_http=True)),
@@ -340,12 +395,13 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
             tolerations=[
                 k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value, effect=pool.taint.effect)
             ],
-            init_containers=[hf_cache_init_container(spec.image_uri)],
+            init_containers=[hf_cache_init_container(spec.image_uri),
+                             *([hf_token_init_container(spec)] if with_token else [])],
             containers=[
                 k8s.Container(
                     name=WORKER_CONTAINER,
                     image=spec.image_uri,
-                    env=_env(worker_env()),
+                    env=_env({**worker_env(), **({"HF_TOKEN_PATH": HF_TOKEN_FILE} if with_token else {})}),
                     ports=_ports([*WORKER_PORTS, *nixl_ports]),
                     resources=guaranteed(
                         spec.worker_resources(role),
@@ -355,6 +411,8 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                     volume_mounts=[
                         k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
                         k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH),
+                        *([k8s.VolumeMount(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR, read_only=True)]
+                          if with_token else []),
                     ],
                 )
             ],
@@ -366,6 +424,8 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                     ),
                 ),
                 hf_cache_volume(),
+                *([k8s.Volume(name=HF_TOKEN_VOLUME, empty_dir=k8s.EmptyDirVolumeSource(
+                    medium="Memory", size_limit=k8s.Quantity.from_string("1Mi")))] if with_token else []),
             ],
         ),
     )

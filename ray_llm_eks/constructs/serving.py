@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import cdk8s
-from aws_cdk import CfnWaitCondition, CfnWaitConditionHandle, Stack, aws_eks_v2 as eks, aws_iam as iam
+from aws_cdk import ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, Stack, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
@@ -192,6 +192,17 @@ class RayLlmServing(Construct):
             self, "PodRole", cluster_arn=target.cluster_arn, namespace=self.namespace,
             service_account=self.service_account_name,
             description=f"Ray Serve LLM pods ({self.namespace}/{self.service_account_name}) via EKS Pod Identity")
+        secret = self.spec.model.hf_token_secret
+        if secret is not None:
+            # Only this secret. A name matches the secret's full ARN, whose last 7 characters
+            # Secrets Manager appends ("-" and 6 random ones; Secrets Manager user guide,
+            # "auth-and-access_examples"). A customer-managed KMS key also needs kms:Decrypt for
+            # this role in its key policy; the default aws/secretsmanager key does not.
+            resource = secret if secret.startswith("arn:") else Stack.of(self).format_arn(
+                service="secretsmanager", resource="secret", resource_name=f"{secret}-??????",
+                arn_format=ArnFormat.COLON_RESOURCE_NAME)
+            self.pod_role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
+                                                            resources=[resource]))
         self.pod_identity = eks.CfnPodIdentityAssociation(
             self,
             "PodIdentity",

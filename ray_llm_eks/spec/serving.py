@@ -66,6 +66,8 @@ KV_BUFFER_DEVICES = ("cuda", "cpu")
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
+_SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
 DEFAULT_ADMISSION_EXEMPT_NAMESPACES = ("kube-system",)
@@ -104,9 +106,19 @@ class ModelSpec:
     tensor_parallel_size: int = 1
     architecture: ModelArchitecture | None = None
     """Needed when ``source`` is not in the package's table (``ray_llm_eks.models``)."""
+    hf_token_secret: str | None = None
+    """An AWS Secrets Manager secret (ARN, or name in the stack's region and account) whose
+    string is a Hugging Face token, for gated models. The workers read it at start with their own
+    Pod Identity role; only its name is in the template and the manifests."""
 
     def __post_init__(self) -> None:
         found = Collector()
+        if self.hf_token_secret is not None and not (
+                isinstance(self.hf_token_secret, str)
+                and (_SECRET_ARN.match(self.hf_token_secret) or _SECRET_NAME.match(self.hf_token_secret))):
+            found.add(problem("hf_token_secret", self.hf_token_secret, "not a Secrets Manager secret ARN or name",
+                              "arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>, or a name "
+                              "of letters, digits and /_+=.@- (at most 512)"))
         if not isinstance(self.source, str) or not self.source.strip():
             found.add(problem("source", self.source, "empty model source", "a Hugging Face id such as Qwen/Qwen3.5-9B"))
         if not isinstance(self.served_name, str) or not self.served_name or any(c.isspace() for c in self.served_name):
