@@ -205,6 +205,10 @@ class ImageConfig(_Shape):
     """Image tag (Ray 2.58, vLLM 0.26, CUDA 13.0, EFA stack). Tags are mutable: prefer a digest."""
     digest: str | None = ImageSpec.digest
     """``sha256:`` + 64 hex; when set the manifests use ``repository@digest`` (reproducible)."""
+    user_id: int = ImageSpec.user_id
+    """The uid the image runs Ray as (Ray images: 1000); it owns the node's model cache (mode 0750)."""
+    group_id: int = ImageSpec.group_id
+    """The image user's gid (Ray images: 100)."""
 
 
 class NetworkConfig(_Shape):

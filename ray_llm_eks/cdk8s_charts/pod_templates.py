@@ -240,24 +240,27 @@ def hf_cache_volume() -> k8s.Volume:
     )
 
 
-def hf_cache_init_container(image: str) -> k8s.Container:
-    """Makes the cache directory writable by the Ray container, whatever user the image runs as.
+HF_CACHE_MODE = "0750"
+
+
+def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
+    """Gives the node's model cache to the image's user, and only to it.
 
     The kubelet creates a ``DirectoryOrCreate`` hostPath as root, mode 0755, which a non-root
-    image user could not write: Ray images run as ``ray``, and the AWS sample's
-    ``HF_HOME=/home/ray/hf-cache`` suggests the DLC does too (not checked against the image).
-    This container runs as root with every capability dropped (root owns the directory, so
-    ``chmod`` needs none) and sets mode 1777 (sticky, like ``/tmp``). Only pods that mount the
-    hostPath can reach it, and the GPU nodes are dedicated. Same image as the Ray container, so
-    nothing else is pulled. Requests equal limits, so the pod stays in the Guaranteed QoS class
-    (which counts init containers too); an init container's request is below the Ray
-    container's, so it changes nothing in scheduling.
+    image user could not write. This container runs as root with every capability dropped but
+    CHOWN, and makes the directory ``<user_id>:<group_id>`` mode 0750: the Ray process writes the
+    weights, its group reads them, nobody else on the node does (the admission policy keeps other
+    pods from mounting host paths at all). An image that runs as root writes there anyway. Same
+    image as the Ray container, so nothing else is pulled. Requests equal limits, so the pod
+    stays in the Guaranteed QoS class (which counts init containers too); an init container's
+    request is below the Ray container's, so it changes nothing in scheduling.
     """
     amounts = {"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("64Mi")}
+    owner = f"{spec.image.user_id}:{spec.image.group_id}"
     return k8s.Container(
         name=HF_CACHE_INIT_CONTAINER,
-        image=image,
-        command=["chmod", "1777", HF_CACHE_MOUNT_PATH],
+        image=spec.image_uri,
+        command=["sh", "-c", f'chown {owner} "$0" && chmod {HF_CACHE_MODE} "$0"', HF_CACHE_MOUNT_PATH],
         resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
         security_context=k8s.SecurityContext(
             run_as_user=0,
@@ -265,7 +268,7 @@ def hf_cache_init_container(image: str) -> k8s.Container:
             privileged=False,
             allow_privilege_escalation=False,
             read_only_root_filesystem=True,
-            capabilities=k8s.Capabilities(drop=["ALL"]),
+            capabilities=k8s.Capabilities(drop=["ALL"], add=["CHOWN"]),
         ),
         volume_mounts=[k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH)],
     )
@@ -395,7 +398,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
             tolerations=[
                 k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value, effect=pool.taint.effect)
             ],
-            init_containers=[hf_cache_init_container(spec.image_uri),
+            init_containers=[hf_cache_init_container(spec),
                              *([hf_token_init_container(spec)] if with_token else [])],
             containers=[
                 k8s.Container(

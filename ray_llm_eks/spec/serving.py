@@ -71,6 +71,7 @@ _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
 DEFAULT_ADMISSION_EXEMPT_NAMESPACES = ("kube-system",)
+DEFAULT_IMAGE_USER_ID, DEFAULT_IMAGE_GROUP_ID = 1000, 100
 SERVING_INSTANCE_NAMESPACE_LABEL = "ray-llm-eks/serving-instance"
 """On the serving namespace, valued with the service name: other deployments' admission
 policies leave a namespace so labelled to its own deployment's policy."""
@@ -161,9 +162,19 @@ class ImageSpec:
     tag: str | None = DEFAULT_IMAGE_TAG
     digest: str | None = None
     """``sha256:`` + 64 hex; when set the manifests use ``repository@digest`` (reproducible)."""
+    user_id: int = DEFAULT_IMAGE_USER_ID
+    """The user the image runs Ray as; it owns the node's model cache, which no one else may write.
+    Ray images create ``ray`` with uid 1000 (ray-project/ray ``docker/base-deps/Dockerfile``,
+    ``RAY_UID=1000``); an image running as root writes there anyway."""
+    group_id: int = DEFAULT_IMAGE_GROUP_ID
+    """The image user's group (Ray images: 100, ``users``); may read the cache."""
 
     def __post_init__(self) -> None:
         found = Collector()
+        for name in ("user_id", "group_id"):
+            value = getattr(self, name)
+            if not _is_int(value) or not 0 <= value <= 2**31 - 1:
+                found.add(problem(name, value, "not a Linux user or group id", "a whole number from 0 to 2147483647"))
         if self.digest is not None and not (isinstance(self.digest, str) and _DIGEST.match(self.digest)):
             found.add(problem("digest", self.digest, "not an image digest", "'sha256:' followed by 64 lowercase hex"))
         if not self.tag and not self.digest:

@@ -285,16 +285,17 @@ def test_workers_keep_the_hugging_face_cache_on_the_node_root_volume(scenario, n
     assert [m for m in container["volumeMounts"] if m["name"] == "hf-cache"] == [HF_CACHE_MOUNT]
     assert env_of(container)["HF_HOME"] == HF_CACHE_MOUNT["mountPath"]
     assert env_of(container)["HF_HUB_CACHE"].startswith(HF_CACHE_MOUNT["mountPath"] + "/")
-    # The kubelet creates the directory root-owned 0755: one init container opens it to the Ray user.
+    # The kubelet creates the directory root-owned 0755: one init container gives it to the Ray
+    # user (Ray images: 1000:100), mode 0750, never world-writable.
     (init,) = spec["initContainers"]
     assert init["image"] == container["image"]
-    assert init["command"] == ["chmod", "1777", "/var/cache/huggingface"]
+    assert init["command"] == ["sh", "-c", 'chown 1000:100 "$0" && chmod 0750 "$0"', "/var/cache/huggingface"]
     assert init["volumeMounts"] == [HF_CACHE_MOUNT]
     # Requests equal limits on every container, init ones included: the pod stays Guaranteed.
     assert init["resources"]["requests"] == init["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
     assert init["securityContext"] == {
         "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
+        "capabilities": {"add": ["CHOWN"], "drop": ["ALL"]},
         "privileged": False,
         "readOnlyRootFilesystem": True,
         "runAsNonRoot": False,
@@ -428,3 +429,29 @@ def test_no_worker_can_run_with_expandable_segments(scenario, name, role):
         assert "expandable_segments:True" not in env[variable]
         assert env[variable] == "expandable_segments:False"
     assert env["NIXL_LOG_LEVEL"] == "INFO"
+
+
+def test_the_model_cache_owner_follows_the_image_user(tmp_path):
+    """The init command, run for real on a scratch directory: owner and mode as rendered (needs
+    root to chown to another user, so here the owner is this process's own ids)."""
+    import os
+    import stat
+    import subprocess
+
+    import cdk8s
+
+    from ray_llm_eks.cdk8s_charts import build_serving_charts
+    from ray_llm_eks.config import parse_config
+
+    specs = parse_config({"image": {"user_id": os.getuid(), "group_id": os.getgid()}}).specs()
+    charts = build_serving_charts(cdk8s.App(), specs.serving)
+    (service,) = [o for o in cdk8s.Testing.synth(charts.rayservice) if o["kind"] == "RayService"]
+    (init,) = service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["initContainers"]
+    cache = tmp_path / "hf-cache"
+    cache.mkdir(mode=0o777)
+    command = list(init["command"])
+    command[-1] = str(cache)
+    subprocess.run(command, check=True)
+    info = cache.stat()
+    assert (info.st_uid, info.st_gid) == (os.getuid(), os.getgid())
+    assert stat.S_IMODE(info.st_mode) == 0o750
