@@ -37,6 +37,7 @@ from .spec.serving import (
     ImageSpec,
     ModelSpec,
     NixlSpec,
+    RayAuth,
     SecurityProfile,
     ServingSpec,
     Topology,
@@ -272,6 +273,8 @@ class ServingConfig(_Shape):
     """Networks that may call the OpenAI API; required with internal-nlb (its source ranges)."""
     egress_cidrs: list[str] = list(ServingSpec.egress_cidrs)
     """Where the pods may open HTTPS (model download, AWS and Kubernetes APIs); narrow to the VPC once the model is cached."""
+    ray_auth: RayAuth = ServingSpec.ray_auth
+    """Ray's token authentication (GCS, dashboard, Jobs API, Ray Client): disabled, or token (needs versions.kuberay 1.5.1+)."""
     admission_exempt_namespaces: list[str] = list(ServingSpec.admission_exempt_namespaces)
     """Namespaces the admission policy leaves alone: node agents with host access or catch-all tolerations."""
 
@@ -303,6 +306,8 @@ _SERVING_FIELDS = {
     "client_cidrs": "serving.client_cidrs",
     "egress_cidrs": "serving.egress_cidrs",
     "admission_exempt_namespaces": "serving.admission_exempt_namespaces",
+    "kuberay_version": "versions.kuberay",
+    "ray_auth": "serving.ray_auth",
     "ray_version": "versions.ray",
     "prefill_tensor_parallel_size": "prefill.tensor_parallel_size",
     "decode_tensor_parallel_size": "decode.tensor_parallel_size",
@@ -430,6 +435,7 @@ class DeploymentConfig(_Shape):
                     client_namespaces=tuple(self.serving.client_namespaces),
                     client_cidrs=tuple(self.serving.client_cidrs), egress_cidrs=tuple(self.serving.egress_cidrs),
                     admission_exempt_namespaces=tuple(self.serving.admission_exempt_namespaces),
+                    kuberay_version=self.versions.kuberay, ray_auth=self.serving.ray_auth,
                 )
             except SpecErrors as errors:
                 found.errors.extend(type(e)(_config_field(e.field), e.message) for e in errors)

@@ -124,6 +124,9 @@ class RayClusterConfig:
     worker_group_specs: Sequence[WorkerGroupSpec]
     enable_in_tree_autoscaling: bool = False
     """Off: replica counts are fixed by the node groups' sizes (no Ray autoscaler sidecar)."""
+    auth_mode: str | None = None
+    """``authOptions.mode`` (KubeRay 1.5.1+); None leaves the field out, as KubeRay 1.4.0's CRD
+    has no such field. Part of the spec hash: a changed mode needs a new RayCluster."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON KubeRay reads, every pod template annotated with :attr:`spec_hash`."""
@@ -147,6 +150,7 @@ class RayClusterConfig:
             "enableInTreeAutoscaling": self.enable_in_tree_autoscaling,
             "headGroupSpec": self.head_group_spec.to_json(),
             "workerGroupSpecs": [group.to_json() for group in self.worker_group_specs],
+            **({"authOptions": {"mode": self.auth_mode}} if self.auth_mode is not None else {}),
         }
 
 

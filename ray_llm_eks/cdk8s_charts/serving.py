@@ -22,7 +22,7 @@ import cdk8s_plus_35 as kplus
 from cdk8s_plus_35 import k8s
 
 from ..spec.placement import WORKER_ROLES
-from ..spec.serving import SERVE_PORT, SERVING_INSTANCE_NAMESPACE_LABEL, EndpointType, ServingSpec
+from ..spec.serving import SERVE_PORT, SERVING_INSTANCE_NAMESPACE_LABEL, EndpointType, RayAuth, ServingSpec
 from . import pod_templates, serve_config
 from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart
 from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
@@ -123,6 +123,7 @@ class RayServiceChart(cdk8s.Chart):
                     template=pod_templates.head_template(spec, service_account_name),
                 ),
                 worker_group_specs=workers,
+                auth_mode=RayAuth.token.value if spec.ray_auth is RayAuth.token else None,
             ),
         )
         self.ray_service = RayService(

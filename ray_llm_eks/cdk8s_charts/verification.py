@@ -39,7 +39,7 @@ from constructs import Construct
 
 from ..spec import sizing
 from ..spec.placement import ROLE_LABEL, WORKER_ROLES
-from ..spec.serving import ServingSpec, Topology
+from ..spec.serving import RayAuth, ServingSpec, Topology
 from ..spec.verification import VerificationSpec
 from ..verification import bundle, efa, evidence, gate
 from . import pod_templates
@@ -112,6 +112,7 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         "deadline_seconds": verification.gate_deadline_seconds,
         "expected_backend": evidence.EXPECTED_BACKEND,
         "expected_provider": evidence.EXPECTED_PROVIDER,
+        "ray_auth": spec.ray_auth.value,
     }
 
 
@@ -191,6 +192,11 @@ class VerificationChart(cdk8s.Chart):
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices"], verbs=["get"]),
             # delete: the rollout of a changed cluster spec (rayservice.CLUSTER_SPEC_HASH_ANNOTATION).
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayclusters"], verbs=["get", "delete"]),
+            # With Ray token auth, the active RayCluster's token for the dashboard: KubeRay names the
+            # Secret after the cluster, which changes with every rollout, so no resourceNames; get
+            # only (no list or watch), so the account must know a Secret's name to read it.
+            *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
+              if spec.ray_auth is RayAuth.token else []),
         ])
         subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
         k8s.KubeRoleBinding(self, "RoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),

@@ -140,6 +140,7 @@ class KubeRayOperator(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.semver, version, "version")
+        self.version = version
         if watch_namespaces is not None:
             validated(self, infra.namespaces, list(watch_namespaces), "watch_namespaces")
         self.watch_namespaces = tuple(watch_namespaces) if watch_namespaces is not None else None

@@ -40,6 +40,7 @@ from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_n
 from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart
 from ..spec.errors import problem
 from ..spec.pools import SystemPool, WorkerPool
+from ..spec.infrastructure import DEFAULT_KUBERAY_VERSION
 from ..spec.serving import (
     DEFAULT_NAMESPACE,
     DEFAULT_RAY_VERSION,
@@ -47,6 +48,7 @@ from ..spec.serving import (
     EndpointType,
     ImageSpec,
     ModelSpec,
+    RayAuth,
     NixlSpec,
     SecurityProfile,
     ServingSpec,
@@ -103,6 +105,10 @@ class RayLlmServing(Construct):
         (the NLB's source ranges).
     :param egress_cidrs: where the pods may open HTTPS. Default ``0.0.0.0/0`` (the model download
         through the NAT gateway), always without the link-local range (no IMDS).
+    :param kuberay_version: the operator's version when ``kuberay`` is not given (default
+        ``1.4.0``); with ``kuberay`` it follows that operator.
+    :param ray_auth: ``disabled`` (default) or ``token``: Ray's token authentication on GCS, the
+        dashboard and Jobs API, and the Ray Client (KubeRay 1.5.1+ makes and injects the token).
     :param admission_exempt_namespaces: namespaces the admission policy leaves alone (node agents
         with host access or catch-all tolerations). Default ``kube-system``.
     :param verification: the deployment gate's settings. Default: ``VerificationSpec()``, a
@@ -144,10 +150,17 @@ class RayLlmServing(Construct):
         client_cidrs: Sequence[str] = ServingSpec.client_cidrs,
         egress_cidrs: Sequence[str] = ServingSpec.egress_cidrs,
         admission_exempt_namespaces: Sequence[str] = ServingSpec.admission_exempt_namespaces,
+        kuberay_version: str | None = None,
+        ray_auth: RayAuth | str = ServingSpec.ray_auth,
         verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
         super().__init__(scope, id)
+        if kuberay is not None and kuberay_version is not None and kuberay_version != kuberay.version:
+            raise ConstructValidationError(self, [problem(
+                "kuberay_version", kuberay_version, f"the operator given is KubeRay {kuberay.version}",
+                f"{kuberay.version}, or leave it out (it follows the operator)")])
+        kuberay_version = kuberay.version if kuberay is not None else (kuberay_version or DEFAULT_KUBERAY_VERSION)
         # Build (and so check) the spec first: a refused combination fails before any resource exists.
         self.spec: ServingSpec = validated(
             self, ServingSpec, region=Stack.of(self).region, prefill=_worker_pool(prefill), decode=_worker_pool(decode),
@@ -158,6 +171,7 @@ class RayLlmServing(Construct):
             decode_tensor_parallel_size=decode_tensor_parallel_size, strict=strict,
             client_namespaces=tuple(client_namespaces), client_cidrs=tuple(client_cidrs),
             egress_cidrs=tuple(egress_cidrs), admission_exempt_namespaces=tuple(admission_exempt_namespaces),
+            kuberay_version=kuberay_version, ray_auth=ray_auth,
         )
         if device_plugins is not None:
             uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))

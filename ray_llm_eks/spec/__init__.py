@@ -33,6 +33,7 @@ from .serving import (
     ModelSpec,
     NixlSpec,
     SecurityProfile,
+    RayAuth,
     ServingSpec,
     Topology,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "NixlSpec",
     "RootVolume",
     "SecurityProfile",
+    "RayAuth",
     "ServingSpec",
     "SpecError",
     "SpecErrors",

@@ -16,7 +16,7 @@ from typing import Any
 from ..models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
 from . import sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
-from .infrastructure import ipv4_network, region as check_region, semver
+from .infrastructure import DEFAULT_KUBERAY_VERSION, ipv4_network, region as check_region, semver
 from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
@@ -32,6 +32,25 @@ class SecurityProfile(str, Enum):
     """What the reference does: NIXL registers CUDA memory with the EFA device."""
     ipc_lock = "ipc-lock"
     """Experimental: not privileged, capability IPC_LOCK only. Unverified on real nodes."""
+
+
+class RayAuth(str, Enum):
+    """Ray's own authentication of its control plane (GCS, dashboard, Jobs API, Ray Client)."""
+
+    disabled = "disabled"
+    token = "token"
+
+
+RAY_AUTH_MIN_KUBERAY = (1, 5, 1)
+"""First KubeRay with ``rayClusterConfig.authOptions`` (ray-project/kuberay v1.5.1,
+``ray-operator/apis/ray/v1/raycluster_types.go``; not in v1.5.0 or v1.4.0's CRD)."""
+RAY_AUTH_MIN_RAY = (2, 52, 0)
+"""Ray token authentication arrived in 2.52; KubeRay refuses ``authOptions`` with an older
+``rayVersion`` (v1.5.1 ``utils/validation.go``)."""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.lstrip("v").split("."))
 
 
 class EndpointType(str, Enum):
@@ -68,6 +87,7 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_SEMVER_TEXT = re.compile(r"^\d+\.\d+\.\d+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
 DEFAULT_ADMISSION_EXEMPT_NAMESPACES = ("kube-system",)
@@ -237,6 +257,12 @@ class ServingSpec:
     namespace: str = DEFAULT_NAMESPACE
     service_name: str = DEFAULT_SERVICE_NAME
     ray_version: str = DEFAULT_RAY_VERSION
+    kuberay_version: str = DEFAULT_KUBERAY_VERSION
+    """The KubeRay operator that runs the RayService (what ``ray_auth: token`` needs)."""
+    ray_auth: RayAuth = RayAuth.disabled
+    """``token``: KubeRay (1.5.1+) makes a random token per RayCluster and Ray (2.52+) requires it
+    on GCS, the dashboard and Jobs API, the Ray Client server and between Ray processes. Not on
+    the OpenAI port (8000) or the metrics port, which the NetworkPolicies govern."""
     """Must equal the Ray inside the image (KubeRay's ``rayVersion``)."""
     prefill_tensor_parallel_size: int | None = None
     """Overrides ``model.tensor_parallel_size`` for the prefill leg."""
@@ -260,7 +286,8 @@ class ServingSpec:
 
     def __post_init__(self) -> None:
         found = Collector()
-        for name, cls in (("topology", Topology), ("security_profile", SecurityProfile), ("endpoint", EndpointType)):
+        for name, cls in (("topology", Topology), ("security_profile", SecurityProfile), ("endpoint", EndpointType),
+                          ("ray_auth", RayAuth)):
             value = _enum(found, cls, getattr(self, name), name)
             if value is not None:
                 object.__setattr__(self, name, value)
@@ -274,6 +301,7 @@ class ServingSpec:
         self._check_names(found)
         self._check_access(found)
         self._check_image(found)
+        self._check_ray_auth(found)
         tensor_parallel_ok = self._check_tensor_parallel(found)
         for role in WORKER_ROLES:
             if self.pool(role).desired_size < 1:
@@ -329,6 +357,19 @@ class ServingSpec:
             elif any(n is not None and n.prefixlen == 0 for n in client_networks):
                 found.add(problem("client_cidrs", list(self.client_cidrs), "0.0.0.0/0 is every source",
                                   "the CIDR blocks of the networks that call the API"))
+
+    def _check_ray_auth(self, found: Collector) -> None:
+        if found.check(semver, self.kuberay_version, "kuberay_version") is None or self.ray_auth is not RayAuth.token:
+            return
+        if _version(self.kuberay_version) < RAY_AUTH_MIN_KUBERAY:
+            found.add(problem("ray_auth", self.ray_auth.value,
+                              f"KubeRay {self.kuberay_version} has no authOptions: the API server would drop the field "
+                              "and Ray would run unauthenticated",
+                              f"disabled, or KubeRay {'.'.join(map(str, RAY_AUTH_MIN_KUBERAY))} or later"))
+        if isinstance(self.ray_version, str) and _SEMVER_TEXT.match(self.ray_version) and \
+                _version(self.ray_version) < RAY_AUTH_MIN_RAY:
+            found.add(problem("ray_auth", self.ray_auth.value, f"Ray {self.ray_version} has no token authentication",
+                              f"disabled, or Ray {'.'.join(map(str, RAY_AUTH_MIN_RAY))} or later"))
 
     def _check_image(self, found: Collector) -> None:
         if not _is_resolved_region(self.region):

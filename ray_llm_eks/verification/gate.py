@@ -25,6 +25,7 @@ Standard library only: it runs in the cluster, in the serving image.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import time
@@ -50,6 +51,7 @@ SETTINGS_COMPONENT = "gate-settings"
 REPORT_COMPONENT = "gate-report"
 SETTINGS_FILE = "gate.json"
 REPORT_FILE = "report.json"
+RAY_AUTH_TOKEN_KEY = "auth_token"
 LOG_SINCE_MARGIN_SECONDS = 5.0
 """Worker log lines are read from the current Serve deployment's time minus this (clock skew)."""
 SIGNAL_DATA_MAX_BYTES = 4096
@@ -106,6 +108,9 @@ class GateConfig:
     before the wait condition's timeout (``spec.verification.GATE_MARGIN_SECONDS``)."""
     expected_backend: str = evidence.EXPECTED_BACKEND
     expected_provider: str = evidence.EXPECTED_PROVIDER
+    ray_auth: str = "disabled"
+    """``token``: the RayService must carry ``authOptions.mode: token`` as stored (a CRD older
+    than KubeRay 1.5.1 drops the field silently), and dashboard calls send the cluster's token."""
     run_id: str = ""
     job_name: str = ""
     """The Job that runs this gate in the cluster; its report is kept in ``<job_name>-report``."""
@@ -142,8 +147,8 @@ class Endpoints:
         context = self.kube.ssl_context if self.via_api_proxy else None
         return urllib.request.urlopen(request, timeout=timeout, context=context)
 
-    def get(self, url: str, timeout: float = 15.0) -> bytes:
-        with self.open(urllib.request.Request(url, method="GET"), timeout) as response:
+    def get(self, url: str, timeout: float = 15.0, headers: Mapping[str, str] | None = None) -> bytes:
+        with self.open(urllib.request.Request(url, method="GET", headers=dict(headers or {})), timeout) as response:
             return response.read()
 
     def pod_url(self, pod: Mapping[str, Any], port: int, path: str) -> str:
@@ -252,6 +257,8 @@ class Gate:
         self.report = Report(config)
         self.application: dict[str, Any] = {}
         """The Serve application as last read from the dashboard (``ApplicationDetails``)."""
+        self.active_cluster = ""
+        """The RayService's active RayCluster as last read (its Secret holds the Ray token)."""
 
     # --- the run ----------------------------------------------------------------------------------
 
@@ -361,8 +368,17 @@ class Gate:
                              f"{sorted(applied)}, not {c.cluster_spec_hash}: a newer deploy replaced it, or it was "
                              "edited by hand")
             return False
+        if c.ray_auth == "token":
+            stored = ((service.get("spec") or {}).get("rayClusterConfig") or {}).get("authOptions") or {}
+            if stored.get("mode") != "token":
+                self.report.fail(
+                    f"the RayService {c.namespace}/{c.ray_service} as stored has no authOptions.mode token, so Ray runs "
+                    "without authentication: the cluster's RayService CRD predates KubeRay 1.5.1 and the API server "
+                    "dropped the field (helm upgrade does not update CRDs; apply the operator version's CRDs)")
+                return False
         status = service.get("status") or {}
         active = (status.get("activeServiceStatus") or {}).get("rayClusterName") or ""
+        self.active_cluster = active
         pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: active}) if active else []
         stale = sorted({_annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
         if not c.rollout and active and stale:
@@ -402,7 +418,8 @@ class Gate:
         c = self.config
         url = c.dashboard_url.rstrip("/") + "/api/serve/applications/"
         try:
-            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace)))
+            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace),
+                                                    headers=self._dashboard_headers()))
         except Exception as error:  # noqa: BLE001 - the dashboard may still be starting
             return f"the Ray dashboard does not answer yet ({error})"
         app = (details.get("applications") or {}).get(c.application)
@@ -420,6 +437,16 @@ class Gate:
         if status != "RUNNING":
             return f"Serve application {c.application!r} is {status}"
         return None
+
+    def _dashboard_headers(self) -> dict[str, str]:
+        """With token auth, the active RayCluster's token: KubeRay 1.5.1 keeps it in a Secret named
+        after the cluster, key ``auth_token`` (``raycluster_controller.go``), and Ray accepts it as
+        ``X-Ray-Authorization`` ("for proxies and KubeRay"), which the API server's proxy passes on."""
+        if self.config.ray_auth != "token" or not self.active_cluster:
+            return {}
+        secret = self.kube.get(f"/api/v1/namespaces/{self.config.namespace}/secrets/{self.active_cluster}")
+        token = base64.b64decode((secret.get("data") or {}).get(RAY_AUTH_TOKEN_KEY, "")).decode()
+        return {"X-Ray-Authorization": f"Bearer {token}"} if token else {}
 
     def _pods_waiting(self, namespace: str) -> str:
         """Why Ray pods of this service are not running yet (Pending, image pull, crash), for the report."""

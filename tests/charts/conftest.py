@@ -21,6 +21,7 @@ from ray_llm_eks.config import DeploymentConfig, parse_config
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CRD_FILE = DATA / "ray.io_rayservices.yaml"
+CRD_FILE_V1_5_1 = DATA / "kuberay-v1.5.1" / "ray.io_rayservices.yaml"
 
 # kubernetes-validate 1.37 ships schemas for 1.32 .. 1.37; EKS here runs 1.35, the newest <= 1.35.
 KUBERNETES_VERSION = "1.35.0"
@@ -156,12 +157,17 @@ def _close(schema: Any) -> None:
             _close(item)
 
 
-@pytest.fixture(scope="session")
-def strict_rayservice_validator():
+def strict_validator(crd_file: Path):
+    """The CRD's ``v1`` schema, closed like ``kubectl --validate=strict``."""
     import jsonschema
 
-    crd = yaml.safe_load(CRD_FILE.read_text())
+    crd = yaml.load(crd_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
     _close(schema)
     return jsonschema.Draft7Validator(schema)
+
+
+@pytest.fixture(scope="session")
+def strict_rayservice_validator():
+    return strict_validator(CRD_FILE)

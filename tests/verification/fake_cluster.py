@@ -20,6 +20,7 @@ node (``tx_bytes``) and the decode node (``rx_bytes``) and the decode worker's
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import socket
@@ -131,6 +132,11 @@ class FakeDeployment:
         self.polls_since_delete = 0
         self.deployed_at = time.time() - 30
         self.created_config_maps: list[dict[str, Any]] = []
+        self.ray_auth_token: str | None = None
+        """Ray token auth on: the dashboard wants this token; KubeRay keeps it in a Secret per RayCluster."""
+        self.stored_auth_options: dict[str, Any] | None = None
+        """``rayClusterConfig.authOptions`` as the API server stored it (None: pruned by an old CRD)."""
+        self.dashboard_headers: list[str | None] = []
         self.network_policies: dict[str, dict[str, Any]] = {}
         """NetworkPolicies in the namespace now; the proxy forwards only what they admit from the API server."""
         self.policy_history: list[tuple[str, str]] = []
@@ -260,7 +266,12 @@ class FakeDeployment:
             if self.polls_since_delete > self.scenario.promote_after_polls:
                 self.active, self.pending = self.pending, None  # promoted once its Serve apps run
         ready = self.scenario.ready and self.pending is None
-        return {**self.rayservice, "status": {
+        service = self.rayservice
+        if self.stored_auth_options is not None:
+            spec = {**service["spec"], "rayClusterConfig": {**service["spec"]["rayClusterConfig"],
+                                                            "authOptions": self.stored_auth_options}}
+            service = {**service, "spec": spec}
+        return {**service, "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False",
                             "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints"}],
             "activeServiceStatus": {"rayClusterName": self.active}}}
@@ -278,6 +289,9 @@ class FakeDeployment:
         ns = f"/api/v1/namespaces/{self.namespace}"
         if "/proxy" in path:
             return self.route_proxy(handler, method, path)
+        if method == "GET" and path == f"{ns}/secrets/{self.active}" and self.ray_auth_token is not None:
+            return handler.reply(200, {"kind": "Secret", "metadata": {"name": self.active}, "data": {
+                "auth_token": base64.b64encode(self.ray_auth_token.encode()).decode()}})
         if method == "GET" and path == "/api/v1/namespaces/default/endpoints/kubernetes":
             return handler.reply(200, {"kind": "Endpoints", "subsets": [
                 {"addresses": [{"ip": ip} for ip in API_SERVER_IPS], "ports": [{"name": "https", "port": 443}]}]})
@@ -363,7 +377,10 @@ class FakeDeployment:
         body = handler.rfile.read(length) if length else None
         request = urllib.request.Request(base + rest, data=body, method=method,
                                          headers={"Authorization": "Bearer test-token",
-                                                  "Content-Type": handler.headers.get("Content-Type", "")})
+                                                  "Content-Type": handler.headers.get("Content-Type", ""),
+                                                  # Passed on like any other request header.
+                                                  **({"X-Ray-Authorization": handler.headers["X-Ray-Authorization"]}
+                                                     if handler.headers.get("X-Ray-Authorization") else {})})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return handler.reply(response.status, response.read(), response.headers.get("Content-Type", ""))
@@ -387,6 +404,10 @@ class FakeDeployment:
     def route_dashboard(self, handler: Handler, path: str) -> None:
         if path != "/api/serve/applications/":
             return handler.reply(404, {})
+        self.dashboard_headers.append(handler.headers.get("X-Ray-Authorization"))
+        if self.ray_auth_token is not None and \
+                handler.headers.get("X-Ray-Authorization") != f"Bearer {self.ray_auth_token}":
+            return handler.reply(401, {"error": "Unauthorized: missing or invalid authentication token"})
         app = self.settings["application"]
         status, current = self.scenario.serve_states.pop(0) if self.scenario.serve_states else self.scenario.serve_final
         args = self.settings["serve_args"] if current else {**self.settings["serve_args"], "previous": True,

@@ -281,3 +281,26 @@ def test_the_jobs_own_command_line_runs_on_a_plain_interpreter(in_cluster_copy, 
                           env={**env, "PYTHONPATH": str(in_cluster_copy), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["verdict"] == "pass"
+
+
+def test_with_ray_token_auth_the_gate_sends_the_clusters_token_to_the_dashboard(in_cluster_copy, fake: FakeDeployment):
+    fake.ray_auth_token = "s3cr3t-token"
+    fake.stored_auth_options = {"mode": "token"}
+    report = _report(result := run_gate(in_cluster_copy, fake, fake.gate_settings(ray_auth="token")))
+    assert result.returncode == 0, report["reasons"]
+    assert set(fake.dashboard_headers) == {"Bearer s3cr3t-token"}
+
+
+def test_token_auth_pruned_by_an_old_crd_fails_the_gate(in_cluster_copy, fake: FakeDeployment):
+    """KubeRay 1.4.0's CRD drops authOptions: the RayService runs, unauthenticated; the gate says so."""
+    fake.ray_auth_token = "s3cr3t-token"
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(ray_auth="token")))
+    assert report["verdict"] == "fail"
+    assert any("has no authOptions.mode token" in r and "predates KubeRay 1.5.1" in r for r in report["reasons"])
+    assert fake.dashboard_headers == []  # it stopped before calling the dashboard
+
+
+def test_without_token_auth_no_token_is_sent(in_cluster_copy, fake: FakeDeployment):
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert report["verdict"] == "pass", report["reasons"]
+    assert set(fake.dashboard_headers) == {None}

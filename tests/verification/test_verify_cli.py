@@ -98,6 +98,16 @@ def test_without_the_policy_the_proxy_is_dropped_as_on_a_cluster(fake: FakeDeplo
     assert refused.value.code == 503
 
 
+def test_verify_with_ray_token_auth_sends_the_token_through_the_proxy(fake: FakeDeployment, tmp_path):
+    fake.ray_auth_token = "s3cr3t-token"
+    fake.stored_auth_options = {"mode": "token"}
+    fake.gate_settings_for_cli = {**_deployed_settings(fake), "ray_auth": "token"}
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report.get("reasons") or done.stderr
+    assert set(fake.dashboard_headers) == {"Bearer s3cr3t-token"}
+
+
 def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, tmp_path):
     fake.scenario = Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
                                          "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
