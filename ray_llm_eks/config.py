@@ -34,6 +34,7 @@ from .spec.serving import (
     DEFAULT_RAY_VERSION,
     DEFAULT_SERVICE_NAME,
     EndpointType,
+    GcsFaultTolerance,
     ImageSpec,
     ModelSpec,
     NixlSpec,
@@ -258,6 +259,17 @@ class NixlConfig(_Shape):
     """None keeps vLLM's default; ``cpu`` is the documented fallback without GPUDirect RDMA."""
 
 
+class GcsFaultToleranceConfig(_Shape):
+    """Ray's GCS state in ElastiCache for Valkey: losing the head no longer restarts the models."""
+
+    enabled: bool = GcsFaultTolerance.enabled
+    """Create the cache (TLS, AUTH from a generated Secrets Manager secret) and point KubeRay's gcsFaultToleranceOptions at it."""
+    cache_node_type: str = GcsFaultTolerance.cache_node_type
+    """ElastiCache node type (priced by ``plan``)."""
+    cache_nodes: int = GcsFaultTolerance.cache_nodes
+    """1 (primary only) or 2-6 (primary and replicas in other AZs, automatic failover)."""
+
+
 class ServingConfig(_Shape):
     service_name: str = DEFAULT_SERVICE_NAME
     """RayService name, a DNS label of at most 47 characters (KubeRay derives longer names from it)."""
@@ -275,6 +287,8 @@ class ServingConfig(_Shape):
     """Where the pods may open HTTPS (model download, AWS and Kubernetes APIs); narrow to the VPC once the model is cached."""
     ray_auth: RayAuth = ServingSpec.ray_auth
     """Ray's token authentication (GCS, dashboard, Jobs API, Ray Client): disabled, or token (needs versions.kuberay 1.5.1+)."""
+    gcs_fault_tolerance: GcsFaultToleranceConfig = GcsFaultToleranceConfig()
+    """Ray's GCS in a managed Redis (off by default; ``plan`` shows its cost)."""
     admission_exempt_namespaces: list[str] = list(ServingSpec.admission_exempt_namespaces)
     """Namespaces the admission policy leaves alone: node agents with host access or catch-all tolerations."""
 
@@ -422,8 +436,10 @@ class DeploymentConfig(_Shape):
         nixl = found.check(NixlSpec, backends=tuple(self.nixl.backends), kv_buffer_device=self.nixl.kv_buffer_device,
                            prefix="nixl")
         verification = found.check(VerificationSpec, **self.verification.model_dump(), prefix="verification")
+        gcs = found.check(GcsFaultTolerance, **self.serving.gcs_fault_tolerance.model_dump(),
+                          prefix="serving.gcs_fault_tolerance")
         serving = None
-        if None not in (system, model, image, nixl, *pools.values()):
+        if None not in (system, model, image, nixl, gcs, *pools.values()):
             try:
                 serving = ServingSpec(
                     region=self.region, prefill=pools[PREFILL], decode=pools[DECODE], system=system, model=model,
@@ -436,6 +452,7 @@ class DeploymentConfig(_Shape):
                     client_cidrs=tuple(self.serving.client_cidrs), egress_cidrs=tuple(self.serving.egress_cidrs),
                     admission_exempt_namespaces=tuple(self.serving.admission_exempt_namespaces),
                     kuberay_version=self.versions.kuberay, ray_auth=self.serving.ray_auth,
+                    gcs_fault_tolerance=gcs,
                 )
             except SpecErrors as errors:
                 found.errors.extend(type(e)(_config_field(e.field), e.message) for e in errors)

@@ -251,11 +251,18 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
                                                      prices.gp3.BASELINE_THROUGHPUT_MIBPS, prices.gp3.BASELINE_IOPS)
     lines.append(CostLine(f"system root gp3 {system.root_volume_size_gib} GiB", system.count, "volume",
                           system_monthly / hours * system.count, prices.gp3.basis))
+    gcs = specs.serving.gcs_fault_tolerance
+    if gcs.enabled:
+        cache = prices.cache_node(gcs.cache_node_type)
+        lines.append(CostLine(f"GCS cache {gcs.cache_node_type} (ElastiCache for Valkey)", gcs.cache_nodes, "node",
+                              cache.usd_per_hour * gcs.cache_nodes, cache.basis))
     excluded = [
         "NAT gateway data processing and internet data transfer (per GB, traffic-dependent)",
         "CloudWatch Logs for VPC flow logs and the control plane (per GB ingested)",
         "ECR storage and image pulls; Hugging Face downloads go through the NAT gateway",
     ]
+    if gcs.enabled:
+        excluded.append("the GCS cache's backup storage beyond the free allowance and its cross-AZ replication traffic")
     if specs.serving.endpoint is EndpointType.internal_nlb:
         excluded.append("the internal Network Load Balancer (hourly + LCU; not in the price table)")
     return CostEstimate(

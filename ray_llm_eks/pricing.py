@@ -9,7 +9,7 @@ An unknown region, an unknown instance type, or a type the region does not offer
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
 from importlib import resources
@@ -69,6 +69,17 @@ class RegionPrices:
     instances: dict[str, Price]
     unavailable: frozenset[str]
     multiplier_note: str | None = None
+    cache_nodes: dict[str, Price] = field(default_factory=dict)
+    """ElastiCache for Valkey node types (``serving.gcs_fault_tolerance``)."""
+
+    def cache_node(self, node_type: str) -> Price:
+        price = self.cache_nodes.get(node_type)
+        if price is None:
+            raise PriceError(
+                f"the price table has no ElastiCache for Valkey price for {node_type!r} in {self.region}; "
+                f"known here: {', '.join(sorted(self.cache_nodes)) or 'none'}"
+            )
+        return price
 
     def instance(self, instance_type: str) -> Price:
         if instance_type in self.unavailable:
@@ -133,6 +144,8 @@ def _region(name: str, raw: dict[str, Any]) -> RegionPrices:
         instances=instances,
         unavailable=unavailable,
         multiplier_note=raw.get("multiplier_note"),
+        cache_nodes={node_type: Price(float(entry["hour"]), _basis(entry["basis"], f"{name}.{node_type}"))
+                     for node_type, entry in (raw.get("elasticache_valkey") or {}).items()},
     )
 
 

@@ -362,6 +362,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
                 k8s.Container(
                     name=HEAD_CONTAINER,
                     image=spec.image_uri,
+                    env=_env(_gcs_head_env()) if spec.gcs_fault_tolerance.enabled else None,
                     ports=_ports(HEAD_PORTS),
                     resources=guaranteed(spec.head_resources),
                     security_context=head_security_context(),
@@ -369,6 +370,12 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
             ],
         ),
     )
+
+
+def _gcs_head_env() -> dict[str, str]:
+    from .gcs_redis import head_env  # gcs_redis builds on this module
+
+    return head_env()
 
 
 def head_security_context() -> k8s.SecurityContext:

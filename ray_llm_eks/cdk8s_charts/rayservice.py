@@ -124,6 +124,8 @@ class RayClusterConfig:
     worker_group_specs: Sequence[WorkerGroupSpec]
     enable_in_tree_autoscaling: bool = False
     """Off: replica counts are fixed by the node groups' sizes (no Ray autoscaler sidecar)."""
+    gcs_fault_tolerance_options: Mapping[str, Any] | None = None
+    """``gcsFaultToleranceOptions`` (KubeRay 1.3+): the Redis address and where its password is."""
     auth_mode: str | None = None
     """``authOptions.mode`` (KubeRay 1.5.1+); None leaves the field out, as KubeRay 1.4.0's CRD
     has no such field. Part of the spec hash: a changed mode needs a new RayCluster."""
@@ -151,6 +153,8 @@ class RayClusterConfig:
             "headGroupSpec": self.head_group_spec.to_json(),
             "workerGroupSpecs": [group.to_json() for group in self.worker_group_specs],
             **({"authOptions": {"mode": self.auth_mode}} if self.auth_mode is not None else {}),
+            **({"gcsFaultToleranceOptions": dict(self.gcs_fault_tolerance_options)}
+               if self.gcs_fault_tolerance_options is not None else {}),
         }
 
 

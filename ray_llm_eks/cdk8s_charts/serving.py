@@ -23,7 +23,7 @@ from cdk8s_plus_35 import k8s
 
 from ..spec.placement import WORKER_ROLES
 from ..spec.serving import SERVE_PORT, SERVING_INSTANCE_NAMESPACE_LABEL, EndpointType, RayAuth, ServingSpec
-from . import pod_templates, serve_config
+from . import gcs_redis, pod_templates, serve_config
 from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart
 from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
 from .rayservice import (
@@ -124,6 +124,8 @@ class RayServiceChart(cdk8s.Chart):
                 ),
                 worker_group_specs=workers,
                 auth_mode=RayAuth.token.value if spec.ray_auth is RayAuth.token else None,
+                gcs_fault_tolerance_options=(gcs_redis.fault_tolerance_options(spec)
+                                             if spec.gcs_fault_tolerance.enabled else None),
             ),
         )
         self.ray_service = RayService(

@@ -113,3 +113,11 @@ def acknowledge_log_retention(retention: IConstruct) -> None:
                  "aws-cdk-lib's LogRetention function calls logs:PutRetentionPolicy and logs:DeleteRetentionPolicy, "
                  "which it grants on '*': the log group it serves (EKS's control-plane group) is created by EKS, "
                  "not by this stack, so no ARN exists to scope it to at synth time.")
+
+
+def acknowledge_gcs_redis(cache: IConstruct) -> None:
+    """Findings on the Ray GCS cache (``GcsRedisCache``)."""
+    _acknowledge(cache.node.find_child("Password"), f"{PACK}-SMG4",
+                 "The Ray GCS cache's AUTH token. Rotating it means ElastiCache's ROTATE/SET of the replication "
+                 "group, a new copy in the Kubernetes Secret and a head restart in the right order; no rotation "
+                 "Lambda does that, so rotation is by redeploy with a new secret (docs/threat-model.md).")

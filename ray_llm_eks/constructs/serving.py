@@ -47,6 +47,7 @@ from ..spec.serving import (
     DEFAULT_SERVICE_NAME,
     EndpointType,
     ImageSpec,
+    GcsFaultTolerance,
     ModelSpec,
     RayAuth,
     NixlSpec,
@@ -55,8 +56,10 @@ from ..spec.serving import (
     Topology,
 )
 from ..spec.verification import VerificationSpec
+from ..cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID, GcsRedisChart, sync_account_name
 from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
 from .cluster import ClusterLike, eks_cluster_of
+from .gcs_redis import GcsRedisCache
 from .identity import pod_identity_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
@@ -109,6 +112,8 @@ class RayLlmServing(Construct):
         ``1.4.0``); with ``kuberay`` it follows that operator.
     :param ray_auth: ``disabled`` (default) or ``token``: Ray's token authentication on GCS, the
         dashboard and Jobs API, and the Ray Client (KubeRay 1.5.1+ makes and injects the token).
+    :param gcs_fault_tolerance: ``GcsFaultTolerance(enabled=True)`` keeps the GCS in ElastiCache
+        for Valkey (``GcsRedisCache``), so losing the head does not restart the models. Default off.
     :param admission_exempt_namespaces: namespaces the admission policy leaves alone (node agents
         with host access or catch-all tolerations). Default ``kube-system``.
     :param verification: the deployment gate's settings. Default: ``VerificationSpec()``, a
@@ -152,6 +157,7 @@ class RayLlmServing(Construct):
         admission_exempt_namespaces: Sequence[str] = ServingSpec.admission_exempt_namespaces,
         kuberay_version: str | None = None,
         ray_auth: RayAuth | str = ServingSpec.ray_auth,
+        gcs_fault_tolerance: GcsFaultTolerance | None = None,
         verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
@@ -172,6 +178,7 @@ class RayLlmServing(Construct):
             client_namespaces=tuple(client_namespaces), client_cidrs=tuple(client_cidrs),
             egress_cidrs=tuple(egress_cidrs), admission_exempt_namespaces=tuple(admission_exempt_namespaces),
             kuberay_version=kuberay_version, ray_auth=ray_auth,
+            gcs_fault_tolerance=gcs_fault_tolerance or GcsFaultTolerance(),
         )
         if device_plugins is not None:
             uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))
@@ -217,6 +224,20 @@ class RayLlmServing(Construct):
                 arn_format=ArnFormat.COLON_RESOURCE_NAME)
             self.pod_role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
                                                             resources=[resource]))
+        self.gcs_cache: GcsRedisCache | None = None
+        self.gcs_chart: GcsRedisChart | None = None
+        if self.spec.gcs_fault_tolerance.enabled:
+            self.gcs_cache = GcsRedisCache(
+                self, "GcsCache", cluster=target, settings=self.spec.gcs_fault_tolerance, namespace=self.namespace,
+                copy_service_account=sync_account_name(self.spec.service_name),
+                description=f"{self.namespace}/{self.spec.service_name}")
+            self.gcs_chart = GcsRedisChart(
+                self.cdk8s_app, GCS_REDIS_CHART_ID, spec=self.spec, endpoint=self.gcs_cache.endpoint,
+                vpc_cidr=target.vpc.vpc_cidr_block, secret_id=self.gcs_cache.password.secret_arn,
+                run_id=self.gate.run_id)
+            # Before the RayService: the head's password Secret and its egress come from this chart.
+            rayservice_at = self.charts.index(self.serving_charts.rayservice)
+            self.charts.insert(rayservice_at, self.gcs_chart)
         self.pod_identity = eks.CfnPodIdentityAssociation(
             self,
             "PodIdentity",

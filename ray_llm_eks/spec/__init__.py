@@ -34,6 +34,7 @@ from .serving import (
     NixlSpec,
     SecurityProfile,
     RayAuth,
+    GcsFaultTolerance,
     ServingSpec,
     Topology,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "RootVolume",
     "SecurityProfile",
     "RayAuth",
+    "GcsFaultTolerance",
     "ServingSpec",
     "SpecError",
     "SpecErrors",

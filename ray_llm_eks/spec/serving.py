@@ -87,11 +87,13 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_CACHE_NODE_TYPE = re.compile(r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
 _SEMVER_TEXT = re.compile(r"^\d+\.\d+\.\d+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
 DEFAULT_ADMISSION_EXEMPT_NAMESPACES = ("kube-system",)
 DEFAULT_IMAGE_USER_ID, DEFAULT_IMAGE_GROUP_ID = 1000, 100
+DEFAULT_CACHE_NODE_TYPE = "cache.t4g.small"
 SERVING_INSTANCE_NAMESPACE_LABEL = "ray-llm-eks/serving-instance"
 """On the serving namespace, valued with the service name: other deployments' admission
 policies leave a namespace so labelled to its own deployment's policy."""
@@ -237,6 +239,39 @@ class NixlSpec:
 
 
 @dataclass(frozen=True)
+class GcsFaultTolerance:
+    """Ray's GCS state in a managed Redis (ElastiCache for Valkey), so a lost head pod or system
+    node restarts the head without restarting the model replicas.
+
+    Without it the GCS lives in the head pod's memory: when the head goes, KubeRay restarts every
+    worker, and both legs reload the model. With it, workers keep serving for up to 600 s
+    (KubeRay sets ``RAY_gcs_rpc_server_reconnect_timeout_s=600`` on them) while the head comes
+    back and reads its tables from Redis (KubeRay ``gcsFaultToleranceOptions``; Ray docs,
+    "GCS fault tolerance in KubeRay").
+    """
+
+    enabled: bool = False
+    cache_node_type: str = DEFAULT_CACHE_NODE_TYPE
+    """ElastiCache node type; GCS tables for one deployment are megabytes, so the smallest Graviton
+    type is plenty."""
+    cache_nodes: int = 2
+    """1 (a primary only: losing it loses the tables, as losing the head does today) or 2 to 6 (a
+    primary and replicas in other AZs, automatic failover: the default)."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        if not isinstance(self.enabled, bool):
+            found.add(problem("enabled", self.enabled, "not a boolean", "true or false"))
+        if not isinstance(self.cache_node_type, str) or not _CACHE_NODE_TYPE.match(self.cache_node_type):
+            found.add(problem("cache_node_type", self.cache_node_type, "not an ElastiCache node type",
+                              "cache.<family>.<size>, such as cache.t4g.small or cache.m7g.large"))
+        if not _is_int(self.cache_nodes) or not 1 <= self.cache_nodes <= 6:
+            found.add(problem("cache_nodes", self.cache_nodes, "not a node count for one Valkey shard",
+                              "1 (no replica) to 6 (a primary and five replicas)"))
+        found.raise_if_any()
+
+
+@dataclass(frozen=True)
 class ServingSpec:
     """One Ray Serve LLM deployment on its pools. Raises :class:`SpecErrors` when built wrong.
 
@@ -279,6 +314,8 @@ class ServingSpec:
     """Where this deployment's pods may open HTTPS (443): the model download (Hugging Face and its
     CDN through the NAT gateway), the Kubernetes API for the gate, CloudFormation's signal URL.
     Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
+    gcs_fault_tolerance: GcsFaultTolerance = field(default_factory=GcsFaultTolerance)
+    """The head's GCS state in ElastiCache, so losing the head does not restart the models."""
     admission_exempt_namespaces: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_NAMESPACES
     """Namespaces the admission policy leaves alone (``serving-admission-policy``): node agents
     that need host access or tolerate every taint (aws-node, kube-proxy, the device plugins in
@@ -302,6 +339,9 @@ class ServingSpec:
         self._check_access(found)
         self._check_image(found)
         self._check_ray_auth(found)
+        if not isinstance(self.gcs_fault_tolerance, GcsFaultTolerance):
+            found.add(problem("gcs_fault_tolerance", self.gcs_fault_tolerance, "not a GcsFaultTolerance",
+                              "GcsFaultTolerance(enabled=True), or leave it out"))
         tensor_parallel_ok = self._check_tensor_parallel(found)
         for role in WORKER_ROLES:
             if self.pool(role).desired_size < 1:
