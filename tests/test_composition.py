@@ -218,3 +218,16 @@ def test_the_stack_hands_every_serving_setting_to_the_construct():
     })
     _, stack = build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
     assert stack.serving.spec == config.specs().serving
+
+
+def test_the_operator_settings_follow_the_operator_given(scratch):
+    stack, _, cluster = scratch
+    operator = KubeRayOperator(stack, "OperatorForSettings", cluster=cluster, version="1.5.1")
+    serving = RayLlmServing(stack, "FollowsOperator", cluster=cluster, prefill=WorkerPool("prefill"),
+                            decode=WorkerPool("decode"), kuberay=operator, ray_auth="token", namespace="follows")
+    assert (serving.spec.kuberay_version, serving.spec.operator_namespace) == ("1.5.1", "kuberay")
+    for props, field in (({"kuberay_version": "1.4.0"}, "kuberay_version"),
+                         ({"operator_namespace": "ray-system"}, "operator_namespace")):
+        with pytest.raises(ConstructValidationError, match=rf"{field}: .*the operator given"):
+            RayLlmServing(stack, f"Mismatch{field}", cluster=cluster, prefill=WorkerPool("prefill"),
+                          decode=WorkerPool("decode"), kuberay=operator, namespace="follows", **props)

@@ -10,7 +10,7 @@ then allow:
   the gate, the EFA counter readers, the bench Job: all carry ``ray-llm-eks/instance=<svc>``).
   Ray uses dynamic ports (raylet, object manager, workers, NIXL's side channel), and the VPC CNI
   agent takes at most 24 port combinations per selector, so the peers are selected, not ports.
-- ``<svc>-operator-dashboard``: the KubeRay operator (namespace ``kuberay``) to the head's 8265
+- ``<svc>-operator-dashboard``: the KubeRay operator (``operator_namespace``, default ``kuberay``) to the head's 8265
   only: it reads and updates Serve applications through the dashboard's REST API
   (``rayservice_controller.go`` at v1.4.0). Not GCS, not the workers.
 - ``<svc>-openai-clients``: port 8000 of the Serve proxies (workers; the head runs none) from
@@ -33,7 +33,7 @@ import ipaddress
 import cdk8s
 from cdk8s_plus_35 import k8s
 
-from ..spec.infrastructure import KUBERAY_NAMESPACE, KUBERAY_OPERATOR_POD_LABELS
+from ..spec.infrastructure import KUBERAY_OPERATOR_POD_LABELS
 from ..spec.serving import SERVE_PORT, ServingSpec
 from . import pod_templates
 
@@ -80,7 +80,7 @@ class NetworkPolicyChart(cdk8s.Chart):
                                                          pod_templates.RAY_ROLE_LABEL: "head"}),
             policy_types=["Ingress"],
             ingress=[k8s.NetworkPolicyIngressRule(
-                from_=[k8s.NetworkPolicyPeer(namespace_selector=_namespace(KUBERAY_NAMESPACE),
+                from_=[k8s.NetworkPolicyPeer(namespace_selector=_namespace(spec.operator_namespace),
                                              pod_selector=k8s.LabelSelector(match_labels=dict(KUBERAY_OPERATOR_POD_LABELS)))],
                 ports=[_port(DASHBOARD_PORT)])]))
         clients = [k8s.NetworkPolicyPeer(namespace_selector=_namespace(n)) for n in spec.client_namespaces]

@@ -40,7 +40,7 @@ from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_n
 from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart
 from ..spec.errors import problem
 from ..spec.pools import SystemPool, WorkerPool
-from ..spec.infrastructure import DEFAULT_KUBERAY_VERSION
+from ..spec.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE
 from ..spec.serving import (
     DEFAULT_NAMESPACE,
     DEFAULT_RAY_VERSION,
@@ -110,6 +110,8 @@ class RayLlmServing(Construct):
         through the NAT gateway), always without the link-local range (no IMDS).
     :param kuberay_version: the operator's version when ``kuberay`` is not given (default
         ``1.4.0``); with ``kuberay`` it follows that operator.
+    :param operator_namespace: where a KubeRay operator installed outside this library runs
+        (default ``kuberay``); with ``kuberay`` it follows that operator.
     :param ray_auth: ``disabled`` (default) or ``token``: Ray's token authentication on GCS, the
         dashboard and Jobs API, and the Ray Client (KubeRay 1.5.1+ makes and injects the token).
     :param gcs_fault_tolerance: ``GcsFaultTolerance(enabled=True)`` keeps the GCS in ElastiCache
@@ -156,6 +158,7 @@ class RayLlmServing(Construct):
         egress_cidrs: Sequence[str] = ServingSpec.egress_cidrs,
         admission_exempt_namespaces: Sequence[str] = ServingSpec.admission_exempt_namespaces,
         kuberay_version: str | None = None,
+        operator_namespace: str | None = None,
         ray_auth: RayAuth | str = ServingSpec.ray_auth,
         gcs_fault_tolerance: GcsFaultTolerance | None = None,
         verification: VerificationSpec | None = None,
@@ -167,6 +170,11 @@ class RayLlmServing(Construct):
                 "kuberay_version", kuberay_version, f"the operator given is KubeRay {kuberay.version}",
                 f"{kuberay.version}, or leave it out (it follows the operator)")])
         kuberay_version = kuberay.version if kuberay is not None else (kuberay_version or DEFAULT_KUBERAY_VERSION)
+        if kuberay is not None and operator_namespace is not None and operator_namespace != kuberay.NAMESPACE:
+            raise ConstructValidationError(self, [problem(
+                "operator_namespace", operator_namespace, f"the operator given runs in {kuberay.NAMESPACE}",
+                f"{kuberay.NAMESPACE}, or leave it out (it follows the operator)")])
+        operator_namespace = kuberay.NAMESPACE if kuberay is not None else (operator_namespace or KUBERAY_NAMESPACE)
         # Build (and so check) the spec first: a refused combination fails before any resource exists.
         self.spec: ServingSpec = validated(
             self, ServingSpec, region=Stack.of(self).region, prefill=_worker_pool(prefill), decode=_worker_pool(decode),
@@ -177,7 +185,7 @@ class RayLlmServing(Construct):
             decode_tensor_parallel_size=decode_tensor_parallel_size, strict=strict,
             client_namespaces=tuple(client_namespaces), client_cidrs=tuple(client_cidrs),
             egress_cidrs=tuple(egress_cidrs), admission_exempt_namespaces=tuple(admission_exempt_namespaces),
-            kuberay_version=kuberay_version, ray_auth=ray_auth,
+            kuberay_version=kuberay_version, operator_namespace=operator_namespace, ray_auth=ray_auth,
             gcs_fault_tolerance=gcs_fault_tolerance or GcsFaultTolerance(),
         )
         if device_plugins is not None:

@@ -16,7 +16,7 @@ from typing import Any
 from ..models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
 from . import sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
-from .infrastructure import DEFAULT_KUBERAY_VERSION, ipv4_network, region as check_region, semver
+from .infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, ipv4_network, region as check_region, semver
 from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
@@ -293,6 +293,9 @@ class ServingSpec:
     service_name: str = DEFAULT_SERVICE_NAME
     ray_version: str = DEFAULT_RAY_VERSION
     kuberay_version: str = DEFAULT_KUBERAY_VERSION
+    operator_namespace: str = KUBERAY_NAMESPACE
+    """Where the KubeRay operator runs: the NetworkPolicy admits its pods (``app.kubernetes.io/name:
+    kuberay-operator``, whatever the release name) to the head's dashboard from this namespace only."""
     """The KubeRay operator that runs the RayService (what ``ray_auth: token`` needs)."""
     ray_auth: RayAuth = RayAuth.disabled
     """``token``: KubeRay (1.5.1+) makes a random token per RayCluster and Ray (2.52+) requires it
@@ -357,7 +360,7 @@ class ServingSpec:
     # --- checks ------------------------------------------------------------------------------------
 
     def _check_names(self, found: Collector) -> None:
-        for name in ("namespace", "service_name"):
+        for name in ("namespace", "service_name", "operator_namespace"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DNS_LABEL.match(value):
                 found.add(problem(name, value, "not a DNS label", "lowercase letters, digits and '-', at most 63"))

@@ -7,6 +7,8 @@ peered network, 10.50.0.0/16). Pods have VPC addresses (10.0.0.0/16) under the V
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from netpol import Endpoint, allowed
@@ -170,3 +172,19 @@ def test_the_head_has_no_capability_and_the_default_seccomp_profile(scenario):
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False
+
+
+def test_an_operator_installed_elsewhere_is_admitted_from_its_own_namespace_only():
+    """RayLlmServing(operator_namespace=...) for a KubeRay the library did not install."""
+    import cdk8s
+
+    from ray_llm_eks.cdk8s_charts.network_policy import NetworkPolicyChart
+    from ray_llm_eks.config import parse_config
+
+    spec = dataclasses.replace(parse_config({}).specs().serving, operator_namespace="ray-system")
+    rules = cdk8s.Testing.synth(NetworkPolicyChart(cdk8s.App(), "p", spec=spec))
+    head = pods(spec.namespace, spec.service_name)["head"]
+    theirs = Endpoint("10.0.1.21", "ray-system", dict(KUBERAY_OPERATOR_POD_LABELS))
+    ours = Endpoint("10.0.1.20", KUBERAY_NAMESPACE, dict(KUBERAY_OPERATOR_POD_LABELS))
+    assert allowed(rules, theirs, head, DASHBOARD)
+    assert not allowed(rules, ours, head, DASHBOARD)
