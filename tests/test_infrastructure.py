@@ -143,6 +143,19 @@ def test_nodes_wait_for_networking_addons_and_coredns_waits_for_a_node(default):
     assert system in resources[addons["coredns"]]["DependsOn"]
 
 
+def test_node_roles_drop_the_cni_policy_only_after_the_cni_has_its_own_role(default):
+    """Upgrading a stack whose nodes still carry AmazonEKS_CNI_Policy: the role update waits for
+    the add-on's Pod Identity association, so aws-node is never left without permissions."""
+    resources = default.template_json["Resources"]
+    addons = {props(a)["AddonName"]: logical_id for logical_id, a in default.resources("AWS::EKS::Addon").items()}
+    assert props(resources[addons["vpc-cni"]])["PodIdentityAssociations"][0]["ServiceAccount"] == "aws-node"
+    node_roles = {props(n)["NodeRole"]["Fn::GetAtt"][0] for n in default.resources("AWS::EKS::Nodegroup").values()}
+    assert len(node_roles) == 3
+    for role in node_roles:
+        assert addons["vpc-cni"] in resources[role].get("DependsOn", []), role
+        assert not any("AmazonEKS_CNI_Policy" in json.dumps(p) for p in props(resources[role])["ManagedPolicyArns"])
+
+
 def test_admin_role_gets_cluster_admin_through_an_access_entry(default, synth):
     # By default the only access entry is the one aws-cdk-lib gives its kubectl handler.
     principals = [props(e)["PrincipalArn"] for e in default.resources("AWS::EKS::AccessEntry").values()]

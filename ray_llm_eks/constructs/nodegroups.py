@@ -67,7 +67,16 @@ def make_node_role(scope: Construct, construct_id: str, *, cni_policy: bool = Tr
 def _node_role_for(scope: Construct, cluster: ClusterLike) -> iam.Role:
     # The CNI policy stays on the node role for a cluster this library did not make: its VPC CNI
     # may have no role of its own, and nodes without the policy would never get pod addresses.
-    return make_node_role(scope, "NodeRole", cni_policy=not isinstance(cluster, InferenceCluster))
+    own_cni_role = isinstance(cluster, InferenceCluster)
+    role = make_node_role(scope, "NodeRole", cni_policy=not own_cni_role)
+    if own_cni_role:
+        # On a stack deployed before the VPC CNI had its own role, this deploy both gives the
+        # add-on its Pod Identity association and takes the CNI policy off the node roles. The
+        # role waits for the add-on, so running nodes never lose the CNI's permissions before
+        # aws-node has its own (EKS user guide, "cni-iam-role": configure the role first, then
+        # remove the policy from the node role).
+        role.node.add_dependency(cluster.addons["vpc-cni"])
+    return role
 
 
 def _eks_taint(taint: Taint) -> eks.TaintSpec:
