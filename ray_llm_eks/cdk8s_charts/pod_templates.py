@@ -257,10 +257,12 @@ def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
     """
     amounts = {"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("64Mi")}
     owner = f"{spec.image.user_id}:{spec.image.group_id}"
+    # chmod first, while root still owns the directory: once it belongs to the image user,
+    # changing its mode would need CAP_FOWNER (chmod(2)), which this container does not hold.
     return k8s.Container(
         name=HF_CACHE_INIT_CONTAINER,
         image=spec.image_uri,
-        command=["sh", "-c", f'chown {owner} "$0" && chmod {HF_CACHE_MODE} "$0"', HF_CACHE_MOUNT_PATH],
+        command=["sh", "-c", f'chmod {HF_CACHE_MODE} "$0" && chown {owner} "$0"', HF_CACHE_MOUNT_PATH],
         resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
         security_context=k8s.SecurityContext(
             run_as_user=0,

@@ -289,7 +289,7 @@ def test_workers_keep_the_hugging_face_cache_on_the_node_root_volume(scenario, n
     # user (Ray images: 1000:100), mode 0750, never world-writable.
     (init,) = spec["initContainers"]
     assert init["image"] == container["image"]
-    assert init["command"] == ["sh", "-c", 'chown 1000:100 "$0" && chmod 0750 "$0"', "/var/cache/huggingface"]
+    assert init["command"] == ["sh", "-c", 'chmod 0750 "$0" && chown 1000:100 "$0"', "/var/cache/huggingface"]
     assert init["volumeMounts"] == [HF_CACHE_MOUNT]
     # Requests equal limits on every container, init ones included: the pod stays Guaranteed.
     assert init["resources"]["requests"] == init["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
@@ -431,27 +431,53 @@ def test_no_worker_can_run_with_expandable_segments(scenario, name, role):
     assert env["NIXL_LOG_LEVEL"] == "INFO"
 
 
-def test_the_model_cache_owner_follows_the_image_user(tmp_path):
-    """The init command, run for real on a scratch directory: owner and mode as rendered (needs
-    root to chown to another user, so here the owner is this process's own ids)."""
-    import os
-    import stat
-    import subprocess
-
+def _init_command(overrides: dict) -> list[str]:
     import cdk8s
 
     from ray_llm_eks.cdk8s_charts import build_serving_charts
     from ray_llm_eks.config import parse_config
 
-    specs = parse_config({"image": {"user_id": os.getuid(), "group_id": os.getgid()}}).specs()
-    charts = build_serving_charts(cdk8s.App(), specs.serving)
+    charts = build_serving_charts(cdk8s.App(), parse_config(overrides).specs().serving)
     (service,) = [o for o in cdk8s.Testing.synth(charts.rayservice) if o["kind"] == "RayService"]
     (init,) = service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["initContainers"]
+    return list(init["command"])
+
+
+def test_the_model_cache_init_command_works_as_root_with_only_chown(tmp_path):
+    """As the init container runs it: root, every capability dropped but CHOWN (setpriv drops
+    them here). The mode is set while root still owns the directory; the other order fails."""
+    import os
+    import shutil
+    import stat
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and util-linux setpriv to drop every capability but CHOWN")
+    command = _init_command({})
+    cache = tmp_path / "hf-cache"
+    cache.mkdir(mode=0o755)
+    only_chown = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all,+chown"]
+    subprocess.run([*only_chown, *command[:-1], str(cache)], check=True)
+    info = cache.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (1000, 100, 0o750)
+    reversed_order = tmp_path / "reversed"
+    reversed_order.mkdir(mode=0o755)
+    refused = subprocess.run([*only_chown, "sh", "-c", 'chown 1000:100 "$0" && chmod 0750 "$0"', str(reversed_order)],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "Operation not permitted" in refused.stderr
+
+
+def test_the_model_cache_owner_follows_the_image_user(tmp_path):
+    """The init command, run on a scratch directory with ids from the configuration (this
+    process's own, so it runs without root)."""
+    import os
+    import stat
+    import subprocess
+
+    command = _init_command({"image": {"user_id": os.getuid(), "group_id": os.getgid()}})
     cache = tmp_path / "hf-cache"
     cache.mkdir(mode=0o777)
-    command = list(init["command"])
-    command[-1] = str(cache)
-    subprocess.run(command, check=True)
+    subprocess.run([*command[:-1], str(cache)], check=True)
     info = cache.stat()
     assert (info.st_uid, info.st_gid) == (os.getuid(), os.getgid())
     assert stat.S_IMODE(info.st_mode) == 0o750
