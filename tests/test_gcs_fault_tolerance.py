@@ -73,6 +73,10 @@ def test_the_cache_chart_is_applied_before_the_rayservice(with_cache):
 
     gcs_id, rayservice_id = holding("ExternalName"), holding("serveConfigV2")
     assert gcs_id in manifests[rayservice_id].get("DependsOn", [])
+    # The copy Job's pod needs its Pod Identity association at admission.
+    (association,) = [k for k, a in with_cache.resources("AWS::EKS::PodIdentityAssociation").items()
+                      if props(a)["ServiceAccount"] == "ray-llm-gcs-redis-secret"]
+    assert association in manifests[gcs_id].get("DependsOn", [])
 
 
 def test_the_cluster_spec_is_the_same_whatever_the_cache_endpoint(with_cache, synth):

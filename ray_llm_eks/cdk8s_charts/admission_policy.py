@@ -29,15 +29,19 @@ Scope. One policy per deployment, bound twice:
   ``ray-llm-eks/serving-instance``), where nobody gets anything in the table.
 
 So two deployments in one cluster each govern their own namespace and agree everywhere else.
-Labelling a namespace needs ``patch`` on namespaces, a cluster-scoped right, so a tenant cannot
-exempt their namespace by labelling it.
+Labelling a namespace needs ``patch`` or ``create`` on namespaces, cluster-scoped rights.
 
 Updates: a pod already running when the policy arrives (a node agent in a namespace that is not
 exempt) is not frozen: an UPDATE is denied only for a grant the old object did not already use.
 
-The checks read ``object.spec.serviceAccountName``, not the requesting user: the KubeRay operator
-and the DaemonSet controller create these pods on the workload's behalf. Who may create pods as
-those accounts is then a matter of RBAC in the serving namespace (docs/threat-model.md).
+The grants go to a pod's service account and to who creates the pod together: the Ray pods'
+account only when the KubeRay operator creates them, the EFA counter readers' only when the
+DaemonSet controller does. Whoever else can make a pod run as those accounts (a Deployment, a
+Job, a RayJob's submitter pod) gets none of them.
+
+Not covered: ``pods/binding`` (a Binding carries no pod spec to check; only the scheduler holds
+that right by default), and whoever may create namespaces can create one already labelled as a
+serving namespace, which the ``-elsewhere`` binding then skips: keep namespace creation to admins.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 import cdk8s
 from cdk8s_plus_35 import k8s
 
+from ..spec.infrastructure import DAEMONSET_CONTROLLER_USERS, KUBERAY_OPERATOR_SERVICE_ACCOUNT
 from ..spec.placement import GPU_TAINT_KEY
 from ..spec.serving import SERVING_INSTANCE_NAMESPACE_LABEL, ServingSpec
 from . import pod_templates
@@ -107,6 +112,16 @@ def grants(spec: ServingSpec) -> dict[str, tuple[Grant, ...]]:
     }
 
 
+def creators(spec: ServingSpec) -> dict[str, tuple[str, ...]]:
+    """Service account → who may create its privileged pods: the KubeRay operator for the Ray
+    pods, the DaemonSet controller for the EFA counter readers. Anyone else who can make a pod run
+    as those accounts (a Deployment, a Job, ``kubectl run --overrides``) gets none of the grants."""
+    return {
+        spec.service_name: (f"system:serviceaccount:{spec.operator_namespace}:{KUBERAY_OPERATOR_SERVICE_ACCOUNT}",),
+        pod_templates.efa_counters_name(spec.service_name): DAEMONSET_CONTROLLER_USERS,
+    }
+
+
 def policy_name(spec: ServingSpec) -> str:
     return f"{spec.namespace}-{spec.service_name}-pod-privileges"
 
@@ -115,16 +130,23 @@ def _allowed(spec: ServingSpec, grant: Grant) -> str:
     accounts = [account for account, granted in grants(spec).items() if grant in granted]
     if not accounts:
         return "false"
-    names = ", ".join(f"'{a}'" for a in accounts)
-    return (f"request.namespace == '{spec.namespace}' && has(object.spec.serviceAccountName) && "
-            f"object.spec.serviceAccountName in [{names}]")
+    who = creators(spec)
+
+    def users(account: str) -> str:
+        return ", ".join("'" + user + "'" for user in who[account])
+
+    alternatives = " || ".join(
+        f"(object.spec.serviceAccountName == '{account}' && request.userInfo.username in [{users(account)}])"
+        for account in accounts)
+    return f"request.namespace == '{spec.namespace}' && has(object.spec.serviceAccountName) && ({alternatives})"
 
 
 def _who(spec: ServingSpec, grant: Grant) -> str:
     accounts = [account for account, granted in grants(spec).items() if grant in granted]
     if not accounts:
         return "nobody outside the exempt namespaces " + ", ".join(spec.admission_exempt_namespaces)
-    return f"only the service accounts {', '.join(accounts)} in namespace {spec.namespace}"
+    return (f"only to pods of the service accounts {', '.join(accounts)} in namespace {spec.namespace}, "
+            "created by their controller (the KubeRay operator, the DaemonSet controller)")
 
 
 class AdmissionPolicyChart(cdk8s.Chart):

@@ -248,7 +248,7 @@ def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
 
     The kubelet creates a ``DirectoryOrCreate`` hostPath as root, mode 0755, which a non-root
     image user could not write. This container runs as root with every capability dropped but
-    CHOWN, and makes the directory ``<user_id>:<group_id>`` mode 0750: the Ray process writes the
+    CHOWN and FOWNER, and makes the directory ``<user_id>:<group_id>`` mode 0750: the Ray process writes the
     weights, its group reads them, nobody else on the node does (the admission policy keeps other
     pods from mounting host paths at all). An image that runs as root writes there anyway. Same
     image as the Ray container, so nothing else is pulled. Requests equal limits, so the pod
@@ -257,12 +257,13 @@ def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
     """
     amounts = {"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("64Mi")}
     owner = f"{spec.image.user_id}:{spec.image.group_id}"
-    # chmod first, while root still owns the directory: once it belongs to the image user,
-    # changing its mode would need CAP_FOWNER (chmod(2)), which this container does not hold.
+    # FOWNER beside CHOWN: the directory outlives the pod, so from the second pod on a node it
+    # already belongs to the image user, and root may change its mode only with CAP_FOWNER
+    # (chmod(2)). With both, the command is the same on every run.
     return k8s.Container(
         name=HF_CACHE_INIT_CONTAINER,
         image=spec.image_uri,
-        command=["sh", "-c", f'chmod {HF_CACHE_MODE} "$0" && chown {owner} "$0"', HF_CACHE_MOUNT_PATH],
+        command=["sh", "-c", f'chown {owner} "$0" && chmod {HF_CACHE_MODE} "$0"', HF_CACHE_MOUNT_PATH],
         resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
         security_context=k8s.SecurityContext(
             run_as_user=0,
@@ -270,7 +271,7 @@ def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
             privileged=False,
             allow_privilege_escalation=False,
             read_only_root_filesystem=True,
-            capabilities=k8s.Capabilities(drop=["ALL"], add=["CHOWN"]),
+            capabilities=k8s.Capabilities(drop=["ALL"], add=["CHOWN", "FOWNER"]),
         ),
         volume_mounts=[k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH)],
     )
@@ -292,9 +293,14 @@ client = boto3.client("secretsmanager", region_name=os.environ["AWS_REGION"])
 token = (client.get_secret_value(SecretId=secret_id).get("SecretString") or "").strip()
 if not token:
     sys.exit(f"hf-token: secret {secret_id} has no SecretString")
-fd = os.open(os.environ["HF_TOKEN_PATH"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+path = os.environ["HF_TOKEN_PATH"]
+partial = path + ".partial"
+if os.path.exists(partial):
+    os.unlink(partial)
+fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
 os.write(fd, token.encode())
 os.close(fd)
+os.replace(partial, path)  # a rerun of this container (same pod) replaces its own read-only file
 print(f"hf-token: wrote the token from {secret_id}")
 """
 

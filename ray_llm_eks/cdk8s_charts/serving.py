@@ -182,14 +182,20 @@ def disruption_budget(chart: cdk8s.Chart, spec: ServingSpec, role: str) -> k8s.K
     """At most one pod of the leg evicted at a time: node drains (managed node group updates,
     Cluster Autoscaler scale-in) wait for the replacement before taking the next. A pod that is
     not Ready anyway may always be evicted (``unhealthyPodEvictionPolicy: AlwaysAllow``, GA in
-    Kubernetes 1.31), so a crash-looping worker cannot wedge an upgrade."""
+    Kubernetes 1.31), so a crash-looping worker cannot wedge an upgrade.
+
+    An integer ``minAvailable`` (the leg's pods less one), not ``maxUnavailable``: the pods belong
+    to a RayCluster, which has no ``scale`` subresource, and for ``maxUnavailable`` (or a
+    percentage) the disruption controller needs the owner's scale, or allows no disruption at all
+    (Kubernetes docs, "Specifying a Disruption Budget for your Application": "Arbitrary workloads
+    ... only an integer value can be used with .spec.minAvailable")."""
     name = spec.service_name
     return k8s.KubePodDisruptionBudget(
         chart, f"DisruptionBudget-{role}",
         metadata=k8s.ObjectMeta(name=f"{name}-{role}", labels={
             pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name}),
         spec=k8s.PodDisruptionBudgetSpec(
-            max_unavailable=k8s.IntOrString.from_number(1),
+            min_available=k8s.IntOrString.from_number(spec.pool(role).desired_size - 1),
             unhealthy_pod_eviction_policy="AlwaysAllow",
             selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name,
                                                      pod_templates.RAY_ROLE_LABEL: role})))

@@ -263,6 +263,10 @@ class RayLlmServing(Construct):
         # An operator confined to this namespace installs its Role into it: the namespace goes first.
         namespace_first = kuberay is not None and bool(kuberay.watch_namespaces)
         after: list[Construct] = [self.pod_identity]
+        if self.gcs_cache is not None:
+            # The copy Job's pod gets Pod Identity credentials only if the association exists
+            # when the pod is created (the webhook injects them at admission).
+            after.append(self.gcs_cache.copy_identity)
         if kuberay is not None:
             after.append(kuberay.chart)
         if device_plugins is not None:

@@ -49,6 +49,13 @@ KUBERAY_RELEASE = "kuberay-operator"
 KUBERAY_OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
 """The operator pod's labels (kuberay-operator chart 1.4.0, ``templates/deployment.yaml``: the
 chart name); the serving namespace's NetworkPolicy admits it to the Ray dashboard with these."""
+KUBERAY_OPERATOR_SERVICE_ACCOUNT = "kuberay-operator"
+"""The operator's service account (kuberay-operator chart, ``serviceAccount.name``): it creates the
+Ray pods, and the admission policy grants their privileges only to pods it creates."""
+DAEMONSET_CONTROLLER_USERS = ("system:serviceaccount:kube-system:daemon-set-controller", "system:kube-controller-manager")
+"""Who creates a DaemonSet's pods: the DaemonSet controller's own account when the controller
+manager uses per-controller credentials (``--use-service-account-credentials``), else the
+controller manager's identity."""
 DEFAULT_KUBERAY_VERSION = "1.4.0"
 """The RayService CRD schema the charts are tested against (``tests/data``)."""
 DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"

@@ -17,7 +17,10 @@ below is therefore a literal substring of the line, with no ``*`` inside it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from .errors import Collector, problem
 
 APPLICATION_LOG_GROUP = "/aws/containerinsights/{cluster}/application"
 """Where the add-on's Fluent Bit sends container logs (chart ``containerLogs.fluentBit``)."""
@@ -67,3 +70,39 @@ def log_filter_pattern(namespace: str, lines: tuple[TransportLine, ...]) -> str:
     """A JSON filter pattern: a container line of ``namespace`` that contains any of ``lines``."""
     alternatives = " || ".join(f'$.log = "*{_literal(line.phrase)}*"' for line in lines)
     return f'{{ $.kubernetes.namespace_name = "{_literal(namespace)}" && ({alternatives}) }}'
+
+
+DEFAULT_TTFT_P99_SLO_MS = 2000
+"""A chat-grade first-token bound; set it from your own SLO (the bench uses the same figure)."""
+DEFAULT_VERIFY_SCHEDULE = "*/15 * * * *"
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_CRON_FIELD = re.compile(r"^[0-9*/,\-]+$")
+
+
+@dataclass(frozen=True)
+class ObservabilitySpec:
+    """Metrics, logs, alarms and a dashboard for one deployment (docs/observability.md)."""
+
+    enabled: bool = True
+    alarm_email: str | None = None
+    """Subscribed to the alarm topic (SNS sends a confirmation mail first)."""
+    ttft_p99_slo_ms: int = DEFAULT_TTFT_P99_SLO_MS
+    """The TTFT p99 alarm's threshold."""
+    verify_schedule: str = DEFAULT_VERIFY_SCHEDULE
+    """When the continuous verification runs (a CronJob schedule, five fields, UTC)."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        if not isinstance(self.enabled, bool):
+            found.add(problem("enabled", self.enabled, "not a boolean", "true or false"))
+        if self.alarm_email is not None and not (isinstance(self.alarm_email, str) and _EMAIL.match(self.alarm_email)):
+            found.add(problem("alarm_email", self.alarm_email, "not an e-mail address", "name@example.com, or none"))
+        if isinstance(self.ttft_p99_slo_ms, bool) or not isinstance(self.ttft_p99_slo_ms, int) \
+                or not 1 <= self.ttft_p99_slo_ms <= 600_000:
+            found.add(problem("ttft_p99_slo_ms", self.ttft_p99_slo_ms, "not a latency in milliseconds",
+                              "a whole number from 1 to 600000"))
+        fields = self.verify_schedule.split() if isinstance(self.verify_schedule, str) else []
+        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+            found.add(problem("verify_schedule", self.verify_schedule, "not a five-field cron schedule",
+                              "minute hour day month weekday, such as */15 * * * *"))
+        found.raise_if_any()

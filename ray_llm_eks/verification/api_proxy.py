@@ -17,6 +17,8 @@ Kubernetes RBAC, which the person running ``verify`` has and a neighbour pod has
 from __future__ import annotations
 
 import contextlib
+import secrets
+import signal
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -42,16 +44,17 @@ def port_of(url: str) -> int:
     return parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def policy_name(ray_service: str) -> str:
-    return f"{ray_service}-{POLICY_SUFFIX}"
+def policy_name(ray_service: str, run: str) -> str:
+    """One per run: two runs at once must not delete each other's admission."""
+    return f"{ray_service}-{POLICY_SUFFIX}-{run}"
 
 
 def policy(namespace: str, ray_service: str, instance_label: str, addresses: Sequence[str],
-           ports: Sequence[int]) -> dict[str, Any]:
+           ports: Sequence[int], run: str) -> dict[str, Any]:
     """Ingress from the API server's addresses (IPv4 /32, IPv6 /128) to this deployment's pods."""
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": policy_name(ray_service), "namespace": namespace,
+        "metadata": {"name": policy_name(ray_service, run), "namespace": namespace,
                      "labels": {instance_label: ray_service, "ray-llm-eks/component": POLICY_SUFFIX}},
         "spec": {
             "podSelector": {"matchLabels": {instance_label: ray_service}},
@@ -67,8 +70,9 @@ def policy(namespace: str, ray_service: str, instance_label: str, addresses: Seq
 @contextlib.contextmanager
 def admitted(kube: Kube, namespace: str, ray_service: str, instance_label: str, ports: Sequence[int],
              log: Callable[[str], None] = lambda _: None) -> Iterator[dict[str, Any]]:
-    """The policy exists inside the ``with`` block and is gone after it (a leftover is replaced)."""
-    body = policy(namespace, ray_service, instance_label, api_server_addresses(kube), ports)
+    """The policy exists inside the ``with`` block and is gone after it, SIGTERM included (only a
+    SIGKILL leaves it behind: ``kubectl delete networkpolicy -l ray-llm-eks/component=verify-api-proxy``)."""
+    body = policy(namespace, ray_service, instance_label, api_server_addresses(kube), ports, secrets.token_hex(3))
     collection = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
     path = f"{collection}/{body['metadata']['name']}"
     try:
@@ -80,12 +84,23 @@ def admitted(kube: Kube, namespace: str, ray_service: str, instance_label: str, 
     log(f"admitted the API server ({', '.join(b['ipBlock']['cidr'] for b in body['spec']['ingress'][0]['from'])}) "
         f"to ports {', '.join(str(p['port']) for p in body['spec']['ingress'][0]['ports'])} "
         f"with NetworkPolicy {namespace}/{body['metadata']['name']} for this run")
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _exit)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
     try:
         yield body
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         try:
             kube.delete(path)
             log(f"deleted NetworkPolicy {namespace}/{body['metadata']['name']}")
         except Exception as error:  # noqa: BLE001 - say so; the run's own result still stands
             log(f"could not delete NetworkPolicy {namespace}/{body['metadata']['name']}: {error}; "
                 f"delete it with: kubectl -n {namespace} delete networkpolicy {body['metadata']['name']}")
+
+
+def _exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)

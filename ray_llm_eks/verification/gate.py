@@ -444,7 +444,8 @@ class Gate:
         ``X-Ray-Authorization`` ("for proxies and KubeRay"), which the API server's proxy passes on."""
         if self.config.ray_auth != "token" or not self.active_cluster:
             return {}
-        secret = self.kube.get(f"/api/v1/namespaces/{self.config.namespace}/secrets/{self.active_cluster}")
+        name = kuberay_check_name(self.active_cluster)
+        secret = self.kube.get(f"/api/v1/namespaces/{self.config.namespace}/secrets/{name}")
         token = base64.b64decode((secret.get("data") or {}).get(RAY_AUTH_TOKEN_KEY, "")).decode()
         return {"X-Ray-Authorization": f"Bearer {token}"} if token else {}
 
@@ -746,6 +747,17 @@ def _differences(expected: Any, actual: Any, path: str = "args") -> list[str]:
     return [] if expected == actual else [path]
 
 
+
+
+def kuberay_check_name(name: str) -> str:
+    """The name KubeRay gives an object derived from ``name`` (v1.5.1 ``utils.CheckName``, which
+    names the token Secret after the RayCluster): its last 50 characters, and an ``r`` for a
+    leading digit or punctuation."""
+    if len(name) > 50:
+        name = name[len(name) - 50:]
+    if name and (name[0].isdigit() or not name[0].isalnum()):
+        name = "r" + name[1:]
+    return name
 
 
 def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str, Any]:

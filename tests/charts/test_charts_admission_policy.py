@@ -34,8 +34,12 @@ def _namespace_labels(namespace: str, labels: dict[str, str] | None) -> dict[str
     return {"kubernetes.io/metadata.name": namespace, **(labels or {})}
 
 
+OPERATOR = "system:serviceaccount:kuberay:kuberay-operator"
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+
+
 def admits(policy_and_bindings, namespace: str, pod: dict, *, namespace_labels: dict[str, str] | None = None,
-           operation: str = "CREATE", old: dict | None = None) -> bool:
+           operation: str = "CREATE", old: dict | None = None, user: str = OPERATOR) -> bool:
     """Whether the policy, through any of its bindings, lets ``pod`` be written in ``namespace``.
 
     A binding applies when its namespace selector matches the namespace's labels (the netpol
@@ -45,7 +49,8 @@ def admits(policy_and_bindings, namespace: str, pod: dict, *, namespace_labels: 
     if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):
         return True
     activation = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(old),
-                  "request": celpy.json_to_cel({"namespace": namespace, "operation": operation})}
+                  "request": celpy.json_to_cel({"namespace": namespace, "operation": operation,
+                                                "userInfo": {"username": user}})}
     variables = {}
     for variable in vap["spec"]["variables"]:
         variables[variable["name"]] = _eval(variable["expression"], {**activation, "variables": celpy.json_to_cel(variables)})
@@ -98,7 +103,9 @@ def test_the_efa_counter_readers_are_admitted(vap):
     daemonset = next(o for o in cdk8s.Testing.synth(chart) if o["kind"] == "DaemonSet")
     spec = daemonset["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "ray-llm-efa-counters"
-    assert admits(vap, "inference", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec})
+    pod_ = {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec}
+    assert admits(vap, "inference", pod_, user=DAEMONSET_CONTROLLER)
+    assert admits(vap, "inference", pod_, user="system:kube-controller-manager")  # without per-controller accounts
 
 
 @pytest.mark.parametrize(("namespace", "candidate"), [
@@ -182,7 +189,8 @@ def test_host_access_and_scheduler_bypasses_are_denied_to_whoever_is_not_granted
 
 
 def test_the_counter_readers_keep_their_hostpath_and_nobody_debugs_a_worker_into_root(scenario, vap):
-    assert admits(vap, "inference", _with(pod("ray-llm-efa-counters", toleration=GPU), **HOST_PATH))
+    assert admits(vap, "inference", _with(pod("ray-llm-efa-counters", toleration=GPU), **HOST_PATH),
+                  user=DAEMONSET_CONTROLLER)
     worker = {"apiVersion": "v1", "kind": "Pod", "metadata": {},
               "spec": copy.deepcopy(scenario("disaggregated").worker_group("decode")["template"]["spec"])}
     debugged = copy.deepcopy(worker)
@@ -235,3 +243,18 @@ def test_exempt_namespaces_are_configurable_but_never_the_serving_one(namespace)
     assert not admits(vap, "default", _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
     with pytest.raises(ConfigError, match=r"serving\.admission_exempt_namespaces.*the serving namespace itself"):
         parse_config({"serving": {"admission_exempt_namespaces": ["inference"]}}).specs()
+
+
+@pytest.mark.parametrize(("account", "user"), [
+    ("ray-llm", "kubernetes-admin"),                                        # kubectl run --overrides
+    ("ray-llm", "system:serviceaccount:kube-system:job-controller"),        # a Job in the namespace
+    ("ray-llm", "system:serviceaccount:kube-system:replicaset-controller"),  # a Deployment
+    ("ray-llm-efa-counters", "system:serviceaccount:kube-system:job-controller"),
+    ("ray-llm-efa-counters", OPERATOR),
+])
+def test_the_right_account_is_not_enough_the_right_controller_must_create_the_pod(scenario, vap, account, user):
+    """Whoever may create a Job or a Deployment in the serving namespace cannot borrow the Ray
+    pods' privileges by naming their service account."""
+    decode = scenario("disaggregated").worker_group("decode")["template"]["spec"]
+    candidate = {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {**decode, "serviceAccountName": account}}
+    assert not admits(vap, "inference", candidate, user=user)

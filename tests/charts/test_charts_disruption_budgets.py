@@ -20,7 +20,9 @@ def test_a_leg_of_several_pods_loses_at_most_one_to_a_drain(scenario):
     assert sorted(found) == ["ray-llm-decode", "ray-llm-prefill"]
     for role in ("prefill", "decode"):
         spec = found[f"ray-llm-{role}"]["spec"]
-        assert spec["maxUnavailable"] == 1
+        # An integer minAvailable: RayCluster has no scale subresource, which maxUnavailable needs.
+        assert spec["minAvailable"] == rendered.worker_group(role)["replicas"] - 1 == 1
+        assert "maxUnavailable" not in spec
         assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
         # The selector picks exactly this leg's pods, as rendered into the RayService.
         own = rendered.worker_group(role)["template"]["metadata"]["labels"]

@@ -119,3 +119,46 @@ def test_only_the_secret_id_reaches_the_template_and_the_role_may_read_only_it(s
     assert statement["Action"] == "secretsmanager:GetSecretValue"
     assert statement["Resource"] == {"Fn::Join": ["", [
         "arn:aws:secretsmanager:us-west-2:", {"Ref": "AWS::AccountId"}, ":secret:hf/token-??????"]]}
+
+
+def test_the_script_runs_again_as_a_non_root_user():
+    """Init containers run again when the pod sandbox restarts, and the memory volume keeps the
+    first run's read-only file: the rerun must replace it, as the image's (non-root) user."""
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and util-linux setpriv to run the script as another user")
+    import tempfile
+    from pathlib import Path
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="hf-token-test-"))  # pytest's own tmp is private to root
+    tmp_path.chmod(0o755)
+    volume = tmp_path / "hf-token"
+    volume.mkdir()
+    volume.chmod(0o777)  # an emptyDir's mode
+    script = tmp_path / "hf_token.py"
+    script.write_text(pod_templates.HF_TOKEN_SCRIPT)
+    program = (
+        "import boto3, sys\n"
+        "from moto import mock_aws\n"
+        "code = compile(open(sys.argv[1]).read(), 'hf-token', 'exec')\n"
+        "with mock_aws():\n"
+        "    boto3.client('secretsmanager', region_name='us-west-2').create_secret(Name='hf/token', SecretString='hf_x')\n"
+        "    for _ in range(2):\n"
+        "        exec(code, {'__name__': '__main__'})\n"
+    )
+    env = {**os.environ, "HF_TOKEN_SECRET": "hf/token", "AWS_REGION": "us-west-2",
+           "HF_TOKEN_PATH": str(volume / "token"), "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        done = subprocess.run(["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", sys.executable, "-c", program,
+                               str(script)],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        token = volume / "token"
+        assert token.read_text() == "hf_x" and token.stat().st_uid == 1000
+        assert stat.S_IMODE(token.stat().st_mode) == 0o400
+    finally:
+        shutil.rmtree(tmp_path)

@@ -289,13 +289,13 @@ def test_workers_keep_the_hugging_face_cache_on_the_node_root_volume(scenario, n
     # user (Ray images: 1000:100), mode 0750, never world-writable.
     (init,) = spec["initContainers"]
     assert init["image"] == container["image"]
-    assert init["command"] == ["sh", "-c", 'chmod 0750 "$0" && chown 1000:100 "$0"', "/var/cache/huggingface"]
+    assert init["command"] == ["sh", "-c", 'chown 1000:100 "$0" && chmod 0750 "$0"', "/var/cache/huggingface"]
     assert init["volumeMounts"] == [HF_CACHE_MOUNT]
     # Requests equal limits on every container, init ones included: the pod stays Guaranteed.
     assert init["resources"]["requests"] == init["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
     assert init["securityContext"] == {
         "allowPrivilegeEscalation": False,
-        "capabilities": {"add": ["CHOWN"], "drop": ["ALL"]},
+        "capabilities": {"add": ["CHOWN", "FOWNER"], "drop": ["ALL"]},
         "privileged": False,
         "readOnlyRootFilesystem": True,
         "runAsNonRoot": False,
@@ -443,27 +443,27 @@ def _init_command(overrides: dict) -> list[str]:
     return list(init["command"])
 
 
-def test_the_model_cache_init_command_works_as_root_with_only_chown(tmp_path):
-    """As the init container runs it: root, every capability dropped but CHOWN (setpriv drops
-    them here). The mode is set while root still owns the directory; the other order fails."""
+def test_the_model_cache_init_command_works_as_root_with_its_two_capabilities_on_every_run(tmp_path):
+    """As the init container runs it: root, every capability dropped but CHOWN and FOWNER
+    (setpriv drops them here), and again for the next pod on the node, when the directory
+    already belongs to the image user. Without FOWNER that second run fails."""
     import os
     import shutil
     import stat
     import subprocess
 
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and util-linux setpriv to drop every capability but CHOWN")
+        pytest.skip("needs root and util-linux setpriv to drop every capability but CHOWN and FOWNER")
     command = _init_command({})
     cache = tmp_path / "hf-cache"
     cache.mkdir(mode=0o755)
+    as_init = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all,+chown,+fowner"]
+    for _ in range(2):  # the first pod on the node, then the next
+        subprocess.run([*as_init, *command[:-1], str(cache)], check=True)
+        info = cache.stat()
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (1000, 100, 0o750)
     only_chown = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all,+chown"]
-    subprocess.run([*only_chown, *command[:-1], str(cache)], check=True)
-    info = cache.stat()
-    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (1000, 100, 0o750)
-    reversed_order = tmp_path / "reversed"
-    reversed_order.mkdir(mode=0o755)
-    refused = subprocess.run([*only_chown, "sh", "-c", 'chown 1000:100 "$0" && chmod 0750 "$0"', str(reversed_order)],
-                             capture_output=True, text=True)
+    refused = subprocess.run([*only_chown, *command[:-1], str(cache)], capture_output=True, text=True)
     assert refused.returncode != 0 and "Operation not permitted" in refused.stderr
 
 

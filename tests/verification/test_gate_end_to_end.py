@@ -304,3 +304,16 @@ def test_without_token_auth_no_token_is_sent(in_cluster_copy, fake: FakeDeployme
     report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
     assert report["verdict"] == "pass", report["reasons"]
     assert set(fake.dashboard_headers) == {None}
+
+
+@pytest.mark.parametrize(("cluster", "secret"), [
+    ("ray-llm-x7k2p", "ray-llm-x7k2p"),
+    ("a" * 47 + "-x7k2p", "a" * 44 + "-x7k2p"),          # a 47-character service: the last 50 kept
+    ("9lives-x7k2p", "rlives-x7k2p"),                     # a leading digit becomes r
+    ("abcde-" + "c" * 43 + "-x7k2p", "r" + "c" * 43 + "-x7k2p"),  # cut to a leading '-', which becomes r
+])
+def test_the_token_secret_is_named_as_kuberay_names_it(cluster, secret):
+    """KubeRay v1.5.1 names the token Secret ``utils.CheckName(cluster)``."""
+    from ray_llm_eks.verification.gate import kuberay_check_name
+
+    assert kuberay_check_name(cluster) == secret

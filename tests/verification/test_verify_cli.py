@@ -51,7 +51,9 @@ def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, tmp_pa
     assert report["transport"]["provider"] == "efa"
     assert fake.deleted == []  # read-only: never rolls out
     # The API server was admitted for the run only, to the ports the gate probes, and nothing else.
-    assert fake.policy_history == [("POST", "ray-llm-verify-api-proxy"), ("DELETE", "ray-llm-verify-api-proxy")]
+    (created, deleted) = fake.policy_history
+    assert created[0] == "POST" and deleted == ("DELETE", created[1])
+    assert created[1].startswith("ray-llm-verify-api-proxy-")
     assert fake.network_policies == {}
 
 
@@ -69,19 +71,37 @@ def test_verify_admits_only_the_api_server_to_the_probed_ports(fake: FakeDeploym
     assert fake.network_policies == {}
 
 
-def test_a_leftover_policy_is_replaced_and_removed_even_when_the_run_fails(fake: FakeDeployment, tmp_path):
+def test_the_policy_is_removed_when_the_run_fails_and_two_runs_do_not_share_one(fake: FakeDeployment, tmp_path):
     import pytest
 
     from ray_llm_eks.verification.api_proxy import admitted
     from ray_llm_eks.verification.kube import Kube, KubeAccess
 
     kube = Kube(KubeAccess.with_token_file(fake.api_url, str(fake.token_file)))
-    fake.network_policies["ray-llm-verify-api-proxy"] = {"metadata": {"name": "ray-llm-verify-api-proxy"},
-                                                          "spec": {"podSelector": {}}}
+    with admitted(kube, fake.namespace, fake.name, "ray-llm-eks/instance", [8000]) as first:
+        with admitted(kube, fake.namespace, fake.name, "ray-llm-eks/instance", [8000]) as second:
+            assert first["metadata"]["name"] != second["metadata"]["name"]
+        assert list(fake.network_policies) == [first["metadata"]["name"]]  # the other run's is still there
     with pytest.raises(RuntimeError), admitted(kube, fake.namespace, fake.name, "ray-llm-eks/instance", [8000]):
         raise RuntimeError("the gate crashed")
-    assert fake.policy_history == [("PUT", "ray-llm-verify-api-proxy"), ("DELETE", "ray-llm-verify-api-proxy")]
     assert fake.network_policies == {}
+
+
+def test_sigterm_still_removes_the_policy(fake: FakeDeployment, tmp_path):
+    import os
+    import signal
+
+    import pytest
+
+    from ray_llm_eks.verification.api_proxy import admitted
+    from ray_llm_eks.verification.kube import Kube, KubeAccess
+
+    kube = Kube(KubeAccess.with_token_file(fake.api_url, str(fake.token_file)))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit), admitted(kube, fake.namespace, fake.name, "ray-llm-eks/instance", [8000]):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert fake.network_policies == {}
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_without_the_policy_the_proxy_is_dropped_as_on_a_cluster(fake: FakeDeployment, tmp_path):
