@@ -43,6 +43,7 @@ from .spec.serving import (
     ServingSpec,
     Topology,
 )
+from .spec.observability import AGENT_NAMESPACE, ObservabilitySpec
 from .spec.verification import VerificationSpec
 
 __all__ = [
@@ -293,6 +294,19 @@ class ServingConfig(_Shape):
     """Namespaces the admission policy leaves alone: node agents with host access or catch-all tolerations."""
 
 
+class ObservabilityConfig(_Shape):
+    """Container Insights, the transport's log metrics, alarms on one SNS topic, and a dashboard (docs/observability.md)."""
+
+    enabled: bool = ObservabilitySpec.enabled
+    """The CloudWatch Observability add-on, the alarms and the dashboard; ``plan`` adds their cost."""
+    alarm_email: str | None = ObservabilitySpec.alarm_email
+    """An address subscribed to the alarm topic (SNS asks it to confirm first)."""
+    ttft_p99_slo_ms: int = ObservabilitySpec.ttft_p99_slo_ms
+    """Time to first token, p99, that the deployment should meet."""
+    verify_schedule: str = ObservabilitySpec.verify_schedule
+    """When the continuous verification runs (cron, UTC)."""
+
+
 class VerificationConfig(_Shape):
     """The deployment gate that runs after every change to the serving spec (docs/verification.md)."""
 
@@ -341,6 +355,7 @@ class Specs:
     serving: ServingSpec
     """Holds the pools too: the system, prefill and decode below are its own."""
     verification: VerificationSpec = VerificationSpec()
+    observability: ObservabilitySpec = ObservabilitySpec()
 
     @property
     def system(self) -> SystemPool:
@@ -395,6 +410,8 @@ class DeploymentConfig(_Shape):
     """Kubernetes-side serving settings."""
     verification: VerificationConfig = VerificationConfig()
     """The deployment gate: how long a deploy waits for proof that the endpoint and the KV path work."""
+    observability: ObservabilityConfig = ObservabilityConfig()
+    """Metrics, logs, alarms and a dashboard; on by default."""
 
     _specs: Specs | None = PrivateAttr(default=None)
 
@@ -438,6 +455,11 @@ class DeploymentConfig(_Shape):
         verification = found.check(VerificationSpec, **self.verification.model_dump(), prefix="verification")
         gcs = found.check(GcsFaultTolerance, **self.serving.gcs_fault_tolerance.model_dump(),
                           prefix="serving.gcs_fault_tolerance")
+        observability = found.check(ObservabilitySpec, **self.observability.model_dump(), prefix="observability")
+        exempt = tuple(self.serving.admission_exempt_namespaces)
+        if self.observability.enabled and AGENT_NAMESPACE not in exempt:
+            # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
+            exempt += (AGENT_NAMESPACE,)
         serving = None
         if None not in (system, model, image, nixl, gcs, *pools.values()):
             try:
@@ -450,7 +472,7 @@ class DeploymentConfig(_Shape):
                     decode_tensor_parallel_size=self.decode.tensor_parallel_size, strict=self.strict,
                     client_namespaces=tuple(self.serving.client_namespaces),
                     client_cidrs=tuple(self.serving.client_cidrs), egress_cidrs=tuple(self.serving.egress_cidrs),
-                    admission_exempt_namespaces=tuple(self.serving.admission_exempt_namespaces),
+                    admission_exempt_namespaces=exempt,
                     kuberay_version=self.versions.kuberay, ray_auth=self.serving.ray_auth,
                     gcs_fault_tolerance=gcs,
                 )
@@ -460,8 +482,8 @@ class DeploymentConfig(_Shape):
             found.raise_if_any()
         except SpecErrors as errors:
             raise _Problems(errors) from None
-        assert serving is not None and verification is not None
-        return Specs(serving=serving, verification=verification)
+        assert serving is not None and verification is not None and observability is not None
+        return Specs(serving=serving, verification=verification, observability=observability)
 
     def _worker_pool(self, found: Collector, role: str) -> WorkerPool | None:
         group = self.gpu(role)

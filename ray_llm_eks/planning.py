@@ -17,7 +17,8 @@ from . import instance_types
 from .bench import cost as bench_cost
 from .config import DeploymentConfig, Specs
 from .models import ModelArchitecture
-from .pricing import PriceBasis, PriceTable, load_price_table
+from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
+from .spec.observability import ALARMS, DASHBOARDS, LOG_METRICS
 from .spec.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, GIB, MemoryBudget
 from .spec.placement import WORKER_ROLES
 from .spec.serving import EndpointType, Topology
@@ -256,11 +257,22 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
         cache = prices.cache_node(gcs.cache_node_type)
         lines.append(CostLine(f"GCS cache {gcs.cache_node_type} (ElastiCache for Valkey)", gcs.cache_nodes, "node",
                               cache.usd_per_hour * gcs.cache_nodes, cache.basis))
+    if specs.observability.enabled:
+        if table.cloudwatch is None:
+            raise PriceError("the price table has no CloudWatch prices, which observability needs")
+        cw = table.cloudwatch
+        monthly = (DASHBOARDS * cw.dashboard_month + len(ALARMS) * cw.alarm_month
+                   + len(LOG_METRICS) * cw.custom_metric_month)
+        lines.append(CostLine(f"CloudWatch: {DASHBOARDS} dashboard, {len(ALARMS)} alarms, {len(LOG_METRICS)} log metrics",
+                              1, "set", monthly / hours, cw.basis))
     excluded = [
         "NAT gateway data processing and internet data transfer (per GB, traffic-dependent)",
         "CloudWatch Logs for VPC flow logs and the control plane (per GB ingested)",
         "ECR storage and image pulls; Hugging Face downloads go through the NAT gateway",
     ]
+    if specs.observability.enabled:
+        excluded.append("Container Insights observations and container log ingestion (per observation / per GB, "
+                        "traffic-dependent)")
     if gcs.enabled:
         excluded.append("the GCS cache's backup storage beyond the free allowance and its cross-AZ replication traffic")
     if specs.serving.endpoint is EndpointType.internal_nlb:

@@ -97,11 +97,22 @@ class RegionPrices:
 
 
 @dataclass(frozen=True)
+class CloudWatchPrices:
+    """Monthly, per item (the same in every covered region to within a few cents)."""
+
+    dashboard_month: float
+    alarm_month: float
+    custom_metric_month: float
+    basis: PriceBasis
+
+
+@dataclass(frozen=True)
 class PriceTable:
     as_of: str
     hours_per_month: int
     sources: dict[str, str]
     regions: dict[str, RegionPrices]
+    cloudwatch: CloudWatchPrices | None = None
 
     def region(self, region: str) -> RegionPrices:
         prices = self.regions.get(region)
@@ -155,7 +166,14 @@ def parse_price_table(raw: dict[str, Any]) -> PriceTable:
         hours_per_month=int(raw["hours_per_month"]),
         sources={key: str(value) for key, value in raw["sources"].items()},
         regions={name: _region(name, body) for name, body in raw["regions"].items()},
+        cloudwatch=_cloudwatch(raw["cloudwatch"]) if "cloudwatch" in raw else None,
     )
+
+
+def _cloudwatch(raw: dict[str, Any]) -> CloudWatchPrices:
+    return CloudWatchPrices(dashboard_month=float(raw["dashboard_month"]), alarm_month=float(raw["alarm_month"]),
+                            custom_metric_month=float(raw["custom_metric_month"]),
+                            basis=_basis(raw["basis"], "cloudwatch"))
 
 
 @lru_cache(maxsize=1)

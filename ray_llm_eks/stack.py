@@ -7,7 +7,6 @@ and changing one replaces the resource (see docs/replacement.md).
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,6 +20,7 @@ from .config import ConfigError, DeploymentConfig
 from .constructs.addons import GpuDevicePlugins, KubeRayOperator
 from .constructs.cluster import InferenceCluster
 from .constructs.network import InferenceVpc
+from .constructs.observability import InferenceObservability
 from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
 from .constructs.validation import ConstructValidationError
@@ -145,6 +145,13 @@ class RayLlmEksStack(cdk.Stack):
             verification=specs.verification, **passed_on,
         )
         self.cdk8s_app = self.serving.cdk8s_app
+
+        self.observability: InferenceObservability | None = None
+        if specs.observability.enabled:
+            self.observability = InferenceObservability(
+                self, "Observability", cluster=self.cluster, namespace=specs.serving.namespace,
+                service_name=specs.serving.service_name, alarm_email=specs.observability.alarm_email,
+                after=[self.system_nodes.nodegroup])
 
         cluster_name = self.cluster.cluster.cluster_name
         cdk.CfnOutput(self, "ClusterName", value=cluster_name)

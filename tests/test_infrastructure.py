@@ -130,7 +130,8 @@ def test_kubectl_layer_is_v35_and_used_by_the_kubectl_handler(default):
 
 def test_core_addons_are_eks_managed_addons(default):
     names = sorted(props(a)["AddonName"] for a in default.resources("AWS::EKS::Addon").values())
-    assert names == ["coredns", "eks-pod-identity-agent", "kube-proxy", "vpc-cni"]
+    # The core four, and the CloudWatch Observability add-on (observability, on by default).
+    assert names == ["amazon-cloudwatch-observability", "coredns", "eks-pod-identity-agent", "kube-proxy", "vpc-cni"]
 
 
 def test_nodes_wait_for_networking_addons_and_coredns_waits_for_a_node(default):

@@ -121,3 +121,13 @@ def acknowledge_gcs_redis(cache: IConstruct) -> None:
                  "The Ray GCS cache's AUTH token. Rotating it means ElastiCache's ROTATE/SET of the replication "
                  "group, a new copy in the Kubernetes Secret and a head restart in the right order; no rotation "
                  "Lambda does that, so rotation is by redeploy with a new secret (docs/threat-model.md).")
+
+
+def acknowledge_observability(observability: IConstruct) -> None:
+    """Findings on ``InferenceObservability``'s role and topic."""
+    role = observability.node.find_child("AgentRole")
+    _acknowledge(role, _managed_policy("CloudWatchAgentServerPolicy"),
+                 "The CloudWatch Observability add-on's agent role: the AWS managed policy its documentation asks for "
+                 "(CloudWatch user guide, 'Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on').")
+    _acknowledge(role, _managed_policy("AWSXrayWriteOnlyAccess"),
+                 "The same add-on's Application Signals, on by default, send traces to X-Ray; the documented write-only policy.")

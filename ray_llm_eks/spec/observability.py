@@ -27,6 +27,10 @@ APPLICATION_LOG_GROUP = "/aws/containerinsights/{cluster}/application"
 METRIC_NAMESPACE = "RayLlmEks"
 """The namespace of this library's own metrics (log metric filters, the monitor CronJob)."""
 CONTAINER_INSIGHTS_NAMESPACE = "ContainerInsights"
+ADDON_NAME = "amazon-cloudwatch-observability"
+AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
+"""Where the add-on runs its agent and Fluent Bit (hostNetwork, host paths, every taint tolerated),
+and the account both use (EKS user guide, "eks-add-ons": Pod Identity on amazon-cloudwatch/cloudwatch-agent)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,13 @@ TRANSFER_FAILURE_LINES = (
     TransportLine("transfer-failure", "NIXL transfer failure:", "vLLM kv_connector/v1/nixl/base_worker.py"),
 )
 """A KV transfer that failed (vLLM counts it in ``nixl_num_failed_transfers`` too)."""
+
+
+LOG_METRICS = ("TransportFallbackLines", "TransferFailureLines")
+"""The metric filters' metrics (``RayLlmEks``, dimension ``Namespace``)."""
+ALARMS = ("TransportFallback", "TransferFailures", "PodRestarts", "NodeNotReady")
+"""Every alarm ``InferenceObservability`` makes (docs/observability.md explains each); ``plan`` prices them."""
+DASHBOARDS = 1
 
 
 def _literal(value: str) -> str:

@@ -1,0 +1,165 @@
+"""Container Insights, the transport's log metrics, alarms on one topic, and a dashboard.
+
+``InferenceObservability`` installs the Amazon CloudWatch Observability EKS add-on on its own EKS
+Pod Identity role. With its defaults (enhanced observability, accelerated compute metrics,
+container logs) the add-on's agent publishes Container Insights metrics in the
+``ContainerInsights`` namespace, among them, for this deployment:
+
+- GPU: ``node_gpu_utilization``, ``node_gpu_memory_utilization`` (DCGM, on the GPU instance
+  types the add-on knows; agent ``translator/translate/otel/exporter/awsemf/kubernetes.go``);
+- EFA: ``node_efa_rx_bytes``, ``node_efa_tx_bytes`` and the RDMA counters (agent v1.300037.0 and
+  later, chart 1.5.4; read from ``/sys/class/infiniband`` every 20 s, as deltas);
+- ``pod_number_of_container_restarts`` and ``cluster_failed_node_count``;
+
+and its Fluent Bit ships every container's lines to ``/aws/containerinsights/<cluster>/application``,
+where two metric filters count the NIXL and vLLM lines the deployment gate fails on
+(``spec/observability.py``).
+
+KubeRay's pods are owned by a RayCluster, so Container Insights names each by its full pod name
+(``PodName`` is the owner's name only for ReplicaSets, DaemonSets, Jobs and the like): an alarm
+on one pod's metric would be orphaned by the next rollout. The restart alarm therefore uses a
+CloudWatch Metrics Insights query over the namespace, which follows whatever pods exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, Fn, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_cloudwatch_actions as actions
+from aws_cdk import aws_eks_v2 as eks, aws_iam as iam, aws_logs as logs, aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from ..spec import infrastructure as infra
+from ..spec.observability import (
+    ADDON_NAME,
+    AGENT_NAMESPACE,
+    AGENT_SERVICE_ACCOUNT,
+    CONTAINER_INSIGHTS_NAMESPACE,
+    METRIC_NAMESPACE,
+    TRANSFER_FAILURE_LINES,
+    TRANSPORT_FALLBACK_LINES,
+    log_filter_pattern,
+)
+from .cluster import ClusterLike, eks_cluster_of
+from .identity import pod_identity_role
+from .nag import acknowledge_observability
+from .validation import validated
+
+AGENT_POLICIES = ("CloudWatchAgentServerPolicy", "AWSXrayWriteOnlyAccess")
+"""What the add-on's documentation asks of the agent's role; X-Ray for Application Signals, which
+the add-on turns on by default (CloudWatch user guide, "Install the CloudWatch agent with the
+Amazon CloudWatch Observability EKS add-on")."""
+PERIOD = Duration.minutes(5)
+
+
+class InferenceObservability(Construct):
+    """Metrics, log metrics, alarms and a dashboard for one deployment on ``cluster``.
+
+    :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster (EKS Pod Identity agent
+        installed).
+    :param namespace: the serving namespace (the log filters and the restart alarm look there).
+    :param service_name: the RayService, for names and descriptions.
+    :param alarm_email: subscribed to the topic. Default: none (subscribe what you like to ``topic``).
+    :param log_retention_days: of the application log group. Default 30.
+    :param after: constructs the add-on waits for (the node groups: its pods need a node).
+
+    Public attributes: ``addon``, ``agent_role``, ``application_logs``, ``topic``,
+    ``metric_filters`` and ``alarms`` (by name), ``dashboard``.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: ClusterLike, namespace: str,
+                 service_name: str, alarm_email: str | None = None,
+                 log_retention_days: int = infra.DEFAULT_FLOW_LOG_RETENTION_DAYS,
+                 after: Sequence[Construct] = ()) -> None:
+        super().__init__(scope, construct_id)
+        validated(self, infra.retention_days, log_retention_days, "log_retention_days")
+        target = eks_cluster_of(cluster)
+        cluster_name = target.cluster_name
+
+        self.agent_role = pod_identity_role(
+            self, "AgentRole", cluster_arn=target.cluster_arn, namespace=AGENT_NAMESPACE,
+            service_account=AGENT_SERVICE_ACCOUNT,
+            description=f"CloudWatch agent and Fluent Bit ({AGENT_NAMESPACE}/{AGENT_SERVICE_ACCOUNT}) via EKS Pod Identity")
+        for policy in AGENT_POLICIES:
+            self.agent_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(policy))
+
+        # Made here, before the add-on, so it has a retention: Fluent Bit would create it without one.
+        self.application_logs = logs.LogGroup(
+            self, "ApplicationLogs", log_group_name=Fn.join("", ["/aws/containerinsights/", cluster_name, "/application"]),
+            removal_policy=RemovalPolicy.RETAIN)
+        self.application_logs.node.default_child.retention_in_days = log_retention_days
+
+        self.addon = eks.Addon(self, "Addon", cluster=target, addon_name=ADDON_NAME)
+        self.addon.node.default_child.add_property_override(
+            "PodIdentityAssociations", [{"ServiceAccount": AGENT_SERVICE_ACCOUNT, "RoleArn": self.agent_role.role_arn}])
+        self.addon.node.add_dependency(self.application_logs)
+        for construct in after:
+            self.addon.node.add_dependency(construct)
+
+        self.topic = sns.Topic(self, "Alarms", display_name=f"ray-llm-eks {namespace}/{service_name}", enforce_ssl=True)
+        if alarm_email is not None:
+            self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+
+        self.metric_filters: dict[str, logs.MetricFilter] = {}
+        for metric_name, lines in (("TransportFallbackLines", TRANSPORT_FALLBACK_LINES),
+                                   ("TransferFailureLines", TRANSFER_FAILURE_LINES)):
+            self.metric_filters[metric_name] = logs.MetricFilter(
+                self, metric_name, log_group=self.application_logs, metric_namespace=METRIC_NAMESPACE,
+                metric_name=metric_name, metric_value="1",
+                filter_pattern=logs.FilterPattern.literal(log_filter_pattern(namespace, lines)),
+                dimensions={"Namespace": "$.kubernetes.namespace_name"})
+
+        def lines_metric(name: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(namespace=METRIC_NAMESPACE, metric_name=name, dimensions_map={"Namespace": namespace},
+                                     statistic="Sum", period=PERIOD)
+
+        restarts = cloudwatch.MathExpression(
+            expression=Fn.join("", [
+                "SELECT SUM(pod_number_of_container_restarts) FROM SCHEMA(ContainerInsights, ClusterName, Namespace, "
+                "PodName) WHERE ClusterName = '", cluster_name, f"' AND Namespace = '{namespace}'"]),
+            label="Ray pod restarts", period=PERIOD)
+        failed_nodes = cloudwatch.Metric(namespace=CONTAINER_INSIGHTS_NAMESPACE, metric_name="cluster_failed_node_count",
+                                         dimensions_map={"ClusterName": cluster_name}, statistic="Maximum", period=PERIOD)
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+
+        def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, evaluation_periods: int = 1) -> None:
+            created = cloudwatch.Alarm(
+                self, name, metric=metric, threshold=1, evaluation_periods=evaluation_periods,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{description} ({namespace}/{service_name}; docs/observability.md, {name})")
+            created.add_alarm_action(actions.SnsAction(self.topic))
+            created.add_ok_action(actions.SnsAction(self.topic))
+            self.alarms[name] = created
+
+        alarm("TransportFallback", lines_metric("TransportFallbackLines"),
+              "A worker logged a NIXL transport fallback or failure: the KV cache may no longer cross EFA")
+        alarm("TransferFailures", lines_metric("TransferFailureLines"), "vLLM logged failed NIXL KV transfers")
+        alarm("PodRestarts", restarts, "A Ray pod's container restarted")
+        alarm("NodeNotReady", failed_nodes, "A node of the cluster is not Ready", evaluation_periods=2)
+
+        def per_node(metric_name: str, statistic: str = "AVG") -> cloudwatch.MathExpression:
+            return cloudwatch.MathExpression(
+                expression=Fn.join("", [
+                    f"SELECT {statistic}({metric_name}) FROM SCHEMA(ContainerInsights, ClusterName, InstanceId, NodeName) "
+                    "WHERE ClusterName = '", cluster_name, "' GROUP BY NodeName"]),
+                label=metric_name, period=Duration.minutes(1))
+
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", widgets=[
+            [cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24, height=3)],
+            [cloudwatch.GraphWidget(title="GPU utilization per node (%)", left=[per_node("node_gpu_utilization")],
+                                    width=12),
+             cloudwatch.GraphWidget(title="GPU memory utilization per node (%)",
+                                    left=[per_node("node_gpu_memory_utilization")], width=12)],
+            [cloudwatch.GraphWidget(title="EFA bytes received per node", left=[per_node("node_efa_rx_bytes", "SUM")],
+                                    width=12),
+             cloudwatch.GraphWidget(title="EFA bytes sent per node", left=[per_node("node_efa_tx_bytes", "SUM")],
+                                    width=12)],
+            [cloudwatch.GraphWidget(title="Transport log lines (fallback, failed transfers)",
+                                    left=[lines_metric("TransportFallbackLines"), lines_metric("TransferFailureLines")],
+                                    width=8),
+             cloudwatch.GraphWidget(title="Ray pod restarts", left=[restarts], width=8),
+             cloudwatch.GraphWidget(title="Nodes not Ready", left=[failed_nodes], width=8)],
+        ])
+        acknowledge_observability(self)

@@ -1,0 +1,160 @@
+"""observability (on by default): the add-on and its role, the log metrics, every alarm, the dashboard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ray_llm_eks.spec.observability import (
+    ALARMS,
+    LOG_METRICS,
+    TRANSFER_FAILURE_LINES,
+    TRANSPORT_FALLBACK_LINES,
+    log_filter_pattern,
+)
+
+
+def props(resource: dict) -> dict:
+    return resource["Properties"]
+
+
+def joined(value) -> str:
+    """A CloudFormation string as text, references shown as ${Ref}/${GetAtt}."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        return "".join(joined(part) for part in value["Fn::Join"][1])
+    if "Ref" in value:
+        return "${" + value["Ref"] + "}"
+    if "Fn::GetAtt" in value:
+        return "${" + ".".join(value["Fn::GetAtt"]) + "}"
+    raise AssertionError(value)
+
+
+@pytest.fixture(scope="module")
+def emailed(synth):
+    return synth({"observability": {"alarm_email": "oncall@example.com"}}, nag=True)
+
+
+def test_the_addon_runs_on_its_own_pod_identity_role(default):
+    (addon,) = [a for a in default.resources("AWS::EKS::Addon").values()
+                if props(a)["AddonName"] == "amazon-cloudwatch-observability"]
+    (association,) = props(addon)["PodIdentityAssociations"]
+    assert association["ServiceAccount"] == "cloudwatch-agent"
+    role = default.template_json["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]
+    conditions = props(role)["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"]
+    assert conditions["aws:RequestTag/kubernetes-namespace"] == "amazon-cloudwatch"
+    assert conditions["aws:RequestTag/kubernetes-service-account"] == "cloudwatch-agent"
+    policies = sorted(joined(p).rsplit("/", 1)[1] for p in props(role)["ManagedPolicyArns"])
+    assert policies == ["AWSXrayWriteOnlyAccess", "CloudWatchAgentServerPolicy"]
+    # Its pods need a node, and its log group (made first, with a retention) must exist before Fluent Bit.
+    system = default.logical_id(default.stack.system_nodes.nodegroup)
+    assert system in addon["DependsOn"]
+    (group_id,) = [k for k in default.resources("AWS::Logs::LogGroup") if k.startswith("ObservabilityApplicationLogs")]
+    assert group_id in addon["DependsOn"]
+
+
+def test_the_application_log_group_has_a_retention(default):
+    (group,) = [g for k, g in default.resources("AWS::Logs::LogGroup").items() if k.startswith("ObservabilityApplicationLogs")]
+    assert joined(props(group)["LogGroupName"]) == "/aws/containerinsights/${ClusterC2E21B66}/application"
+    assert props(group)["RetentionInDays"] == 30
+
+
+def test_the_admission_policy_leaves_the_agents_namespace_alone(default):
+    assert "amazon-cloudwatch" in default.stack.serving.spec.admission_exempt_namespaces
+
+
+def test_two_metric_filters_count_the_gates_lines_in_the_serving_namespace(default):
+    filters = {props(f)["MetricTransformations"][0]["MetricName"]: props(f)
+               for f in default.resources("AWS::Logs::MetricFilter").values()}
+    assert sorted(filters) == sorted(LOG_METRICS)
+    assert filters["TransportFallbackLines"]["FilterPattern"] == log_filter_pattern("inference", TRANSPORT_FALLBACK_LINES)
+    assert filters["TransferFailureLines"]["FilterPattern"] == log_filter_pattern("inference", TRANSFER_FAILURE_LINES)
+    for metric_filter in filters.values():
+        (transformation,) = metric_filter["MetricTransformations"]
+        assert transformation["MetricNamespace"] == "RayLlmEks" and transformation["MetricValue"] == "1"
+        assert transformation["Dimensions"] == [{"Key": "Namespace", "Value": "$.kubernetes.namespace_name"}]
+
+
+def _alarms(synthesized) -> dict[str, dict]:
+    return {joined(props(a)["AlarmDescription"]).rsplit(", ", 1)[1].rstrip(")"): props(a)
+            for a in synthesized.resources("AWS::CloudWatch::Alarm").values()}
+
+
+def test_every_alarm_its_metric_threshold_and_action(default):
+    alarms = _alarms(default)
+    assert sorted(alarms) == sorted(ALARMS)  # what plan prices
+    (topic_id,) = default.resources("AWS::SNS::Topic")
+    for name, alarm in alarms.items():
+        assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold", name
+        assert alarm["AlarmActions"] == [{"Ref": topic_id}] and alarm["OKActions"] == [{"Ref": topic_id}], name
+        assert alarm["TreatMissingData"] == "notBreaching", name
+    for name, metric in (("TransportFallback", "TransportFallbackLines"), ("TransferFailures", "TransferFailureLines")):
+        assert (alarms[name]["Namespace"], alarms[name]["MetricName"], alarms[name]["Statistic"]) == ("RayLlmEks", metric, "Sum")
+        assert alarms[name]["Dimensions"] == [{"Name": "Namespace", "Value": "inference"}]
+    nodes = alarms["NodeNotReady"]
+    assert (nodes["Namespace"], nodes["MetricName"], nodes["EvaluationPeriods"]) == (
+        "ContainerInsights", "cluster_failed_node_count", 2)
+    # A Metrics Insights query over the namespace: KubeRay pods have per-pod names, so a fixed
+    # dimension would be orphaned by the next rollout.
+    (query,) = alarms["PodRestarts"]["Metrics"]
+    assert joined(query["Expression"]) == (
+        "SELECT SUM(pod_number_of_container_restarts) FROM SCHEMA(ContainerInsights, ClusterName, Namespace, PodName) "
+        "WHERE ClusterName = '${ClusterC2E21B66}' AND Namespace = 'inference'")
+
+
+def test_an_email_subscription_only_when_configured(default, emailed):
+    assert default.resources("AWS::SNS::Subscription") == {}
+    (subscription,) = emailed.resources("AWS::SNS::Subscription").values()
+    assert (props(subscription)["Protocol"], props(subscription)["Endpoint"]) == ("email", "oncall@example.com")
+    (topic,) = emailed.resources("AWS::SNS::Topic").values()
+    (policy,) = emailed.resources("AWS::SNS::TopicPolicy").values()
+    assert "aws:SecureTransport" in json.dumps(props(policy))  # enforce_ssl
+
+
+def test_the_dashboard_shows_gpus_efa_restarts_and_the_transport(default):
+    (dashboard,) = default.resources("AWS::CloudWatch::Dashboard").values()
+    body = joined(props(dashboard)["DashboardBody"])
+    for needle in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes",
+                   "pod_number_of_container_restarts", "TransportFallbackLines", "TransferFailureLines",
+                   "cluster_failed_node_count", "GROUP BY NodeName"):
+        assert needle in body, needle
+    assert body.count('"type":"alarm"') == 1
+
+
+def test_off_leaves_nothing_behind(synth):
+    off = synth({"observability": {"enabled": False}})
+    for kind in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard", "AWS::SNS::Topic", "AWS::Logs::MetricFilter"):
+        assert off.resources(kind) == {}, kind
+    assert "amazon-cloudwatch-observability" not in json.dumps(off.template_json)
+    assert "amazon-cloudwatch" not in off.stack.serving.spec.admission_exempt_namespaces
+
+
+@pytest.mark.parametrize(("settings", "field", "says"), [
+    ({"alarm_email": "not-an-address"}, "alarm_email", "not an e-mail address"),
+    ({"ttft_p99_slo_ms": 0}, "ttft_p99_slo_ms", "not a latency in milliseconds"),
+    ({"verify_schedule": "every 5 minutes"}, "verify_schedule", "not a five-field cron schedule"),
+])
+def test_bad_settings_are_refused_with_the_field(settings, field, says):
+    from ray_llm_eks.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match=rf"observability\.{field}: {says}"):
+        parse_config({"observability": settings}).specs()
+
+
+def test_plan_adds_what_cloudwatch_charges_every_month(tmp_path):
+    from typer.testing import CliRunner
+
+    from ray_llm_eks.cli import app
+
+    on = json.loads(CliRunner().invoke(app, ["plan", "--json"]).stdout)
+    (line,) = [c for c in on["cost_lines"] if c["item"].startswith("CloudWatch:")]
+    assert line["item"] == "CloudWatch: 1 dashboard, 4 alarms, 2 log metrics"
+    assert line["usd_per_hour"] == pytest.approx((3.00 + 4 * 0.10 + 2 * 0.30) / 730, abs=1e-6)
+    assert any("Container Insights observations" in e for e in on["cost_excluded"])
+    config = tmp_path / "off.yaml"
+    config.write_text("observability:\n  enabled: false\n")
+    off = json.loads(CliRunner().invoke(app, ["plan", "--json", "--config", str(config)]).stdout)
+    assert not [c for c in off["cost_lines"] if c["item"].startswith("CloudWatch:")]
+    assert off["hourly_cost_usd"] == pytest.approx(on["hourly_cost_usd"] - line["usd_per_hour"], abs=1e-4)
