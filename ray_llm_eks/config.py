@@ -303,8 +303,8 @@ class ObservabilityConfig(_Shape):
     """An address subscribed to the alarm topic (SNS asks it to confirm first)."""
     ttft_p99_slo_ms: int = ObservabilitySpec.ttft_p99_slo_ms
     """Time to first token, p99, that the deployment should meet."""
-    verify_schedule: str = ObservabilitySpec.verify_schedule
-    """When the continuous verification runs (cron, UTC)."""
+    verify_every_minutes: int = ObservabilitySpec.verify_every_minutes
+    """How often the deployment gate's checks run again and publish TransportVerified: 5, 10, 15, 20, 30 or 60."""
 
 
 class VerificationConfig(_Shape):
@@ -452,7 +452,14 @@ class DeploymentConfig(_Shape):
         image = found.check(ImageSpec, **self.image.model_dump(), prefix="image")
         nixl = found.check(NixlSpec, backends=tuple(self.nixl.backends), kv_buffer_device=self.nixl.kv_buffer_device,
                            prefix="nixl")
-        verification = found.check(VerificationSpec, **self.verification.model_dump(), prefix="verification")
+        every = self.observability.verify_every_minutes if self.observability.enabled else None
+        verification = None
+        try:
+            verification = VerificationSpec(**self.verification.model_dump(), every_minutes=every)
+        except SpecErrors as errors:
+            # every_minutes comes from observability.verify_every_minutes; the rest from verification.
+            found.errors.extend(type(e)("observability.verify_every_minutes" if e.field == "every_minutes"
+                                        else f"verification.{e.field}", e.message) for e in errors)
         gcs = found.check(GcsFaultTolerance, **self.serving.gcs_fault_tolerance.model_dump(),
                           prefix="serving.gcs_fault_tolerance")
         observability = found.check(ObservabilitySpec, **self.observability.model_dump(), prefix="observability")

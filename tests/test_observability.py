@@ -86,6 +86,14 @@ def test_every_alarm_its_metric_threshold_and_action(default):
     alarms = _alarms(default)
     assert sorted(alarms) == sorted(ALARMS)  # what plan prices
     (topic_id,) = default.resources("AWS::SNS::Topic")
+    verified = alarms.pop("TransportNotVerified")
+    # One failed run (0), or a 30-minute period without a run (15-minute schedule), alarms.
+    assert (verified["Namespace"], verified["MetricName"], verified["Statistic"], verified["Period"]) == (
+        "RayLlmEks", "TransportVerified", "Minimum", 1800)
+    assert verified["Dimensions"] == [{"Name": "Namespace", "Value": "inference"}, {"Name": "RayService", "Value": "ray-llm"}]
+    assert (verified["Threshold"], verified["ComparisonOperator"], verified["TreatMissingData"]) == (
+        1, "LessThanThreshold", "breaching")
+    assert verified["AlarmActions"] == [{"Ref": topic_id}]
     for name, alarm in alarms.items():
         assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold", name
         assert alarm["AlarmActions"] == [{"Ref": topic_id}] and alarm["OKActions"] == [{"Ref": topic_id}], name
@@ -118,7 +126,7 @@ def test_the_dashboard_shows_gpus_efa_restarts_and_the_transport(default):
     body = joined(props(dashboard)["DashboardBody"])
     for needle in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes",
                    "pod_number_of_container_restarts", "TransportFallbackLines", "TransferFailureLines",
-                   "cluster_failed_node_count", "GROUP BY NodeName"):
+                   "cluster_failed_node_count", "GROUP BY NodeName", "TransportVerified"):
         assert needle in body, needle
     assert body.count('"type":"alarm"') == 1
 
@@ -134,7 +142,7 @@ def test_off_leaves_nothing_behind(synth):
 @pytest.mark.parametrize(("settings", "field", "says"), [
     ({"alarm_email": "not-an-address"}, "alarm_email", "not an e-mail address"),
     ({"ttft_p99_slo_ms": 0}, "ttft_p99_slo_ms", "not a latency in milliseconds"),
-    ({"verify_schedule": "every 5 minutes"}, "verify_schedule", "not a five-field cron schedule"),
+    ({"verify_every_minutes": 7}, "verify_every_minutes", "not a period continuous verification can run at"),
 ])
 def test_bad_settings_are_refused_with_the_field(settings, field, says):
     from ray_llm_eks.config import ConfigError, parse_config
@@ -150,11 +158,56 @@ def test_plan_adds_what_cloudwatch_charges_every_month(tmp_path):
 
     on = json.loads(CliRunner().invoke(app, ["plan", "--json"]).stdout)
     (line,) = [c for c in on["cost_lines"] if c["item"].startswith("CloudWatch:")]
-    assert line["item"] == "CloudWatch: 1 dashboard, 4 alarms, 2 log metrics"
-    assert line["usd_per_hour"] == pytest.approx((3.00 + 4 * 0.10 + 2 * 0.30) / 730, abs=1e-6)
+    assert line["item"] == "CloudWatch: 1 dashboard, 5 alarms, 3 custom metrics"
+    assert line["usd_per_hour"] == pytest.approx((3.00 + 5 * 0.10 + 3 * 0.30) / 730, abs=1e-6)
     assert any("Container Insights observations" in e for e in on["cost_excluded"])
     config = tmp_path / "off.yaml"
     config.write_text("observability:\n  enabled: false\n")
     off = json.loads(CliRunner().invoke(app, ["plan", "--json", "--config", str(config)]).stdout)
     assert not [c for c in off["cost_lines"] if c["item"].startswith("CloudWatch:")]
     assert off["hourly_cost_usd"] == pytest.approx(on["hourly_cost_usd"] - line["usd_per_hour"], abs=1e-4)
+
+
+def test_continuous_verification_may_only_put_metrics_into_its_namespace(default):
+    roles = {k: r for k, r in default.resources("AWS::IAM::Role").items() if k.startswith("ServingMonitorRole")}
+    (role,) = roles.values()
+    conditions = props(role)["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"]
+    assert conditions["aws:RequestTag/kubernetes-service-account"] == "ray-llm-verify"
+    (policy,) = [p for k, p in default.resources("AWS::IAM::Policy").items() if k.startswith("ServingMonitorRole")]
+    assert props(policy)["PolicyDocument"]["Statement"] == [{
+        "Action": "cloudwatch:PutMetricData", "Condition": {"StringEquals": {"cloudwatch:namespace": "RayLlmEks"}},
+        "Effect": "Allow", "Resource": "*"}]
+    (association,) = [a for a in default.resources("AWS::EKS::PodIdentityAssociation").values()
+                      if props(a)["ServiceAccount"] == "ray-llm-verify"]
+    assert props(association)["Namespace"] == "inference"
+
+
+def test_off_means_no_cronjob_and_no_monitor_role(synth):
+    off = synth({"observability": {"enabled": False}})
+    assert off.stack.serving.monitor_role is None
+    assert off.stack.serving.verification_chart.cron_job is None
+
+
+def test_the_published_metric_is_the_one_the_alarm_watches():
+    """verification/publish.py, against moto's CloudWatch."""
+    import boto3
+    from moto import mock_aws
+
+    from ray_llm_eks.verification import publish
+
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    with mock_aws():
+        client = boto3.client("cloudwatch", region_name="us-west-2")
+        publish.transport_verified("inference", "ray-llm", True, client=client)
+        publish.transport_verified("inference", "ray-llm", False, client=client)
+        metrics = client.list_metrics(Namespace="RayLlmEks")["Metrics"]
+        assert {m["MetricName"] for m in metrics} == {"TransportVerified"}
+        assert {tuple(sorted((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in metrics} == {
+            (("Namespace", "inference"), ("RayService", "ray-llm"))}
+        values = client.get_metric_data(MetricDataQueries=[{"Id": "v", "MetricStat": {"Metric": metrics[0], "Period": 60,
+                                                                                      "Stat": "Minimum"}}],
+                                        StartTime=now - datetime.timedelta(minutes=5),
+                                        EndTime=now + datetime.timedelta(minutes=5))
+        assert min(values["MetricDataResults"][0]["Values"]) == 0.0

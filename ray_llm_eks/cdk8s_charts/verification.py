@@ -262,6 +262,80 @@ class VerificationChart(cdk8s.Chart):
             name=self.job_name, labels=_job_labels(name, plan.run_id)),
             spec=gate_job_spec(spec, verification, self.job_name, signal=signal_url is not None))
 
+        self.cron_job: k8s.KubeCronJob | None = None
+        if verification.every_minutes is not None:
+            self.cron_job = self._continuous(spec, verification, labels, cluster_role)
+
+    def _continuous(self, spec: ServingSpec, verification: VerificationSpec, labels: dict[str, str],
+                    node_reader: str) -> k8s.KubeCronJob:
+        """The gate's checks every ``every_minutes``, read-only, publishing TransportVerified.
+
+        Its own account: read what the gate reads, never delete a RayCluster (``rollout`` off),
+        no ConfigMap writes (``as_deploy_job`` off); EKS Pod Identity gives it a role that may only
+        put metrics into the ``RayLlmEks`` namespace (``RayLlmServing.monitor_role``)."""
+        account = monitor_name(spec.service_name)
+        k8s.KubeServiceAccount(self, "MonitorAccount", metadata=k8s.ObjectMeta(name=account, labels=labels))
+        k8s.KubeRole(self, "MonitorRole", metadata=k8s.ObjectMeta(name=account, labels=labels), rules=[
+            k8s.PolicyRule(api_groups=[""], resources=["pods", "pods/log"], verbs=["get", "list"]),
+            k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices", "rayclusters"], verbs=["get"]),
+            *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
+              if spec.ray_auth is RayAuth.token else []),
+        ])
+        subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
+        k8s.KubeRoleBinding(self, "MonitorRoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),
+                            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=account),
+                            subjects=[subject])
+        k8s.KubeClusterRoleBinding(self, "MonitorNodeReaderBinding",
+                                   metadata=k8s.ObjectMeta(name=f"{spec.namespace}-{account}", labels=labels),
+                                   role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                                                        name=node_reader),
+                                   subjects=[subject])
+        overrides = json.dumps({"rollout": False, "as_deploy_job": False,
+                                "deadline_seconds": verification.continuous_deadline_seconds}, separators=(",", ":"))
+        pod_labels = {pod_templates.INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: MONITOR_COMPONENT}
+        return k8s.KubeCronJob(self, "Continuous", metadata=k8s.ObjectMeta(name=account, labels=labels),
+                               spec=k8s.CronJobSpec(
+            schedule=verification.schedule or "", time_zone="Etc/UTC", concurrency_policy="Forbid",
+            starting_deadline_seconds=300, successful_jobs_history_limit=1, failed_jobs_history_limit=3,
+            job_template=k8s.JobTemplateSpec(spec=k8s.JobSpec(
+                backoff_limit=0, active_deadline_seconds=verification.continuous_deadline_seconds + 60,
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=pod_labels),
+                    spec=k8s.PodSpec(
+                        service_account_name=account, automount_service_account_token=True,
+                        restart_policy="Never", node_selector=spec.system.labels,
+                        security_context=pod_templates.non_root(),
+                        containers=[k8s.Container(
+                            name="verify", image=spec.image_uri,
+                            command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}",
+                                                    "--set", f"'{overrides}'", "--publish"),
+                            env=[*PYTHON_ENV, k8s.EnvVar(name="AWS_REGION", value=spec.region),
+                                 # boto3 reads ~/.aws; nobody's home is not writable
+                                 k8s.EnvVar(name="HOME", value="/tmp")],
+                            resources=pod_templates.guaranteed(sizing.GATE_JOB),
+                            security_context=pod_templates.locked_down(),
+                            volume_mounts=[
+                                k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
+                                k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True),
+                                k8s.VolumeMount(name="tmp", mount_path="/tmp")],
+                        )],
+                        volumes=[_program_volume(f"{gate_name(spec.service_name)}-program"),
+                                 k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name=self.job_name)),
+                                 k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(
+                                     medium="Memory", size_limit=k8s.Quantity.from_string("16Mi")))],
+                    ),
+                ),
+            )),
+        ))
+
+
+MONITOR_COMPONENT = "continuous-verification"
+
+
+def monitor_name(service_name: str) -> str:
+    """The continuous verification CronJob and its service account."""
+    return f"{service_name}-verify"
+
 
 def _job_labels(service_name: str, run: str) -> dict[str, str]:
     return {pod_templates.INSTANCE_LABEL: service_name, COMPONENT_LABEL: GATE_COMPONENT, RUN_LABEL: run}

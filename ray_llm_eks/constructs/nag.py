@@ -131,3 +131,10 @@ def acknowledge_observability(observability: IConstruct) -> None:
                  "(CloudWatch user guide, 'Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on').")
     _acknowledge(role, _managed_policy("AWSXrayWriteOnlyAccess"),
                  "The same add-on's Application Signals, on by default, send traces to X-Ray; the documented write-only policy.")
+
+
+def acknowledge_monitor_role(role: IConstruct) -> None:
+    _acknowledge(role.node.find_child("DefaultPolicy"), f"{PACK}-IAM5[Resource::*]",
+                 "cloudwatch:PutMetricData supports no resource-level permissions (Service Authorization Reference, "
+                 "Amazon CloudWatch: 'Resource types: none'); the cloudwatch:namespace condition keeps the role to "
+                 "the RayLlmEks namespace.")

@@ -38,6 +38,7 @@ from ..spec.observability import (
     CONTAINER_INSIGHTS_NAMESPACE,
     METRIC_NAMESPACE,
     TRANSFER_FAILURE_LINES,
+    TRANSPORT_VERIFIED,
     TRANSPORT_FALLBACK_LINES,
     log_filter_pattern,
 )
@@ -62,6 +63,8 @@ class InferenceObservability(Construct):
     :param service_name: the RayService, for names and descriptions.
     :param alarm_email: subscribed to the topic. Default: none (subscribe what you like to ``topic``).
     :param log_retention_days: of the application log group. Default 30.
+    :param verification_every_minutes: how often continuous verification publishes
+        ``TransportVerified`` (``VerificationSpec.every_minutes``); None: no such alarm.
     :param after: constructs the add-on waits for (the node groups: its pods need a node).
 
     Public attributes: ``addon``, ``agent_role``, ``application_logs``, ``topic``,
@@ -71,6 +74,7 @@ class InferenceObservability(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, cluster: ClusterLike, namespace: str,
                  service_name: str, alarm_email: str | None = None,
                  log_retention_days: int = infra.DEFAULT_FLOW_LOG_RETENTION_DAYS,
+                 verification_every_minutes: int | None = None,
                  after: Sequence[Construct] = ()) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.retention_days, log_retention_days, "log_retention_days")
@@ -138,6 +142,24 @@ class InferenceObservability(Construct):
         alarm("TransferFailures", lines_metric("TransferFailureLines"), "vLLM logged failed NIXL KV transfers")
         alarm("PodRestarts", restarts, "A Ray pod's container restarted")
         alarm("NodeNotReady", failed_nodes, "A node of the cluster is not Ready", evaluation_periods=2)
+        verified: cloudwatch.Metric | None = None
+        if verification_every_minutes is not None:
+            # Two runs per period: one failed run (0) or a period with no run at all (the CronJob
+            # stopped, or could not publish) is enough.
+            verified = cloudwatch.Metric(
+                namespace=METRIC_NAMESPACE, metric_name=TRANSPORT_VERIFIED, statistic="Minimum",
+                dimensions_map={"Namespace": namespace, "RayService": service_name},
+                period=Duration.minutes(2 * verification_every_minutes))
+            created = cloudwatch.Alarm(
+                self, "TransportNotVerified", metric=verified, threshold=1, evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+                alarm_description=("Continuous verification failed, or did not report: the endpoint did not answer "
+                                   "or the KV cache did not cross EFA "
+                                   f"({namespace}/{service_name}; docs/observability.md, TransportNotVerified)"))
+            created.add_alarm_action(actions.SnsAction(self.topic))
+            created.add_ok_action(actions.SnsAction(self.topic))
+            self.alarms["TransportNotVerified"] = created
 
         def per_node(metric_name: str, statistic: str = "AVG") -> cloudwatch.MathExpression:
             return cloudwatch.MathExpression(
@@ -161,5 +183,8 @@ class InferenceObservability(Construct):
                                     width=8),
              cloudwatch.GraphWidget(title="Ray pod restarts", left=[restarts], width=8),
              cloudwatch.GraphWidget(title="Nodes not Ready", left=[failed_nodes], width=8)],
+            *([[cloudwatch.GraphWidget(title="TransportVerified (continuous verification: 1 pass, 0 fail)",
+                                       left=[verified], width=24, left_y_axis=cloudwatch.YAxisProps(min=0, max=1))]]
+              if verified is not None else []),
         ])
         acknowledge_observability(self)

@@ -37,7 +37,7 @@ from aws_cdk import ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, Stack, 
 from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
-from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart
+from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart, monitor_name
 from ..spec.errors import problem
 from ..spec.pools import SystemPool, WorkerPool
 from ..spec.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE
@@ -60,7 +60,9 @@ from ..cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID, GcsRedisChart, sync_acc
 from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
 from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
+from ..spec.observability import METRIC_NAMESPACE
 from .identity import pod_identity_role
+from .nag import acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
 
@@ -232,6 +234,22 @@ class RayLlmServing(Construct):
                 arn_format=ArnFormat.COLON_RESOURCE_NAME)
             self.pod_role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
                                                             resources=[resource]))
+        self.monitor_role: iam.Role | None = None
+        self.monitor_identity: eks.CfnPodIdentityAssociation | None = None
+        if self.verification.every_minutes is not None:
+            account = monitor_name(self.spec.service_name)
+            self.monitor_role = pod_identity_role(
+                self, "MonitorRole", cluster_arn=target.cluster_arn, namespace=self.namespace, service_account=account,
+                description=f"Continuous verification ({self.namespace}/{account}): publishes TransportVerified")
+            # PutMetricData takes no resource (IAM: "Resource types: none"); the namespace
+            # condition keeps the role to this library's metrics.
+            self.monitor_role.add_to_policy(iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"], resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}))
+            acknowledge_monitor_role(self.monitor_role)
+            self.monitor_identity = eks.CfnPodIdentityAssociation(
+                self, "MonitorIdentity", cluster_name=target.cluster_name, namespace=self.namespace,
+                service_account=account, role_arn=self.monitor_role.role_arn)
         self.gcs_cache: GcsRedisCache | None = None
         self.gcs_chart: GcsRedisChart | None = None
         if self.spec.gcs_fault_tolerance.enabled:
@@ -263,6 +281,8 @@ class RayLlmServing(Construct):
         # An operator confined to this namespace installs its Role into it: the namespace goes first.
         namespace_first = kuberay is not None and bool(kuberay.watch_namespaces)
         after: list[Construct] = [self.pod_identity]
+        if self.monitor_identity is not None:
+            after.append(self.monitor_identity)
         if self.gcs_cache is not None:
             # The copy Job's pod gets Pod Identity credentials only if the association exists
             # when the pod is created (the webhook injects them at admission).

@@ -19,6 +19,9 @@ the reason) reaches CloudFormation before the plain timeout does."""
 PROBE_PROMPT_OVERHEAD_TOKENS = 64
 """Chat template and the probe's preamble, on top of its filler words (about one token each)."""
 MAX_PROBES = 32
+CONTINUOUS_EVERY_MINUTES = (5, 10, 15, 20, 30, 60)
+"""How often continuous verification may run: divisors of an hour, so the CronJob schedule is
+``*/N * * * *`` (or ``0 * * * *``) and every alarm period holds a whole number of runs."""
 
 
 def _is_int(value: object) -> bool:
@@ -44,6 +47,9 @@ class VerificationSpec:
     min_kv_fraction: float = 0.5
     """The EFA counters must move at least this fraction of the KV bytes the planner predicts for
     the probes (the rest is allowance for block rounding and the last token recomputed on decode)."""
+    every_minutes: int | None = None
+    """Continuous verification: the gate's checks again every N minutes (a CronJob, read-only: it
+    never rolls out), publishing ``TransportVerified`` (1 or 0) to CloudWatch. None: only after deploys."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -64,7 +70,22 @@ class VerificationSpec:
         kv = self.min_kv_fraction
         if isinstance(kv, bool) or not isinstance(kv, (int, float)) or not 0 < kv <= 1:
             found.add(problem("min_kv_fraction", kv, "not a fraction of the predicted KV bytes", "a number in (0, 1]"))
+        if self.every_minutes is not None and self.every_minutes not in CONTINUOUS_EVERY_MINUTES:
+            found.add(problem("every_minutes", self.every_minutes, "not a period continuous verification can run at",
+                              ", ".join(map(str, CONTINUOUS_EVERY_MINUTES)) + " (minutes), or none"))
         found.raise_if_any()
+
+    @property
+    def schedule(self) -> str | None:
+        """The CronJob schedule of continuous verification (UTC)."""
+        if self.every_minutes is None:
+            return None
+        return "0 * * * *" if self.every_minutes == 60 else f"*/{self.every_minutes} * * * *"
+
+    @property
+    def continuous_deadline_seconds(self) -> int:
+        """A run ends before the next one is due (the CronJob forbids overlap)."""
+        return max(120, (self.every_minutes or 0) * 60 - 60)
 
     @property
     def timeout_seconds(self) -> int:

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cfn_signal, efa, evidence
+from . import cfn_signal, efa, evidence, publish
 from .gate import COMPONENT_LABEL, INSTANCE_LABEL, REPORT_COMPONENT, REPORT_FILE, Endpoints, Gate, GateConfig, Report
 from .kube import Kube, KubeAccess, NoClusterAccess
 
@@ -92,6 +92,13 @@ def run(args: argparse.Namespace) -> int:
         Path(args.report_file).write_text(json.dumps(report.to_json(), indent=2))
     if kube is not None and isinstance(config, GateConfig) and config.as_deploy_job and config.job_name:
         _keep_report(kube, config, report)
+    if args.publish and isinstance(config, GateConfig):
+        try:
+            publish.transport_verified(config.namespace, config.ray_service, code == EXIT_PASS)
+            _log(f"published {publish.METRIC}={1 if code == EXIT_PASS else 0} to CloudWatch ({publish.NAMESPACE})")
+        except Exception as error:  # noqa: BLE001 - a run that cannot report is a failed run
+            _log(f"could not publish {publish.METRIC}: {type(error).__name__}: {error}")
+            code = EXIT_FAIL if code == EXIT_PASS else code
     if signal_url:
         reason = "; ".join(report.reasons) or "the endpoint answered and the KV cache crossed EFA"
         _signal(signal_url, code == EXIT_PASS, reason, f"gate-{config.run_id}", report.summary())
@@ -117,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--via-api-proxy", action="store_true",
                             help="reach pods and Services through the API server proxy (from outside the cluster)")
     run_parser.add_argument("--report-file", help="also write the JSON report here")
+    run_parser.add_argument("--publish", action="store_true",
+                            help=f"put {publish.METRIC} (1 pass, 0 fail) to CloudWatch ({publish.NAMESPACE}) with boto3")
     run_parser.set_defaults(handler=run)
     counters = commands.add_parser("efa-counters", help="serve this node's EFA byte counters over HTTP")
     counters.add_argument("--sysfs", default="/sys")

@@ -56,7 +56,9 @@ def test_every_object_passes_kubernetes_validate_strict(default):
 
     kinds = [o["kind"] for o in default.objects]
     assert sorted(kinds) == sorted(["ConfigMap", "ConfigMap", "Secret", "ServiceAccount", "ServiceAccount", "Role",
-                                    "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job"])
+                                    "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job",
+                                    # continuous verification (observability, on by default)
+                                    "ServiceAccount", "Role", "RoleBinding", "ClusterRoleBinding", "CronJob"])
     for obj in default.objects:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
@@ -118,7 +120,8 @@ def test_the_settings_say_what_the_deployed_spec_says(default):
 
 
 def test_the_gate_can_read_what_it_checks_and_delete_only_ray_clusters(default):
-    rules = default.one("Role")["rules"]
+    (role,) = [o for o in default.objects if o["kind"] == "Role" and o["metadata"]["name"] == "ray-llm-gate"]
+    rules = role["rules"]
     assert rules == [
         {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},  # the report's copy
@@ -131,7 +134,7 @@ def test_the_gate_can_read_what_it_checks_and_delete_only_ray_clusters(default):
     assert [r for r in rules if "delete" in r["verbs"]] == [
         {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]}]
     assert default.one("ClusterRole")["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
-    binding = default.one("ClusterRoleBinding")
+    binding = default.one("ClusterRoleBinding", "inference-ray-llm-gate")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ray-llm-gate", "namespace": "inference"}]
 
 
@@ -227,3 +230,46 @@ def test_gate_settings_changes_rerun_the_gate_without_touching_the_pods(default)
 def test_probe_prompts_fit_short_contexts():
     short = VerificationSpec(probe_prompt_fraction=0.9, probe_max_tokens=64)
     assert short.probe_prompt_words(256) == 256 - 64 - 64
+
+
+def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
+    """The gate's checks on observability.verify_every_minutes: never a rollout, its own account."""
+    import shlex
+
+    import cdk8s
+
+    from ray_llm_eks.cdk8s_charts import build_serving_charts
+    from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
+    from ray_llm_eks.config import parse_config
+
+    specs = parse_config({"observability": {"verify_every_minutes": 10}}).specs()
+    app = cdk8s.App()
+    charts = build_serving_charts(app, specs.serving)
+    chart = build_verification_chart(app, specs.serving, specs.verification,
+                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None)
+    objects = cdk8s.Testing.synth(chart)
+    (cron,) = [o for o in objects if o["kind"] == "CronJob"]
+    assert (cron["spec"]["schedule"], cron["spec"]["concurrencyPolicy"], cron["spec"]["timeZone"]) == (
+        "*/10 * * * *", "Forbid", "Etc/UTC")
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert job["activeDeadlineSeconds"] == 600  # the run's own deadline (540 s) plus a minute
+    pod = job["template"]["spec"]
+    assert pod["serviceAccountName"] == "ray-llm-verify"
+    (container,) = pod["containers"]
+    arguments = shlex.split(container["command"][2].split(" -m ", 1)[1])
+    assert arguments[:4] == ["rayllmeks_gate", "run", "--config", "/etc/rayllmeks-gate/gate.json"]
+    assert json.loads(arguments[arguments.index("--set") + 1]) == {
+        "rollout": False, "as_deploy_job": False, "deadline_seconds": 540}
+    assert arguments[-1] == "--publish"
+    # The settings of this deploy's gate, mounted read-only.
+    (settings,) = [v for v in pod["volumes"] if v["name"] == "settings"]
+    (gate_job,) = [o for o in objects if o["kind"] == "Job"]
+    assert settings["configMap"]["name"] == gate_job["metadata"]["name"]
+    # Its account reads what the gate reads and deletes nothing.
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "ray-llm-verify"]
+    assert all(set(rule["verbs"]) <= {"get", "list"} for rule in role["rules"])
+    import copy
+
+    import kubernetes_validate
+
+    kubernetes_validate.validate(copy.deepcopy(cron), "1.35.0", strict=True)

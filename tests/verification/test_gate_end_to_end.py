@@ -317,3 +317,36 @@ def test_the_token_secret_is_named_as_kuberay_names_it(cluster, secret):
     from ray_llm_eks.verification.gate import kuberay_check_name
 
     assert kuberay_check_name(cluster) == secret
+
+
+@pytest.mark.parametrize(("scenario_lines", "expected"), [(None, 1.0), ("tcp", 0.0)])
+def test_continuous_verification_publishes_the_verdict(fake: FakeDeployment, monkeypatch, scenario_lines, expected):
+    """The CronJob's command (read-only overrides, --publish), in process, against moto's CloudWatch."""
+    import datetime
+
+    import boto3
+    from moto import mock_aws
+
+    from ray_llm_eks.verification.__main__ import main
+
+    if scenario_lines == "tcp":
+        fake.scenario = Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
+                                             "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
+    config = fake.tmp / "gate.json"
+    config.write_text(json.dumps(fake.gate_settings()))
+    for name, value in {"AWS_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    with mock_aws():
+        code = main(["run", "--config", str(config), "--kube-api", fake.api_url, "--kube-token-file",
+                     str(fake.token_file), "--set", '{"rollout":false,"as_deploy_job":false,"deadline_seconds":60}',
+                     "--publish"])
+        client = boto3.client("cloudwatch", region_name="us-west-2")
+        (metric,) = client.list_metrics(Namespace="RayLlmEks", MetricName="TransportVerified")["Metrics"]
+        data = client.get_metric_data(
+            MetricDataQueries=[{"Id": "v", "MetricStat": {"Metric": metric, "Period": 60, "Stat": "Minimum"}}],
+            StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=5))
+    assert data["MetricDataResults"][0]["Values"] == [expected]
+    assert code == (0 if expected else 1)
+    assert fake.deleted == []  # read-only
