@@ -81,11 +81,13 @@ def test_control_plane_logging_api_audit_authenticator(default):
 def test_control_plane_logs_expire_after_the_configured_retention(default, synth):
     """EKS creates /aws/eks/<name>/cluster without retention; LogRetention sets it on that group."""
     (cluster_id,) = default.resources("AWS::EKS::Cluster")
-    retention = props(single(default.resources("Custom::LogRetention")))
+    retention = props(single({k: r for k, r in default.resources("Custom::LogRetention").items()
+                              if k.startswith("ClusterControlPlane")}))
     assert retention["LogGroupName"] == {"Fn::Join": ["", ["/aws/eks/", {"Ref": cluster_id}, "/cluster"]]}
     assert retention["RetentionInDays"] == 90
     custom = synth({"cluster": {"control_plane_log_retention_days": 365}})
-    assert props(single(custom.resources("Custom::LogRetention")))["RetentionInDays"] == 365
+    assert props(single({k: r for k, r in custom.resources("Custom::LogRetention").items()
+                         if k.startswith("ClusterControlPlane")}))["RetentionInDays"] == 365
 
 
 def test_the_endpoint_is_private_by_default_and_public_only_for_named_cidrs(default, synth):

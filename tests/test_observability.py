@@ -47,18 +47,24 @@ def test_the_addon_runs_on_its_own_pod_identity_role(default):
     assert conditions["aws:RequestTag/kubernetes-namespace"] == "amazon-cloudwatch"
     assert conditions["aws:RequestTag/kubernetes-service-account"] == "cloudwatch-agent"
     policies = sorted(joined(p).rsplit("/", 1)[1] for p in props(role)["ManagedPolicyArns"])
-    assert policies == ["AWSXrayWriteOnlyAccess", "CloudWatchAgentServerPolicy"]
-    # Its pods need a node, and its log group (made first, with a retention) must exist before Fluent Bit.
+    assert policies == ["CloudWatchAgentServerPolicy"]
+    # Application Signals off: no auto-instrumentation of the KubeRay operator, no traces.
+    assert json.loads(props(addon)["ConfigurationValues"]) == {"applicationSignals": {"enabled": False}}
+    # Its pods need a node, and its log groups (retention set first) must exist before Fluent Bit.
     system = default.logical_id(default.stack.system_nodes.nodegroup)
     assert system in addon["DependsOn"]
-    (group_id,) = [k for k in default.resources("AWS::Logs::LogGroup") if k.startswith("ObservabilityApplicationLogs")]
-    assert group_id in addon["DependsOn"]
+    retentions = [k for k in default.resources("Custom::LogRetention") if k.startswith("Observability")]
+    assert len(retentions) == 4 and set(retentions) <= set(addon["DependsOn"])
 
 
-def test_the_application_log_group_has_a_retention(default):
-    (group,) = [g for k, g in default.resources("AWS::Logs::LogGroup").items() if k.startswith("ObservabilityApplicationLogs")]
-    assert joined(props(group)["LogGroupName"]) == "/aws/containerinsights/${ClusterC2E21B66}/application"
-    assert props(group)["RetentionInDays"] == 30
+def test_the_addons_log_groups_have_a_retention_and_survive_the_stack(default):
+    """LogRetention, not a LogGroup resource: a group that exists (observability off and on again,
+    a fixed cluster name) is adopted instead of failing the deploy with "already exists"."""
+    groups = {joined(props(r)["LogGroupName"]): props(r)["RetentionInDays"]
+              for k, r in default.resources("Custom::LogRetention").items() if k.startswith("Observability")}
+    assert groups == {f"/aws/containerinsights/${{ClusterC2E21B66}}/{g}": 30
+                      for g in ("application", "dataplane", "host", "performance")}
+    assert not [k for k in default.resources("AWS::Logs::LogGroup") if k.startswith("Observability")]
 
 
 def test_the_admission_policy_leaves_the_agents_namespace_alone(default):
@@ -66,8 +72,11 @@ def test_the_admission_policy_leaves_the_agents_namespace_alone(default):
 
 
 def test_two_metric_filters_count_the_gates_lines_in_the_serving_namespace(default):
-    filters = {props(f)["MetricTransformations"][0]["MetricName"]: props(f)
-               for f in default.resources("AWS::Logs::MetricFilter").values()}
+    resources = default.resources("AWS::Logs::MetricFilter")
+    filters = {props(f)["MetricTransformations"][0]["MetricName"]: props(f) for f in resources.values()}
+    (application,) = [k for k, r in default.resources("Custom::LogRetention").items()
+                      if joined(props(r)["LogGroupName"]).endswith("/application")]
+    assert all(application in f["DependsOn"] for f in resources.values())  # the group exists first
     assert sorted(filters) == sorted(LOG_METRICS)
     assert filters["TransportFallbackLines"]["FilterPattern"] == log_filter_pattern("inference", TRANSPORT_FALLBACK_LINES)
     assert filters["TransferFailureLines"]["FilterPattern"] == log_filter_pattern("inference", TRANSFER_FAILURE_LINES)
@@ -94,6 +103,13 @@ def test_every_alarm_its_metric_threshold_and_action(default):
     assert (verified["Threshold"], verified["ComparisonOperator"], verified["TreatMissingData"]) == (
         1, "LessThanThreshold", "breaching")
     assert verified["AlarmActions"] == [{"Ref": topic_id}]
+    nodes = alarms.pop("NodeNotReady")
+    (ready,) = nodes["Metrics"]
+    assert joined(ready["Expression"]) == (
+        "SELECT MIN(node_status_condition_ready) FROM SCHEMA(ContainerInsights, ClusterName, InstanceId, NodeName) "
+        "WHERE ClusterName = '${ClusterC2E21B66}'")
+    assert (nodes["Threshold"], nodes["ComparisonOperator"], nodes["EvaluationPeriods"]) == (1, "LessThanThreshold", 2)
+    assert nodes["AlarmActions"] == [{"Ref": topic_id}] and nodes["TreatMissingData"] == "notBreaching"
     for name, alarm in alarms.items():
         assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold", name
         assert alarm["AlarmActions"] == [{"Ref": topic_id}] and alarm["OKActions"] == [{"Ref": topic_id}], name
@@ -101,9 +117,6 @@ def test_every_alarm_its_metric_threshold_and_action(default):
     for name, metric in (("TransportFallback", "TransportFallbackLines"), ("TransferFailures", "TransferFailureLines")):
         assert (alarms[name]["Namespace"], alarms[name]["MetricName"], alarms[name]["Statistic"]) == ("RayLlmEks", metric, "Sum")
         assert alarms[name]["Dimensions"] == [{"Name": "Namespace", "Value": "inference"}]
-    nodes = alarms["NodeNotReady"]
-    assert (nodes["Namespace"], nodes["MetricName"], nodes["EvaluationPeriods"]) == (
-        "ContainerInsights", "cluster_failed_node_count", 2)
     # A Metrics Insights query over the namespace: KubeRay pods have per-pod names, so a fixed
     # dimension would be orphaned by the next rollout.
     (query,) = alarms["PodRestarts"]["Metrics"]
@@ -126,7 +139,7 @@ def test_the_dashboard_shows_gpus_efa_restarts_and_the_transport(default):
     body = joined(props(dashboard)["DashboardBody"])
     for needle in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes",
                    "pod_number_of_container_restarts", "TransportFallbackLines", "TransferFailureLines",
-                   "cluster_failed_node_count", "GROUP BY NodeName", "TransportVerified"):
+                   "node_status_condition_ready", "GROUP BY NodeName", "TransportVerified"):
         assert needle in body, needle
     assert body.count('"type":"alarm"') == 1
 

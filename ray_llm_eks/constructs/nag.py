@@ -129,8 +129,6 @@ def acknowledge_observability(observability: IConstruct) -> None:
     _acknowledge(role, _managed_policy("CloudWatchAgentServerPolicy"),
                  "The CloudWatch Observability add-on's agent role: the AWS managed policy its documentation asks for "
                  "(CloudWatch user guide, 'Install the CloudWatch agent with the Amazon CloudWatch Observability EKS add-on').")
-    _acknowledge(role, _managed_policy("AWSXrayWriteOnlyAccess"),
-                 "The same add-on's Application Signals, on by default, send traces to X-Ray; the documented write-only policy.")
 
 
 def acknowledge_monitor_role(role: IConstruct) -> None:

@@ -9,7 +9,7 @@ container logs) the add-on's agent publishes Container Insights metrics in the
   types the add-on knows; agent ``translator/translate/otel/exporter/awsemf/kubernetes.go``);
 - EFA: ``node_efa_rx_bytes``, ``node_efa_tx_bytes`` and the RDMA counters (agent v1.300037.0 and
   later, chart 1.5.4; read from ``/sys/class/infiniband`` every 20 s, as deltas);
-- ``pod_number_of_container_restarts`` and ``cluster_failed_node_count``;
+- ``pod_number_of_container_restarts`` and ``node_status_condition_ready``;
 
 and its Fluent Bit ships every container's lines to ``/aws/containerinsights/<cluster>/application``,
 where two metric filters count the NIXL and vLLM lines the deployment gate fails on
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration, Fn, RemovalPolicy, aws_cloudwatch as cloudwatch, aws_cloudwatch_actions as actions
+from aws_cdk import Duration, Fn, aws_cloudwatch as cloudwatch, aws_cloudwatch_actions as actions
 from aws_cdk import aws_eks_v2 as eks, aws_iam as iam, aws_logs as logs, aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
@@ -35,7 +35,6 @@ from ..spec.observability import (
     ADDON_NAME,
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
-    CONTAINER_INSIGHTS_NAMESPACE,
     METRIC_NAMESPACE,
     TRANSFER_FAILURE_LINES,
     TRANSPORT_VERIFIED,
@@ -44,13 +43,24 @@ from ..spec.observability import (
 )
 from .cluster import ClusterLike, eks_cluster_of
 from .identity import pod_identity_role
-from .nag import acknowledge_observability
+from .nag import acknowledge_log_retention, acknowledge_observability
 from .validation import validated
 
-AGENT_POLICIES = ("CloudWatchAgentServerPolicy", "AWSXrayWriteOnlyAccess")
-"""What the add-on's documentation asks of the agent's role; X-Ray for Application Signals, which
-the add-on turns on by default (CloudWatch user guide, "Install the CloudWatch agent with the
-Amazon CloudWatch Observability EKS add-on")."""
+AGENT_POLICIES = ("CloudWatchAgentServerPolicy",)
+"""What the add-on's documentation asks of the agent's role (CloudWatch user guide, "Install the
+CloudWatch agent with the Amazon CloudWatch Observability EKS add-on"); no X-Ray: Application
+Signals is off (below)."""
+ADDON_CONFIGURATION = {
+    # Application Signals is on by default, and with it "monitorAllServices": the operator marks
+    # every Deployment a Service selects for auto-instrumentation, the KubeRay operator's included
+    # (chart amazon-cloudwatch-observability, templates/_helpers.tpl, values.yaml
+    # manager.applicationSignals.autoMonitor). Nothing here needs traces; off, the chart sets
+    # monitorAllServices false. Container Insights and container logs are unaffected.
+    "applicationSignals": {"enabled": False},
+}
+LOG_GROUPS = ("application", "dataplane", "host", "performance")
+"""The add-on's log groups under /aws/containerinsights/<cluster>/ (Fluent Bit creates the first
+three, the agent the last, all without a retention)."""
 PERIOD = Duration.minutes(5)
 
 
@@ -67,7 +77,7 @@ class InferenceObservability(Construct):
         ``TransportVerified`` (``VerificationSpec.every_minutes``); None: no such alarm.
     :param after: constructs the add-on waits for (the node groups: its pods need a node).
 
-    Public attributes: ``addon``, ``agent_role``, ``application_logs``, ``topic``,
+    Public attributes: ``addon``, ``agent_role``, ``application_logs``, ``log_retentions``, ``topic``,
     ``metric_filters`` and ``alarms`` (by name), ``dashboard``.
     """
 
@@ -88,16 +98,29 @@ class InferenceObservability(Construct):
         for policy in AGENT_POLICIES:
             self.agent_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(policy))
 
-        # Made here, before the add-on, so it has a retention: Fluent Bit would create it without one.
-        self.application_logs = logs.LogGroup(
-            self, "ApplicationLogs", log_group_name=Fn.join("", ["/aws/containerinsights/", cluster_name, "/application"]),
-            removal_policy=RemovalPolicy.RETAIN)
-        self.application_logs.node.default_child.retention_in_days = log_retention_days
+        # The add-on's log groups get a retention before it runs (its Fluent Bit and agent would
+        # create them with none). LogRetention, not a LogGroup resource: it creates a group or
+        # adopts the one there, so turning observability off and on, or a fixed cluster name,
+        # never meets "already exists"; the groups outlive the stack, as log data should.
+        self.log_retentions: dict[str, logs.LogRetention] = {}
+        for group in LOG_GROUPS:
+            retention = logs.LogRetention(
+                self, f"{group.capitalize()}LogRetention",
+                log_group_name=Fn.join("", ["/aws/containerinsights/", cluster_name, f"/{group}"]),
+                retention=logs.RetentionDays.ONE_MONTH)
+            # The days as given (the enum would need a table kept in step with CloudWatch's list).
+            retention.node.default_child.add_property_override("RetentionInDays", log_retention_days)
+            self.log_retentions[group] = retention
+        acknowledge_log_retention(self.log_retentions["application"])
+        self.application_logs = logs.LogGroup.from_log_group_name(
+            self, "ApplicationLogs", Fn.join("", ["/aws/containerinsights/", cluster_name, "/application"]))
 
-        self.addon = eks.Addon(self, "Addon", cluster=target, addon_name=ADDON_NAME)
+        self.addon = eks.Addon(self, "Addon", cluster=target, addon_name=ADDON_NAME,
+                               configuration_values=ADDON_CONFIGURATION)
         self.addon.node.default_child.add_property_override(
             "PodIdentityAssociations", [{"ServiceAccount": AGENT_SERVICE_ACCOUNT, "RoleArn": self.agent_role.role_arn}])
-        self.addon.node.add_dependency(self.application_logs)
+        for retention in self.log_retentions.values():
+            self.addon.node.add_dependency(retention)
         for construct in after:
             self.addon.node.add_dependency(construct)
 
@@ -113,6 +136,8 @@ class InferenceObservability(Construct):
                 metric_name=metric_name, metric_value="1",
                 filter_pattern=logs.FilterPattern.literal(log_filter_pattern(namespace, lines)),
                 dimensions={"Namespace": "$.kubernetes.namespace_name"})
+            # PutMetricFilter needs the group to exist.
+            self.metric_filters[metric_name].node.add_dependency(self.log_retentions["application"])
 
         def lines_metric(name: str) -> cloudwatch.Metric:
             return cloudwatch.Metric(namespace=METRIC_NAMESPACE, metric_name=name, dimensions_map={"Namespace": namespace},
@@ -123,8 +148,14 @@ class InferenceObservability(Construct):
                 "SELECT SUM(pod_number_of_container_restarts) FROM SCHEMA(ContainerInsights, ClusterName, Namespace, "
                 "PodName) WHERE ClusterName = '", cluster_name, f"' AND Namespace = '{namespace}'"]),
             label="Ray pod restarts", period=PERIOD)
-        failed_nodes = cloudwatch.Metric(namespace=CONTAINER_INSIGHTS_NAMESPACE, metric_name="cluster_failed_node_count",
-                                         dimensions_map={"ClusterName": cluster_name}, statistic="Maximum", period=PERIOD)
+        # node_status_condition_ready is 1 for a Ready node (cluster_failed_node_count counts
+        # pressure conditions, not Ready: opentelemetry-collector-contrib k8sclient/node.go); the
+        # minimum over the cluster's nodes, so a replaced node needs no new alarm.
+        nodes_ready = cloudwatch.MathExpression(
+            expression=Fn.join("", [
+                "SELECT MIN(node_status_condition_ready) FROM SCHEMA(ContainerInsights, ClusterName, InstanceId, NodeName) "
+                "WHERE ClusterName = '", cluster_name, "'"]),
+            label="Nodes Ready (minimum)", period=PERIOD)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
         def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, evaluation_periods: int = 1) -> None:
@@ -140,8 +171,16 @@ class InferenceObservability(Construct):
         alarm("TransportFallback", lines_metric("TransportFallbackLines"),
               "A worker logged a NIXL transport fallback or failure: the KV cache may no longer cross EFA")
         alarm("TransferFailures", lines_metric("TransferFailureLines"), "vLLM logged failed NIXL KV transfers")
-        alarm("PodRestarts", restarts, "A Ray pod's container restarted")
-        alarm("NodeNotReady", failed_nodes, "A node of the cluster is not Ready", evaluation_periods=2)
+        alarm("PodRestarts", restarts, "A container of a pod in the serving namespace restarted")
+        not_ready = cloudwatch.Alarm(
+            self, "NodeNotReady", metric=nodes_ready, threshold=1, evaluation_periods=2,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"A node of the cluster is not Ready ({namespace}/{service_name}; "
+                              "docs/observability.md, NodeNotReady)")
+        not_ready.add_alarm_action(actions.SnsAction(self.topic))
+        not_ready.add_ok_action(actions.SnsAction(self.topic))
+        self.alarms["NodeNotReady"] = not_ready
         verified: cloudwatch.Metric | None = None
         if verification_every_minutes is not None:
             # Two runs per period: one failed run (0) or a period with no run at all (the CronJob
@@ -182,7 +221,7 @@ class InferenceObservability(Construct):
                                     left=[lines_metric("TransportFallbackLines"), lines_metric("TransferFailureLines")],
                                     width=8),
              cloudwatch.GraphWidget(title="Ray pod restarts", left=[restarts], width=8),
-             cloudwatch.GraphWidget(title="Nodes not Ready", left=[failed_nodes], width=8)],
+             cloudwatch.GraphWidget(title="Nodes Ready (minimum over the nodes)", left=[nodes_ready], width=8)],
             *([[cloudwatch.GraphWidget(title="TransportVerified (continuous verification: 1 pass, 0 fail)",
                                        left=[verified], width=24, left_y_axis=cloudwatch.YAxisProps(min=0, max=1))]]
               if verified is not None else []),

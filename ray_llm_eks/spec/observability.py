@@ -80,10 +80,18 @@ def _literal(value: str) -> str:
     return value
 
 
+FILTER_PATTERN_MAX = 1024
+"""CloudWatch Logs' limit on a filter pattern's length (PutMetricFilter, ``filterPattern``)."""
+
+
 def log_filter_pattern(namespace: str, lines: tuple[TransportLine, ...]) -> str:
     """A JSON filter pattern: a container line of ``namespace`` that contains any of ``lines``."""
     alternatives = " || ".join(f'$.log = "*{_literal(line.phrase)}*"' for line in lines)
-    return f'{{ $.kubernetes.namespace_name = "{_literal(namespace)}" && ({alternatives}) }}'
+    pattern = f'{{ $.kubernetes.namespace_name = "{_literal(namespace)}" && ({alternatives}) }}'
+    if len(pattern) > FILTER_PATTERN_MAX:
+        raise ValueError(f"the filter pattern is {len(pattern)} characters; CloudWatch Logs takes at most "
+                         f"{FILTER_PATTERN_MAX}: split the lines over two filters")
+    return pattern
 
 
 DEFAULT_TTFT_P99_SLO_MS = 2000

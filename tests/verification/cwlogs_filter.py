@@ -10,8 +10,10 @@ earlier revisions of the same page (awsdocs/amazon-cloudwatch-logs-user-guide):
 - A string value is in double quotes. ``*`` at its start or end is a wildcard for any text;
   anywhere else it is a literal character ("Ev*ent" matches only "Ev*ent"). Without a wildcard,
   ``=`` compares the whole value. Matching is case sensitive.
-- A selector that names no field of the event makes its comparison false (``!=`` included:
-  the user guide's ``NOT EXISTS`` is the way to test absence).
+- A selector that points to an object or an array matches with neither ``=`` nor ``!=`` (the
+  guide's JSON section). A selector that names no field is treated the same way here: the guide
+  does not say, and ``NOT EXISTS`` is its way to test absence (an assumption; no pattern here
+  uses ``!=``).
 - A log event that is not JSON matches no JSON pattern.
 
 Not implemented (unused by this library, so a pattern using one fails to parse): numeric
@@ -118,7 +120,7 @@ class _Parser:
 
         def compare(event: Any) -> bool:
             found, actual = _select(event, selector)
-            if not found:
+            if not found or isinstance(actual, (dict, list)):
                 return False
             return _value_matches(expected, actual) == (operator == "=")
 

@@ -63,7 +63,8 @@ EVENT = json.dumps({"eventType": "UpdateTrail", "sourceIPAddress": "123.123.123.
     ('{ $.log = "Ev*ent*" }', True),               # a * inside is literal
     ('{ $.log = "Eve*" }', False),
     ('{ $.eventType != "UpdateTrail" }', False),
-    ('{ $.missing != "x" }', False),               # no such field: false either way
+    ('{ $.missing != "x" }', False),               # no such field: false either way (assumed)
+    ('{ $.user != "x" }', False),                  # an object matches neither = nor !=
     ('{ $.user.name = "Administrator" && $.eventType = "UpdateTrail" }', True),
     ('{ $.user.name = "x" || $.eventType = "UpdateTrail" && $.sourceIPAddress = "1.1.1.1" }', False),
     ('{ ($.user.name = "x" || $.eventType = "UpdateTrail") && $.sourceIPAddress = "123.123.123.123" }', True),
@@ -76,3 +77,12 @@ def test_the_matcher_follows_the_user_guide(pattern, expected):
 def test_syntax_outside_the_subset_is_refused(pattern):
     with pytest.raises(PatternError):
         compile_pattern(pattern)
+
+
+def test_the_patterns_fit_cloudwatchs_length_limit_with_the_longest_namespace():
+    from ray_llm_eks.spec.observability import FILTER_PATTERN_MAX
+
+    for lines_ in (TRANSPORT_FALLBACK_LINES, TRANSFER_FAILURE_LINES):
+        assert len(log_filter_pattern("n" * 63, lines_)) <= FILTER_PATTERN_MAX
+    with pytest.raises(ValueError, match="at most 1024"):
+        log_filter_pattern("inference", TRANSPORT_FALLBACK_LINES * 3)
