@@ -151,7 +151,9 @@ class RayLlmEksStack(cdk.Stack):
             self.observability = InferenceObservability(
                 self, "Observability", cluster=self.cluster, namespace=specs.serving.namespace,
                 service_name=specs.serving.service_name, alarm_email=specs.observability.alarm_email,
-                verification_every_minutes=specs.verification.every_minutes, after=[self.system_nodes.nodegroup])
+                verification_every_minutes=specs.verification.every_minutes,
+                expected_nodes=specs.system.count + sum(specs.pool(role).desired_size for role in WORKER_ROLES),
+                after=[self.system_nodes.nodegroup])
 
         cluster_name = self.cluster.cluster.cluster_name
         cdk.CfnOutput(self, "ClusterName", value=cluster_name)

@@ -48,8 +48,10 @@ def test_the_addon_runs_on_its_own_pod_identity_role(default):
     assert conditions["aws:RequestTag/kubernetes-service-account"] == "cloudwatch-agent"
     policies = sorted(joined(p).rsplit("/", 1)[1] for p in props(role)["ManagedPolicyArns"])
     assert policies == ["CloudWatchAgentServerPolicy"]
-    # Application Signals off: no auto-instrumentation of the KubeRay operator, no traces.
+    # Application Signals off: no auto-instrumentation of the KubeRay operator, no traces; a build
+    # that takes that setting (chart 6.2.0 and later).
     assert json.loads(props(addon)["ConfigurationValues"]) == {"applicationSignals": {"enabled": False}}
+    assert props(addon)["AddonVersion"] == "v6.2.0-eksbuild.1"
     # Its pods need a node, and its log groups (retention set first) must exist before Fluent Bit.
     system = default.logical_id(default.stack.system_nodes.nodegroup)
     assert system in addon["DependsOn"]
@@ -96,19 +98,24 @@ def test_every_alarm_its_metric_threshold_and_action(default):
     assert sorted(alarms) == sorted(ALARMS)  # what plan prices
     (topic_id,) = default.resources("AWS::SNS::Topic")
     verified = alarms.pop("TransportNotVerified")
-    # One failed run (0), or a 30-minute period without a run (15-minute schedule), alarms.
+    # One run per 15-minute period; two failed or silent periods of three alarm.
     assert (verified["Namespace"], verified["MetricName"], verified["Statistic"], verified["Period"]) == (
-        "RayLlmEks", "TransportVerified", "Minimum", 1800)
+        "RayLlmEks", "TransportVerified", "Minimum", 900)
+    assert (verified["EvaluationPeriods"], verified["DatapointsToAlarm"]) == (3, 2)
     assert verified["Dimensions"] == [{"Name": "Namespace", "Value": "inference"}, {"Name": "RayService", "Value": "ray-llm"}]
     assert (verified["Threshold"], verified["ComparisonOperator"], verified["TreatMissingData"]) == (
         1, "LessThanThreshold", "breaching")
     assert verified["AlarmActions"] == [{"Ref": topic_id}]
     nodes = alarms.pop("NodeNotReady")
     (ready,) = nodes["Metrics"]
+    # Ready nodes counted each minute against the node groups' sizes (1 system + 1 prefill + 1
+    # decode): a node that is down reports nothing, so a minimum over the reporting ones would miss it.
     assert joined(ready["Expression"]) == (
-        "SELECT MIN(node_status_condition_ready) FROM SCHEMA(ContainerInsights, ClusterName, InstanceId, NodeName) "
+        "SELECT SUM(node_status_condition_ready) FROM SCHEMA(ContainerInsights, ClusterName, InstanceId, NodeName) "
         "WHERE ClusterName = '${ClusterC2E21B66}'")
-    assert (nodes["Threshold"], nodes["ComparisonOperator"], nodes["EvaluationPeriods"]) == (1, "LessThanThreshold", 2)
+    assert ready["Period"] == 60
+    assert (nodes["Threshold"], nodes["ComparisonOperator"]) == (3, "LessThanThreshold")
+    assert (nodes["EvaluationPeriods"], nodes["DatapointsToAlarm"]) == (5, 3)
     assert nodes["AlarmActions"] == [{"Ref": topic_id}] and nodes["TreatMissingData"] == "notBreaching"
     for name, alarm in alarms.items():
         assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold", name
@@ -185,13 +192,13 @@ def test_continuous_verification_may_only_put_metrics_into_its_namespace(default
     roles = {k: r for k, r in default.resources("AWS::IAM::Role").items() if k.startswith("ServingMonitorRole")}
     (role,) = roles.values()
     conditions = props(role)["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"]
-    assert conditions["aws:RequestTag/kubernetes-service-account"] == "ray-llm-verify"
+    assert conditions["aws:RequestTag/kubernetes-service-account"] == "ray-llm-cv"
     (policy,) = [p for k, p in default.resources("AWS::IAM::Policy").items() if k.startswith("ServingMonitorRole")]
     assert props(policy)["PolicyDocument"]["Statement"] == [{
         "Action": "cloudwatch:PutMetricData", "Condition": {"StringEquals": {"cloudwatch:namespace": "RayLlmEks"}},
         "Effect": "Allow", "Resource": "*"}]
     (association,) = [a for a in default.resources("AWS::EKS::PodIdentityAssociation").values()
-                      if props(a)["ServiceAccount"] == "ray-llm-verify"]
+                      if props(a)["ServiceAccount"] == "ray-llm-cv"]
     assert props(association)["Namespace"] == "inference"
 
 
@@ -224,3 +231,10 @@ def test_the_published_metric_is_the_one_the_alarm_watches():
                                         StartTime=now - datetime.timedelta(minutes=5),
                                         EndTime=now + datetime.timedelta(minutes=5))
         assert min(values["MetricDataResults"][0]["Values"]) == 0.0
+
+
+def test_the_node_count_follows_the_node_groups(synth):
+    bigger = synth({"prefill": {"min_size": 2, "desired_size": 2, "max_size": 2}, "system": {"count": 2}})
+    (alarm,) = [a for a in bigger.resources("AWS::CloudWatch::Alarm").values()
+                if "NodeNotReady" in joined(props(a)["AlarmDescription"])]
+    assert props(alarm)["Threshold"] == 5

@@ -60,7 +60,7 @@ from typing import Mapping
 
 from cdk8s_plus_35 import k8s
 
-from ..spec import sizing
+from ..spec import observability, sizing
 from ..spec.placement import ROLE_LABEL
 from ..spec.serving import SERVE_PORT, SecurityProfile, ServingSpec
 from . import serve_config
@@ -72,7 +72,7 @@ OBJECT_STORE_GIB = 4
 GIB = 1024**3
 
 HEAD_CONTAINER = "ray-head"
-WORKER_CONTAINER = "ray-worker"
+WORKER_CONTAINER = observability.WORKER_CONTAINER  # one name for the pods and the log filters
 
 # Labels on every Ray pod of this deployment, so Services can select them without depending on
 # the generated RayCluster name (which KubeRay suffixes with a hash).

@@ -278,6 +278,8 @@ class VerificationChart(cdk8s.Chart):
         k8s.KubeRole(self, "MonitorRole", metadata=k8s.ObjectMeta(name=account, labels=labels), rules=[
             k8s.PolicyRule(api_groups=[""], resources=["pods", "pods/log"], verbs=["get", "list"]),
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices", "rayclusters"], verbs=["get"]),
+            # Whether the deploy's gate Job has finished: until it has, a run does nothing.
+            k8s.PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["get"], resource_names=[self.job_name]),
             *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
               if spec.ray_auth is RayAuth.token else []),
         ])
@@ -291,14 +293,18 @@ class VerificationChart(cdk8s.Chart):
                                                         name=node_reader),
                                    subjects=[subject])
         overrides = json.dumps({"rollout": False, "as_deploy_job": False,
-                                "deadline_seconds": verification.continuous_deadline_seconds}, separators=(",", ":"))
+                                "deadline_seconds": verification.continuous_deadline_seconds,
+                                # The last period (and a little more) of each worker's log.
+                                "log_window_seconds": verification.every_minutes * 60 + 120,
+                                "wait_for_job": self.job_name}, separators=(",", ":"))
         pod_labels = {pod_templates.INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: MONITOR_COMPONENT}
         return k8s.KubeCronJob(self, "Continuous", metadata=k8s.ObjectMeta(name=account, labels=labels),
                                spec=k8s.CronJobSpec(
             schedule=verification.schedule or "", time_zone="Etc/UTC", concurrency_policy="Forbid",
             starting_deadline_seconds=300, successful_jobs_history_limit=1, failed_jobs_history_limit=3,
             job_template=k8s.JobTemplateSpec(spec=k8s.JobSpec(
-                backoff_limit=0, active_deadline_seconds=verification.continuous_deadline_seconds + 60,
+                # The program's own deadline, then room for the report and the (bounded) publish.
+                backoff_limit=0, active_deadline_seconds=verification.continuous_deadline_seconds + 150,
                 template=k8s.PodTemplateSpec(
                     metadata=k8s.ObjectMeta(labels=pod_labels),
                     spec=k8s.PodSpec(
@@ -333,8 +339,9 @@ MONITOR_COMPONENT = "continuous-verification"
 
 
 def monitor_name(service_name: str) -> str:
-    """The continuous verification CronJob and its service account."""
-    return f"{service_name}-verify"
+    """The continuous verification CronJob and its service account: ``<svc>-cv``, at most 50
+    characters for a 47-character service (a CronJob's name may have 52: its Jobs add 11)."""
+    return f"{service_name}-cv"
 
 
 def _job_labels(service_name: str, run: str) -> dict[str, str]:

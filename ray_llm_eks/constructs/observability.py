@@ -62,6 +62,11 @@ LOG_GROUPS = ("application", "dataplane", "host", "performance")
 """The add-on's log groups under /aws/containerinsights/<cluster>/ (Fluent Bit creates the first
 three, the agent the last, all without a retention)."""
 PERIOD = Duration.minutes(5)
+DEFAULT_ADDON_VERSION = "v6.2.0-eksbuild.1"
+"""Pinned like every chart here, and the first build that takes ``applicationSignals.enabled``
+(helm-charts commit ffea3d4, chart 6.2.0; the CloudWatch user guide names ``v6.2.0-eksbuild.1``).
+Check that your cluster's Kubernetes version offers it: ``aws eks describe-addon-versions
+--addon-name amazon-cloudwatch-observability --kubernetes-version 1.35``."""
 
 
 class InferenceObservability(Construct):
@@ -75,6 +80,10 @@ class InferenceObservability(Construct):
     :param log_retention_days: of the application log group. Default 30.
     :param verification_every_minutes: how often continuous verification publishes
         ``TransportVerified`` (``VerificationSpec.every_minutes``); None: no such alarm.
+    :param expected_nodes: the nodes that should be Ready (the node groups' desired sizes; the
+        reference deployment has 3). Default 3.
+    :param addon_version: the add-on build. Default ``v6.2.0-eksbuild.1``, the first whose
+        configuration takes ``applicationSignals.enabled`` (chart 6.2.0); None: EKS's default.
     :param after: constructs the add-on waits for (the node groups: its pods need a node).
 
     Public attributes: ``addon``, ``agent_role``, ``application_logs``, ``log_retentions``, ``topic``,
@@ -84,7 +93,8 @@ class InferenceObservability(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, cluster: ClusterLike, namespace: str,
                  service_name: str, alarm_email: str | None = None,
                  log_retention_days: int = infra.DEFAULT_FLOW_LOG_RETENTION_DAYS,
-                 verification_every_minutes: int | None = None,
+                 verification_every_minutes: int | None = None, expected_nodes: int = 3,
+                 addon_version: str | None = DEFAULT_ADDON_VERSION,
                  after: Sequence[Construct] = ()) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.retention_days, log_retention_days, "log_retention_days")
@@ -115,7 +125,7 @@ class InferenceObservability(Construct):
         self.application_logs = logs.LogGroup.from_log_group_name(
             self, "ApplicationLogs", Fn.join("", ["/aws/containerinsights/", cluster_name, "/application"]))
 
-        self.addon = eks.Addon(self, "Addon", cluster=target, addon_name=ADDON_NAME,
+        self.addon = eks.Addon(self, "Addon", cluster=target, addon_name=ADDON_NAME, addon_version=addon_version,
                                configuration_values=ADDON_CONFIGURATION)
         self.addon.node.default_child.add_property_override(
             "PodIdentityAssociations", [{"ServiceAccount": AGENT_SERVICE_ACCOUNT, "RoleArn": self.agent_role.role_arn}])
@@ -149,13 +159,15 @@ class InferenceObservability(Construct):
                 "PodName) WHERE ClusterName = '", cluster_name, f"' AND Namespace = '{namespace}'"]),
             label="Ray pod restarts", period=PERIOD)
         # node_status_condition_ready is 1 for a Ready node (cluster_failed_node_count counts
-        # pressure conditions, not Ready: opentelemetry-collector-contrib k8sclient/node.go); the
-        # minimum over the cluster's nodes, so a replaced node needs no new alarm.
+        # pressure conditions, not Ready: opentelemetry-collector-contrib k8sclient/node.go). Each
+        # node's own agent reports it, so a node that is down reports nothing: the alarm counts
+        # Ready nodes per minute (SUM over the nodes, one datapoint each) against the node groups'
+        # sizes, rather than taking a minimum over the nodes that still report.
         nodes_ready = cloudwatch.MathExpression(
             expression=Fn.join("", [
-                "SELECT MIN(node_status_condition_ready) FROM SCHEMA(ContainerInsights, ClusterName, InstanceId, NodeName) "
+                "SELECT SUM(node_status_condition_ready) FROM SCHEMA(ContainerInsights, ClusterName, InstanceId, NodeName) "
                 "WHERE ClusterName = '", cluster_name, "'"]),
-            label="Nodes Ready (minimum)", period=PERIOD)
+            label="Ready nodes", period=Duration.minutes(1))
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
         def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, evaluation_periods: int = 1) -> None:
@@ -173,24 +185,27 @@ class InferenceObservability(Construct):
         alarm("TransferFailures", lines_metric("TransferFailureLines"), "vLLM logged failed NIXL KV transfers")
         alarm("PodRestarts", restarts, "A container of a pod in the serving namespace restarted")
         not_ready = cloudwatch.Alarm(
-            self, "NodeNotReady", metric=nodes_ready, threshold=1, evaluation_periods=2,
+            self, "NodeNotReady", metric=nodes_ready, threshold=expected_nodes, evaluation_periods=5,
+            datapoints_to_alarm=3,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"A node of the cluster is not Ready ({namespace}/{service_name}; "
+            alarm_description=f"Fewer than {expected_nodes} Ready nodes ({namespace}/{service_name}; "
                               "docs/observability.md, NodeNotReady)")
         not_ready.add_alarm_action(actions.SnsAction(self.topic))
         not_ready.add_ok_action(actions.SnsAction(self.topic))
         self.alarms["NodeNotReady"] = not_ready
         verified: cloudwatch.Metric | None = None
         if verification_every_minutes is not None:
-            # Two runs per period: one failed run (0) or a period with no run at all (the CronJob
-            # stopped, or could not publish) is enough.
+            # One run per period; two failed or silent periods out of three (a run failed twice, or
+            # the CronJob stopped or cannot publish). One bad run alone is not enough: a deploy's
+            # rollout, which continuous verification sits out, can leave one period without a run.
             verified = cloudwatch.Metric(
                 namespace=METRIC_NAMESPACE, metric_name=TRANSPORT_VERIFIED, statistic="Minimum",
                 dimensions_map={"Namespace": namespace, "RayService": service_name},
-                period=Duration.minutes(2 * verification_every_minutes))
+                period=Duration.minutes(verification_every_minutes))
             created = cloudwatch.Alarm(
-                self, "TransportNotVerified", metric=verified, threshold=1, evaluation_periods=1,
+                self, "TransportNotVerified", metric=verified, threshold=1, evaluation_periods=3,
+                datapoints_to_alarm=2,
                 comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
                 alarm_description=("Continuous verification failed, or did not report: the endpoint did not answer "
@@ -221,7 +236,7 @@ class InferenceObservability(Construct):
                                     left=[lines_metric("TransportFallbackLines"), lines_metric("TransferFailureLines")],
                                     width=8),
              cloudwatch.GraphWidget(title="Ray pod restarts", left=[restarts], width=8),
-             cloudwatch.GraphWidget(title="Nodes Ready (minimum over the nodes)", left=[nodes_ready], width=8)],
+             cloudwatch.GraphWidget(title=f"Ready nodes (of {expected_nodes})", left=[nodes_ready], width=8)],
             *([[cloudwatch.GraphWidget(title="TransportVerified (continuous verification: 1 pass, 0 fail)",
                                        left=[verified], width=24, left_y_axis=cloudwatch.YAxisProps(min=0, max=1))]]
               if verified is not None else []),

@@ -84,10 +84,16 @@ FILTER_PATTERN_MAX = 1024
 """CloudWatch Logs' limit on a filter pattern's length (PutMetricFilter, ``filterPattern``)."""
 
 
+WORKER_CONTAINER = "ray-worker"
+"""The Ray worker container's name (the charts use this one): only its lines count. The gate and continuous verification quote the same phrases in their reports, from their
+own containers in the same namespace."""
+
+
 def log_filter_pattern(namespace: str, lines: tuple[TransportLine, ...]) -> str:
-    """A JSON filter pattern: a container line of ``namespace`` that contains any of ``lines``."""
+    """A JSON filter pattern: a Ray worker's line in ``namespace`` that contains any of ``lines``."""
     alternatives = " || ".join(f'$.log = "*{_literal(line.phrase)}*"' for line in lines)
-    pattern = f'{{ $.kubernetes.namespace_name = "{_literal(namespace)}" && ({alternatives}) }}'
+    pattern = (f'{{ $.kubernetes.namespace_name = "{_literal(namespace)}" && '
+               f'$.kubernetes.container_name = "{WORKER_CONTAINER}" && ({alternatives}) }}')
     if len(pattern) > FILTER_PATTERN_MAX:
         raise ValueError(f"the filter pattern is {len(pattern)} characters; CloudWatch Logs takes at most "
                          f"{FILTER_PATTERN_MAX}: split the lines over two filters")

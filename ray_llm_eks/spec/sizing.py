@@ -19,8 +19,9 @@ What a node can give pods is estimated, since it is only known once the node run
   AMI applies is used: 110 for instances up to 30 vCPUs, 250 above.
 - eviction threshold: the kubelet's ``memory.available<100Mi``.
 - DaemonSets on every node: aws-node (VPC CNI), kube-proxy, eks-pod-identity-agent, and on GPU
-  nodes the NVIDIA and EFA device plugins; :data:`DAEMONSET_BUDGET` covers their requests with
-  room to spare.
+  nodes the NVIDIA and EFA device plugins; with ``observability``, the CloudWatch agent and
+  Fluent Bit (and DCGM on GPU nodes). :data:`DAEMONSET_BUDGET` (GPU nodes) and
+  :data:`SYSTEM_DAEMONSET_BUDGET` cover their requests with room to spare.
 
 Worker requests are rounded down to whole CPUs (Ray's ``num-cpus`` is an integer) and whole
 GiB. Requests equal limits, so the pods get the Guaranteed QoS class (last to be OOM-killed or
@@ -75,22 +76,29 @@ EFA_COUNTER_READER = PodResources(cpu_millis=50, memory_mib=64)
 GATE_JOB = PodResources(cpu_millis=100, memory_mib=256)
 """The deployment gate's Job on the system node (stdlib Python: HTTP calls and JSON)."""
 
-BENCH_JOB = PodResources(cpu_millis=800, memory_mib=3 * MIB_PER_GIB)
+BENCH_JOB = PodResources(cpu_millis=600, memory_mib=3 * MIB_PER_GIB)
 """``ray-llm-eks bench --emit-job``: AIPerf on the system node, beside the Ray head. It is not in
 :data:`SYSTEM_POD_BUDGET` (it runs only when someone benchmarks): it takes what the head leaves
-on the default m7i.xlarge (920m and 4435 MiB by these estimates; a test keeps it inside). AIPerf's
+on the default m7i.xlarge (620m and 4179 MiB by these estimates, with observability's agents
+counted; a test keeps it inside). AIPerf's
 workers are CPU-bound at high concurrency: watch its ``credit_to_start_latency`` and give the
 system node more CPUs before reading latencies past a few hundred concurrent requests."""
 
-DAEMONSET_BUDGET = PodResources(cpu_millis=500, memory_mib=512)
-"""aws-node asks 25m, kube-proxy 100m, the device plugins and the Pod Identity agent a few tens
-of millicores and MiB each, the gate's EFA counter reader :data:`EFA_COUNTER_READER`: 500m and
-512 MiB leave room for a log or metrics agent."""
+DAEMONSET_BUDGET = PodResources(cpu_millis=1100, memory_mib=896)
+"""On a GPU node: aws-node asks 25m, kube-proxy 100m, the device plugins and the Pod Identity
+agent a few tens of millicores and MiB each, the gate's EFA counter reader
+:data:`EFA_COUNTER_READER`; with ``observability`` (the default) the CloudWatch add-on's agent
+(250m/128Mi), Fluent Bit (50m/25Mi) and its DCGM exporter (256m/128Mi) (chart
+amazon-cloudwatch-observability, values.yaml): 1100m and 896 MiB hold them all with room."""
+SYSTEM_DAEMONSET_BUDGET = PodResources(cpu_millis=600, memory_mib=512)
+"""On the system node: the same without the device plugins, the EFA counter reader and DCGM
+(about 450m and 250 MiB)."""
 
-SYSTEM_POD_BUDGET = PodResources(cpu_millis=500, memory_mib=1024)
+SYSTEM_POD_BUDGET = PodResources(cpu_millis=700, memory_mib=1280)
 """Besides the Ray head, the system node runs CoreDNS (two replicas of 100m/70Mi), the KubeRay
-operator (its chart asks 100m/512Mi) and, after each deploy, the gate Job (:data:`GATE_JOB`):
-400m and 908 MiB in all."""
+operator (its chart asks 100m/512Mi), after each deploy the gate Job (:data:`GATE_JOB`), and with
+``observability`` the CloudWatch add-on's operator (100m/64Mi) and a continuous verification run
+(:data:`GATE_JOB` again, possibly beside the deploy's gate): 600m and 1228 MiB in all."""
 
 HEAD_MINIMUM = PodResources(cpu_millis=500, memory_mib=2 * MIB_PER_GIB)
 """Below this the GCS, dashboard and Serve controller start too slowly to pass their probes."""
@@ -147,7 +155,7 @@ def head_resources(instance: InstanceType) -> PodResources:
 
     Raises a ``SpecError`` on ``system.instance_type`` when the system node is too small to run the head.
     """
-    room = estimated_allocatable(instance) - DAEMONSET_BUDGET - SYSTEM_POD_BUDGET
+    room = estimated_allocatable(instance) - SYSTEM_DAEMONSET_BUDGET - SYSTEM_POD_BUDGET
     head = PodResources(
         cpu_millis=min(HEAD_TARGET.cpu_millis, (room.cpu_millis // 100) * 100),
         memory_mib=min(HEAD_TARGET.memory_mib, (room.memory_mib // 256) * 256),

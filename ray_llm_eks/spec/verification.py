@@ -84,8 +84,8 @@ class VerificationSpec:
 
     @property
     def continuous_deadline_seconds(self) -> int:
-        """A run ends before the next one is due (the CronJob forbids overlap)."""
-        return max(120, (self.every_minutes or 0) * 60 - 60)
+        """A run (and its report and publish, 150 s more) ends before the next one is due."""
+        return max(120, (self.every_minutes or 0) * 60 - 180)
 
     @property
     def timeout_seconds(self) -> int:

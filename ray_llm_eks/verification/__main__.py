@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             gate = Gate(config, kube, Endpoints(kube, via_api_proxy=args.via_api_proxy), log=_log)
             report = gate.report  # what was found so far survives a crash below
             report = gate.run()
-            code = EXIT_PASS if report.verdict == "pass" else EXIT_FAIL
+            code = EXIT_PASS if report.verdict in ("pass", "skipped") else EXIT_FAIL
         except NoClusterAccess as error:
             report.fail(f"no cluster access: {error}")
             code = EXIT_NO_ACCESS
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.report_file).write_text(json.dumps(report.to_json(), indent=2))
     if kube is not None and isinstance(config, GateConfig) and config.as_deploy_job and config.job_name:
         _keep_report(kube, config, report)
-    if args.publish and isinstance(config, GateConfig):
+    if args.publish and isinstance(config, GateConfig) and report.verdict != "skipped":
         try:
             publish.transport_verified(config.namespace, config.ray_service, code == EXIT_PASS)
             _log(f"published {publish.METRIC}={1 if code == EXIT_PASS else 0} to CloudWatch ({publish.NAMESPACE})")

@@ -157,8 +157,13 @@ class TransportEvidence:
             return EXPECTED_PROVIDER
         return None
 
-    def problems(self, backend: str = EXPECTED_BACKEND, provider: str = EXPECTED_PROVIDER) -> list[str]:
-        """Why this log does not prove ``backend`` on ``provider``; empty when it does."""
+    def problems(self, backend: str = EXPECTED_BACKEND, provider: str = EXPECTED_PROVIDER, *,
+                 require_startup: bool = True) -> list[str]:
+        """Why this log does not prove ``backend`` on ``provider``; empty when it does.
+
+        ``require_startup=False`` reads a window of a long-running worker's log (continuous
+        verification): the startup lines that prove the backend and the provider are long gone
+        (the kubelet rotates container logs), so only lines that disqualify count."""
         reasons: list[str] = []
         if self.no_plugins:
             reasons.append("NIXL found no plugins ('No plugins available, cannot start transfers!')")
@@ -181,7 +186,9 @@ class TransportEvidence:
         for kind, count in sorted(self.transfer_failures.items()):
             reasons.append(f"{count} NIXL transfer failure(s) of type {kind}")
         found_backend = self.backend
-        if found_backend is None:
+        if found_backend is None and not require_startup:
+            pass
+        elif found_backend is None:
             if self.agents_initialized:
                 reasons.append("a NIXL agent was initialized but no backend was instantiated "
                                "('Initialized NIXL agent' prints even without one)")
@@ -193,7 +200,8 @@ class TransportEvidence:
         elif set(self.backends_instantiated) - {backend}:
             others = ", ".join(sorted(set(self.backends_instantiated) - {backend}))
             reasons.append(f"NIXL also instantiated {others}: transfers may use it instead of {backend}")
-        elif provider == EXPECTED_PROVIDER and not self.efa_devices and provider not in self.rail_providers:
+        elif require_startup and provider == EXPECTED_PROVIDER and not self.efa_devices \
+                and provider not in self.rail_providers:
             reasons.append(f"backend {backend} was instantiated but nothing shows the {provider} provider "
                            "('Discovered <N> EFA devices' / 'Created <N> rails using provider=efa'): "
                            "LIBFABRIC also runs over TCP")
@@ -210,11 +218,11 @@ def classify(lines: Iterable[str]) -> TransportEvidence:
 
 
 def classify_logs(logs: dict[str, str], backend: str = EXPECTED_BACKEND,
-                  provider: str = EXPECTED_PROVIDER) -> dict[str, Any]:
+                  provider: str = EXPECTED_PROVIDER, *, require_startup: bool = True) -> dict[str, Any]:
     """The verdict over several workers' logs (name -> text): pass only when every one proves the path."""
     by_source = {name: classify(text.splitlines()) for name, text in logs.items()}
     reasons = [f"{name}: {reason}" for name, evidence in by_source.items()
-               for reason in evidence.problems(backend, provider)]
+               for reason in evidence.problems(backend, provider, require_startup=require_startup)]
     if not by_source:
         reasons.append("no worker logs to read")
     return {

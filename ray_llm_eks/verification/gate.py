@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from . import efa, evidence, metrics, probe
 from .kube import ApiError, Kube, NoClusterAccess
 
-PASS, FAIL = "pass", "fail"
+PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 READY_CONDITION = "Ready"
 CLUSTER_LABEL = "ray.io/cluster"
 GROUP_LABEL = "ray.io/group"
@@ -108,6 +108,13 @@ class GateConfig:
     before the wait condition's timeout (``spec.verification.GATE_MARGIN_SECONDS``)."""
     expected_backend: str = evidence.EXPECTED_BACKEND
     expected_provider: str = evidence.EXPECTED_PROVIDER
+    log_window_seconds: float | None = None
+    """Continuous verification: read only this much of each worker's log, and count only the
+    lines that disqualify (the startup lines rotated away long ago). None: since the Serve deploy,
+    and the startup lines must be there (the deploy's gate)."""
+    wait_for_job: str = ""
+    """Continuous verification: while this Job (the deploy's gate) has not finished, do nothing,
+    publish nothing: the pods may be mid-rollout."""
     ray_auth: str = "disabled"
     """``token``: the RayService must carry ``authOptions.mode: token`` as stored (a CRD older
     than KubeRay 1.5.1 drops the field silently), and dashboard calls send the cluster's token."""
@@ -179,6 +186,8 @@ class Report:
 
     @property
     def verdict(self) -> str:
+        if self.sections.get("skipped") and not self.reasons:
+            return SKIPPED
         return FAIL if self.reasons else PASS
 
     def to_json(self) -> dict[str, Any]:
@@ -263,6 +272,10 @@ class Gate:
     # --- the run ----------------------------------------------------------------------------------
 
     def run(self) -> Report:
+        if self.config.wait_for_job and self._job_running(self.config.wait_for_job):
+            self.report.sections["skipped"] = (f"the deploy's gate Job {self.config.wait_for_job} is still running; "
+                                               "the pods may be mid-rollout")
+            return self.report
         if self.config.as_deploy_job:
             self._anchor_deadline_to_job()
         cluster = self.wait_until_ready()
@@ -438,6 +451,17 @@ class Gate:
             return f"Serve application {c.application!r} is {status}"
         return None
 
+    def _job_running(self, name: str) -> bool:
+        try:
+            job = self.kube.job(self.config.namespace, name)
+        except ApiError as error:
+            if error.status == 404:
+                return False  # gone: a later deploy's prune, or never created
+            raise
+        status = job.get("status") or {}
+        finished = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+        return not (finished & {"Complete", "Failed"} or status.get("succeeded") or status.get("failed"))
+
     def _dashboard_headers(self) -> dict[str, str]:
         """With token auth, the active RayCluster's token: KubeRay 1.5.1 keeps it in a Secret named
         after the cluster, key ``auth_token`` (``raycluster_controller.go``), and Ray accepts it as
@@ -605,6 +629,9 @@ class Gate:
         # would vouch for replicas that printed none).
         deployed = self.application.get("last_deployed_time_s")
         since = _rfc3339(float(deployed) - LOG_SINCE_MARGIN_SECONDS) if deployed else None
+        if c.log_window_seconds is not None:
+            window_start = time.time() - c.log_window_seconds
+            since = _rfc3339(max(window_start, float(deployed) - LOG_SINCE_MARGIN_SECONDS) if deployed else window_start)
         logs = {}
         for pod in workers:
             name = pod["metadata"]["name"]
@@ -612,7 +639,8 @@ class Gate:
                 logs[name] = self._kube(self.kube.pod_log, c.namespace, name, c.worker_container, since=since)
             except Exception as error:  # noqa: BLE001
                 self.report.fail(f"cannot read the log of {name}: {error}")
-        result = evidence.classify_logs(logs, c.expected_backend, c.expected_provider)
+        result = evidence.classify_logs(logs, c.expected_backend, c.expected_provider,
+                                        require_startup=c.log_window_seconds is None)
         backends = {e["backend"] for e in result["by_source"].values()}
         providers = {e["provider"] for e in result["by_source"].values()}
         self.report.sections["transport"] = {

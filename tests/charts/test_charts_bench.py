@@ -83,7 +83,7 @@ def test_the_pod_runs_on_the_system_node_unprivileged_without_api_access(rendere
 
 def test_the_job_fits_beside_the_head_on_the_default_system_node():
     instance = instance_types.INSTANCE_TYPES[DEFAULT_SYSTEM_INSTANCE_TYPE]
-    room = (sizing.estimated_allocatable(instance) - sizing.DAEMONSET_BUDGET - sizing.SYSTEM_POD_BUDGET
+    room = (sizing.estimated_allocatable(instance) - sizing.SYSTEM_DAEMONSET_BUDGET - sizing.SYSTEM_POD_BUDGET
             - sizing.head_resources(instance))
     assert room.cpu_millis >= sizing.BENCH_JOB.cpu_millis and room.memory_mib >= sizing.BENCH_JOB.memory_mib
 

@@ -23,9 +23,9 @@ def test_kube_reserved_memory_uses_the_max_pods_upper_bound():
 
 def test_g6_8xlarge_worker_worked_example():
     # memory: floor(128 GiB * 1024 * 0.96) = 125829 MiB - 3005 kube-reserved - 100 eviction
-    # - 512 DaemonSets = 122212 MiB -> 119 GiB; CPU: 32000 - 150 - 500 = 31350m -> 31.
+    # - 896 DaemonSets = 121828 MiB -> 118 GiB; CPU: 32000 - 150 - 1100 = 30750m -> 30.
     worker = sizing.worker_resources(INSTANCE_TYPES["g6.8xlarge"])
-    assert (worker.cpu_quantity, worker.memory_quantity) == ("31", "119Gi")
+    assert (worker.cpu_quantity, worker.memory_quantity) == ("30", "118Gi")
 
 
 @pytest.mark.parametrize("name", sorted(n for n, t in INSTANCE_TYPES.items() if t.has_gpu and t.efa))

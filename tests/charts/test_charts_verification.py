@@ -252,22 +252,32 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     assert (cron["spec"]["schedule"], cron["spec"]["concurrencyPolicy"], cron["spec"]["timeZone"]) == (
         "*/10 * * * *", "Forbid", "Etc/UTC")
     job = cron["spec"]["jobTemplate"]["spec"]
-    assert job["activeDeadlineSeconds"] == 600  # the run's own deadline (540 s) plus a minute
+    # The run's own deadline (420 s), then 150 s for its report and the bounded publish: 570 s,
+    # inside the 10-minute period.
+    assert job["activeDeadlineSeconds"] == 570
     pod = job["template"]["spec"]
-    assert pod["serviceAccountName"] == "ray-llm-verify"
+    assert pod["serviceAccountName"] == "ray-llm-cv"
     (container,) = pod["containers"]
     arguments = shlex.split(container["command"][2].split(" -m ", 1)[1])
     assert arguments[:4] == ["rayllmeks_gate", "run", "--config", "/etc/rayllmeks-gate/gate.json"]
+    (gate_job,) = [o for o in objects if o["kind"] == "Job"]
     assert json.loads(arguments[arguments.index("--set") + 1]) == {
-        "rollout": False, "as_deploy_job": False, "deadline_seconds": 540}
+        "rollout": False, "as_deploy_job": False, "deadline_seconds": 420,
+        "log_window_seconds": 720,  # the last period and two minutes of each worker's log
+        "wait_for_job": gate_job["metadata"]["name"]}  # nothing while the deploy's gate runs
     assert arguments[-1] == "--publish"
     # The settings of this deploy's gate, mounted read-only.
     (settings,) = [v for v in pod["volumes"] if v["name"] == "settings"]
-    (gate_job,) = [o for o in objects if o["kind"] == "Job"]
     assert settings["configMap"]["name"] == gate_job["metadata"]["name"]
     # Its account reads what the gate reads and deletes nothing.
-    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "ray-llm-verify"]
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "ray-llm-cv"]
     assert all(set(rule["verbs"]) <= {"get", "list"} for rule in role["rules"])
+    assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"],
+            "resourceNames": [gate_job["metadata"]["name"]]} in role["rules"]
+    # A 47-character service still gives a CronJob name within Kubernetes' 52.
+    from ray_llm_eks.cdk8s_charts.verification import monitor_name
+
+    assert len(monitor_name("s" * 47)) <= 52
     import copy
 
     import kubernetes_validate

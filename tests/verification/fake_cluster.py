@@ -79,6 +79,8 @@ class Scenario:
     """RayService reads after a DELETE before KubeRay promotes the new cluster (until then the status
     still names the deleted one, as in KubeRay 1.4.0)."""
     job_age_seconds: float = 1.0
+    job_status: dict = field(default_factory=dict)
+    """The gate Job's ``status`` as the API returns it ({}: still running)."""
     usage: bool = True
     """Whether the stream ends with a usage chunk (stream_options.include_usage honoured)."""
     image: str | None = None
@@ -343,7 +345,8 @@ class FakeDeployment:
         if method == "GET" and path.startswith(f"/apis/batch/v1/namespaces/{self.namespace}/jobs/"):
             created = datetime.datetime.fromtimestamp(time.time() - self.scenario.job_age_seconds, datetime.timezone.utc)
             return handler.reply(200, {"kind": "Job", "metadata": {
-                "name": path.rsplit("/", 1)[1], "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}})
+                "name": path.rsplit("/", 1)[1], "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")},
+                "status": dict(self.scenario.job_status)})
         if method == "POST" and path == f"{ns}/configmaps":
             body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
             if any(c["metadata"]["name"] == body["metadata"]["name"] for c in self.created_config_maps):

@@ -350,3 +350,60 @@ def test_continuous_verification_publishes_the_verdict(fake: FakeDeployment, mon
     assert data["MetricDataResults"][0]["Values"] == [expected]
     assert code == (0 if expected else 1)
     assert fake.deleted == []  # read-only
+
+
+def _continuous(fake: FakeDeployment, monkeypatch, **settings) -> tuple[int, list[float]]:
+    """One continuous verification run in process (as the CronJob runs it), and what it published."""
+    import datetime
+
+    import boto3
+    from moto import mock_aws
+
+    from ray_llm_eks.verification.__main__ import main
+
+    config = fake.tmp / "gate.json"
+    config.write_text(json.dumps(fake.gate_settings()))
+    for name, value in {"AWS_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    overrides = {"rollout": False, "as_deploy_job": False, "deadline_seconds": 60, **settings}
+    now = datetime.datetime.now(datetime.timezone.utc)
+    with mock_aws():
+        code = main(["run", "--config", str(config), "--kube-api", fake.api_url, "--kube-token-file",
+                     str(fake.token_file), "--set", json.dumps(overrides), "--publish"])
+        client = boto3.client("cloudwatch", region_name="us-west-2")
+        metrics = client.list_metrics(Namespace="RayLlmEks", MetricName="TransportVerified")["Metrics"]
+        if not metrics:
+            return code, []
+        data = client.get_metric_data(
+            MetricDataQueries=[{"Id": "v", "MetricStat": {"Metric": metrics[0], "Period": 60, "Stat": "Minimum"}}],
+            StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=5))
+    return code, data["MetricDataResults"][0]["Values"]
+
+
+def test_continuous_verification_does_nothing_while_the_deploys_gate_runs(fake: FakeDeployment, monkeypatch):
+    """Mid-rollout pods would fail it: it neither checks nor publishes until the deploy's gate Job ends."""
+    fake.scenario = Scenario(job_status={})  # the gate Job has not finished
+    code, published = _continuous(fake, monkeypatch, wait_for_job="ray-llm-gate-abc")
+    assert (code, published) == (0, [])
+    assert fake.requests_served == 0
+    fake.scenario = Scenario(job_status={"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    code, published = _continuous(fake, monkeypatch, wait_for_job="ray-llm-gate-abc")
+    assert (code, published) == (0, [1.0])
+
+
+def test_continuous_verification_reads_only_its_window_and_only_disqualifying_lines(in_cluster_copy,
+                                                                                    fake: FakeDeployment, monkeypatch):
+    """Hours after start the kubelet has rotated the startup lines away: their absence is not a
+    failure in a window, while a fallback line in the window still is."""
+    quiet = ["(ServeReplica:llm:PDDecode pid=412) INFO 11-30 22:10:01 [engine.py:300] Avg generation throughput: 812 tokens/s"]
+    fake.scenario = Scenario(worker_log=quiet)
+    code, published = _continuous(fake, monkeypatch, log_window_seconds=900)
+    assert (code, published) == (0, [1.0])
+    fake.scenario = Scenario(worker_log=[*quiet, "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
+    code, published = _continuous(fake, monkeypatch, log_window_seconds=900)
+    assert (code, published) == (1, [0.0])
+    # The deploy's gate (no window) still requires the startup lines.
+    fake.scenario = Scenario(worker_log=quiet)
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert report["verdict"] == "fail" and any("no NIXL backend evidence" in r for r in report["reasons"])

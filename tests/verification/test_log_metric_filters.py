@@ -20,10 +20,10 @@ NAMESPACE = "inference"
 CORPUS = {name: getattr(lines, name) for name in dir(lines) if name.isupper() and isinstance(getattr(lines, name), str)}
 
 
-def fluent_bit_event(line: str, namespace: str = NAMESPACE) -> str:
+def fluent_bit_event(line: str, namespace: str = NAMESPACE, container: str = "ray-worker") -> str:
     return json.dumps({"log": line, "stream": "stdout", "time": "2026-11-30T21:03:46.090211Z",
                        "kubernetes": {"namespace_name": namespace, "pod_name": "ray-llm-abcde-decode-worker-x1",
-                                      "container_name": "ray-worker", "host": "ip-10-0-1-12"}})
+                                      "container_name": container, "host": "ip-10-0-1-12"}})
 
 
 FALLBACK = compile_pattern(log_filter_pattern(NAMESPACE, TRANSPORT_FALLBACK_LINES))
@@ -39,6 +39,19 @@ def test_a_filter_fires_exactly_when_the_gate_would_fail_a_healthy_worker_for_th
     assert len(fired) <= 1
     if fired:
         assert fired == (["failure"] if name == "TRANSFER_FAILURE" else ["fallback"])
+
+
+def test_the_gates_own_report_quoting_a_phrase_is_not_a_worker_line():
+    """Continuous verification prints its reasons, which quote the phrases, from its own container."""
+    report_line = "  - ray-llm-decode-x1: libfabric fell back to TCP ('Discovered 1 tcp devices (TCP fallback)')"
+    assert FALLBACK(fluent_bit_event(report_line))  # as a worker's line it would count
+    assert not FALLBACK(fluent_bit_event(report_line, container="verify"))
+    assert not FALLBACK(fluent_bit_event(report_line, container="gate"))
+
+    from ray_llm_eks.cdk8s_charts.pod_templates import WORKER_CONTAINER
+    from ray_llm_eks.spec.observability import WORKER_CONTAINER as WATCHED
+
+    assert WATCHED == WORKER_CONTAINER
 
 
 def test_lines_of_other_namespaces_and_unparsed_events_are_ignored():
