@@ -38,7 +38,7 @@ def test_the_strict_schema_rejects_an_unknown_field_anywhere(disaggregated, stri
 def test_upgrade_strategy_none_is_a_value_the_crd_knows(disaggregated):
     import yaml
 
-    crd = yaml.safe_load(CRD_FILE.read_text())
+    crd = yaml.load(CRD_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     upgrade = v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["upgradeStrategy"]
     # The CRD only types it as a string; KubeRay's webhook/controller accept NewCluster and None.
