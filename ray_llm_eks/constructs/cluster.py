@@ -15,7 +15,7 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from ..spec import infrastructure as infra
-from .identity import pod_identity_role
+from .identity import associate_addon, pod_identity_role
 from .nag import acknowledge_cluster, acknowledge_cni_role, acknowledge_log_retention
 from .validation import validated
 
@@ -152,9 +152,7 @@ class InferenceCluster(Construct):
             service_account=VPC_CNI_SERVICE_ACCOUNT, description="Amazon VPC CNI (kube-system/aws-node) via EKS Pod Identity")
         self.vpc_cni_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY))
         acknowledge_cni_role(self.vpc_cni_role, VPC_CNI_POLICY)
-        cni_addon: eks.CfnAddon = self.addons["vpc-cni"].node.default_child
-        cni_addon.pod_identity_associations = [eks.CfnAddon.PodIdentityAssociationProperty(
-            role_arn=self.vpc_cni_role.role_arn, service_account=VPC_CNI_SERVICE_ACCOUNT)]
+        associate_addon(self.addons["vpc-cni"], self.vpc_cni_role, VPC_CNI_SERVICE_ACCOUNT)
         self.admin_access_entry: eks.AccessEntry | None = None
         if admin_role_arn:
             self.admin_access_entry = self.cluster.grant_cluster_admin("AdminAccess", admin_role_arn)

@@ -19,7 +19,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from ..spec.serving import GcsFaultTolerance
-from .identity import pod_identity_role
+from .identity import pod_identity
 from .nag import acknowledge_gcs_redis
 
 ENGINE, ENGINE_VERSION = "valkey", "8.0"
@@ -64,13 +64,10 @@ class GcsRedisCache(Construct):
             snapshot_retention_limit=1,
         )
         self.endpoint = self.replication_group.attr_primary_end_point_address
-        self.copy_role = pod_identity_role(
-            self, "CopyRole", cluster_arn=cluster.cluster_arn, namespace=namespace,
+        self.copy_role, self.copy_identity = pod_identity(
+            self, "CopyRole", "CopyIdentity", cluster=cluster, namespace=namespace,
             service_account=copy_service_account,
             description=f"Copies the Ray GCS cache password into Kubernetes ({namespace}/{copy_service_account})")
         self.copy_role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
                                                          resources=[self.password.secret_arn]))
-        self.copy_identity = eks.CfnPodIdentityAssociation(
-            self, "CopyIdentity", cluster_name=cluster.cluster_name, namespace=namespace,
-            service_account=copy_service_account, role_arn=self.copy_role.role_arn)
         acknowledge_gcs_redis(self)

@@ -42,7 +42,7 @@ from ..spec.observability import (
     log_filter_pattern,
 )
 from .cluster import ClusterLike, eks_cluster_of
-from .identity import pod_identity_role
+from .identity import associate_addon, pod_identity_role
 from .nag import acknowledge_log_retention, acknowledge_observability
 from .validation import validated
 
@@ -127,8 +127,7 @@ class InferenceObservability(Construct):
 
         self.addon = eks.Addon(self, "Addon", cluster=target, addon_name=ADDON_NAME, addon_version=addon_version,
                                configuration_values=ADDON_CONFIGURATION)
-        self.addon.node.default_child.add_property_override(
-            "PodIdentityAssociations", [{"ServiceAccount": AGENT_SERVICE_ACCOUNT, "RoleArn": self.agent_role.role_arn}])
+        associate_addon(self.addon, self.agent_role, AGENT_SERVICE_ACCOUNT)
         for retention in self.log_retentions.values():
             self.addon.node.add_dependency(retention)
         for construct in after:
@@ -170,11 +169,16 @@ class InferenceObservability(Construct):
             label="Ready nodes", period=Duration.minutes(1))
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
-        def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, evaluation_periods: int = 1) -> None:
+        def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, threshold: float = 1,
+                  below: bool = False, evaluation_periods: int = 1, datapoints_to_alarm: int | None = None,
+                  missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING) -> None:
+            """One alarm on the topic, ALARM and OK alike; at or above ``threshold``, or below it."""
             created = cloudwatch.Alarm(
-                self, name, metric=metric, threshold=1, evaluation_periods=evaluation_periods,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                self, name, metric=metric, threshold=threshold, evaluation_periods=evaluation_periods,
+                datapoints_to_alarm=datapoints_to_alarm,
+                comparison_operator=(cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD if below
+                                     else cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD),
+                treat_missing_data=missing,
                 alarm_description=f"{description} ({namespace}/{service_name}; docs/observability.md, {name})")
             created.add_alarm_action(actions.SnsAction(self.topic))
             created.add_ok_action(actions.SnsAction(self.topic))
@@ -184,16 +188,8 @@ class InferenceObservability(Construct):
               "A worker logged a NIXL transport fallback or failure: the KV cache may no longer cross EFA")
         alarm("TransferFailures", lines_metric("TransferFailureLines"), "vLLM logged failed NIXL KV transfers")
         alarm("PodRestarts", restarts, "A container of a pod in the serving namespace restarted")
-        not_ready = cloudwatch.Alarm(
-            self, "NodeNotReady", metric=nodes_ready, threshold=expected_nodes, evaluation_periods=5,
-            datapoints_to_alarm=3,
-            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"Fewer than {expected_nodes} Ready nodes ({namespace}/{service_name}; "
-                              "docs/observability.md, NodeNotReady)")
-        not_ready.add_alarm_action(actions.SnsAction(self.topic))
-        not_ready.add_ok_action(actions.SnsAction(self.topic))
-        self.alarms["NodeNotReady"] = not_ready
+        alarm("NodeNotReady", nodes_ready, f"Fewer than {expected_nodes} Ready nodes", threshold=expected_nodes,
+              below=True, evaluation_periods=5, datapoints_to_alarm=3)
         verified: cloudwatch.Metric | None = None
         if verification_every_minutes is not None:
             # One run per period; two failed or silent periods out of three (a run failed twice, or
@@ -203,17 +199,10 @@ class InferenceObservability(Construct):
                 namespace=METRIC_NAMESPACE, metric_name=TRANSPORT_VERIFIED, statistic="Minimum",
                 dimensions_map={"Namespace": namespace, "RayService": service_name},
                 period=Duration.minutes(verification_every_minutes))
-            created = cloudwatch.Alarm(
-                self, "TransportNotVerified", metric=verified, threshold=1, evaluation_periods=3,
-                datapoints_to_alarm=2,
-                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
-                alarm_description=("Continuous verification failed, or did not report: the endpoint did not answer "
-                                   "or the KV cache did not cross EFA "
-                                   f"({namespace}/{service_name}; docs/observability.md, TransportNotVerified)"))
-            created.add_alarm_action(actions.SnsAction(self.topic))
-            created.add_ok_action(actions.SnsAction(self.topic))
-            self.alarms["TransportNotVerified"] = created
+            alarm("TransportNotVerified", verified,
+                  "Continuous verification failed, or did not report: the endpoint did not answer or the KV cache "
+                  "did not cross EFA", below=True, evaluation_periods=3, datapoints_to_alarm=2,
+                  missing=cloudwatch.TreatMissingData.BREACHING)
 
         def per_node(metric_name: str, statistic: str = "AVG") -> cloudwatch.MathExpression:
             return cloudwatch.MathExpression(

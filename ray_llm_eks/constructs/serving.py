@@ -61,7 +61,7 @@ from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
 from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
 from ..spec.observability import METRIC_NAMESPACE
-from .identity import pod_identity_role
+from .identity import pod_identity
 from .nag import acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
@@ -219,8 +219,8 @@ class RayLlmServing(Construct):
         self.openai_service_name = openai_service_name(self.spec.service_name)
 
         target = eks_cluster_of(cluster)
-        self.pod_role = pod_identity_role(
-            self, "PodRole", cluster_arn=target.cluster_arn, namespace=self.namespace,
+        self.pod_role, self.pod_identity = pod_identity(
+            self, "PodRole", "PodIdentity", cluster=target, namespace=self.namespace,
             service_account=self.service_account_name,
             description=f"Ray Serve LLM pods ({self.namespace}/{self.service_account_name}) via EKS Pod Identity")
         secret = self.spec.model.hf_token_secret
@@ -238,8 +238,9 @@ class RayLlmServing(Construct):
         self.monitor_identity: eks.CfnPodIdentityAssociation | None = None
         if self.verification.every_minutes is not None:
             account = monitor_name(self.spec.service_name)
-            self.monitor_role = pod_identity_role(
-                self, "MonitorRole", cluster_arn=target.cluster_arn, namespace=self.namespace, service_account=account,
+            self.monitor_role, self.monitor_identity = pod_identity(
+                self, "MonitorRole", "MonitorIdentity", cluster=target, namespace=self.namespace,
+                service_account=account,
                 description=f"Continuous verification ({self.namespace}/{account}): publishes TransportVerified")
             # PutMetricData takes no resource (IAM: "Resource types: none"); the namespace
             # condition keeps the role to this library's metrics.
@@ -247,9 +248,6 @@ class RayLlmServing(Construct):
                 actions=["cloudwatch:PutMetricData"], resources=["*"],
                 conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}))
             acknowledge_monitor_role(self.monitor_role)
-            self.monitor_identity = eks.CfnPodIdentityAssociation(
-                self, "MonitorIdentity", cluster_name=target.cluster_name, namespace=self.namespace,
-                service_account=account, role_arn=self.monitor_role.role_arn)
         self.gcs_cache: GcsRedisCache | None = None
         self.gcs_chart: GcsRedisChart | None = None
         if self.spec.gcs_fault_tolerance.enabled:
@@ -264,14 +262,6 @@ class RayLlmServing(Construct):
             # Before the RayService: the head's password Secret and its egress come from this chart.
             rayservice_at = self.charts.index(self.serving_charts.rayservice)
             self.charts.insert(rayservice_at, self.gcs_chart)
-        self.pod_identity = eks.CfnPodIdentityAssociation(
-            self,
-            "PodIdentity",
-            cluster_name=target.cluster_name,
-            namespace=self.namespace,
-            service_account=self.service_account_name,
-            role_arn=self.pod_role.role_arn,
-        )
 
         if kuberay is not None and kuberay.watch_namespaces is not None and self.namespace not in kuberay.watch_namespaces:
             raise ConstructValidationError(self, [problem(
