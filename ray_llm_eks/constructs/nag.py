@@ -111,8 +111,9 @@ def acknowledge_log_retention(retention: IConstruct) -> None:
                  "it grants only CloudWatch Logs writes.")
     _acknowledge(role.node.find_child("DefaultPolicy"), f"{PACK}-IAM5[Resource::*]",
                  "aws-cdk-lib's LogRetention function calls logs:PutRetentionPolicy and logs:DeleteRetentionPolicy, "
-                 "which it grants on '*': the log group it serves (EKS's control-plane group) is created by EKS, "
-                 "not by this stack, so no ARN exists to scope it to at synth time.")
+                 "which it grants on '*': the log groups it serves (EKS's control-plane group, the CloudWatch "
+                 "add-on's Container Insights groups) are created by EKS and the add-on, not by this stack, so no "
+                 "ARN exists to scope it to at synth time.")
 
 
 def acknowledge_gcs_redis(cache: IConstruct) -> None:

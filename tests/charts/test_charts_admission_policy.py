@@ -10,6 +10,7 @@ import copy
 
 import celpy
 import pytest
+from conftest import render
 from netpol import selects
 
 from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID
@@ -229,16 +230,9 @@ def test_two_deployments_govern_their_own_namespaces_and_agree_elsewhere(scenari
 
 @pytest.mark.parametrize("namespace", ["kube-system", "agents"])
 def test_exempt_namespaces_are_configurable_but_never_the_serving_one(namespace):
-    import cdk8s
-
-    from ray_llm_eks.cdk8s_charts import build_serving_charts
     from ray_llm_eks.config import ConfigError, parse_config
 
-    specs = parse_config({"serving": {"admission_exempt_namespaces": ["kube-system", "agents"]}}).specs()
-    charts = build_serving_charts(cdk8s.App(), specs.serving)
-    objects = cdk8s.Testing.synth(charts.admission_policy)
-    vap = ([o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"][0],
-           [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"])
+    vap = policy(render({"serving": {"admission_exempt_namespaces": ["kube-system", "agents"]}}))
     assert admits(vap, namespace, _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
     assert not admits(vap, "default", _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
     with pytest.raises(ConfigError, match=r"serving\.admission_exempt_namespaces.*the serving namespace itself"):

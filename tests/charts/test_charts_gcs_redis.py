@@ -10,13 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import cdk8s
 import pytest
+from conftest import render
 from netpol import Endpoint, allowed
 
-from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID, build_serving_charts
+from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
 from ray_llm_eks.cdk8s_charts.admission_policy import ADMISSION_POLICY_CHART_ID
 from ray_llm_eks.cdk8s_charts.gcs_redis import SYNC_SCRIPT, GcsRedisChart
 from ray_llm_eks.cdk8s_charts.pod_templates import INSTANCE_LABEL, RAY_ROLE_LABEL
-from ray_llm_eks.config import parse_config
 
 KUBERNETES_VERSION = "1.35.0"
 ENDPOINT = "master.ray-gcs.abc123.usw2.cache.amazonaws.com"
@@ -24,13 +24,11 @@ ENDPOINT = "master.ray-gcs.abc123.usw2.cache.amazonaws.com"
 
 @pytest.fixture(scope="module")
 def rendered():
-    specs = parse_config({"serving": {"gcs_fault_tolerance": {"enabled": True}}}).specs()
-    app = cdk8s.App()
-    charts = build_serving_charts(app, specs.serving)
-    gcs = GcsRedisChart(app, "serving-gcs-redis", spec=specs.serving, endpoint=ENDPOINT, vpc_cidr="10.0.0.0/16",
+    serving = render({"serving": {"gcs_fault_tolerance": {"enabled": True}}})
+    spec = serving.config.specs().serving
+    gcs = GcsRedisChart(cdk8s.App(), "serving-gcs-redis", spec=spec, endpoint=ENDPOINT, vpc_cidr="10.0.0.0/16",
                         secret_id="arn:aws:secretsmanager:us-west-2:111122223333:secret:gcs-AbCdEf", run_id="abc123")
-    objects = {chart.node.id: cdk8s.Testing.synth(chart) for chart in (*charts.charts, gcs)}
-    return specs.serving, objects
+    return spec, {**serving.objects, "serving-gcs-redis": cdk8s.Testing.synth(gcs)}
 
 
 def _one(objects, chart, kind):

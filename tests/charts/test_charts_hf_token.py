@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+from conftest import render
 
 from ray_llm_eks.cdk8s_charts import pod_templates
 from ray_llm_eks.config import ConfigError, parse_config
@@ -21,26 +22,9 @@ def test_without_a_secret_the_workers_are_unchanged(scenario):
         assert "HF_TOKEN_PATH" not in {e["name"] for e in spec["containers"][0]["env"]}
 
 
-class _Rendered:
-    def __init__(self, ray_service: dict) -> None:
-        self.cluster = ray_service["spec"]["rayClusterConfig"]
-        self.head_group = self.cluster["headGroupSpec"]
-
-    def worker_group(self, name: str) -> dict:
-        (group,) = [g for g in self.cluster["workerGroupSpecs"] if g["groupName"] == name]
-        return group
-
-
 @pytest.fixture(scope="module")
 def with_secret():
-    import cdk8s
-
-    from ray_llm_eks.cdk8s_charts import build_serving_charts
-
-    specs = parse_config({"model": {"hf_token_secret": SECRET_ARN}}).specs()
-    charts = build_serving_charts(cdk8s.App(), specs.serving)
-    (ray_service,) = [o for o in cdk8s.Testing.synth(charts.rayservice) if o["kind"] == "RayService"]
-    return _Rendered(ray_service)
+    return render({"model": {"hf_token_secret": SECRET_ARN}})
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])

@@ -8,7 +8,7 @@ from ray_llm_eks.cdk8s_charts import (ADMISSION_POLICY_CHART_ID, NAMESPACE_CHART
                                      RAYSERVICE_CHART_ID)
 from ray_llm_eks.spec import GPU_TAINT_KEY
 
-from conftest import DIGEST, PINNED_REVISION, SCENARIOS
+from conftest import DIGEST, PINNED_REVISION, SCENARIOS, render
 
 ROLES = ("prefill", "decode")
 
@@ -432,14 +432,7 @@ def test_no_worker_can_run_with_expandable_segments(scenario, name, role):
 
 
 def _init_command(overrides: dict) -> list[str]:
-    import cdk8s
-
-    from ray_llm_eks.cdk8s_charts import build_serving_charts
-    from ray_llm_eks.config import parse_config
-
-    charts = build_serving_charts(cdk8s.App(), parse_config(overrides).specs().serving)
-    (service,) = [o for o in cdk8s.Testing.synth(charts.rayservice) if o["kind"] == "RayService"]
-    (init,) = service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["initContainers"]
+    (init,) = render(overrides).worker_group("prefill")["template"]["spec"]["initContainers"]
     return list(init["command"])
 
 
