@@ -18,7 +18,7 @@ from .bench import cost as bench_cost
 from .config import DeploymentConfig, Specs
 from .models import ModelArchitecture
 from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
-from .spec.observability import ALARMS, DASHBOARDS, LOG_METRICS, PUBLISHED_METRICS
+from .spec.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
 from .spec.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, GIB, MemoryBudget
 from .spec.placement import WORKER_ROLES
 from .spec.serving import EndpointType, Topology
@@ -261,9 +261,13 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
         if table.cloudwatch is None:
             raise PriceError("the price table has no CloudWatch prices, which observability needs")
         cw = table.cloudwatch
-        metrics = len(LOG_METRICS) + len(PUBLISHED_METRICS)
-        monthly = DASHBOARDS * cw.dashboard_month + len(ALARMS) * cw.alarm_month + metrics * cw.custom_metric_month
-        lines.append(CostLine(f"CloudWatch: {DASHBOARDS} dashboard, {len(ALARMS)} alarms, {metrics} custom metrics",
+        disaggregated = specs.serving.topology is Topology.disaggregated
+        continuous = specs.verification.every_minutes is not None
+        alarms = alarm_names(disaggregated, continuous)
+        alarm_metrics = sum(ALARM_METRICS.get(name, 1) for name in alarms)  # a math alarm: per metric
+        metrics = len(LOG_METRICS) + (len(published_metrics(disaggregated)) if continuous else 0)
+        monthly = DASHBOARDS * cw.dashboard_month + alarm_metrics * cw.alarm_month + metrics * cw.custom_metric_month
+        lines.append(CostLine(f"CloudWatch: {DASHBOARDS} dashboard, {len(alarms)} alarms, {metrics} custom metrics",
                               1, "set", monthly / hours, cw.basis))
     excluded = [
         "NAT gateway data processing and internet data transfer (per GB, traffic-dependent)",

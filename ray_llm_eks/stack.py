@@ -24,7 +24,9 @@ from .constructs.observability import InferenceObservability
 from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
 from .constructs.validation import ConstructValidationError
+from .spec.observability import EFA_IDLE_REQUESTS_PER_REPLICA
 from .spec.placement import DECODE, PREFILL, WORKER_ROLES
+from .spec.serving import Topology
 from .verification.gate import report_command
 
 # Construct ids of the GPU node groups, by role (public API: logical ids derive from them).
@@ -153,6 +155,11 @@ class RayLlmEksStack(cdk.Stack):
                 service_name=specs.serving.service_name, alarm_email=specs.observability.alarm_email,
                 verification_every_minutes=specs.verification.every_minutes,
                 expected_nodes=specs.system.count + sum(specs.pool(role).desired_size for role in WORKER_ROLES),
+                ttft_p99_slo_ms=specs.observability.ttft_p99_slo_ms,
+                disaggregated=specs.serving.topology is Topology.disaggregated,
+                efa_floor_bytes=specs.serving.kv_transfer_bytes(1),
+                efa_idle_min_requests=EFA_IDLE_REQUESTS_PER_REPLICA * max(
+                    specs.serving.replicas(role) for role in WORKER_ROLES),
                 after=[self.system_nodes.nodegroup])
 
         cluster_name = self.cluster.cluster.cluster_name

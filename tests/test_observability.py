@@ -7,8 +7,8 @@ import json
 import pytest
 
 from ray_llm_eks.spec.observability import (
-    ALARMS,
     LOG_METRICS,
+    alarm_names,
     TRANSFER_FAILURE_LINES,
     TRANSPORT_FALLBACK_LINES,
     log_filter_pattern,
@@ -95,14 +95,38 @@ def _alarms(synthesized) -> dict[str, dict]:
 
 def test_every_alarm_its_metric_threshold_and_action(default):
     alarms = _alarms(default)
-    assert sorted(alarms) == sorted(ALARMS)  # what plan prices
+    assert sorted(alarms) == sorted(alarm_names(disaggregated=True, continuous=True))  # what plan prices
     (topic_id,) = default.resources("AWS::SNS::Topic")
+    dimensions = [{"Name": "Namespace", "Value": "inference"}, {"Name": "RayService", "Value": "ray-llm"}]
+    ttft = alarms.pop("TtftP99AboveSlo")
+    # The window's TTFT p99 against observability.ttft_p99_slo_ms (2000 by default), two periods of three.
+    assert (ttft["Namespace"], ttft["MetricName"], ttft["Statistic"], ttft["Period"]) == (
+        "RayLlmEks", "TtftP99", "Maximum", 900)
+    assert (ttft["Threshold"], ttft["ComparisonOperator"], ttft["TreatMissingData"]) == (
+        2000, "GreaterThanThreshold", "notBreaching")
+    assert (ttft["EvaluationPeriods"], ttft["DatapointsToAlarm"]) == (3, 2) and ttft["Dimensions"] == dimensions
+    assert ttft["AlarmActions"] == [{"Ref": topic_id}]
+    failed = alarms.pop("NixlFailedTransfers")
+    assert (failed["MetricName"], failed["Statistic"], failed["Period"], failed["Dimensions"]) == (
+        "NixlFailedTransfers", "Sum", 900, dimensions)
+    assert (failed["Threshold"], failed["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    idle = alarms.pop("EfaIdleWhileServing")
+    expression, *metrics = idle["Metrics"]
+    # The floor is the KV cache of a one-token request (ServingSpec.kv_transfer_bytes(1)); judged
+    # once a window served 20 requests per replica of the larger leg (1 here).
+    floor = default.stack.serving.spec.kv_transfer_bytes(1)
+    assert expression["Expression"] == f"IF(requests >= 20, IF(efa < {floor}, 1, 0), 0)"
+    assert {m["Id"]: (m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Stat"], m["MetricStat"]["Period"],
+                      m["MetricStat"]["Metric"]["Dimensions"]) for m in metrics} == {
+        "requests": ("Requests", "Sum", 900, dimensions), "efa": ("MinNodeEfaBytes", "Minimum", 900, dimensions)}
+    assert (idle["Threshold"], idle["ComparisonOperator"], idle["AlarmActions"]) == (
+        1, "GreaterThanOrEqualToThreshold", [{"Ref": topic_id}])
     verified = alarms.pop("TransportNotVerified")
     # One run per 15-minute period; two failed or silent periods of three alarm.
     assert (verified["Namespace"], verified["MetricName"], verified["Statistic"], verified["Period"]) == (
         "RayLlmEks", "TransportVerified", "Minimum", 900)
     assert (verified["EvaluationPeriods"], verified["DatapointsToAlarm"]) == (3, 2)
-    assert verified["Dimensions"] == [{"Name": "Namespace", "Value": "inference"}, {"Name": "RayService", "Value": "ray-llm"}]
+    assert verified["Dimensions"] == dimensions
     assert (verified["Threshold"], verified["ComparisonOperator"], verified["TreatMissingData"]) == (
         1, "LessThanThreshold", "breaching")
     assert verified["AlarmActions"] == [{"Ref": topic_id}]
@@ -146,9 +170,22 @@ def test_the_dashboard_shows_gpus_efa_restarts_and_the_transport(default):
     body = joined(props(dashboard)["DashboardBody"])
     for needle in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes",
                    "pod_number_of_container_restarts", "TransportFallbackLines", "TransferFailureLines",
-                   "node_status_condition_ready", "GROUP BY NodeName", "TransportVerified"):
+                   "node_status_condition_ready", "GROUP BY NodeName", "TransportVerified",
+                   # what continuous verification publishes of each window
+                   "Requests", "GeneratedTokensPerSecond", "TtftP50", "TtftP99", "ItlP50", "ItlP99",
+                   "KvTransferBytes", "KvTransferTimeMean", "NixlFailedTransfers", "MinNodeEfaBytes",
+                   '{"value":2000,"label":"TTFT p99 SLO"'):
         assert needle in body, needle
     assert body.count('"type":"alarm"') == 1
+
+
+def test_colocated_has_no_kv_transfer_alarms_or_widgets(synth):
+    colocated = synth({"topology": "colocated"})
+    assert sorted(_alarms(colocated)) == sorted(alarm_names(disaggregated=False, continuous=True))
+    assert not {"NixlFailedTransfers", "EfaIdleWhileServing"} & set(_alarms(colocated))
+    (dashboard,) = colocated.resources("AWS::CloudWatch::Dashboard").values()
+    body = joined(props(dashboard)["DashboardBody"])
+    assert "TtftP99" in body and "KvTransferBytes" not in body and "MinNodeEfaBytes" not in body
 
 
 def test_off_leaves_nothing_behind(synth):
@@ -178,8 +215,10 @@ def test_plan_adds_what_cloudwatch_charges_every_month(tmp_path):
 
     on = json.loads(CliRunner().invoke(app, ["plan", "--json"]).stdout)
     (line,) = [c for c in on["cost_lines"] if c["item"].startswith("CloudWatch:")]
-    assert line["item"] == "CloudWatch: 1 dashboard, 5 alarms, 3 custom metrics"
-    assert line["usd_per_hour"] == pytest.approx((3.00 + 5 * 0.10 + 3 * 0.30) / 730, abs=1e-6)
+    # 8 alarms, one of them metric math on two metrics (charged per metric: 9); 2 log metrics,
+    # TransportVerified and 10 window figures.
+    assert line["item"] == "CloudWatch: 1 dashboard, 8 alarms, 13 custom metrics"
+    assert line["usd_per_hour"] == pytest.approx((3.00 + 9 * 0.10 + 13 * 0.30) / 730, abs=1e-6)
     assert any("Container Insights observations" in e for e in on["cost_excluded"])
     config = tmp_path / "off.yaml"
     config.write_text("observability:\n  enabled: false\n")
@@ -220,8 +259,8 @@ def test_the_published_metric_is_the_one_the_alarm_watches():
     now = datetime.datetime.now(datetime.timezone.utc)
     with mock_aws():
         client = boto3.client("cloudwatch", region_name="us-west-2")
-        publish.transport_verified("inference", "ray-llm", True, client=client)
-        publish.transport_verified("inference", "ray-llm", False, client=client)
+        publish.publish("inference", "ray-llm", True, client=client)
+        publish.publish("inference", "ray-llm", False, client=client)
         metrics = client.list_metrics(Namespace="RayLlmEks")["Metrics"]
         assert {m["MetricName"] for m in metrics} == {"TransportVerified"}
         assert {tuple(sorted((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in metrics} == {

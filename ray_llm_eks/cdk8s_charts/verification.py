@@ -274,12 +274,19 @@ class VerificationChart(cdk8s.Chart):
         no ConfigMap writes (``as_deploy_job`` off); EKS Pod Identity gives it a role that may only
         put metrics into the ``RayLlmEks`` namespace (``RayLlmServing.monitor_role``)."""
         account = monitor_name(spec.service_name)
+        state = monitor_state_name(spec.service_name)
         k8s.KubeServiceAccount(self, "MonitorAccount", metadata=k8s.ObjectMeta(name=account, labels=labels))
+        # Rendered empty, so the Role can name it (``create`` cannot be limited to one name); the
+        # runs write its data, which a later apply leaves alone (the manifest never sets data).
+        self.state_config_map = k8s.KubeConfigMap(self, "MonitorState", metadata=k8s.ObjectMeta(
+            name=state, labels={**labels, COMPONENT_LABEL: MONITOR_COMPONENT}))
         k8s.KubeRole(self, "MonitorRole", metadata=k8s.ObjectMeta(name=account, labels=labels), rules=[
             k8s.PolicyRule(api_groups=[""], resources=["pods", "pods/log"], verbs=["get", "list"]),
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices", "rayclusters"], verbs=["get"]),
             # Whether the deploy's gate Job has finished: until it has, a run does nothing.
             k8s.PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["get"], resource_names=[self.job_name]),
+            # The previous run's reading of the metrics, for the window's serving figures.
+            k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "update"], resource_names=[state]),
             *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
               if spec.ray_auth is RayAuth.token else []),
         ])
@@ -296,7 +303,7 @@ class VerificationChart(cdk8s.Chart):
                                 "deadline_seconds": verification.continuous_deadline_seconds,
                                 # The last period (and a little more) of each worker's log.
                                 "log_window_seconds": verification.every_minutes * 60 + 120,
-                                "wait_for_job": self.job_name}, separators=(",", ":"))
+                                "wait_for_job": self.job_name, "state_config_map": state}, separators=(",", ":"))
         pod_labels = {pod_templates.INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: MONITOR_COMPONENT}
         return k8s.KubeCronJob(self, "Continuous", metadata=k8s.ObjectMeta(name=account, labels=labels),
                                spec=k8s.CronJobSpec(
@@ -336,6 +343,11 @@ class VerificationChart(cdk8s.Chart):
 
 
 MONITOR_COMPONENT = "continuous-verification"
+
+
+def monitor_state_name(service_name: str) -> str:
+    """The ConfigMap holding the previous continuous verification run's reading: ``<svc>-cv-state``."""
+    return f"{monitor_name(service_name)}-state"
 
 
 def monitor_name(service_name: str) -> str:

@@ -35,7 +35,10 @@ from ..spec.observability import (
     ADDON_NAME,
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
+    DEFAULT_TTFT_P99_SLO_MS,
+    EFA_IDLE_REQUESTS_PER_REPLICA,
     METRIC_NAMESPACE,
+    SERVING_METRIC,
     TRANSFER_FAILURE_LINES,
     TRANSPORT_VERIFIED,
     TRANSPORT_FALLBACK_LINES,
@@ -69,6 +72,14 @@ Check that your cluster's Kubernetes version offers it: ``aws eks describe-addon
 --addon-name amazon-cloudwatch-observability --kubernetes-version 1.35``."""
 
 
+def _statistic(figure: str) -> str:
+    """How a period with more than one run (a manual one beside the CronJob's) combines: the worst
+    latency, the least EFA, the mean rate, the sum of counts."""
+    if figure.endswith("_ms"):
+        return "Maximum"
+    return {"min_node_efa_bytes": "Minimum", "generation_tokens_per_second": "Average"}.get(figure, "Sum")
+
+
 class InferenceObservability(Construct):
     """Metrics, log metrics, alarms and a dashboard for one deployment on ``cluster``.
 
@@ -82,6 +93,14 @@ class InferenceObservability(Construct):
         ``TransportVerified`` (``VerificationSpec.every_minutes``); None: no such alarm.
     :param expected_nodes: the nodes that should be Ready (the node groups' desired sizes; the
         reference deployment has 3). Default 3.
+    :param ttft_p99_slo_ms: the TTFT p99 alarm's threshold, in milliseconds. Default 2000.
+    :param disaggregated: whether KV caches cross the network (the NIXL and EFA alarms and
+        widgets). Default True.
+    :param efa_floor_bytes: the EFA bytes each GPU node must move in a window that served
+        ``efa_idle_min_requests`` requests: the KV cache of the smallest request (the stack passes
+        ``ServingSpec.kv_transfer_bytes(1)``). Default 1 MiB.
+    :param efa_idle_min_requests: requests a window must have served before the EFA alarm judges
+        it. Default 20 (the stack passes 20 per model replica of the larger leg).
     :param addon_version: the add-on build. Default ``v6.2.0-eksbuild.1``, the first whose
         configuration takes ``applicationSignals.enabled`` (chart 6.2.0); None: EKS's default.
     :param after: constructs the add-on waits for (the node groups: its pods need a node).
@@ -94,6 +113,8 @@ class InferenceObservability(Construct):
                  service_name: str, alarm_email: str | None = None,
                  log_retention_days: int = infra.DEFAULT_FLOW_LOG_RETENTION_DAYS,
                  verification_every_minutes: int | None = None, expected_nodes: int = 3,
+                 ttft_p99_slo_ms: int = DEFAULT_TTFT_P99_SLO_MS, disaggregated: bool = True,
+                 efa_floor_bytes: int = 1 << 20, efa_idle_min_requests: int = EFA_IDLE_REQUESTS_PER_REPLICA,
                  addon_version: str | None = DEFAULT_ADDON_VERSION,
                  after: Sequence[Construct] = ()) -> None:
         super().__init__(scope, construct_id)
@@ -170,13 +191,14 @@ class InferenceObservability(Construct):
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
         def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, threshold: float = 1,
-                  below: bool = False, evaluation_periods: int = 1, datapoints_to_alarm: int | None = None,
+                  below: bool = False, above: bool = False, evaluation_periods: int = 1, datapoints_to_alarm: int | None = None,
                   missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING) -> None:
-            """One alarm on the topic, ALARM and OK alike; at or above ``threshold``, or below it."""
+            """One alarm on the topic, ALARM and OK alike; at or above ``threshold``, below it, or above it."""
             created = cloudwatch.Alarm(
                 self, name, metric=metric, threshold=threshold, evaluation_periods=evaluation_periods,
                 datapoints_to_alarm=datapoints_to_alarm,
                 comparison_operator=(cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD if below
+                                     else cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD if above
                                      else cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD),
                 treat_missing_data=missing,
                 alarm_description=f"{description} ({namespace}/{service_name}; docs/observability.md, {name})")
@@ -191,18 +213,46 @@ class InferenceObservability(Construct):
         alarm("NodeNotReady", nodes_ready, f"Fewer than {expected_nodes} Ready nodes", threshold=expected_nodes,
               below=True, evaluation_periods=5, datapoints_to_alarm=3)
         verified: cloudwatch.Metric | None = None
+        serving: dict[str, cloudwatch.Metric] = {}
         if verification_every_minutes is not None:
+            every = Duration.minutes(verification_every_minutes)
+
+            def published(name: str, statistic: str) -> cloudwatch.Metric:
+                # Continuous verification's own metrics: one datapoint per run, stable dimensions
+                # (no pod or node in them), so no rollout or node replacement orphans an alarm.
+                return cloudwatch.Metric(namespace=METRIC_NAMESPACE, metric_name=name, statistic=statistic,
+                                         dimensions_map={"Namespace": namespace, "RayService": service_name},
+                                         period=every)
+
             # One run per period; two failed or silent periods out of three (a run failed twice, or
             # the CronJob stopped or cannot publish). One bad run alone is not enough: a deploy's
             # rollout, which continuous verification sits out, can leave one period without a run.
-            verified = cloudwatch.Metric(
-                namespace=METRIC_NAMESPACE, metric_name=TRANSPORT_VERIFIED, statistic="Minimum",
-                dimensions_map={"Namespace": namespace, "RayService": service_name},
-                period=Duration.minutes(verification_every_minutes))
+            verified = published(TRANSPORT_VERIFIED, "Minimum")
             alarm("TransportNotVerified", verified,
                   "Continuous verification failed, or did not report: the endpoint did not answer or the KV cache "
                   "did not cross EFA", below=True, evaluation_periods=3, datapoints_to_alarm=2,
                   missing=cloudwatch.TreatMissingData.BREACHING)
+            serving = {key: published(metric, _statistic(key)) for key, metric in SERVING_METRIC.items()}
+            # Two windows of three above the SLO: one slow window (a burst, a cold replica) is not
+            # an incident. A window with no request publishes no TTFT, which is not breaching.
+            alarm("TtftP99AboveSlo", serving["ttft_p99_ms"],
+                  f"Time to first token p99 above {ttft_p99_slo_ms} ms in the windows between continuous "
+                  "verification runs", threshold=ttft_p99_slo_ms, above=True, evaluation_periods=3,
+                  datapoints_to_alarm=2)
+            if disaggregated:
+                alarm("NixlFailedTransfers", serving["nixl_failed_transfers"],
+                      "vLLM counted failed NIXL KV transfers since the previous continuous verification run")
+                # Metric math on the two series continuous verification publishes: a node that
+                # moved less than one request's KV cache in a window that served enough requests
+                # to reach every replica. The minimum over nodes is computed per run from the
+                # nodes there, so a replaced node needs no change here.
+                idle = cloudwatch.MathExpression(
+                    expression=f"IF(requests >= {efa_idle_min_requests}, IF(efa < {efa_floor_bytes}, 1, 0), 0)",
+                    using_metrics={"requests": serving["requests"], "efa": serving["min_node_efa_bytes"]},
+                    label="GPU node with no EFA traffic while serving", period=every)
+                alarm("EfaIdleWhileServing", idle,
+                      f"A GPU node moved under {efa_floor_bytes} bytes over EFA in a window that served at least "
+                      f"{efa_idle_min_requests} requests: its KV cache may cross another path")
 
         def per_node(metric_name: str, statistic: str = "AVG") -> cloudwatch.MathExpression:
             return cloudwatch.MathExpression(
@@ -226,8 +276,34 @@ class InferenceObservability(Construct):
                                     width=8),
              cloudwatch.GraphWidget(title="Ray pod restarts", left=[restarts], width=8),
              cloudwatch.GraphWidget(title=f"Ready nodes (of {expected_nodes})", left=[nodes_ready], width=8)],
+            *(self._serving_widgets(serving, ttft_p99_slo_ms, disaggregated) if serving else []),
             *([[cloudwatch.GraphWidget(title="TransportVerified (continuous verification: 1 pass, 0 fail)",
                                        left=[verified], width=24, left_y_axis=cloudwatch.YAxisProps(min=0, max=1))]]
               if verified is not None else []),
         ])
         acknowledge_observability(self)
+
+    @staticmethod
+    def _serving_widgets(serving: dict[str, cloudwatch.Metric], ttft_p99_slo_ms: int,
+                         disaggregated: bool) -> list[list[cloudwatch.IWidget]]:
+        """What the deployment served, per window between continuous verification runs."""
+        slo = cloudwatch.HorizontalAnnotation(value=ttft_p99_slo_ms, label="TTFT p99 SLO")
+        rows: list[list[cloudwatch.IWidget]] = [
+            [cloudwatch.GraphWidget(title="Requests served (per window)", left=[serving["requests"]], width=8),
+             cloudwatch.GraphWidget(title="Generated tokens per second", left=[serving["generation_tokens_per_second"]],
+                                    width=8),
+             cloudwatch.GraphWidget(title="Time to first token p50 / p99 (ms)",
+                                    left=[serving["ttft_p50_ms"], serving["ttft_p99_ms"]], left_annotations=[slo],
+                                    width=8)],
+            [cloudwatch.GraphWidget(title="Inter-token latency p50 / p99 (ms)",
+                                    left=[serving["itl_p50_ms"], serving["itl_p99_ms"]], width=8)],
+        ]
+        if disaggregated:
+            rows[1] += [
+                cloudwatch.GraphWidget(title="KV transfer: bytes (NIXL) and mean time (ms)",
+                                       left=[serving["kv_transfer_bytes"]], right=[serving["kv_transfer_mean_ms"]],
+                                       width=8),
+                cloudwatch.GraphWidget(title="Failed NIXL transfers; least EFA bytes of a GPU node",
+                                       left=[serving["nixl_failed_transfers"]], right=[serving["min_node_efa_bytes"]],
+                                       width=8)]
+        return rows

@@ -20,12 +20,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..verification import publish, serving_window
 from .errors import Collector, problem
 
 APPLICATION_LOG_GROUP = "/aws/containerinsights/{cluster}/application"
 """Where the add-on's Fluent Bit sends container logs (chart ``containerLogs.fluentBit``)."""
-METRIC_NAMESPACE = "RayLlmEks"
-"""The namespace of this library's own metrics (log metric filters, the monitor CronJob)."""
+METRIC_NAMESPACE = publish.NAMESPACE
+"""The namespace of this library's own metrics (log metric filters, the monitor CronJob): ``RayLlmEks``."""
 CONTAINER_INSIGHTS_NAMESPACE = "ContainerInsights"
 ADDON_NAME = "amazon-cloudwatch-observability"
 AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
@@ -66,11 +67,44 @@ TRANSFER_FAILURE_LINES = (
 
 LOG_METRICS = ("TransportFallbackLines", "TransferFailureLines")
 """The metric filters' metrics (``RayLlmEks``, dimension ``Namespace``)."""
-TRANSPORT_VERIFIED = "TransportVerified"
+TRANSPORT_VERIFIED = publish.METRIC
 """Published by continuous verification (``RayLlmEks``, dimensions ``Namespace`` and ``RayService``): 1 or 0."""
-PUBLISHED_METRICS = (TRANSPORT_VERIFIED,)
-ALARMS = ("TransportFallback", "TransferFailures", "PodRestarts", "NodeNotReady", "TransportNotVerified")
-"""Every alarm ``InferenceObservability`` makes (docs/observability.md explains each); ``plan`` prices them."""
+SERVING_METRIC = {key: metric for key, (metric, _) in serving_window.PUBLISHED.items()}
+"""What continuous verification publishes of the window since its previous run, by figure
+(``verification/serving_window.py``), with the same dimensions as ``TransportVerified``."""
+KV_TRANSFER_FIGURES = ("kv_transfer_bytes", "kv_transfer_mean_ms", "nixl_failed_transfers", "min_node_efa_bytes")
+"""The window figures only a disaggregated deployment has."""
+
+
+def published_metrics(disaggregated: bool) -> tuple[str, ...]:
+    """Continuous verification's metrics for a topology."""
+    figures = [key for key in SERVING_METRIC if disaggregated or key not in KV_TRANSFER_FIGURES]
+    return (TRANSPORT_VERIFIED, *(SERVING_METRIC[key] for key in figures))
+
+
+ALARMS = ("TransportFallback", "TransferFailures", "PodRestarts", "NodeNotReady")
+"""The alarms ``InferenceObservability`` always makes (docs/observability.md explains each)."""
+CONTINUOUS_ALARMS = ("TransportNotVerified", "TtftP99AboveSlo")
+"""On continuous verification's metrics."""
+KV_TRANSFER_ALARMS = ("NixlFailedTransfers", "EfaIdleWhileServing")
+"""On continuous verification's KV transfer figures: disaggregated only."""
+ALARM_METRICS = {"EfaIdleWhileServing": 2}
+"""Alarms that evaluate more than one metric (CloudWatch charges a math alarm per metric)."""
+
+
+def alarm_names(disaggregated: bool, continuous: bool) -> tuple[str, ...]:
+    """Every alarm made for a deployment; ``plan`` prices them."""
+    return (*ALARMS, *(CONTINUOUS_ALARMS if continuous else ()),
+            *(KV_TRANSFER_ALARMS if continuous and disaggregated else ()))
+
+
+EFA_IDLE_REQUESTS_PER_REPLICA = 20
+"""The EFA alarm judges a window only when it served at least this many requests per model replica
+of the larger leg: Ray Serve's router picks the less busy of two random replicas (power of two
+choices), so each replica then received some with near certainty, and each GPU node must have
+moved some KV cache."""
+
+
 DASHBOARDS = 1
 
 

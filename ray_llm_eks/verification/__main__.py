@@ -94,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
         _keep_report(kube, config, report)
     if args.publish and isinstance(config, GateConfig) and report.verdict != "skipped":
         try:
-            publish.transport_verified(config.namespace, config.ray_service, code == EXIT_PASS)
-            _log(f"published {publish.METRIC}={1 if code == EXIT_PASS else 0} to CloudWatch ({publish.NAMESPACE})")
+            names = publish.publish(config.namespace, config.ray_service, code == EXIT_PASS,
+                                    report.sections.get("window"))
+            _log(f"published {publish.METRIC}={1 if code == EXIT_PASS else 0} and {len(names) - 1} serving "
+                 f"figure(s) to CloudWatch ({publish.NAMESPACE})")
         except Exception as error:  # noqa: BLE001 - a run that cannot report is a failed run
             _log(f"could not publish {publish.METRIC}: {type(error).__name__}: {error}")
             code = EXIT_FAIL if code == EXIT_PASS else code
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                             help="reach pods and Services through the API server proxy (from outside the cluster)")
     run_parser.add_argument("--report-file", help="also write the JSON report here")
     run_parser.add_argument("--publish", action="store_true",
-                            help=f"put {publish.METRIC} (1 pass, 0 fail) to CloudWatch ({publish.NAMESPACE}) with boto3")
+                            help=f"put {publish.METRIC} (1 pass, 0 fail) and the serving figures since the previous run "
+                                 f"to CloudWatch ({publish.NAMESPACE}) with boto3")
     run_parser.set_defaults(handler=run)
     counters = commands.add_parser("efa-counters", help="serve this node's EFA byte counters over HTTP")
     counters.add_argument("--sysfs", default="/sys")

@@ -9,6 +9,12 @@ IN_CLUSTER_PACKAGE = "rayllmeks_gate"
 """The package name the files are mounted as in the pod (``python -m rayllmeks_gate``)."""
 
 
+SHARED = (PACKAGE_DIR.parent / "bench" / "histogram.py",)
+"""Modules of other packages the gate uses (standard library only, no relative imports): the
+histogram quantile the bench's report uses too, so the two compute percentiles alike."""
+
+
 def files() -> dict[str, str]:
-    """Every module of the package, by file name (ConfigMap keys cannot hold '/', and need none)."""
-    return {path.name: path.read_text() for path in sorted(PACKAGE_DIR.glob("*.py"))}
+    """Every module of the package and the shared ones, by file name (ConfigMap keys cannot hold
+    '/', and need none)."""
+    return {path.name: path.read_text() for path in sorted([*PACKAGE_DIR.glob("*.py"), *SHARED])}

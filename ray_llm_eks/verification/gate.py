@@ -34,7 +34,7 @@ import urllib.request
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
-from . import efa, evidence, metrics, probe
+from . import efa, evidence, metrics, probe, serving_window
 from .kube import ApiError, Kube, NoClusterAccess
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
@@ -115,6 +115,10 @@ class GateConfig:
     wait_for_job: str = ""
     """Continuous verification: while this Job (the deploy's gate) has not finished, do nothing,
     publish nothing: the pods may be mid-rollout."""
+    state_config_map: str = ""
+    """Continuous verification: the ConfigMap that keeps the previous run's reading of the workers'
+    metrics and the nodes' EFA counters, so each run reports what was served since
+    (``report["window"]``, :mod:`.serving_window`). Empty: no window."""
     ray_auth: str = "disabled"
     """``token``: the RayService must carry ``authOptions.mode: token`` as stored (a CRD older
     than KubeRay 1.5.1 drops the field silently), and dashboard calls send the cluster's token."""
@@ -286,18 +290,23 @@ class Gate:
         if self.report.reasons:
             return self.report  # a pod or engine mismatch makes every later figure meaningless
         if not self.config.disaggregated:
+            if self.config.state_config_map:
+                self.record_window(workers, self.read_metrics(workers), {})
             self.run_probes()  # colocated: no KV cache crosses the network, so no transport checks
             return self.report
         counter_pods = self.efa_counter_pods()
         efa_before = self.read_efa(counter_pods)
-        nixl_before = self.read_nixl(workers)
+        texts_before = self.read_metrics(workers)
+        if self.config.state_config_map:
+            self.record_window(workers, texts_before, efa_before)
+        nixl_before = {pod: metrics.NixlTotals.of(text) for pod, text in texts_before.items()}
         if not self.run_probes():
             return self.report
         settle = min(self.config.metrics_settle_seconds, max(0.0, self._remaining()))
         if settle:
             self.sleep(settle)  # Ray's metrics agent exports periodically
         efa_after = self.read_efa(counter_pods)
-        nixl_after = self.read_nixl(workers)
+        nixl_after = {pod: metrics.NixlTotals.of(text) for pod, text in self.read_metrics(workers).items()}
         self.check_transport_logs(workers)
         self.check_kv(efa_before, efa_after, nixl_before, nixl_after)
         return self.report
@@ -584,16 +593,47 @@ class Gate:
                 self.report.warnings.append(f"cannot read EFA counters on {node}: {error}")
         return readings
 
-    def read_nixl(self, workers: list[dict[str, Any]]) -> dict[str, metrics.NixlTotals]:
+    def read_metrics(self, workers: list[dict[str, Any]]) -> dict[str, str]:
+        """Each worker's ``/metrics`` body (Ray's metrics agent on the node)."""
         readings = {}
         for pod in workers:
             name = pod["metadata"]["name"]
             try:
-                text = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port, "/metrics")).decode()
-                readings[name] = metrics.NixlTotals.of(text)
+                readings[name] = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port,
+                                                                           "/metrics")).decode()
             except Exception as error:  # noqa: BLE001
                 self.report.warnings.append(f"cannot read metrics of {name}: {error}")
         return readings
+
+    def record_window(self, workers: list[dict[str, Any]], texts: Mapping[str, str],
+                      efa_counters: Mapping[str, efa.Counters]) -> None:
+        """Keep this run's reading and report what was served since the previous run's.
+
+        Read before the probes; a problem here is a warning: the window's figures are for the
+        dashboard and the latency alarms, not part of the verdict."""
+        c = self.config
+        roles = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(GROUP_LABEL, "") for pod in workers}
+        node_roles = {entry["name"]: entry["role"] for entry in self.report.sections.get("nodes", [])}
+        current = serving_window.snapshot({pod: (roles.get(pod, ""), text) for pod, text in texts.items()},
+                                          {node: (node_roles.get(node, ""), counters)
+                                           for node, counters in efa_counters.items() if node in node_roles})
+        try:
+            state = self._kube(self.kube.config_map, c.namespace, c.state_config_map)
+        except Exception as error:  # noqa: BLE001
+            self.report.warnings.append(f"cannot read the state ConfigMap {c.state_config_map}: {error}")
+            return
+        previous_text = (state.get("data") or {}).get(serving_window.STATE_KEY)
+        if previous_text:
+            try:
+                self.report.sections["window"] = serving_window.window(json.loads(previous_text), current,
+                                                                       c.disaggregated)
+            except (ValueError, KeyError, TypeError) as error:
+                self.report.warnings.append(f"ignored an unreadable previous reading: {error}")
+        try:
+            self._kube(self.kube.replace_config_map,
+                       {**state, "data": {**(state.get("data") or {}), serving_window.STATE_KEY: json.dumps(current)}})
+        except Exception as error:  # noqa: BLE001
+            self.report.warnings.append(f"cannot keep this run's reading in {c.state_config_map}: {error}")
 
     def run_probes(self) -> bool:
         """Send the probes, each bounded by the time left; False when the deadline cut them short."""

@@ -168,6 +168,15 @@ class Kube:
                 raise
             self.request("PUT", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body=body, timeout=10)
 
+    def config_map(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+
+    def replace_config_map(self, config_map: Mapping[str, Any]) -> None:
+        """PUT the ConfigMap as read and changed: its ``resourceVersion`` makes a concurrent writer fail."""
+        meta = config_map["metadata"]
+        self.request("PUT", f"/api/v1/namespaces/{meta['namespace']}/configmaps/{meta['name']}",
+                     body=dict(config_map), timeout=10)
+
     def config_maps(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v1/namespaces/{namespace}/configmaps", labelSelector=_selector(selector))["items"])
 

@@ -58,7 +58,8 @@ def test_every_object_passes_kubernetes_validate_strict(default):
     assert sorted(kinds) == sorted(["ConfigMap", "ConfigMap", "Secret", "ServiceAccount", "ServiceAccount", "Role",
                                     "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job",
                                     # continuous verification (observability, on by default)
-                                    "ServiceAccount", "Role", "RoleBinding", "ClusterRoleBinding", "CronJob"])
+                                    "ServiceAccount", "Role", "RoleBinding", "ClusterRoleBinding", "CronJob",
+                                    "ConfigMap"])  # ... and its state
     for obj in default.objects:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
@@ -264,14 +265,22 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     assert json.loads(arguments[arguments.index("--set") + 1]) == {
         "rollout": False, "as_deploy_job": False, "deadline_seconds": 420,
         "log_window_seconds": 720,  # the last period and two minutes of each worker's log
-        "wait_for_job": gate_job["metadata"]["name"]}  # nothing while the deploy's gate runs
+        "wait_for_job": gate_job["metadata"]["name"],  # nothing while the deploy's gate runs
+        "state_config_map": "ray-llm-cv-state"}  # the previous run's reading, for the window's figures
     assert arguments[-1] == "--publish"
     # The settings of this deploy's gate, mounted read-only.
     (settings,) = [v for v in pod["volumes"] if v["name"] == "settings"]
     assert settings["configMap"]["name"] == gate_job["metadata"]["name"]
     # Its account reads what the gate reads and deletes nothing.
     (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "ray-llm-cv"]
-    assert all(set(rule["verbs"]) <= {"get", "list"} for rule in role["rules"])
+    state_rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"],
+                  "resourceNames": ["ray-llm-cv-state"]}
+    assert state_rule in role["rules"]  # its own state, by name; nothing else it may write
+    assert all(set(rule["verbs"]) <= {"get", "list"} for rule in role["rules"] if rule != state_rule)
+    # The state ConfigMap is rendered without data: the runs own its data, and a later apply
+    # (which never sets data) leaves it alone.
+    (state,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "ray-llm-cv-state"]
+    assert "data" not in state
     assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"],
             "resourceNames": [gate_job["metadata"]["name"]]} in role["rules"]
     # A 47-character service still gives a CronJob name within Kubernetes' 52.

@@ -86,6 +86,8 @@ class Scenario:
     image: str | None = None
     """The image the pods run; default: the deployed spec's."""
     efa_allocatable: str = "1"
+    prefill_ttft_seconds: float = 0.05
+    decode_ttft_seconds: float = 0.03
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -158,6 +160,19 @@ class FakeDeployment:
                   Counter("ray_vllm_nixl_num_failed_transfers", "failed", registry=r))
             for pod, r in self.registries.items()
         }
+        # vLLM's serving metrics under Ray's names, with vLLM's own bucket bounds (a subset).
+        self.serving_metrics = {
+            pod: {"ttft": Histogram("ray_vllm_time_to_first_token_seconds", "ttft", ["model_name"], registry=r,
+                                    buckets=(0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5)),
+                  "itl": Histogram("ray_vllm_inter_token_latency_seconds", "itl", ["model_name"], registry=r,
+                                   buckets=(0.01, 0.025, 0.05, 0.075, 0.1)),
+                  "success": Counter("ray_vllm_request_success", "finished", ["model_name", "finished_reason"],
+                                     registry=r),
+                  "tokens": Counter("ray_vllm_generation_tokens", "tokens", ["model_name"], registry=r)}
+            for pod, r in self.registries.items()
+        }
+        self.config_map_store: dict[str, dict[str, Any]] = {}
+        """ConfigMaps the deploy applied (the continuous verification state), by name; GET and PUT."""
         self.servers: list[ThreadingHTTPServer] = []
         self.api_port = self._serve("127.0.0.1", self.route_api)
         self.metrics_port = free_port(PREFILL_IP)
@@ -353,6 +368,18 @@ class FakeDeployment:
                 return handler.reply(409, {"kind": "Status", "reason": "AlreadyExists"})
             self.created_config_maps.append(body)
             return handler.reply(201, body)
+        if path.startswith(f"{ns}/configmaps/") and path.rsplit("/", 1)[1] in self.config_map_store:
+            name = path.rsplit("/", 1)[1]
+            if method == "GET":
+                return handler.reply(200, self.config_map_store[name])
+            if method == "PUT":
+                body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+                stored = self.config_map_store[name]
+                if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                    return handler.reply(409, {"kind": "Status", "reason": "Conflict"})
+                body["metadata"]["resourceVersion"] = str(int(stored["metadata"]["resourceVersion"]) + 1)
+                self.config_map_store[name] = body
+                return handler.reply(200, body)
         if method == "PUT" and path.startswith(f"{ns}/configmaps/"):
             self.created_config_maps.append(json.loads(handler.rfile.read(int(handler.headers["Content-Length"]))))
             return handler.reply(200, self.created_config_maps[-1])
@@ -444,6 +471,17 @@ class FakeDeployment:
                 seconds.observe(0.031)
             if self.scenario.failed_transfers:
                 failed.inc(self.scenario.failed_transfers)
+            model = self.settings["model"]
+            # Prefill runs each request to one token, decode streams the rest (4 tokens here).
+            self.serving_metrics["prefill"]["ttft"].labels(model).observe(self.scenario.prefill_ttft_seconds)
+            self.serving_metrics["prefill"]["success"].labels(model, "length").inc()
+            self.serving_metrics["prefill"]["tokens"].labels(model).inc()
+            decode = self.serving_metrics["decode"]
+            decode["ttft"].labels(model).observe(self.scenario.decode_ttft_seconds)
+            for _ in range(3):
+                decode["itl"].labels(model).observe(0.02)
+            decode["success"].labels(model, "stop").inc()
+            decode["tokens"].labels(model).inc(4)
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
         handler.end_headers()

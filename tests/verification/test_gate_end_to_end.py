@@ -407,3 +407,94 @@ def test_continuous_verification_reads_only_its_window_and_only_disqualifying_li
     fake.scenario = Scenario(worker_log=quiet)
     report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
     assert report["verdict"] == "fail" and any("no NIXL backend evidence" in r for r in report["reasons"])
+
+
+def _published_figures(fake: FakeDeployment, monkeypatch, runs: int, between) -> tuple[list[dict], dict[str, list[float]]]:
+    """``runs`` continuous verification runs (as the CronJob runs them, with its state ConfigMap),
+    ``between()`` after each but the last; every metric they published, from moto's CloudWatch."""
+    import datetime
+
+    import boto3
+    from moto import mock_aws
+
+    from ray_llm_eks.verification.__main__ import main
+
+    state = "ray-llm-cv-state"
+    fake.config_map_store[state] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": state, "namespace": fake.namespace, "resourceVersion": "1", "labels": {"from": "the chart"}}}
+    config = fake.tmp / "gate.json"
+    config.write_text(json.dumps(fake.gate_settings()))
+    for name, value in {"AWS_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    overrides = {"rollout": False, "as_deploy_job": False, "deadline_seconds": 60, "log_window_seconds": 900,
+                 "state_config_map": state}
+    reports, now = [], datetime.datetime.now(datetime.timezone.utc)
+    with mock_aws():
+        for run in range(runs):
+            report_file = fake.tmp / f"report-{run}.json"
+            assert main(["run", "--config", str(config), "--kube-api", fake.api_url, "--kube-token-file",
+                         str(fake.token_file), "--set", json.dumps(overrides), "--publish",
+                         "--report-file", str(report_file)]) == 0
+            reports.append(json.loads(report_file.read_text()))
+            if run < runs - 1:
+                between()
+        client = boto3.client("cloudwatch", region_name="us-west-2")
+        values = {}
+        for metric in client.list_metrics(Namespace="RayLlmEks")["Metrics"]:
+            data = client.get_metric_data(
+                MetricDataQueries=[{"Id": "v", "MetricStat": {"Metric": metric, "Period": 60, "Stat": "Maximum"}}],
+                StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=5))
+            values[metric["MetricName"]] = data["MetricDataResults"][0]["Values"]
+    assert fake.config_map_store[state]["metadata"]["labels"] == {"from": "the chart"}  # only data was written
+    return reports, values
+
+
+def _chat(fake: FakeDeployment, words: int = 200) -> None:
+    import urllib.request
+
+    body = json.dumps({"model": fake.settings["model"], "stream": True,
+                       "messages": [{"role": "user", "content": "word " * words}]}).encode()
+    request = urllib.request.Request(f"{fake.api_url}/openai/v1/chat/completions", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+
+
+def test_continuous_verification_publishes_what_was_served_between_runs(fake: FakeDeployment, monkeypatch):
+    """The first run only keeps its reading; the second publishes the window: the first run's 3
+    probes and 5 client requests, TTFT as prefill's plus decode's, the KV bytes, each node's EFA."""
+    reports, values = _published_figures(fake, monkeypatch, runs=2,
+                                         between=lambda: [_chat(fake) for _ in range(5)])
+    assert "window" not in reports[0]  # nothing to subtract yet
+    window = reports[1]["window"]
+    assert window["requests"] == 3 + 5
+    # prefill 0.05 s in (0.04, 0.06] and decode 0.03 s in (0.02, 0.04], interpolated as PromQL does.
+    assert window["ttft_p50_ms"] == pytest.approx(50.0 + 30.0)
+    assert window["ttft_p99_ms"] == pytest.approx(59.8 + 39.8)
+    assert window["itl_p50_ms"] == pytest.approx(17.5)  # 24 gaps of 20 ms, all in (0.01, 0.025]
+    assert window["nixl_failed_transfers"] == 0
+    assert window["kv_transfer_mean_ms"] == pytest.approx(31.0)
+    # Every KV byte predicted crossed EFA, per node: the least a node moved is one node's share.
+    assert set(window["efa_bytes_by_node"]) == {"ip-10-0-1-11.prefill", "ip-10-0-1-12.decode"}
+    assert window["min_node_efa_bytes"] == min(window["efa_bytes_by_node"].values()) > 0
+    assert window["kv_transfer_bytes"] == window["efa_bytes_by_node"]["ip-10-0-1-12.decode"]
+    assert values["TransportVerified"] == [1.0]
+    assert values["Requests"] == [8.0]
+    assert values["TtftP99"] == [pytest.approx(99.6)]
+    assert values["NixlFailedTransfers"] == [0.0]
+    assert values["MinNodeEfaBytes"] == [window["min_node_efa_bytes"]]
+    assert set(values) == {"TransportVerified", "Requests", "GeneratedTokensPerSecond", "TtftP50", "TtftP99",
+                           "ItlP50", "ItlP99", "KvTransferBytes", "KvTransferTimeMean", "NixlFailedTransfers",
+                           "MinNodeEfaBytes"}
+
+
+def test_failed_transfers_between_runs_reach_the_alarms_metric(fake: FakeDeployment, monkeypatch):
+    def failing_traffic() -> None:
+        fake.scenario.failed_transfers = 2
+        _chat(fake)
+        fake.scenario.failed_transfers = 0
+
+    reports, values = _published_figures(fake, monkeypatch, runs=2, between=failing_traffic)
+    assert reports[1]["window"]["nixl_failed_transfers"] == 2
+    assert values["NixlFailedTransfers"] == [2.0]

@@ -1,0 +1,160 @@
+"""The window between two continuous verification runs: counters and histogram buckets subtracted,
+quantiles of the window alone, restarts and new pods counted from zero, the EFA minimum per node.
+
+The metrics text is produced by ``prometheus_client`` under the names Ray gives vLLM's metrics.
+"""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from ray_llm_eks.verification import serving_window
+from ray_llm_eks.verification.serving_window import published, snapshot, window
+
+TTFT_BUCKETS = (0.02, 0.04, 0.06, 0.1, 0.5, 1.0, 5.0)
+
+
+class Worker:
+    """One worker's metrics endpoint."""
+
+    def __init__(self, *, both_itl_names: bool = False) -> None:
+        self.registry = CollectorRegistry()
+        self.ttft = Histogram("ray_vllm_time_to_first_token_seconds", "", ["model_name"], registry=self.registry,
+                              buckets=TTFT_BUCKETS)
+        self.itl = Histogram("ray_vllm_inter_token_latency_seconds", "", ["model_name"], registry=self.registry,
+                             buckets=(0.01, 0.02, 0.05))
+        # vLLM still emits the superseded name beside its replacement, with the same buckets.
+        self.old_itl = Histogram("ray_vllm_time_per_output_token_seconds", "", ["model_name"], registry=self.registry,
+                                 buckets=(0.01, 0.02, 0.05)) if both_itl_names else None
+        self.success = Counter("ray_vllm_request_success", "", ["model_name", "finished_reason"],
+                               registry=self.registry)
+        self.tokens = Counter("ray_vllm_generation_tokens", "", ["model_name"], registry=self.registry)
+        self.nixl_bytes = Histogram("ray_vllm_nixl_bytes_transferred", "", registry=self.registry, buckets=(1e6, 1e9))
+        self.nixl_time = Histogram("ray_vllm_nixl_xfer_time_seconds", "", registry=self.registry, buckets=(0.01, 1))
+        self.failed = Counter("ray_vllm_nixl_num_failed_transfers", "", registry=self.registry)
+
+    def serve(self, ttft: float, tokens: int = 4, itl: float = 0.015, kv_bytes: float = 0.0,
+              reason: str = "stop") -> None:
+        self.ttft.labels("m").observe(ttft)
+        for _ in range(tokens - 1):
+            self.itl.labels("m").observe(itl)
+            if self.old_itl:
+                self.old_itl.labels("m").observe(itl)
+        self.success.labels("m", reason).inc()
+        self.tokens.labels("m").inc(tokens)
+        if kv_bytes:
+            self.nixl_bytes.observe(kv_bytes)
+            self.nixl_time.observe(0.02)
+
+    @property
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+def _efa(sent: int, received: int) -> dict:
+    return {"rdmap0s6": {"tx_bytes": sent, "rx_bytes": received}}
+
+
+def test_a_windows_quantiles_are_the_windows_alone():
+    """Slow requests before the previous run do not leak into this window's p99."""
+    worker = Worker()
+    for _ in range(50):
+        worker.serve(ttft=3.0)  # before the previous run
+    before = snapshot({"w1": ("decode", worker.text)}, {}, at=1000.0)
+    for _ in range(10):
+        worker.serve(ttft=0.03)
+    after = snapshot({"w1": ("decode", worker.text)}, {}, at=1900.0)
+    figures = window(before, after, disaggregated=False)
+    assert figures["seconds"] == 900.0 and figures["requests"] == 10
+    # 10 observations in (0.02, 0.04]: PromQL's interpolation puts p50 at 0.03 and p99 at 0.0398.
+    assert figures["ttft_p50_ms"] == pytest.approx(30.0)
+    assert figures["ttft_p99_ms"] == pytest.approx(39.8)
+    assert figures["generation_tokens_per_second"] == pytest.approx(40 / 900, abs=1e-3)
+    assert figures["itl_p50_ms"] == pytest.approx(15.0)  # 30 gaps in (0.01, 0.02]
+
+
+def test_disaggregated_requests_are_decodes_and_ttft_adds_both_legs():
+    prefill, decode = Worker(), Worker()
+    before = snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=0.0)
+    for _ in range(8):
+        prefill.serve(ttft=0.05, tokens=1, reason="length")  # prefill runs each request to one token
+        decode.serve(ttft=0.03, kv_bytes=2e6)
+    after = snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=60.0)
+    figures = window(before, after, disaggregated=True)
+    assert figures["requests"] == 8  # not 16: a request passes both legs
+    # prefill p50 0.05 (in (0.04, 0.06]) + decode p50 0.03 (in (0.02, 0.04]).
+    assert figures["ttft_p50_ms"] == pytest.approx(50.0 + 30.0)
+    assert figures["ttft_p99_ms"] == pytest.approx(59.8 + 39.8)
+    assert figures["kv_transfer_bytes"] == pytest.approx(16e6)
+    assert figures["kv_transfer_mean_ms"] == pytest.approx(20.0)
+    assert figures["nixl_failed_transfers"] == 0
+
+
+def test_a_restarted_engine_and_a_new_pod_count_from_zero():
+    old = Worker()
+    for _ in range(100):
+        old.serve(ttft=0.03)
+    before = snapshot({"w1": ("decode", old.text)}, {}, at=0.0)
+    restarted, added = Worker(), Worker()  # w1's engine restarted; w2 appeared in the window
+    for _ in range(3):
+        restarted.serve(ttft=0.03)
+    for _ in range(2):
+        added.serve(ttft=0.03)
+    after = snapshot({"w1": ("decode", restarted.text), "w2": ("decode", added.text)}, {}, at=60.0)
+    figures = window(before, after, disaggregated=False)
+    assert figures["requests"] == 5 and figures["workers"] == 2
+    assert figures["ttft_p99_ms"] == pytest.approx(39.8)
+
+
+def test_the_superseded_itl_name_is_not_counted_twice():
+    worker = Worker(both_itl_names=True)
+    before = snapshot({"w": ("decode", worker.text)}, {}, at=0.0)
+    worker.serve(ttft=0.03, tokens=5, itl=0.015)
+    reading = serving_window.read_worker(worker.text)
+    assert reading["buckets"]["itl"]["+Inf"] == 4
+    figures = window(before, snapshot({"w": ("decode", worker.text)}, {}, at=1.0), disaggregated=False)
+    assert figures["itl_p50_ms"] == pytest.approx(15.0)
+
+
+def test_a_window_without_requests_has_no_latency():
+    worker = Worker()
+    worker.serve(ttft=0.03)
+    same = snapshot({"w": ("decode", worker.text)}, {}, at=0.0)
+    figures = window(same, {**same, "at": 60.0}, disaggregated=False)
+    assert figures["requests"] == 0 and figures["ttft_p99_ms"] is None and figures["itl_p50_ms"] is None
+    names = [name for name, _, _ in published(figures)]
+    assert "Requests" in names and "TtftP99" not in names  # nothing invented for an idle window
+
+
+def test_each_gpu_nodes_efa_bytes_and_their_minimum():
+    """A healthy pair cannot hide a broken one: the least a node moved is its own figure."""
+    worker = Worker()
+    nodes_before = {"p1": ("prefill", _efa(1000, 0)), "p2": ("prefill", _efa(1000, 0)),
+                    "d1": ("decode", _efa(0, 1000))}
+    nodes_after = {"p1": ("prefill", _efa(9_000_000, 50)), "p2": ("prefill", _efa(1200, 0)),
+                   "d1": ("decode", _efa(0, 9_001_000)), "d2": ("decode", _efa(0, 5_000_000))}
+    before = snapshot({"w": ("decode", worker.text)}, nodes_before, at=0.0)
+    after = snapshot({"w": ("decode", worker.text)}, nodes_after, at=60.0)
+    figures = window(before, after, disaggregated=True)
+    # Prefill nodes are judged by what they sent, decode nodes by what they received; d2 was read
+    # once (it joined in the window) and waits for the next one.
+    assert figures["efa_bytes_by_node"] == {"p1": 8_999_000, "p2": 200, "d1": 9_000_000}
+    assert figures["min_node_efa_bytes"] == 200
+
+
+def test_colocated_reports_no_kv_figures():
+    worker = Worker()
+    before = snapshot({"w": ("colocated", worker.text)}, {}, at=0.0)
+    worker.serve(ttft=0.03)
+    figures = window(before, snapshot({"w": ("colocated", worker.text)}, {}, at=1.0), disaggregated=False)
+    assert not {"kv_transfer_bytes", "min_node_efa_bytes", "nixl_failed_transfers"} & set(figures)
+
+
+def test_every_published_metric_has_a_unit_cloudwatch_accepts():
+    # PutMetricData's StandardUnit values (botocore's CloudWatch service model).
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("cloudwatch")
+    units = set(model.shape_for("StandardUnit").enum)
+    assert {unit for _, unit in serving_window.PUBLISHED.values()} <= units
