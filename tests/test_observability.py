@@ -106,6 +106,10 @@ def test_every_alarm_its_metric_threshold_and_action(default):
         2000, "GreaterThanThreshold", "notBreaching")
     assert (ttft["EvaluationPeriods"], ttft["DatapointsToAlarm"]) == (3, 2) and ttft["Dimensions"] == dimensions
     assert ttft["AlarmActions"] == [{"Ref": topic_id}]
+    replaced = alarms.pop("RayPodsReplaced")
+    assert (replaced["MetricName"], replaced["Statistic"], replaced["Period"], replaced["Dimensions"]) == (
+        "WorkerPodsReplaced", "Sum", 900, dimensions)
+    assert (replaced["Threshold"], replaced["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     failed = alarms.pop("NixlFailedTransfers")
     assert (failed["MetricName"], failed["Statistic"], failed["Period"], failed["Dimensions"]) == (
         "NixlFailedTransfers", "Sum", 900, dimensions)
@@ -172,7 +176,7 @@ def test_the_dashboard_shows_gpus_efa_restarts_and_the_transport(default):
                    "pod_number_of_container_restarts", "TransportFallbackLines", "TransferFailureLines",
                    "node_status_condition_ready", "GROUP BY NodeName", "TransportVerified",
                    # what continuous verification publishes of each window
-                   "Requests", "GeneratedTokensPerSecond", "TtftP50", "TtftP99", "ItlP50", "ItlP99",
+                   "WorkerPodsReplaced", "Requests", "GeneratedTokensPerSecond", "TtftP50", "TtftP99", "ItlP50", "ItlP99",
                    "KvTransferBytes", "KvTransferTimeMean", "NixlFailedTransfers", "MinNodeEfaBytes",
                    '{"value":2000,"label":"TTFT p99 SLO"'):
         assert needle in body, needle
@@ -215,10 +219,10 @@ def test_plan_adds_what_cloudwatch_charges_every_month(tmp_path):
 
     on = json.loads(CliRunner().invoke(app, ["plan", "--json"]).stdout)
     (line,) = [c for c in on["cost_lines"] if c["item"].startswith("CloudWatch:")]
-    # 8 alarms, one of them metric math on two metrics (charged per metric: 9); 2 log metrics,
-    # TransportVerified and 10 window figures.
-    assert line["item"] == "CloudWatch: 1 dashboard, 8 alarms, 13 custom metrics"
-    assert line["usd_per_hour"] == pytest.approx((3.00 + 9 * 0.10 + 13 * 0.30) / 730, abs=1e-6)
+    # 9 alarms, one of them metric math on two metrics (charged per metric: 10); 2 log metrics,
+    # TransportVerified and 11 window figures.
+    assert line["item"] == "CloudWatch: 1 dashboard, 9 alarms, 14 custom metrics"
+    assert line["usd_per_hour"] == pytest.approx((3.00 + 10 * 0.10 + 14 * 0.30) / 730, abs=1e-6)
     assert any("Container Insights observations" in e for e in on["cost_excluded"])
     config = tmp_path / "off.yaml"
     config.write_text("observability:\n  enabled: false\n")

@@ -239,6 +239,10 @@ class InferenceObservability(Construct):
                   f"Time to first token p99 above {ttft_p99_slo_ms} ms in the windows between continuous "
                   "verification runs", threshold=ttft_p99_slo_ms, above=True, evaluation_periods=3,
                   datapoints_to_alarm=2)
+            # Restarts keep a pod's name (PodRestarts); a rescheduled pod comes back under another.
+            alarm("RayPodsReplaced", serving["worker_pods_replaced"],
+                  "A Ray worker pod was replaced by another in the same RayCluster (its node drained, lost or "
+                  "replaced): that replica reloaded the model")
             if disaggregated:
                 alarm("NixlFailedTransfers", serving["nixl_failed_transfers"],
                       "vLLM counted failed NIXL KV transfers since the previous continuous verification run")
@@ -297,6 +301,8 @@ class InferenceObservability(Construct):
                                     width=8)],
             [cloudwatch.GraphWidget(title="Inter-token latency p50 / p99 (ms)",
                                     left=[serving["itl_p50_ms"], serving["itl_p99_ms"]], width=8)],
+            [cloudwatch.GraphWidget(title="Ray worker pods replaced (per window)",
+                                    left=[serving["worker_pods_replaced"]], width=8)],
         ]
         if disaggregated:
             rows[1] += [

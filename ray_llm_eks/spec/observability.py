@@ -84,7 +84,7 @@ def published_metrics(disaggregated: bool) -> tuple[str, ...]:
 
 ALARMS = ("TransportFallback", "TransferFailures", "PodRestarts", "NodeNotReady")
 """The alarms ``InferenceObservability`` always makes (docs/observability.md explains each)."""
-CONTINUOUS_ALARMS = ("TransportNotVerified", "TtftP99AboveSlo")
+CONTINUOUS_ALARMS = ("TransportNotVerified", "TtftP99AboveSlo", "RayPodsReplaced")
 """On continuous verification's metrics."""
 KV_TRANSFER_ALARMS = ("NixlFailedTransfers", "EfaIdleWhileServing")
 """On continuous verification's KV transfer figures: disaggregated only."""

@@ -616,7 +616,8 @@ class Gate:
         node_roles = {entry["name"]: entry["role"] for entry in self.report.sections.get("nodes", [])}
         current = serving_window.snapshot({pod: (roles.get(pod, ""), text) for pod, text in texts.items()},
                                           {node: (node_roles.get(node, ""), counters)
-                                           for node, counters in efa_counters.items() if node in node_roles})
+                                           for node, counters in efa_counters.items() if node in node_roles},
+                                          cluster=self.active_cluster)
         try:
             state = self._kube(self.kube.config_map, c.namespace, c.state_config_map)
         except Exception as error:  # noqa: BLE001

@@ -81,10 +81,12 @@ def read_worker(text: str) -> Reading:
 
 
 def snapshot(workers: Mapping[str, tuple[str, str]], nodes: Mapping[str, tuple[str, efa.Counters]],
-             at: float | None = None) -> dict[str, Any]:
-    """A run's reading: ``workers`` pod -> (role, /metrics text), ``nodes`` node -> (role, EFA counters)."""
+             at: float | None = None, cluster: str = "") -> dict[str, Any]:
+    """A run's reading: ``workers`` pod -> (role, /metrics text), ``nodes`` node -> (role, EFA
+    counters), of the RayService's active RayCluster ``cluster``."""
     return {
         "at": time.time() if at is None else at,
+        "cluster": cluster,
         "workers": {pod: {"role": role, **read_worker(text)} for pod, (role, text) in sorted(workers.items())},
         "nodes": {node: {"role": role, "counters": counters} for node, (role, counters) in sorted(nodes.items())},
     }
@@ -140,6 +142,7 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
     figures: dict[str, Any] = {
         "seconds": round(seconds, 3),
         "workers": len(deltas),
+        "worker_pods_replaced": _replaced(previous, current),
         "requests": _sum(served, "requests"),
         "generation_tokens_per_second": None,
         "itl_p50_ms": _quantile_ms(served, "itl", 0.5),
@@ -165,6 +168,17 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
     return figures
 
 
+def _replaced(previous: Mapping[str, Any], current: Mapping[str, Any]) -> int | None:
+    """Worker pods that went away and came back under another name in the same RayCluster: a pod
+    rescheduled (its node drained, lost or replaced). A container restart keeps the pod's name
+    (``PodRestarts`` counts those); scaling only adds or only removes pods; a new RayCluster is a
+    rollout, not a rescheduling (None)."""
+    if previous.get("cluster") != current.get("cluster"):
+        return None
+    before, after = set(previous.get("workers", {})), set(current["workers"])
+    return min(len(after - before), len(before - after))
+
+
 def _efa(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
     """Each GPU node's EFA bytes in the window: what a prefill node sent, what a decode node received."""
     by_node = {}
@@ -177,6 +191,7 @@ def _efa(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
 
 
 PUBLISHED = {
+    "worker_pods_replaced": ("WorkerPodsReplaced", "Count"),
     "requests": ("Requests", "Count"),
     "generation_tokens_per_second": ("GeneratedTokensPerSecond", "Count/Second"),
     "ttft_p50_ms": ("TtftP50", "Milliseconds"),

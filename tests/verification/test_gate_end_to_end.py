@@ -484,7 +484,8 @@ def test_continuous_verification_publishes_what_was_served_between_runs(fake: Fa
     assert values["TtftP99"] == [pytest.approx(99.6)]
     assert values["NixlFailedTransfers"] == [0.0]
     assert values["MinNodeEfaBytes"] == [window["min_node_efa_bytes"]]
-    assert set(values) == {"TransportVerified", "Requests", "GeneratedTokensPerSecond", "TtftP50", "TtftP99",
+    assert values["WorkerPodsReplaced"] == [0.0]
+    assert set(values) == {"TransportVerified", "WorkerPodsReplaced", "Requests", "GeneratedTokensPerSecond", "TtftP50", "TtftP99",
                            "ItlP50", "ItlP99", "KvTransferBytes", "KvTransferTimeMean", "NixlFailedTransfers",
                            "MinNodeEfaBytes"}
 

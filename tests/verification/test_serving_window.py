@@ -158,3 +158,15 @@ def test_every_published_metric_has_a_unit_cloudwatch_accepts():
     model = botocore.session.get_session().get_service_model("cloudwatch")
     units = set(model.shape_for("StandardUnit").enum)
     assert {unit for _, unit in serving_window.PUBLISHED.values()} <= units
+
+
+def test_a_rescheduled_pod_is_counted_a_scale_up_or_a_rollout_is_not():
+    text = Worker().text
+    base = snapshot({"c-decode-a": ("decode", text), "c-decode-b": ("decode", text)}, {}, at=0.0, cluster="c")
+    moved = snapshot({"c-decode-a": ("decode", text), "c-decode-z": ("decode", text)}, {}, at=60.0, cluster="c")
+    grown = snapshot({"c-decode-a": ("decode", text), "c-decode-b": ("decode", text), "c-decode-c": ("decode", text)},
+                     {}, at=60.0, cluster="c")
+    rolled = snapshot({"d-decode-x": ("decode", text), "d-decode-y": ("decode", text)}, {}, at=60.0, cluster="d")
+    assert window(base, moved, disaggregated=False)["worker_pods_replaced"] == 1
+    assert window(base, grown, disaggregated=False)["worker_pods_replaced"] == 0
+    assert window(base, rolled, disaggregated=False)["worker_pods_replaced"] is None
