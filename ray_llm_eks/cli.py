@@ -34,7 +34,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from .config import ConfigError, DeploymentConfig, load_config
-from .planning import GIB, Plan, PlanError, make_plan
+from .planning import GIB, CapacityPlan, Plan, PlanError, Workload, make_plan
 from .preflight import CHECK_TITLES, AwsUnreachable, NoCredentials, PreflightReport, run_preflight
 from .pricing import PriceBasis, PriceError
 
@@ -98,11 +98,21 @@ def plan(
         typer.Option("--tokens-per-second", min=0.0, clamp=False,
                      help="Measured output tokens per second of the whole deployment, to price 1M output tokens."),
     ] = None,
+    isl: Annotated[int | None, typer.Option("--isl", help="Mean prompt (input) tokens of the workload to size for.")] = None,
+    osl: Annotated[int | None, typer.Option("--osl", help="Mean answer (output) tokens of the workload.")] = None,
+    rate: Annotated[float | None, typer.Option("--rate", help="Requests per second of the workload.")] = None,
 ) -> None:
-    """Memory, KV-transfer, cold-start and cost figures for a deployment. No AWS calls."""
+    """Memory, KV-transfer, cold-start and cost figures for a deployment; with --isl, --osl and
+    --rate, the prefill and decode capacity the workload needs and the prefill:decode node ratio
+    (docs/scaling.md). No AWS calls."""
     deployment = _load(config, as_json)
+    given = {"--isl": isl, "--osl": osl, "--rate": rate}
+    if any(v is not None for v in given.values()) and any(v is None for v in given.values()):
+        missing = ", ".join(k for k, v in given.items() if v is None)
+        _fail(ExitCode.CONFIG_ERROR, f"a workload needs --isl, --osl and --rate together; missing {missing}", as_json)
     try:
-        result = make_plan(deployment, tokens_per_second=tokens_per_second)
+        workload = Workload(isl, osl, rate) if isl is not None else None  # type: ignore[arg-type]
+        result = make_plan(deployment, tokens_per_second=tokens_per_second, workload=workload)
     except (PlanError, PriceError) as error:
         _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
     if as_json:
@@ -181,6 +191,13 @@ def _print_plan(result: Plan) -> None:
     console.print(table)
     console.print(f"[bold]${cost.hourly_usd:.2f} per hour, ${cost.monthly_usd:,.2f} per month[/] "
                   f"(monthly = hourly x {cost.hours_per_month} h)")
+    low, high = result.cost_range["min"], result.cost_range["max"]
+    if (low, high) != (cost.hourly_usd, cost.hourly_usd):
+        console.print(f"[bold]Autoscaled range[/]: ${low:.2f} per hour with every GPU node group at its min_size, "
+                      f"${high:.2f} at its max_size (${low * cost.hours_per_month:,.2f} to "
+                      f"${high * cost.hours_per_month:,.2f} per month)")
+    if result.capacity is not None:
+        _print_capacity(console, result.capacity)
     if result.tokens_per_second:
         console.print(f"[bold]${cost.usd_per_million_output_tokens(result.tokens_per_second):.2f} per 1M output "
                       f"tokens[/] at {result.tokens_per_second:g} tokens/s, running 24/7")
@@ -190,6 +207,26 @@ def _print_plan(result: Plan) -> None:
         console.print(f"[yellow]warning:[/] some prices for {cost.region} are estimates, not confirmed against the "
                       f"AWS price list: {cost.estimate_note or ''}".rstrip())
     console.print("[dim]Assumptions: " + "; ".join(result.assumptions) + "[/]")
+
+
+def _print_capacity(console: Any, capacity: CapacityPlan) -> None:
+    w = capacity.workload
+    table = Table(title=f"Capacity for {w.rate:g} requests/s of {w.isl} prompt + {w.osl} answer tokens",
+                  title_justify="left")
+    for column in ("leg", "per replica", "replicas needed", "nodes needed", "recommended nodes", "configured (min/desired/max)"):
+        table.add_column(column, justify="left" if column in ("leg", "per replica") else "right")
+    p, d = capacity.prefill, capacity.decode
+    table.add_row(f"prefill ({p.gpu_model})", f"{p.per_replica['seconds_per_request'] * 1000:.0f} ms per prompt",
+                  f"{p.replicas_needed:.2f}", f"{p.nodes_needed:.2f}", str(p.nodes_recommended),
+                  "/".join(map(str, p.nodes_configured)))
+    table.add_row(f"decode ({d.gpu_model})", f"{d.per_replica['tokens_per_second']:.0f} tokens/s at batch "
+                  f"{d.per_replica['batch']:.0f} ({d.per_replica['step_ms']:.0f} ms a step)",
+                  f"{d.replicas_needed:.2f}", f"{d.nodes_needed:.2f}", str(d.nodes_recommended),
+                  "/".join(map(str, d.nodes_configured)))
+    console.print(table)
+    console.print(f"[bold]recommended_prefill_decode_ratio {capacity.recommended_prefill_decode_ratio:g}[/] "
+                  f"(prefill nodes per decode node); a new node serves in about {capacity.node_start_seconds:.0f} s")
+    console.print("[dim]Throughput model: " + "; ".join(capacity.assumptions) + "[/]")
 
 
 # --- preflight --------------------------------------------------------------------------------

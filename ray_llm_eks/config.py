@@ -113,11 +113,11 @@ class GpuNodeGroupConfig(_Shape):
     instance_type: str = DEFAULT_GPU_INSTANCE_TYPE
     """GPU instance type with EFA (one L4 24 GB, 32 vCPU, 25 Gbps on g6.8xlarge); refused if the library does not know it has a GPU and EFA."""
     min_size: int = WorkerPool.min_size
-    """Minimum nodes of this role, 0-100."""
+    """Minimum nodes of this role, 0-100; below max_size the leg autoscales between them (docs/scaling.md); 0 only where a new node serves before Ray Serve LLM's 600 s timeout."""
     desired_size: int = WorkerPool.desired_size
     """Nodes at deploy time (at least 1: each holds one Ray worker pod); the model replicas of the role are desired_size x GPUs per node / tensor_parallel_size."""
     max_size: int = WorkerPool.max_size
-    """Maximum nodes of this role, 1-100."""
+    """Maximum nodes of this role, 1-100; above min_size, Cluster Autoscaler adds nodes up to it."""
     root_volume: RootVolumeConfig = RootVolumeConfig()
     """gp3 root volume, sized in the launch template."""
     placement_group: bool = WorkerPool.placement_group
@@ -125,6 +125,8 @@ class GpuNodeGroupConfig(_Shape):
     reservations (eksctl #7949, terraform-aws-eks #3730 report insufficient capacity)."""
     tensor_parallel_size: int | None = None
     """Override ``model.tensor_parallel_size`` for this leg only (a divisor of the node's GPUs)."""
+    target_ongoing_requests: float | None = None
+    """With min_size below max_size (autoscaled): Ray Serve adds a replica when the leg's ongoing requests per replica exceed this; default: the sequences the leg's KV pool holds at max_model_len (docs/scaling.md)."""
 
 
 class ModelArchitectureConfig(_Shape):
@@ -339,6 +341,8 @@ _SERVING_FIELDS = {
     "ray_version": "versions.ray",
     "prefill_tensor_parallel_size": "prefill.tensor_parallel_size",
     "decode_tensor_parallel_size": "decode.tensor_parallel_size",
+    "prefill_target_ongoing_requests": "prefill.target_ongoing_requests",
+    "decode_target_ongoing_requests": "decode.target_ongoing_requests",
 }
 
 
@@ -482,9 +486,14 @@ class DeploymentConfig(_Shape):
                     admission_exempt_namespaces=exempt,
                     kuberay_version=self.versions.kuberay, ray_auth=self.serving.ray_auth,
                     gcs_fault_tolerance=gcs,
+                    prefill_target_ongoing_requests=self.prefill.target_ongoing_requests,
+                    decode_target_ongoing_requests=self.decode.target_ongoing_requests,
                 )
             except SpecErrors as errors:
                 found.errors.extend(type(e)(_config_field(e.field), e.message) for e in errors)
+            if serving is not None and verification is not None:
+                found.errors.extend(type(e)(_config_field(e.field), e.message)
+                                    for e in serving.scale_to_zero_conflicts(verification.every_minutes))
         try:
             found.raise_if_any()
         except SpecErrors as errors:

@@ -10,6 +10,7 @@ Every assumption that is not a published fact is a named constant below with the
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,8 +21,8 @@ from .models import ModelArchitecture
 from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
 from .spec.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
 from .spec.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, GIB, MemoryBudget
-from .spec.placement import WORKER_ROLES
-from .spec.serving import EndpointType, Topology
+from .spec.placement import DECODE, PREFILL, WORKER_ROLES
+from .spec.serving import EndpointType, ServingSpec, Topology
 
 MIB = 2**20
 MEBIBYTE = 2**20  # gp3 throughput is provisioned in MiB/s (EC2 CreateVolume / launch template "Throughput").
@@ -36,6 +37,145 @@ TCP_SINGLE_FLOW_GBPS_IN_PLACEMENT_GROUP = 10.0
 
 class PlanError(ValueError):
     """The plan cannot be computed from these inputs (for example, a non-positive token rate)."""
+
+
+# --- the throughput model (docs/scaling.md, "How the planner sizes each leg") ---------------------
+
+PREFILL_MFU = 0.5
+"""Assumption: the share of a GPU's dense BF16 peak that prefill reaches. Pope et al. 2022
+("Efficiently Scaling Transformer Inference", arXiv 2211.05102) report 76% for large-batch
+prompt processing on TPU v4; no published figure for vLLM on L4/L40S/A10G was found, so this is a
+round, lower figure to be replaced by a measurement (docs/scaling.md says how)."""
+DECODE_MBU = 0.6
+"""Assumption: the share of a GPU's memory bandwidth that decode reaches. Databricks, "LLM
+Inference Performance Engineering: Best Practices" (2023), measured 55-60% on A100 and H100 with
+TensorRT-LLM."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Traffic to size for: mean prompt (input) and answer (output) tokens, and requests per second."""
+
+    isl: int
+    osl: int
+    rate: float
+
+    def __post_init__(self) -> None:
+        for name in ("isl", "osl"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PlanError(f"--{name}: not a token count (got {value!r}); accepted: a whole number >= 1")
+        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not self.rate > 0:
+            raise PlanError(f"--rate: not a request rate (got {self.rate!r}); accepted: requests per second > 0")
+
+
+@dataclass(frozen=True)
+class LegCapacity:
+    """What one leg needs for a workload, from the throughput model."""
+
+    role: str
+    gpu_model: str
+    replicas_per_node: int
+    per_replica: dict[str, float]
+    """prefill: ``flops_per_request``, ``seconds_per_request``; decode: ``batch`` (sequences the KV
+    pool holds at isl + osl), ``step_ms`` (one decode step at that batch), ``tokens_per_second``."""
+    replicas_needed: float
+    """Replicas busy all the time at this rate (a fraction: what the leg's capacity must cover)."""
+    nodes_needed: float
+    nodes_recommended: int
+    nodes_configured: tuple[int, int, int]
+    """The node group's min, desired and max sizes."""
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    workload: Workload
+    prefill: LegCapacity
+    decode: LegCapacity
+    recommended_prefill_decode_ratio: float
+    """Prefill nodes per decode node: the legs' needed nodes divided, before rounding."""
+    node_start_seconds: float
+    assumptions: tuple[str, ...]
+
+
+def _prefill_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
+    model, instance, tp = spec.architecture, spec.pool(PREFILL).instance, spec.tensor_parallel_size(PREFILL)
+    # Kaplan et al. 2020 (arXiv 2001.08361, Table 1): 2N FLOPs per token for the weights, plus the
+    # attention scores, 2 x layers x context x d_attn per token, which summed over a causal prompt
+    # of L tokens is 2 x layers x L^2 x d_attn; only full-attention layers have it.
+    d_attn = model.num_attention_heads * model.head_dim
+    flops = 2 * model.parameter_count * workload.isl + 2 * model.full_attention_layers * workload.isl ** 2 * d_attn
+    seconds = flops / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
+    return _leg(spec, PREFILL, {"flops_per_request": float(flops), "seconds_per_request": round(seconds, 6)},
+                workload.rate * seconds)
+
+
+def _decode_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
+    model, instance, tp = spec.architecture, spec.pool(DECODE).instance, spec.tensor_parallel_size(DECODE)
+    dtype = DTYPE_BYTES[spec.model.dtype]
+    budget = next(b for b in spec.memory_budgets() if b.role == DECODE)
+    kv_per_token, state = budget.kv_cache_bytes_per_token, budget.linear_state_bytes_per_sequence
+    context = workload.isl + workload.osl
+    batch = math.floor(budget.kv_pool_gib * GIB / (context * kv_per_token + state))
+    if batch < 1:
+        raise PlanError(f"--isl {workload.isl} + --osl {workload.osl}: one sequence of {context} tokens does not fit "
+                        f"the decode leg's KV pool ({budget.kv_pool_gib:.2f} GiB per GPU); accepted: fewer tokens, or "
+                        "the fixes `plan` lists for model.max_model_len")
+    # Each step reads the weights once and, per sequence, its KV cache (half the answer written
+    # on average) and reads and writes a hybrid model's linear state; memory-bound unless the
+    # batch's 2N FLOPs per token take longer (then compute-bound).
+    per_sequence = (workload.isl + workload.osl / 2) * kv_per_token + 2 * state
+    memory = (model.weight_bytes(dtype) / tp + batch * per_sequence) / (instance.gpu_memory_bandwidth_gbps * 1e9 * DECODE_MBU)
+    compute = 2 * model.parameter_count * batch / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
+    step = max(memory, compute)
+    tokens_per_second = batch / step
+    return _leg(spec, DECODE, {"batch": float(batch), "step_ms": round(step * 1000, 3),
+                               "tokens_per_second": round(tokens_per_second, 3)},
+                workload.rate * workload.osl / tokens_per_second)
+
+
+def _leg(spec: ServingSpec, role: str, per_replica: dict[str, float], replicas: float) -> LegCapacity:
+    pool, per_node = spec.pool(role), spec.replicas_per_node(role)
+    nodes = replicas / per_node
+    return LegCapacity(role=role, gpu_model=pool.instance.gpu_model or "", replicas_per_node=per_node,
+                       per_replica=per_replica, replicas_needed=round(replicas, 4), nodes_needed=round(nodes, 4),
+                       nodes_recommended=max(1, math.ceil(nodes)),
+                       nodes_configured=(pool.min_size, pool.desired_size, pool.max_size))
+
+
+def capacity_plan(spec: ServingSpec, workload: Workload) -> CapacityPlan:
+    """Prefill and decode capacity for ``workload`` and the P:D ratio (docs/scaling.md works it by hand).
+
+    A roofline at assumed efficiencies (:data:`PREFILL_MFU`, :data:`DECODE_MBU`): prefill is
+    FLOP-bound (a request costs its prompt's FLOPs), decode memory-bandwidth-bound (a step reads
+    the weights and every sequence's KV cache and state, at the largest batch the KV pool holds).
+    Stated error: the efficiencies are assumptions, and each leg's need scales with the inverse of
+    its own (half the MFU doubles prefill's need); queueing, chunked prefill and the KV transfer
+    are not modelled. Measure with ``ray-llm-eks bench`` and correct the ratio by the measured
+    rates (docs/scaling.md, "Checking the model")."""
+    if workload.isl + workload.osl > spec.model.max_model_len:
+        raise PlanError(f"--isl {workload.isl} + --osl {workload.osl} exceeds model.max_model_len "
+                        f"{spec.model.max_model_len}; accepted: a workload the deployment accepts, or a larger "
+                        "model.max_model_len")
+    for role in WORKER_ROLES:
+        instance = spec.pool(role).instance
+        if not (instance.gpu_dense_bf16_tflops and instance.gpu_memory_bandwidth_gbps):
+            raise PlanError(f"{role}.instance_type {instance.name}: no GPU peak figures in the instance table")
+    prefill, decode = _prefill_capacity(spec, workload), _decode_capacity(spec, workload)
+    start = max(spec.node_start(role).seconds for role in WORKER_ROLES)
+    return CapacityPlan(
+        workload=workload, prefill=prefill, decode=decode,
+        recommended_prefill_decode_ratio=round(prefill.nodes_needed / decode.nodes_needed, 4),
+        node_start_seconds=round(start, 1),
+        assumptions=(
+            f"prefill at {PREFILL_MFU:.0%} of the GPU's dense BF16 peak (MFU), decode at {DECODE_MBU:.0%} of its "
+            "memory bandwidth (MBU): assumptions to replace with measurements",
+            "prefill FLOPs = 2 x parameters x prompt tokens + 2 x full-attention layers x prompt^2 x heads x head_dim",
+            "decode batch = the sequences of isl + osl tokens the decode KV pool holds; a step reads the weights and "
+            "each sequence's KV cache (prompt + half the answer) and reads and writes its linear state",
+            "replicas needed = the busy replicas at this rate, with no headroom: size ranges above them",
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -130,6 +270,10 @@ class Plan:
     cost: CostEstimate
     tokens_per_second: float | None = None
     assumptions: tuple[str, ...] = field(default=())
+    cost_range: dict[str, float] = field(default_factory=dict)
+    """Hourly cost with every GPU node group at its min and at its max size."""
+    capacity: CapacityPlan | None = None
+    """With a workload (``plan --isl --osl --rate``): what each leg needs for it."""
 
     @property
     def fits(self) -> bool:
@@ -147,6 +291,13 @@ class Plan:
             "fits": self.fits,
             "hourly_cost_usd": round(self.cost.hourly_usd, 6),
             "monthly_cost_usd": round(self.cost.monthly_usd, 4),
+            "hourly_cost_usd_min": round(self.cost_range["min"], 6),
+            "hourly_cost_usd_max": round(self.cost_range["max"], 6),
+            "monthly_cost_usd_min": round(self.cost_range["min"] * self.cost.hours_per_month, 4),
+            "monthly_cost_usd_max": round(self.cost_range["max"] * self.cost.hours_per_month, 4),
+            "recommended_prefill_decode_ratio": (self.capacity.recommended_prefill_decode_ratio
+                                                 if self.capacity else None),
+            "capacity": asdict(self.capacity) if self.capacity else None,
             "hours_per_month": self.cost.hours_per_month,
             "kv_cache_bytes_per_token": self.model.kv_cache_bytes_per_token(self.dtype_bytes),
             "linear_state_bytes_per_sequence": self.model.linear_state_bytes_per_sequence(self.dtype_bytes),
@@ -222,7 +373,15 @@ def _cold_start(specs: Specs, model: ModelArchitecture, dtype_bytes: int) -> Col
 
 # --- cost -----------------------------------------------------------------------------------------
 
-def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
+SIZES = ("min", "desired", "max")
+
+
+def _nodes(pool: Any, size: str) -> int:
+    return {"min": pool.min_size, "desired": pool.desired_size, "max": pool.max_size}[size]
+
+
+def _cost(config: DeploymentConfig, table: PriceTable, size: str = "desired") -> CostEstimate:
+    """The deployment's cost with every GPU node group at its ``min``, ``desired`` or ``max`` size."""
     specs = config.specs()
     prices = table.region(config.region)
     hours = table.hours_per_month
@@ -234,8 +393,9 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
     for role in WORKER_ROLES:
         pool = specs.pool(role)
         price = prices.instance(pool.instance_type)
-        lines.append(CostLine(f"{role} node {pool.instance_type}", pool.desired_size, "node",
-                              price.usd_per_hour * pool.desired_size, price.basis))
+        count = _nodes(pool, size)
+        lines.append(CostLine(f"{role} node {pool.instance_type}", count, "node", price.usd_per_hour * count,
+                              price.basis))
     nat = config.network.nat_gateways
     lines.append(CostLine("NAT gateway (hours only)", nat, "gateway", prices.nat_gateway.usd_per_hour * nat,
                           prices.nat_gateway.basis))
@@ -247,7 +407,7 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
         monthly = prices.gp3.volume_usd_per_month(volume.size_gib, volume.throughput_mibps, volume.iops)
         lines.append(CostLine(
             f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mibps} MiB/s, {volume.iops} IOPS",
-            pool.desired_size, "volume", monthly / hours * pool.desired_size, prices.gp3.basis))
+            _nodes(pool, size), "volume", monthly / hours * _nodes(pool, size), prices.gp3.basis))
     system_monthly = prices.gp3.volume_usd_per_month(system.root_volume_size_gib,
                                                      prices.gp3.BASELINE_THROUGHPUT_MIBPS, prices.gp3.BASELINE_IOPS)
     lines.append(CostLine(f"system root gp3 {system.root_volume_size_gib} GiB", system.count, "volume",
@@ -290,7 +450,7 @@ def _cost(config: DeploymentConfig, table: PriceTable) -> CostEstimate:
 # --- the plan -------------------------------------------------------------------------------------
 
 def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
-              price_table: PriceTable | None = None) -> Plan:
+              price_table: PriceTable | None = None, workload: Workload | None = None) -> Plan:
     """Compute the plan of a validated configuration. Raises :class:`PlanError` (bad token rate) or
     :class:`~ray_llm_eks.pricing.PriceError` (region/instance not in the price table).
 
@@ -305,6 +465,7 @@ def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
     dtype_bytes = DTYPE_BYTES[serving.model.dtype]
     table = price_table or load_price_table()
     cost = _cost(config, table)  # first: an unpriced region or type is an error before anything else
+    cost_range = {size: _cost(config, table, size).hourly_usd for size in ("min", "max")}
 
     nodes = [NodePlan("system", specs.system.instance_type, specs.system.count, *_facts(specs.system.instance))]
     nodes.extend(NodePlan(role, specs.pool(role).instance_type, specs.pool(role).desired_size,
@@ -325,7 +486,8 @@ def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
         endpoint=serving.endpoint.value, dtype_bytes=dtype_bytes, max_model_len=serving.model.max_model_len,
         nodes=tuple(nodes), budgets=serving.memory_budgets(), kv_transfer=_kv_transfer(specs),
         cold_start=_cold_start(specs, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
-        assumptions=assumptions,
+        assumptions=assumptions, cost_range=cost_range,
+        capacity=capacity_plan(serving, workload) if workload is not None else None,
     )
 
 

@@ -18,6 +18,7 @@ from constructs import Construct
 
 from .config import ConfigError, DeploymentConfig
 from .constructs.addons import GpuDevicePlugins, KubeRayOperator
+from .constructs.autoscaler import NodeAutoscaler
 from .constructs.cluster import InferenceCluster
 from .constructs.network import InferenceVpc
 from .constructs.observability import InferenceObservability
@@ -132,6 +133,11 @@ class RayLlmEksStack(cdk.Stack):
             nvidia_chart_version=config.versions.nvidia_device_plugin,
             efa_chart_version=config.versions.efa_device_plugin,
         )
+        # Cluster Autoscaler only when a node group may grow or shrink (docs/scaling.md).
+        self.node_autoscaler: NodeAutoscaler | None = None
+        if specs.serving.autoscaling:
+            self.node_autoscaler = NodeAutoscaler(self, "NodeAutoscaler", cluster=self.cluster,
+                                                  system_nodes=self.system_nodes)
         self.kuberay = KubeRayOperator(
             self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes,
             watch_namespaces=[specs.serving.namespace],
@@ -144,7 +150,7 @@ class RayLlmEksStack(cdk.Stack):
         self.serving = RayLlmServing(
             self, "Serving", cluster=self.cluster, prefill=self.prefill_nodes, decode=self.decode_nodes,
             system=self.system_nodes, kuberay=self.kuberay, device_plugins=self.device_plugins,
-            verification=specs.verification, **passed_on,
+            node_autoscaler=self.node_autoscaler, verification=specs.verification, **passed_on,
         )
         self.cdk8s_app = self.serving.cdk8s_app
 
@@ -154,12 +160,13 @@ class RayLlmEksStack(cdk.Stack):
                 self, "Observability", cluster=self.cluster, namespace=specs.serving.namespace,
                 service_name=specs.serving.service_name, alarm_email=specs.observability.alarm_email,
                 verification_every_minutes=specs.verification.every_minutes,
-                expected_nodes=specs.system.count + sum(specs.pool(role).desired_size for role in WORKER_ROLES),
+                # Autoscaled groups may shrink to min_size (fixed ones have min = desired = max).
+                expected_nodes=specs.system.count + sum(specs.pool(role).min_size for role in WORKER_ROLES),
                 ttft_p99_slo_ms=specs.observability.ttft_p99_slo_ms,
                 disaggregated=specs.serving.topology is Topology.disaggregated,
                 efa_floor_bytes=specs.serving.kv_transfer_bytes(1),
                 efa_idle_min_requests=EFA_IDLE_REQUESTS_PER_REPLICA * max(
-                    specs.serving.replicas(role) for role in WORKER_ROLES),
+                    specs.serving.replica_range(role)[1] for role in WORKER_ROLES),
                 after=[self.system_nodes.nodegroup])
 
         cluster_name = self.cluster.cluster.cluster_name

@@ -159,3 +159,18 @@ def test_preflight_exits_3_when_the_credential_process_fails(no_aws_credentials,
     assert result.exit_code == 3, result.output
     assert "no usable AWS credentials" in result.output
     assert "Traceback" not in result.output
+
+
+def test_plan_with_a_workload_reports_each_legs_capacity_and_the_ratio():
+    data = json.loads(runner.invoke(cli.app, ["plan", "--json", "--isl", "2048", "--osl", "256", "--rate", "2"]).stdout)
+    assert data["recommended_prefill_decode_ratio"] == pytest.approx(0.1147, abs=1e-4)
+    capacity = data["capacity"]
+    assert capacity["workload"] == {"isl": 2048, "osl": 256, "rate": 2.0}
+    assert (capacity["prefill"]["nodes_recommended"], capacity["decode"]["nodes_recommended"]) == (2, 12)
+    assert capacity["node_start_seconds"] == pytest.approx(573.3, abs=0.1)
+    text = runner.invoke(cli.app, ["plan", "--isl", "2048", "--osl", "256", "--rate", "2"])
+    assert text.exit_code == 0 and "recommended_prefill_decode_ratio 0.1147" in text.output
+    # Without a workload, no ratio; a partial workload is refused with what is missing.
+    assert json.loads(runner.invoke(cli.app, ["plan", "--json"]).stdout)["recommended_prefill_decode_ratio"] is None
+    partial = runner.invoke(cli.app, ["plan", "--isl", "2048", "--rate", "2"])
+    assert partial.exit_code != 0 and "missing --osl" in partial.output

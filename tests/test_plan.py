@@ -235,3 +235,52 @@ def test_estimated_prices_are_flagged():
     assert [line.item for line in reference.lines if line.basis is PriceBasis.estimate] == [
         "CloudWatch: 1 dashboard, 9 alarms, 14 custom metrics"]
     assert not make_plan(_config(observability={"enabled": False})).cost.has_estimates
+
+
+def test_plan_prices_the_minimum_and_the_maximum_of_each_range():
+    from ray_llm_eks.config import parse_config
+
+    fixed = make_plan(DeploymentConfig()).summary()
+    assert fixed["hourly_cost_usd_min"] == fixed["hourly_cost_usd"] == fixed["hourly_cost_usd_max"]
+    ranged = make_plan(parse_config({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3},
+                                     "decode": {"min_size": 1, "desired_size": 2, "max_size": 4}})).summary()
+    # A g6.8xlarge node is 2.0144/h and its root volume 116.00/730 a month, per node added.
+    per_node = 2.0144 + 116.0 / 730
+    assert ranged["hourly_cost_usd_min"] == pytest.approx(fixed["hourly_cost_usd"], abs=1e-6)  # 1 + 1 nodes
+    assert ranged["hourly_cost_usd"] == pytest.approx(fixed["hourly_cost_usd"] + per_node, abs=1e-6)  # 1 + 2
+    assert ranged["hourly_cost_usd_max"] == pytest.approx(fixed["hourly_cost_usd"] + 5 * per_node, abs=1e-6)  # 3 + 4
+    assert ranged["monthly_cost_usd_max"] == pytest.approx(ranged["hourly_cost_usd_max"] * 730, abs=1e-3)
+
+
+def test_the_planners_ratio_for_the_worked_example_in_docs_scaling():
+    """docs/scaling.md works this by hand: Qwen3.5-9B on g6.8xlarge (one L4: 121 dense TFLOPS,
+    300 GB/s), 2 requests/s of 2048 prompt and 256 answer tokens."""
+    from ray_llm_eks.planning import DECODE_MBU, PREFILL_MFU, Workload, capacity_plan
+
+    spec = DeploymentConfig().specs().serving
+    plan = capacity_plan(spec, Workload(isl=2048, osl=256, rate=2.0))
+    n = 9_653_108_208
+    flops = 2 * n * 2048 + 2 * 8 * 2048 ** 2 * (16 * 256)
+    assert plan.prefill.per_replica["flops_per_request"] == flops == 39_814_009_126_912
+    prefill_seconds = flops / (121e12 * PREFILL_MFU)
+    assert plan.prefill.per_replica["seconds_per_request"] == pytest.approx(0.658083, abs=1e-6)
+    assert plan.prefill.nodes_needed == pytest.approx(2 * prefill_seconds, abs=1e-4)  # 1.3162
+    # Decode: the KV pool (0.6361 GiB) holds 5 sequences of 2304 tokens (32 KiB each + 49.1 MiB of
+    # linear state); a step reads 19.31 GB of weights and 5 x (2176 x 32 KiB + 2 x 49.1 MiB).
+    per_sequence = 2304 * 32_768 + 51_511_296
+    assert plan.decode.per_replica["batch"] == 5 == int(0.6361 * 2**30 // per_sequence)
+    step = (2 * n + 5 * (2176 * 32_768 + 2 * 51_511_296)) / (300e9 * DECODE_MBU)
+    assert plan.decode.per_replica["step_ms"] == pytest.approx(step * 1000, abs=1e-3) == pytest.approx(112.099, abs=1e-3)
+    assert plan.decode.nodes_needed == pytest.approx(2 * 256 / (5 / step), abs=1e-4)  # 11.479
+    assert plan.recommended_prefill_decode_ratio == pytest.approx(1.3162 / 11.479, abs=1e-4) == 0.1147
+    assert (plan.prefill.nodes_recommended, plan.decode.nodes_recommended) == (2, 12)
+
+
+def test_plan_refuses_a_workload_the_deployment_cannot_take():
+    from ray_llm_eks.planning import PlanError, Workload, capacity_plan
+
+    spec = DeploymentConfig().specs().serving
+    with pytest.raises(PlanError, match=r"--isl 4000 \+ --osl 200 exceeds model.max_model_len 4096"):
+        capacity_plan(spec, Workload(isl=4000, osl=200, rate=1.0))
+    with pytest.raises(PlanError, match=r"--rate: not a request rate"):
+        Workload(isl=100, osl=100, rate=0)

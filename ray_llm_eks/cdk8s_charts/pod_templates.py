@@ -56,16 +56,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from cdk8s_plus_35 import k8s
 
-from ..spec import observability, sizing
+from ..spec import observability, scaling, sizing
 from ..spec.placement import ROLE_LABEL
 from ..spec.serving import SERVE_PORT, SecurityProfile, ServingSpec
 from . import serve_config
 
 GPU_RESOURCE = "nvidia.com/gpu"
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+"""Cluster Autoscaler's pod annotation; ``"false"`` keeps it from removing the pod's node (its FAQ)."""
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 SHM_SIZE_GIB = 8
 OBJECT_STORE_GIB = 4
@@ -359,12 +361,52 @@ def worker_ray_start_params(spec: ServingSpec, role: str) -> dict[str, str]:
     }
 
 
+AUTOSCALER_API_VOLUME = "autoscaler-api-access"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the Ray autoscaler reads its token, CA and namespace (Ray 2.58
+``autoscaler/_private/kuberay/node_provider.py``, ``load_k8s_secrets``)."""
+
+
+def autoscaler_api_volume() -> k8s.Volume:
+    """The service account's API credentials as the kubelet would mount them, for the Ray
+    autoscaler container only: the pods keep ``automountServiceAccountToken: false``, so the Ray
+    head process itself holds no token (KubeRay binds its autoscaler Role, pods get/list/watch and
+    rayclusters get/patch, to the head's account)."""
+    return k8s.Volume(name=AUTOSCALER_API_VOLUME, projected=k8s.ProjectedVolumeSource(sources=[
+        k8s.VolumeProjection(service_account_token=k8s.ServiceAccountTokenProjection(
+            path="token", expiration_seconds=3607)),
+        k8s.VolumeProjection(config_map=k8s.ConfigMapProjection(
+            name="kube-root-ca.crt", items=[k8s.KeyToPath(key="ca.crt", path="ca.crt")])),
+        k8s.VolumeProjection(downward_api=k8s.DownwardApiProjection(items=[k8s.DownwardApiVolumeFile(
+            path="namespace", field_ref=k8s.ObjectFieldSelector(field_path="metadata.namespace"))])),
+    ]))
+
+
+def autoscaler_options() -> dict[str, Any]:
+    """KubeRay's ``autoscalerOptions`` (v1.4.0 CRD): the Ray autoscaler v2 (KubeRay then sets
+    ``restartPolicy: Never`` on the Ray pods, which v2 needs; ``version`` is new in v1.4.0),
+    ``Default`` upscaling, idle pods removed after 60 s, its requests counted in the system
+    node's budget (``spec.scaling.RAY_AUTOSCALER``), the API credentials mounted into it alone."""
+    resources = scaling.RAY_AUTOSCALER
+    amounts = {"cpu": resources.cpu_quantity, "memory": resources.memory_quantity}
+    return {
+        "version": "v2",
+        "upscalingMode": "Default",
+        "idleTimeoutSeconds": scaling.RAY_IDLE_TIMEOUT_SECONDS,
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [{"name": AUTOSCALER_API_VOLUME, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}],
+    }
+
+
 def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpec:
     return k8s.PodTemplateSpec(
         metadata=k8s.ObjectMeta(labels=pod_labels(spec, "head", serves_http=False)),
         spec=k8s.PodSpec(
             service_account_name=service_account,
             automount_service_account_token=False,  # the account's own setting, stated on the pod too
+            volumes=[autoscaler_api_volume()] if spec.autoscaling else None,
             node_selector=spec.system.labels,
             containers=[
                 k8s.Container(
@@ -405,7 +447,11 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
     with_token = spec.model.hf_token_secret is not None
     nixl_ports = [NamedPort(f"nixl-{index}", port) for index, port in enumerate(spec.nixl_side_channel_ports(role))]
     return k8s.PodTemplateSpec(
-        metadata=k8s.ObjectMeta(labels=pod_labels(spec, role, serves_http=True)),
+        metadata=k8s.ObjectMeta(
+            labels=pod_labels(spec, role, serves_http=True),
+            # Cluster Autoscaler never drains a serving node: the Ray autoscaler removes idle
+            # worker pods itself, and Cluster Autoscaler then removes the empty node.
+            annotations={SAFE_TO_EVICT_ANNOTATION: "false"} if spec.autoscaling else None),
         spec=k8s.PodSpec(
             service_account_name=service_account,
             automount_service_account_token=False,  # the account's own setting, stated on the pod too

@@ -124,6 +124,8 @@ class RayClusterConfig:
     worker_group_specs: Sequence[WorkerGroupSpec]
     enable_in_tree_autoscaling: bool = False
     """Off: replica counts are fixed by the node groups' sizes (no Ray autoscaler sidecar)."""
+    autoscaler_options: Mapping[str, Any] | None = None
+    """``autoscalerOptions`` (KubeRay v1.4.0 CRD) when in-tree autoscaling is on."""
     gcs_fault_tolerance_options: Mapping[str, Any] | None = None
     """``gcsFaultToleranceOptions`` (KubeRay 1.3+): the Redis address and where its password is."""
     auth_mode: str | None = None
@@ -150,6 +152,7 @@ class RayClusterConfig:
         return {
             "rayVersion": self.ray_version,
             "enableInTreeAutoscaling": self.enable_in_tree_autoscaling,
+            **({"autoscalerOptions": dict(self.autoscaler_options)} if self.autoscaler_options is not None else {}),
             "headGroupSpec": self.head_group_spec.to_json(),
             "workerGroupSpecs": [group.to_json() for group in self.worker_group_specs],
             **({"authOptions": {"mode": self.auth_mode}} if self.auth_mode is not None else {}),

@@ -158,6 +158,27 @@ class PlacementGroupConfig:
 
 
 @dataclass(frozen=True)
+class ReplicaAutoscaling:
+    """Ray Serve's ``autoscaling_config`` for one deployment (Ray 2.58 ``ray.serve.config.AutoscalingConfig``).
+
+    Serve adds a replica when the deployment's ongoing requests per replica exceed
+    ``target_ongoing_requests`` (after ``upscale_delay_s``, 30 s) and removes one when they fall
+    below (after ``downscale_delay_s``, 600 s); those delays keep Serve's defaults. There is no
+    TTFT-based policy in Ray 2.58: the signal is queue length. The target is always written,
+    because Ray Serve LLM's default target (1e9) merged under a config without one never scales up.
+    """
+
+    min_replicas: int
+    initial_replicas: int
+    max_replicas: int
+    target_ongoing_requests: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"min_replicas": self.min_replicas, "initial_replicas": self.initial_replicas,
+                "max_replicas": self.max_replicas, "target_ongoing_requests": self.target_ongoing_requests}
+
+
+@dataclass(frozen=True)
 class LlmConfig:
     """One Ray Serve LLM ``LLMConfig`` (a model deployment)."""
 
@@ -165,9 +186,18 @@ class LlmConfig:
     model_source: str
     engine_kwargs: EngineKwargs
     num_replicas: int
+    """Fixed replicas, or the initial ones when ``autoscaling`` is set (then not written: Serve
+    refuses ``num_replicas`` beside ``autoscaling_config``)."""
     accelerator_type: str | None = None
     nixl_side_channel_port_base: int | None = None
     placement_group_config: PlacementGroupConfig | None = None
+    autoscaling: ReplicaAutoscaling | None = None
+
+    @property
+    def deployment_config(self) -> dict[str, Any]:
+        if self.autoscaling is not None:
+            return {"autoscaling_config": self.autoscaling.to_dict()}
+        return {"num_replicas": self.num_replicas}
 
     def to_dict(self) -> dict[str, Any]:
         experimental = (
@@ -183,7 +213,7 @@ class LlmConfig:
                     self.placement_group_config.to_dict() if self.placement_group_config else None
                 ),
                 "engine_kwargs": self.engine_kwargs.to_dict(),
-                "deployment_config": {"num_replicas": self.num_replicas},
+                "deployment_config": self.deployment_config,
                 "experimental_configs": experimental,
             }
         )
@@ -228,8 +258,17 @@ def accelerator_type(instance: InstanceType) -> str | None:
 
 def worker_custom_resources(spec: ServingSpec, role: str) -> dict[str, int]:
     """The Ray custom resources one ``role`` worker pod advertises: one unit of the role's
-    resource per GPU of the node, the same in both topologies."""
-    return {role_resource(role): spec.pool(role).gpus_per_node}
+    resource per GPU of the node, the same in both topologies.
+
+    Autoscaled, also ``accelerator_type:<GPU>: 1``: Ray Serve LLM asks for 0.001 of it in every
+    bundle, and the Ray autoscaler plans new pods from the worker group's declared resources,
+    which carry it only if written here (the raylet adds it only when it starts: kuberay #863),
+    so without it no pending replica would ever match the group."""
+    resources = {role_resource(role): spec.pool(role).gpus_per_node}
+    gpu = accelerator_type(spec.pool(role).instance)
+    if spec.autoscaling and gpu is not None:
+        resources[f"accelerator_type:{gpu}"] = 1
+    return resources
 
 
 def placement_group_config(spec: ServingSpec, role: str, *, pinned: bool) -> PlacementGroupConfig:
@@ -260,6 +299,15 @@ def engine_kwargs(spec: ServingSpec, role: str, *, with_kv_transfer: bool) -> En
     )
 
 
+def replica_autoscaling(spec: ServingSpec, role: str) -> ReplicaAutoscaling | None:
+    """The leg's Serve autoscaling between its node group's sizes, or None for a fixed leg."""
+    if not spec.autoscaled(role):
+        return None
+    low, high = spec.replica_range(role)
+    return ReplicaAutoscaling(min_replicas=low, initial_replicas=spec.replicas(role), max_replicas=high,
+                              target_ongoing_requests=spec.target_ongoing_requests(role))
+
+
 def pd_leg(spec: ServingSpec, role: str) -> LlmConfig:
     return LlmConfig(
         model_id=spec.model.served_name,
@@ -269,6 +317,7 @@ def pd_leg(spec: ServingSpec, role: str) -> LlmConfig:
         accelerator_type=accelerator_type(spec.pool(role).instance),
         nixl_side_channel_port_base=NIXL_SIDE_CHANNEL_PORT_BASE[role],
         placement_group_config=placement_group_config(spec, role, pinned=True),
+        autoscaling=replica_autoscaling(spec, role),
     )
 
 
@@ -279,11 +328,21 @@ def colocated_model(spec: ServingSpec) -> LlmConfig:
     that disagree on either (the colocated baseline must run on the hardware the disaggregated
     topology uses, or the comparison is not like with like).
     """
+    autoscaling = None
+    if spec.autoscaling:
+        # One deployment over both groups: its range is theirs added; the decode leg's target
+        # (colocated replicas hold sequences for their whole generation, as decode does).
+        ranges = [spec.replica_range(role) for role in (PREFILL, DECODE)]
+        autoscaling = ReplicaAutoscaling(
+            min_replicas=sum(low for low, _ in ranges), max_replicas=sum(high for _, high in ranges),
+            initial_replicas=spec.replicas(PREFILL) + spec.replicas(DECODE),
+            target_ongoing_requests=spec.target_ongoing_requests(DECODE))
     return LlmConfig(
         model_id=spec.model.served_name,
         model_source=spec.model.source,
         engine_kwargs=engine_kwargs(spec, PREFILL, with_kv_transfer=False),
         num_replicas=spec.replicas(PREFILL) + spec.replicas(DECODE),
+        autoscaling=autoscaling,
         accelerator_type=accelerator_type(spec.prefill.instance),
         # Either worker group may host a replica: no role resource, same bundle shape.
         placement_group_config=placement_group_config(spec, PREFILL, pinned=False),

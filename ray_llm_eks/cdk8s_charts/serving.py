@@ -124,6 +124,8 @@ class RayServiceChart(cdk8s.Chart):
                 ),
                 worker_group_specs=workers,
                 auth_mode=RayAuth.token.value if spec.ray_auth is RayAuth.token else None,
+                enable_in_tree_autoscaling=spec.autoscaling,
+                autoscaler_options=pod_templates.autoscaler_options() if spec.autoscaling else None,
                 gcs_fault_tolerance_options=(gcs_redis.fault_tolerance_options(spec)
                                              if spec.gcs_fault_tolerance.enabled else None),
             ),

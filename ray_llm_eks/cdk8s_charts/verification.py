@@ -97,7 +97,9 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         "serve_args": serve["args"],
         "roles": {
             role: {"nodes": spec.pool(role).desired_size, "node_selector": {ROLE_LABEL: role},
-                   "gpus_per_node": spec.pool(role).gpus_per_node}
+                   "gpus_per_node": spec.pool(role).gpus_per_node,
+                   **({"min_nodes": spec.pool(role).min_size, "max_nodes": spec.pool(role).max_size}
+                      if spec.autoscaled(role) else {})}
             for role in WORKER_ROLES
         },
         "metrics_port": METRICS_PORT,

@@ -137,3 +137,11 @@ def acknowledge_monitor_role(role: IConstruct) -> None:
                  "cloudwatch:PutMetricData supports no resource-level permissions (Service Authorization Reference, "
                  "Amazon CloudWatch: 'Resource types: none'); the cloudwatch:namespace condition keeps the role to "
                  "the RayLlmEks namespace.")
+
+
+def acknowledge_cluster_autoscaler(role: IConstruct) -> None:
+    _acknowledge(role.node.find_child("DefaultPolicy"), f"{PACK}-IAM5[Resource::*]",
+                 "Cluster Autoscaler's policy as its AWS README recommends: the Describe actions and "
+                 "ec2:GetInstanceTypesFromInstanceRequirements support no resource-level permissions, and the two "
+                 "scaling actions are limited by the condition autoscaling:ResourceTag/eks:cluster-name to the Auto "
+                 "Scaling groups of this cluster's managed node groups (their names are EKS's, unknown at synth time).")

@@ -20,6 +20,7 @@ from aws_cdk import Tags, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
 from ..spec.placement import Taint
+from ..spec.scaling import node_template_tags
 from ..spec.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
 from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
@@ -347,3 +348,8 @@ class EfaGpuNodeGroup(Construct):
             launch_template=self.launch_template,
         )
         Tags.of(self).add("ray-llm-eks/role", self.pool.role)
+        if self.pool.min_size < self.pool.max_size:
+            # What a node of this group offers, for Cluster Autoscaler to scale it from zero
+            # (constructs/autoscaler.py); read from the node group itself (eks:DescribeNodegroup).
+            for key, value in node_template_tags(self.pool.gpus_per_node).items():
+                Tags.of(self.nodegroup).add(key, value)

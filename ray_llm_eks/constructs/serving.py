@@ -91,6 +91,13 @@ class RayLlmServing(Construct):
     :param kuberay: the ``KubeRayOperator`` to apply after (it brings the RayService CRD).
     :param device_plugins: the ``GpuDevicePlugins`` to apply after; refused when they do not
         cover ``prefill`` and ``decode`` (their EFA plugin would never run on those nodes).
+    :param prefill_target_ongoing_requests: Ray Serve's per-replica target for an autoscaled
+        prefill leg (its node group's ``min_size`` below ``max_size``). Default: the sequences the
+        leg's KV pool holds at ``max_model_len`` (docs/scaling.md).
+    :param decode_target_ongoing_requests: the same for decode.
+    :param node_autoscaler: the ``NodeAutoscaler`` (Cluster Autoscaler) that adds nodes to
+        autoscaled node groups; required when either node group may grow (without it, the pods
+        Ray asks for would stay Pending). Default: none (fixed node groups).
     :param model: the model and engine settings. Default: ``ModelSpec()``, Qwen/Qwen3.5-9B in
         bfloat16, ``max_model_len`` 4096, ``gpu_memory_utilization`` 0.9, eager, tensor parallel 1.
     :param image: the Ray LLM image. Default: the AWS DLC ``ray:serve-llm-cuda-v1.0`` in the
@@ -163,6 +170,9 @@ class RayLlmServing(Construct):
         operator_namespace: str | None = None,
         ray_auth: RayAuth | str = ServingSpec.ray_auth,
         gcs_fault_tolerance: GcsFaultTolerance | None = None,
+        prefill_target_ongoing_requests: float | None = None,
+        decode_target_ongoing_requests: float | None = None,
+        node_autoscaler: Construct | None = None,
         verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
@@ -189,7 +199,17 @@ class RayLlmServing(Construct):
             egress_cidrs=tuple(egress_cidrs), admission_exempt_namespaces=tuple(admission_exempt_namespaces),
             kuberay_version=kuberay_version, operator_namespace=operator_namespace, ray_auth=ray_auth,
             gcs_fault_tolerance=gcs_fault_tolerance or GcsFaultTolerance(),
+            prefill_target_ongoing_requests=prefill_target_ongoing_requests,
+            decode_target_ongoing_requests=decode_target_ongoing_requests,
         )
+        if self.spec.autoscaling and node_autoscaler is None:
+            grows = [f"{p.role} {p.min_size} to {p.max_size}" for p in self.spec.pools if p.min_size < p.max_size]
+            raise ConstructValidationError(self, [problem(
+                "node_autoscaler", None,
+                f"the node groups may grow ({', '.join(grows)} nodes), and Ray will ask for worker pods to fill "
+                "them, but nothing would add the nodes: the pods would stay Pending",
+                "a NodeAutoscaler on the same cluster (ray_llm_eks.constructs.autoscaler), or fixed node groups "
+                "(min_size == max_size)")])
         if device_plugins is not None:
             uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))
             if uncovered:
@@ -200,6 +220,9 @@ class RayLlmServing(Construct):
                     "GpuDevicePlugins built from the same node groups (gpu_node_groups=[prefill, decode])")])
 
         self.verification = verification or VerificationSpec()
+        conflicts = self.spec.scale_to_zero_conflicts(self.verification.every_minutes)
+        if conflicts:
+            raise ConstructValidationError(self, conflicts)
         self.cdk8s_app = cdk8s.App()
         self.serving_charts: ServingCharts = build_serving_charts(self.cdk8s_app, self.spec)
         self.gate = GatePlan.of(self.spec, self.verification, self.serving_charts)

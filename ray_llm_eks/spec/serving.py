@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from ..models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
-from . import sizing
+from . import scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
 from .infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, ipv4_network, region as check_region, semver
 from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
@@ -319,6 +319,13 @@ class ServingSpec:
     Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
     gcs_fault_tolerance: GcsFaultTolerance = field(default_factory=GcsFaultTolerance)
     """The head's GCS state in ElastiCache, so losing the head does not restart the models."""
+    prefill_target_ongoing_requests: float | None = None
+    """Ray Serve's ``target_ongoing_requests`` for an autoscaled prefill leg (a pool whose
+    ``min_size`` is below its ``max_size``): a replica is added when the leg's ongoing requests per
+    replica exceed it. None: the KV pool's capacity at ``max_model_len``
+    (:meth:`target_ongoing_requests`)."""
+    decode_target_ongoing_requests: float | None = None
+    """The same for the decode leg."""
     admission_exempt_namespaces: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_NAMESPACES
     """Namespaces the admission policy leaves alone (``serving-admission-policy``): node agents
     that need host access or tolerate every taint (aws-node, kube-proxy, the device plugins in
@@ -349,10 +356,12 @@ class ServingSpec:
         for role in WORKER_ROLES:
             if self.pool(role).desired_size < 1:
                 found.add(problem(f"{role}.desired_size", 0, f"the {role} leg would have no GPU to run on",
-                                  "at least 1 (min_size may stay 0)"))
-        found.check(sizing.head_resources, self.system.instance)
+                                  "at least 1 (the deployment gate proves the path on it)"))
+        found.check(sizing.head_resources, self.system.instance, self.autoscaling_budget)
         if tensor_parallel_ok:
             self._check_memory(found)
+            if not found.errors:
+                self._check_scaling(found)
         for warning in self.reproducibility_problems() if self.strict else ():
             found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message}"))
         found.raise_if_any()
@@ -484,6 +493,44 @@ class ServingSpec:
             value = budget.instance_type if budget.weights_do_not_fit else self.model.max_model_len
             found.add(problem(name, value, budget.problem or "", "; ".join(budget.fixes), kind=DoesNotFit))
 
+    def _check_scaling(self, found: Collector) -> None:
+        for role in WORKER_ROLES:
+            target = getattr(self, f"{role}_target_ongoing_requests")
+            if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                                       or not 0 < target <= 100_000):
+                found.add(problem(f"{role}_target_ongoing_requests", target, "not a request count per replica",
+                                  "a number above 0 (Ray Serve's default is 2), at most 100000"))
+            pool = self.pool(role)
+            if not self.autoscaled(role) or pool.min_size > 0:
+                continue
+            if all(self.pool(other).min_size == 0 for other in WORKER_ROLES):
+                found.add(problem(f"{role}.min_size", 0, (
+                    "both node groups could reach zero: Ray Serve's HTTP proxies run on the worker pods (the head "
+                    "is kept out of the Service), so the OpenAI Service would have no endpoint and clients' "
+                    "connections would be refused, not queued"), "1 or more on at least one leg"))
+                continue
+            start = self.node_start(role)
+            limit = scaling.SCALE_TO_ZERO_MARGIN * scaling.SERVE_LLM_REQUEST_TIMEOUT_SECONDS
+            if start.seconds > limit:
+                found.add(problem(f"{role}.min_size", 0, (
+                    f"a request arriving while the {role} leg has no replica waits in Ray Serve for a new "
+                    f"{pool.instance_type} node to serve, about {start.seconds:.0f} s by the planner's estimate "
+                    f"(docs/scaling.md), and Ray Serve LLM answers HTTP 408 after "
+                    f"{scaling.SERVE_LLM_REQUEST_TIMEOUT_SECONDS} s"),
+                    f"1 or more; 0 only when a new node serves within {limit:.0f} s"))
+
+    def scale_to_zero_conflicts(self, verify_every_minutes: int | None) -> list[SpecError]:
+        """A leg that may scale to zero and continuous verification do not mix: every run probes the
+        endpoint, which wakes the leg (a new node each period, never idle long enough to save) and
+        fails the run while the node starts. Config and construct alike call this."""
+        if verify_every_minutes is None:
+            return []
+        return [problem(f"{role}.min_size", 0, (
+            f"continuous verification probes the endpoint every {verify_every_minutes} minutes, which would wake "
+            f"the {role} leg from zero each time and fail while its node starts"),
+            "1 or more; or observability.enabled false (constructs: VerificationSpec(every_minutes=None))")
+            for role in WORKER_ROLES if self.autoscaled(role) and self.pool(role).min_size == 0]
+
     def reproducibility_problems(self) -> list[SpecError]:
         """What makes this deployment irreproducible (a warning; an error with ``strict``)."""
         problems = []
@@ -507,6 +554,46 @@ class ServingSpec:
     def pools(self) -> tuple[WorkerPool, WorkerPool]:
         return (self.prefill, self.decode)
 
+    # --- scaling: a leg is autoscaled when its node group may grow or shrink --------------------
+
+    def autoscaled(self, role: str) -> bool:
+        pool = self.pool(role)
+        return pool.min_size < pool.max_size
+
+    @property
+    def autoscaling(self) -> bool:
+        """Any leg autoscaled: the Ray autoscaler sidecar, KubeRay in-tree autoscaling and Cluster
+        Autoscaler are deployed."""
+        return any(self.autoscaled(role) for role in WORKER_ROLES)
+
+    @property
+    def autoscaling_budget(self) -> sizing.PodResources | None:
+        return scaling.AUTOSCALING_SYSTEM_BUDGET if self.autoscaling else None
+
+    def replicas_per_node(self, role: str) -> int:
+        return self.pool(role).gpus_per_node // self.tensor_parallel_size(role)
+
+    def replica_range(self, role: str) -> tuple[int, int]:
+        """The leg's model replicas at its node group's ``min_size`` and ``max_size``."""
+        pool, per_node = self.pool(role), self.replicas_per_node(role)
+        return pool.min_size * per_node, pool.max_size * per_node
+
+    def target_ongoing_requests(self, role: str) -> float:
+        """Ray Serve's scaling target for the leg: as configured, or the sequences its KV pool holds
+        at ``max_model_len`` (at least 1). Past that, vLLM queues requests inside the replica, which
+        is when another replica helps. Ray Serve LLM's own default is 1e9, which never scales up
+        (Ray 2.58 ``llm/_internal/serve/core/server/builder.py``), so a target is always written."""
+        configured = getattr(self, f"{role}_target_ongoing_requests")
+        if configured is not None:
+            return float(configured)
+        budget = next(b for b in self.memory_budgets() if b.role == role)
+        return float(max(1, budget.max_concurrent_sequences))
+
+    def node_start(self, role: str) -> scaling.NodeStart:
+        """How long a new node of the leg takes to serve (docs/scaling.md, "Bursts")."""
+        return scaling.node_start(self.architecture.weight_bytes(DTYPE_BYTES[self.model.dtype]),
+                                  self.pool(role).root_volume.throughput_mibps)
+
     def tensor_parallel_size(self, role: str) -> int:
         override = getattr(self, f"{role}_tensor_parallel_size")
         return override if override is not None else self.model.tensor_parallel_size
@@ -518,7 +605,7 @@ class ServingSpec:
         ``STRICT_PACK`` (one pod), so it spans ``tensor_parallel_size`` GPUs of one node.
         """
         pool = self.pool(role)
-        return pool.desired_size * (pool.gpus_per_node // self.tensor_parallel_size(role))
+        return pool.desired_size * self.replicas_per_node(role)
 
     def nixl_side_channel_ports(self, role: str) -> list[int]:
         """The TCP ports the role's NIXL listeners bind, on any of its pods; the same in both topologies.
@@ -527,11 +614,12 @@ class ServingSpec:
         parallel size) (Ray 2.58 ``kv_transfer/base.py``, ``_compute_port_offset``), and vLLM 0.26
         opens one listener per engine on that port plus its data-parallel index (0 here): one port
         per replica, not one per tensor-parallel worker. Which rank lands on which pod is Ray's
-        choice, so every pod of the role declares every port of the role.
+        choice, so every pod of the role declares every port of the role, up to the leg's most
+        replicas (an autoscaled leg's ranks reach ``max_size`` x replicas per node).
         """
         base = NIXL_SIDE_CHANNEL_PORT_BASE[role]
         tp = self.tensor_parallel_size(role)
-        return [base + rank * tp for rank in range(self.replicas(role))]
+        return [base + rank * tp for rank in range(max(self.replicas(role), self.replica_range(role)[1]))]
 
     @property
     def image_uri(self) -> str:
@@ -578,7 +666,7 @@ class ServingSpec:
 
     @property
     def head_resources(self) -> sizing.PodResources:
-        return sizing.head_resources(self.system.instance)
+        return sizing.head_resources(self.system.instance, self.autoscaling_budget)
 
 
 def _is_resolved_region(value: str) -> bool:

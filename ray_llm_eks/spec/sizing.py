@@ -149,16 +149,19 @@ def worker_resources(instance: InstanceType) -> PodResources:
     )
 
 
-def head_resources(instance: InstanceType) -> PodResources:
+def head_resources(instance: InstanceType, autoscaling: PodResources | None = None) -> PodResources:
     """The Ray head's share of the system node: :data:`HEAD_TARGET`, or what is left if less,
-    rounded down to 100m and 256 MiB steps.
+    rounded down to 100m and 256 MiB steps; with ``autoscaling`` (the Ray autoscaler sidecar and
+    Cluster Autoscaler, ``spec.scaling.AUTOSCALING_SYSTEM_BUDGET``) that much less, so the room
+    the head leaves on the node stays the same.
 
     Raises a ``SpecError`` on ``system.instance_type`` when the system node is too small to run the head.
     """
-    room = estimated_allocatable(instance) - SYSTEM_DAEMONSET_BUDGET - SYSTEM_POD_BUDGET
+    extra = autoscaling or PodResources(0, 0)
+    room = estimated_allocatable(instance) - SYSTEM_DAEMONSET_BUDGET - SYSTEM_POD_BUDGET - extra
     head = PodResources(
-        cpu_millis=min(HEAD_TARGET.cpu_millis, (room.cpu_millis // 100) * 100),
-        memory_mib=min(HEAD_TARGET.memory_mib, (room.memory_mib // 256) * 256),
+        cpu_millis=(min(HEAD_TARGET.cpu_millis - extra.cpu_millis, room.cpu_millis) // 100) * 100,
+        memory_mib=(min(HEAD_TARGET.memory_mib - extra.memory_mib, room.memory_mib) // 256) * 256,
     )
     if head.cpu_millis < HEAD_MINIMUM.cpu_millis or head.memory_mib < HEAD_MINIMUM.memory_mib:
         raise problem(

@@ -63,6 +63,25 @@ class RoleExpectation:
     nodes: int
     node_selector: dict[str, str]
     gpus_per_node: int
+    min_nodes: int | None = None
+    """An autoscaled role's node group bounds; None: fixed at ``nodes``."""
+    max_nodes: int | None = None
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.min_nodes is not None and self.max_nodes is not None and self.min_nodes < self.max_nodes
+
+    @property
+    def pod_range(self) -> tuple[int, int]:
+        """How many worker pods of the role may run: exactly ``nodes`` when fixed; autoscaled, from
+        one (the path must be provable) to the node group's maximum."""
+        if self.autoscaled:
+            return max(1, self.min_nodes or 0), int(self.max_nodes or 0)
+        return self.nodes, self.nodes
+
+    def describe(self) -> str:
+        low, high = self.pod_range
+        return str(low) if low == high else f"{low} to {high} (autoscaled)"
 
 
 @dataclass(frozen=True)
@@ -135,6 +154,10 @@ class GateConfig:
         values = dict(data)
         values["roles"] = {role: RoleExpectation(**spec) for role, spec in data["roles"].items()}
         return cls(**values)
+
+    @property
+    def autoscaled(self) -> bool:
+        return any(role.autoscaled for role in self.roles.values())
 
     @property
     def disaggregated(self) -> bool:
@@ -418,14 +441,19 @@ class Gate:
                     raise
             deleted.append(active)
         ready = _condition_true(service, READY_CONDITION)
-        expected_pods = 1 + sum(r.nodes for r in c.roles.values())
+        low = 1 + sum(r.pod_range[0] for r in c.roles.values())
+        high = 1 + sum(r.pod_range[1] for r in c.roles.values())
         current = [p for p in pods if _annotation(p, c.hash_annotation) == c.cluster_spec_hash]
         ready_pods = [p for p in current if _pod_ready(p)]
-        state = (f"Ready={ready}, active cluster {active or '(none)'}, {len(ready_pods)}/{expected_pods} pods ready "
+        expected = str(low) if low == high else f"{low} to {high}"
+        state = (f"Ready={ready}, active cluster {active or '(none)'}, {len(ready_pods)}/{expected} pods ready "
                  f"on spec {c.cluster_spec_hash}")
+        # Fixed: every pod ready. Autoscaled: pods come and go (a new one Pending while its node
+        # starts), so enough ready ones suffice.
+        enough = (low <= len(ready_pods) <= high if self.config.autoscaled
+                  else len(ready_pods) == low and len(pods) == low)
         # KubeRay 1.4.0 keeps a deleted cluster as active until it promotes the new one.
-        if not (ready and active and active not in deleted and not stale and len(ready_pods) == expected_pods
-                and len(pods) == expected_pods):
+        if not (ready and active and active not in deleted and not stale and enough):
             waiting = self._pods_waiting(c.namespace)
             return active, state + (f"; {waiting}" if waiting else "")
         serve = self._serve_state()
@@ -521,11 +549,14 @@ class Gate:
                 if gpu_count < expect.gpus_per_node:
                     self.report.fail(f"{role} node {name} has {gpu_count} allocatable {GPU_RESOURCE}, expected "
                                      f"{expect.gpus_per_node}")
-            if len(nodes) < expect.nodes:
-                self.report.fail(f"{len(nodes)} {role} node(s) found, expected {expect.nodes}")
+            low, high = expect.pod_range
+            if len(nodes) < low:
+                self.report.fail(f"{len(nodes)} {role} node(s) found, expected {expect.describe()}")
             pods = self._kube(self.kube.pods, c.namespace, {CLUSTER_LABEL: cluster, GROUP_LABEL: role})
-            if len(pods) != expect.nodes:
-                self.report.fail(f"{len(pods)} {role} worker pod(s) in {cluster}, expected {expect.nodes}")
+            if expect.autoscaled:
+                pods = [p for p in pods if _pod_ready(p)]  # one still starting is not checked yet
+            if not low <= len(pods) <= high:
+                self.report.fail(f"{len(pods)} {role} worker pod(s) in {cluster}, expected {expect.describe()}")
             for pod in pods:
                 workers.append(pod)
                 pods_report.append(self._check_pod(pod, role))

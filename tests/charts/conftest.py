@@ -44,14 +44,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # Four L4s per node, two tensor-parallel replicas per node, two nodes per leg, a non-hybrid model.
     "multi_gpu": {
         "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b", "tensor_parallel_size": 2},
-        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 3},
-        "decode": {"instance_type": "g6.12xlarge", "min_size": 1, "desired_size": 2, "max_size": 2},
+        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
+        "decode": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
     },
     "multi_gpu_colocated": {
         "topology": "colocated",
         "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b", "tensor_parallel_size": 2},
-        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 3},
-        "decode": {"instance_type": "g6.12xlarge", "min_size": 1, "desired_size": 2, "max_size": 2},
+        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
+        "decode": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
     },
 }
 

@@ -252,3 +252,24 @@ def test_the_right_account_is_not_enough_the_right_controller_must_create_the_po
     decode = scenario("disaggregated").worker_group("decode")["template"]["spec"]
     candidate = {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {**decode, "serviceAccountName": account}}
     assert not admits(vap, "inference", candidate, user=user)
+
+
+def test_an_autoscaled_head_with_kuberays_autoscaler_sidecar_is_admitted():
+    """KubeRay adds the Ray autoscaler container to the head pod (its image, our
+    ``autoscalerOptions``: no privilege, the projected API credentials); the pod as KubeRay builds
+    it is admitted, and the workers with their Cluster Autoscaler annotation too."""
+    from conftest import render
+
+    rendered = render({"decode": {"min_size": 1, "desired_size": 1, "max_size": 3}})
+    vap_autoscaled = policy(rendered)
+    options = rendered.cluster["autoscalerOptions"]
+    head = rendered.head_group["template"]
+    spec = {**head["spec"], "containers": [*head["spec"]["containers"], {
+        "name": "autoscaler", "image": head["spec"]["containers"][0]["image"],
+        "securityContext": options["securityContext"], "volumeMounts": options["volumeMounts"],
+        "resources": options["resources"]}]}
+    assert admits(vap_autoscaled, "inference", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec})
+    for role in ("prefill", "decode"):
+        template = rendered.worker_group(role)["template"]
+        assert admits(vap_autoscaled, "inference", {"apiVersion": "v1", "kind": "Pod",
+                                                    "metadata": template["metadata"], "spec": template["spec"]})

@@ -224,9 +224,9 @@ def test_multi_gpu_workers_take_all_four_gpus_and_follow_node_group_sizes(scenar
     prefill = multi.worker_group("prefill")
     assert prefill["rayStartParams"]["num-gpus"] == "4"
     assert multi.worker_container("prefill")["resources"]["limits"]["nvidia.com/gpu"] == 4
-    assert (prefill["replicas"], prefill["minReplicas"], prefill["maxReplicas"]) == (2, 2, 3)
+    assert (prefill["replicas"], prefill["minReplicas"], prefill["maxReplicas"]) == (2, 2, 2)
     decode = multi.worker_group("decode")
-    assert (decode["replicas"], decode["minReplicas"], decode["maxReplicas"]) == (2, 1, 2)
+    assert (decode["replicas"], decode["minReplicas"], decode["maxReplicas"]) == (2, 2, 2)
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -292,3 +292,13 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     import kubernetes_validate
 
     kubernetes_validate.validate(copy.deepcopy(cron), "1.35.0", strict=True)
+
+
+def test_autoscaled_roles_give_the_gate_their_bounds():
+    from ray_llm_eks.cdk8s_charts.verification import GatePlan
+
+    specs = parse_config({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3}}).specs()
+    charts = build_serving_charts(cdk8s.App(), specs.serving)
+    roles = GatePlan.of(specs.serving, specs.verification, charts).settings["roles"]
+    assert (roles["prefill"]["nodes"], roles["prefill"]["min_nodes"], roles["prefill"]["max_nodes"]) == (1, 1, 3)
+    assert "min_nodes" not in roles["decode"]  # fixed: exactly its nodes

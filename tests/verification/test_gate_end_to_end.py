@@ -499,3 +499,21 @@ def test_failed_transfers_between_runs_reach_the_alarms_metric(fake: FakeDeploym
     reports, values = _published_figures(fake, monkeypatch, runs=2, between=failing_traffic)
     assert reports[1]["window"]["nixl_failed_transfers"] == 2
     assert values["NixlFailedTransfers"] == [2.0]
+
+
+def test_an_autoscaled_deployment_passes_with_any_pod_count_in_its_range(in_cluster_copy, fake: FakeDeployment):
+    """Autoscaled roles carry their node groups' bounds: one ready pod each (of 1 to 3) is a
+    deployment the gate can prove, and a pod still starting is not waited for."""
+    roles = {role: {**spec, "min_nodes": 1, "max_nodes": 3} for role, spec in fake.settings["roles"].items()}
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(roles=roles)))
+    assert report["verdict"] == "pass", report["reasons"]
+
+
+def test_role_expectations_fixed_and_autoscaled():
+    from ray_llm_eks.verification.gate import RoleExpectation
+
+    fixed = RoleExpectation(nodes=2, node_selector={}, gpus_per_node=1)
+    assert (fixed.autoscaled, fixed.pod_range, fixed.describe()) == (False, (2, 2), "2")
+    ranged = RoleExpectation(nodes=2, node_selector={}, gpus_per_node=1, min_nodes=0, max_nodes=5)
+    # At least one pod: the path must be provable.
+    assert (ranged.autoscaled, ranged.pod_range, ranged.describe()) == (True, (1, 5), "1 to 5 (autoscaled)")

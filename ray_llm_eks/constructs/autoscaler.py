@@ -1,0 +1,115 @@
+"""Cluster Autoscaler for the GPU node groups, on its own EKS Pod Identity role.
+
+Why Cluster Autoscaler and not Karpenter: the GPU capacity here is EKS managed node groups on a
+launch template that sets the EFA interface and the cluster placement group, in the data-plane
+AZ's one subnet. Cluster Autoscaler scales exactly those Auto Scaling groups (it only calls
+``SetDesiredCapacity`` and ``TerminateInstanceInAutoScalingGroup``), so every node it adds has
+the launch template's EFA interface, joins the same placement group and subnet, and carries the
+node group's labels and taints. Karpenter launches instances from its own ``EC2NodeClass``
+instead; its EFA interface layout and placement groups (``networkInterfaces``,
+``placementGroupSelector``) arrived only in v1.11.0 (aws/karpenter-provider-aws #9027, #9030,
+April 2026), and adopting it would re-implement the fabric this library already tests.
+
+Scale from zero needs Cluster Autoscaler to know what a node of an empty group would offer
+(cluster-autoscaler ``cloudprovider/aws/README.md``, v1.35.2): ``nvidia.com/gpu`` it infers from
+the instance type (``ec2:DescribeInstanceTypes``); labels and taints it reads from the node group
+(``eks:DescribeNodegroup``, since 1.24); ``vpc.amazonaws.com/efa`` it cannot infer, so each
+autoscaled node group carries the tag ``k8s.io/cluster-autoscaler/node-template/resources/
+vpc.amazonaws.com/efa``, which Cluster Autoscaler reads from the node group's own tags (since
+1.28, PR #5596; node group tags do not reach the Auto Scaling group, EKS user guide). EKS tags
+managed node groups' Auto Scaling groups for auto-discovery itself.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, Stack, aws_iam as iam
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from ..spec import scaling
+from ..spec.placement import SYSTEM_LABELS
+from .cluster import ClusterLike, eks_cluster_of
+from .identity import pod_identity
+from .nag import acknowledge_cluster_autoscaler
+from .nodegroups import SystemNodeGroup
+
+REPOSITORY = "https://kubernetes.github.io/autoscaler"
+CHART = "cluster-autoscaler"
+DEFAULT_CHART_VERSION = "9.59.0"
+"""kubernetes/autoscaler tag ``cluster-autoscaler-chart-9.59.0`` (2026-07-21), the newest chart;
+its ``appVersion`` is 1.35.0, the Cluster Autoscaler minor that matches Kubernetes 1.35 (the
+project versions it with the Kubernetes minor and advises the newest patch)."""
+DEFAULT_IMAGE_TAG = "v1.35.0"
+"""The chart's own image (``registry.k8s.io/autoscaling/cluster-autoscaler``); 1.35.2
+(2026-07-22) is tagged in git, but its image was not confirmed here."""
+NAMESPACE = "kube-system"
+SERVICE_ACCOUNT = "cluster-autoscaler"
+DESCRIBE_ACTIONS = (
+    "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
+    "autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeScalingActivities",
+    "ec2:DescribeImages", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplateVersions",
+    "ec2:GetInstanceTypesFromInstanceRequirements", "eks:DescribeNodegroup",
+)
+"""The README's "Full Cluster Autoscaler Features Policy (Recommended)", first statement; these
+support no resource-level permissions."""
+SCALING_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
+"""The README's second statement, which it advises to restrict: here to the Auto Scaling groups
+EKS tags ``eks:cluster-name`` with this cluster's name (its managed node groups')."""
+EXTRA_ARGS = {
+    # Stated rather than left to the chart, because the scaling timeline (docs/scaling.md) rests on them.
+    "scale-down-unneeded-time": "10m",
+    "scale-down-delay-after-add": "10m",
+    "max-node-provision-time": "15m",
+    "expander": "least-waste",
+    # Prefill and decode groups look alike (same type, same sizes) but serve different legs.
+    "balance-similar-node-groups": "false",
+}
+
+
+class NodeAutoscaler(Construct):
+    """Cluster Autoscaler (Helm chart ``cluster-autoscaler``) for ``cluster``'s managed node groups.
+
+    Default settings: chart 9.59.0 with image v1.35.0 in ``kube-system``, on the system node,
+    requests 100m CPU and 600 MiB (``spec.scaling.CLUSTER_AUTOSCALER``, counted in the system
+    node's budget), auto-discovery of this cluster's managed node groups, the flags in
+    :data:`EXTRA_ARGS`, and an EKS Pod Identity role allowed to resize only Auto Scaling groups
+    tagged ``eks:cluster-name`` = the cluster's name.
+
+    A node group is scaled only between its own ``min_size`` and ``max_size``: fixed groups
+    (``min_size == max_size``, the system node's) are discovered but never changed.
+
+    Public attributes: ``role``, ``association``, ``chart``.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: ClusterLike,
+                 system_nodes: SystemNodeGroup | None = None, chart_version: str = DEFAULT_CHART_VERSION,
+                 image_tag: str = DEFAULT_IMAGE_TAG) -> None:
+        super().__init__(scope, construct_id)
+        target = eks_cluster_of(cluster)
+        self.role, self.association = pod_identity(
+            self, "Role", "PodIdentity", cluster=target, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
+            description=f"Cluster Autoscaler ({NAMESPACE}/{SERVICE_ACCOUNT}) via EKS Pod Identity")
+        self.role.add_to_policy(iam.PolicyStatement(actions=list(DESCRIBE_ACTIONS), resources=["*"]))
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=list(SCALING_ACTIONS), resources=["*"],
+            conditions={"StringEquals": {"autoscaling:ResourceTag/eks:cluster-name": target.cluster_name}}))
+        resources = scaling.CLUSTER_AUTOSCALER
+        amounts = {"cpu": resources.cpu_quantity, "memory": resources.memory_quantity}
+        values = {
+            "cloudProvider": "aws",
+            "awsRegion": Stack.of(self).region,
+            "autoDiscovery": {"clusterName": target.cluster_name},
+            "image": {"tag": image_tag},
+            "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}},
+            "extraArgs": dict(EXTRA_ARGS),
+            "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+            "nodeSelector": dict(system_nodes.labels if system_nodes is not None else SYSTEM_LABELS),
+        }
+        self.chart = eks.HelmChart(
+            self, "Chart", cluster=target, chart=CHART, repository=REPOSITORY, version=chart_version,
+            release=CHART, namespace=NAMESPACE, wait=True, timeout=Duration.minutes(10), values=values)
+        # Credentials before the pod starts; a node to run it on.
+        self.chart.node.add_dependency(self.association)
+        if system_nodes is not None:
+            self.chart.node.add_dependency(system_nodes.nodegroup)
+        acknowledge_cluster_autoscaler(self.role)

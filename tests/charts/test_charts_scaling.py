@@ -1,0 +1,173 @@
+"""xPyD, fixed and autoscaled: the Serve config and the worker groups for 1P1D, 1P2D and 2P1D,
+checked against Ray 2.58's own models (``LLMConfig``, ``AutoscalingConfig``, ``PDServingArgs``)
+and the strict KubeRay v1.4.0 CRD; and the refusals for ranges the serving path cannot take."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import render
+
+from ray_llm_eks.config import ConfigError, parse_config
+
+SHAPES = {"1P1D": (1, 1), "1P2D": (1, 2), "2P1D": (2, 1)}
+GROWTH = {"prefill": 2, "decode": 3}
+"""Autoscaled: each leg may add this many nodes above its deploy-time size."""
+
+
+def _overrides(prefill: int, decode: int, autoscaled: bool) -> dict:
+    def sizes(role: str, n: int) -> dict:
+        return {"min_size": n, "desired_size": n, "max_size": n + (GROWTH[role] if autoscaled else 0)}
+
+    return {"prefill": sizes("prefill", prefill), "decode": sizes("decode", decode)}
+
+
+_cache: dict[tuple[str, bool], object] = {}
+
+
+def _rendered(shape: str, autoscaled: bool):
+    if (shape, autoscaled) not in _cache:
+        _cache[shape, autoscaled] = render(_overrides(*SHAPES[shape], autoscaled))
+    return _cache[shape, autoscaled]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_fixed_xpyd_fixes_replicas_and_worker_groups(shape):
+    prefill_nodes, decode_nodes = SHAPES[shape]
+    rendered = _rendered(shape, autoscaled=False)
+    args = rendered.application["args"]
+    assert args["prefill_config"]["deployment_config"] == {"num_replicas": prefill_nodes}
+    assert args["decode_config"]["deployment_config"] == {"num_replicas": decode_nodes}
+    for role, nodes in (("prefill", prefill_nodes), ("decode", decode_nodes)):
+        group = rendered.worker_group(role)
+        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (nodes, nodes, nodes)
+        assert json.loads(group["rayStartParams"]["resources"].strip("'")) == {role: 1}
+        # Every replica rank's NIXL side-channel port is declared on every pod of the role.
+        ports = [p["containerPort"] for p in rendered.worker_container(role)["ports"] if p["name"].startswith("nixl-")]
+        assert len(ports) == nodes
+    assert rendered.cluster["enableInTreeAutoscaling"] is False
+    assert "autoscalerOptions" not in rendered.cluster
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_autoscaled_xpyd_scales_each_leg_between_its_node_group_sizes(shape):
+    prefill_nodes, decode_nodes = SHAPES[shape]
+    rendered = _rendered(shape, autoscaled=True)
+    args = rendered.application["args"]
+    for role, nodes in (("prefill", prefill_nodes), ("decode", decode_nodes)):
+        high = nodes + GROWTH[role]
+        (config,) = args[f"{role}_config"]["deployment_config"].values()
+        # One replica per L4 node; the target is the decode KV pool's sequences at max_model_len (3).
+        assert args[f"{role}_config"]["deployment_config"] == {"autoscaling_config": {
+            "min_replicas": nodes, "initial_replicas": nodes, "max_replicas": high, "target_ongoing_requests": 3.0}}
+        group = rendered.worker_group(role)
+        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (nodes, nodes, high)
+        # The Ray autoscaler plans pods from the declared resources: Serve LLM's accelerator hint
+        # must be among them, or no pending replica matches the group (kuberay #863).
+        assert json.loads(group["rayStartParams"]["resources"].strip("'")) == {role: 1, "accelerator_type:L4": 1}
+        annotations = group["template"]["metadata"]["annotations"]
+        assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+        ports = [p for p in rendered.worker_container(role)["ports"] if p["name"].startswith("nixl-")]
+        assert len(ports) == high  # ranks up to the most replicas the leg may have
+    cluster = rendered.cluster
+    assert cluster["enableInTreeAutoscaling"] is True
+    options = cluster["autoscalerOptions"]
+    assert (options["version"], options["upscalingMode"], options["idleTimeoutSeconds"]) == ("v2", "Default", 60)
+    assert options["resources"]["requests"] == options["resources"]["limits"] == {"cpu": "200m", "memory": "512Mi"}
+    # The API credentials reach the autoscaler container only; the head keeps no token of its own.
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert head["automountServiceAccountToken"] is False
+    (volume,) = head["volumes"]
+    assert options["volumeMounts"] == [{"name": volume["name"], "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                                        "readOnly": True}]
+    assert [next(iter(s)) for s in volume["projected"]["sources"]] == ["serviceAccountToken", "configMap", "downwardAPI"]
+    assert not any(m["name"] == volume["name"] for c in head["containers"] for m in c.get("volumeMounts") or [])
+
+
+@pytest.mark.parametrize("autoscaled", [False, True], ids=["fixed", "autoscaled"])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_shape_passes_rays_models_and_the_strict_crd(shape, autoscaled, strict_rayservice_validator):
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.serve.config import AutoscalingConfig
+
+    rendered = _rendered(shape, autoscaled)
+    errors = sorted(strict_rayservice_validator.iter_errors(rendered.ray_service), key=str)
+    assert not errors, [e.message for e in errors]
+    args = rendered.application["args"]
+    for role in ("prefill", "decode"):
+        llm = LLMConfig.model_validate(args[f"{role}_config"])
+        deployment = llm.deployment_config
+        if autoscaled:
+            scaling = AutoscalingConfig(**deployment["autoscaling_config"])
+            assert scaling.min_replicas <= scaling.initial_replicas <= scaling.max_replicas
+            assert scaling.target_ongoing_requests == 3.0  # not Serve LLM's 1e9, which never scales up
+        else:
+            assert deployment == {"num_replicas": SHAPES[shape][0 if role == "prefill" else 1]}
+
+
+def test_serve_llm_defaults_do_not_override_the_target():
+    """Ray Serve LLM merges its defaults (target 1e9, max ongoing 1e9) under the deployment_config
+    we write, with its own merge function (Ray 2.58 ``core/server/builder.py``,
+    ``DEFAULT_DEPLOYMENT_OPTIONS``, built from these constants): the written target must survive."""
+    from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
+    from ray.llm._internal.serve.constants import DEFAULT_MAX_ONGOING_REQUESTS, DEFAULT_MAX_TARGET_ONGOING_REQUESTS
+
+    defaults = {"max_ongoing_requests": DEFAULT_MAX_ONGOING_REQUESTS,
+                "autoscaling_config": {"target_ongoing_requests": DEFAULT_MAX_TARGET_ONGOING_REQUESTS}}
+    ours = _rendered("1P2D", autoscaled=True).application["args"]["decode_config"]["deployment_config"]
+    merged = maybe_apply_llm_deployment_config_defaults(defaults, dict(ours))
+    assert merged["autoscaling_config"] == {**ours["autoscaling_config"]}
+    assert DEFAULT_MAX_TARGET_ONGOING_REQUESTS >= 1e9
+    # A fixed leg's num_replicas drops the default autoscaling_config (no conflict with Serve).
+    fixed = _rendered("1P2D", autoscaled=False).application["args"]["decode_config"]["deployment_config"]
+    assert "autoscaling_config" not in maybe_apply_llm_deployment_config_defaults(defaults, dict(fixed))
+
+
+def test_colocated_autoscales_one_deployment_over_both_groups():
+    rendered = render({"topology": "colocated", **_overrides(1, 2, autoscaled=True)})
+    (llm,) = rendered.application["args"]["llm_configs"]
+    assert llm["deployment_config"] == {"autoscaling_config": {
+        "min_replicas": 3, "initial_replicas": 3, "max_replicas": 8, "target_ongoing_requests": 3.0}}
+
+
+def test_a_configured_target_is_written_as_given():
+    rendered = render({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 2, "target_ongoing_requests": 8},
+                       "decode": {"min_size": 1, "desired_size": 1, "max_size": 4, "target_ongoing_requests": 2.5}})
+    args = rendered.application["args"]
+    assert args["prefill_config"]["deployment_config"]["autoscaling_config"]["target_ongoing_requests"] == 8.0
+    assert args["decode_config"]["deployment_config"]["autoscaling_config"]["target_ongoing_requests"] == 2.5
+
+
+@pytest.mark.parametrize(("overrides", "field", "says"), [
+    # Out of order, as before.
+    ({"decode": {"min_size": 3, "desired_size": 2, "max_size": 4}}, "decode.desired_size", "min_size <= desired_size"),
+    ({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 101}}, "prefill.max_size", "node count out of range"),
+    # Scale to zero where requests would time out: a new L4 node serves in about 573 s, Ray
+    # Serve LLM answers 408 after 600 s (and 480 s is the margin).
+    ({"prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}}, "prefill.min_size", "HTTP 408 after 600 s"),
+    ({"decode": {"min_size": 0, "desired_size": 1, "max_size": 2}}, "decode.min_size", "HTTP 408 after 600 s"),
+    # Both legs at zero: no pod behind the Service at all.
+    ({"prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}, "decode": {"min_size": 0, "desired_size": 1,
+                                                                                 "max_size": 2}},
+     "decode.min_size", "no endpoint"),
+    ({"decode": {"min_size": 1, "desired_size": 1, "max_size": 2, "target_ongoing_requests": 0}},
+     "decode.target_ongoing_requests", "not a request count per replica"),
+])
+def test_impossible_ranges_are_refused_with_the_field(overrides, field, says):
+    with pytest.raises(ConfigError, match=rf"{field}: [^\n]*{says}"):
+        parse_config({**overrides, "observability": {"enabled": False}}).specs()
+
+
+def test_scale_to_zero_and_continuous_verification_are_refused_together(monkeypatch):
+    """A node that serves fast enough could scale to zero, but not with continuous verification
+    probing it every period."""
+    from ray_llm_eks.spec import scaling
+
+    monkeypatch.setattr(scaling, "NODE_READY_SECONDS", 30)
+    monkeypatch.setattr(scaling, "IMAGE_PULL_MIBPS", 1000)
+    monkeypatch.setattr(scaling, "MODEL_DOWNLOAD_MIBPS", 1000)
+    zero = {"prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}}
+    assert parse_config({**zero, "observability": {"enabled": False}}).specs().serving.replica_range("prefill") == (0, 2)
+    with pytest.raises(ConfigError, match=r"prefill.min_size: continuous verification probes the endpoint every 15"):
+        parse_config(zero).specs()
