@@ -6,9 +6,11 @@ cdk8s charts; the charts never import the constructs.
 """
 
 from .addons import GpuDevicePlugins, KubeRayOperator
+from .autoscaler import NodeAutoscaler
 from .cluster import ClusterLike, InferenceCluster
 from .network import InferenceVpc
 from .nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup, make_node_role
+from .observability import InferenceObservability
 from .serving import RayLlmServing
 from .validation import ConstructValidationError
 
@@ -19,8 +21,10 @@ __all__ = [
     "EfaGpuNodeGroup",
     "GpuDevicePlugins",
     "InferenceCluster",
+    "InferenceObservability",
     "InferenceVpc",
     "KubeRayOperator",
+    "NodeAutoscaler",
     "RayLlmServing",
     "SystemNodeGroup",
     "make_node_role",

@@ -58,6 +58,7 @@ from ..spec.serving import (
 from ..spec.verification import VerificationSpec
 from ..cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID, GcsRedisChart, sync_account_name
 from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
+from .autoscaler import NodeAutoscaler
 from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
 from ..spec.observability import METRIC_NAMESPACE
@@ -172,7 +173,7 @@ class RayLlmServing(Construct):
         gcs_fault_tolerance: GcsFaultTolerance | None = None,
         prefill_target_ongoing_requests: float | None = None,
         decode_target_ongoing_requests: float | None = None,
-        node_autoscaler: Construct | None = None,
+        node_autoscaler: NodeAutoscaler | None = None,
         verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:

@@ -258,8 +258,6 @@ def test_an_autoscaled_head_with_kuberays_autoscaler_sidecar_is_admitted():
     """KubeRay adds the Ray autoscaler container to the head pod (its image, our
     ``autoscalerOptions``: no privilege, the projected API credentials); the pod as KubeRay builds
     it is admitted, and the workers with their Cluster Autoscaler annotation too."""
-    from conftest import render
-
     rendered = render({"decode": {"min_size": 1, "desired_size": 1, "max_size": 3}})
     vap_autoscaled = policy(rendered)
     options = rendered.cluster["autoscalerOptions"]
