@@ -115,3 +115,16 @@ def test_serving_without_a_node_autoscaler_is_refused_when_a_group_may_grow():
         # Refused before the cluster is touched: pools stand in for the node groups.
         RayLlmServing(stack, "Serving", cluster=None,  # type: ignore[arg-type]
                       prefill=WorkerPool(role="prefill"), decode=WorkerPool(role="decode", max_size=4))
+
+
+def test_the_autoscaled_template_passes_cfn_lint_and_cdk_nag(autoscaled):
+    from test_upstream_checkers_aws import ACCEPTED_CFN_LINT_WARNINGS, AWS_CDK_LIB_W3005, cfn_lint
+
+    findings = cfn_lint(autoscaled.outdir / f"{autoscaled.stack.artifact_id}.template.json")
+    assert [f for f in findings if f[0] not in ACCEPTED_CFN_LINT_WARNINGS] == []
+    assert [f for f in findings if f[0] == "W3005" and not AWS_CDK_LIB_W3005.match(f[1])] == []
+    report = json.loads((autoscaled.outdir / "validation-report.json").read_text())
+    (plugin,) = [p for p in report["pluginReports"] if p["pluginName"] == "AwsSolutions"]
+    assert plugin["conclusion"] == "success" and plugin["violations"] == []
+    acknowledged = {c["constructPath"] for s in plugin["suppressedViolations"] for c in s["violatingConstructs"]}
+    assert any("/NodeAutoscaler/Role/DefaultPolicy/" in path for path in acknowledged)
