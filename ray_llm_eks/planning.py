@@ -138,7 +138,7 @@ def _leg(spec: ServingSpec, role: str, per_replica: dict[str, float], replicas: 
     pool, per_node = spec.pool(role), spec.replicas_per_node(role)
     nodes = replicas / per_node
     return LegCapacity(role=role, gpu_model=pool.instance.gpu_model or "", replicas_per_node=per_node,
-                       per_replica=per_replica, replicas_needed=round(replicas, 4), nodes_needed=round(nodes, 4),
+                       per_replica=per_replica, replicas_needed=round(replicas, 6), nodes_needed=round(nodes, 6),
                        nodes_recommended=max(1, math.ceil(nodes)),
                        nodes_configured=(pool.min_size, pool.desired_size, pool.max_size))
 
@@ -163,6 +163,9 @@ def capacity_plan(spec: ServingSpec, workload: Workload) -> CapacityPlan:
             raise PlanError(f"{role}.instance_type {instance.name}: no GPU peak figures in the instance table")
     prefill, decode = _prefill_capacity(spec, workload), _decode_capacity(spec, workload)
     start = max(spec.node_start(role).seconds for role in WORKER_ROLES)
+    if decode.nodes_needed <= 0:  # rounding at a vanishing rate
+        raise PlanError(f"--rate {workload.rate:g}: too small to size a leg; accepted: a rate of at least 1e-6 "
+                        "requests/s")
     return CapacityPlan(
         workload=workload, prefill=prefill, decode=decode,
         recommended_prefill_decode_ratio=round(prefill.nodes_needed / decode.nodes_needed, 4),

@@ -47,22 +47,22 @@ def test_plan_json_has_the_documented_numeric_keys_and_reference_figures():
     assert data["cold_start_seconds"] == pytest.approx(18.412, abs=1e-3)
     assert data["kv_transfer_bytes_per_request"] == 185_729_024
     assert data["kv_transfer_seconds_per_request"] == pytest.approx(0.059433, abs=1e-6)
-    assert data["hourly_cost_usd"] == pytest.approx(4.714921, abs=1e-6)
-    assert data["monthly_cost_usd"] == pytest.approx(3441.892, abs=1e-3)
+    assert data["hourly_cost_usd"] == pytest.approx(4.715332, abs=1e-6)
+    assert data["monthly_cost_usd"] == pytest.approx(3442.192, abs=1e-3)
 
 
 def test_plan_tables_show_date_source_and_totals():
     result = runner.invoke(cli.app, ["plan", "--tokens-per-second", "500"])
     assert result.exit_code == 0, result.output
     assert "price table as of 2026-11-30" in result.output
-    assert "$4.71 per hour" in result.output and "x 730 h" in result.output
+    assert "$4.72 per hour" in result.output and "x 730 h" in result.output
     assert "per 1M output tokens" in result.output
     assert "https://aws.amazon.com/eks/pricing/" in result.output
 
 
 def test_plan_cost_per_million_tokens_in_json():
     data = json.loads(runner.invoke(cli.app, ["plan", "--json", "--tokens-per-second", "500"]).stdout)
-    assert data["cost_per_million_output_tokens_usd"] == pytest.approx(4.714921 / (500 * 3600) * 1e6, abs=1e-5)
+    assert data["cost_per_million_output_tokens_usd"] == pytest.approx(4.715332 / (500 * 3600) * 1e6, abs=1e-5)
 
 
 def test_plan_exits_1_when_a_70b_model_does_not_fit_on_one_l4(tmp_path):

@@ -84,10 +84,10 @@ def test_reference_plan_matches_the_hand_calculation():
     assert summary["kv_transfer_seconds_per_request_tcp_fallback"] == pytest.approx(185_729_024 * 8 / 10e9, abs=1e-6)
     # EKS 0.10 + m7i.xlarge 0.2016 + 2 x g6.8xlarge 2.0144 + NAT 0.045 + IPv4 0.005
     # + gp3 (2 x (200 x 0.08 + 875 x 0.04 + 13000 x 0.005) + 50 x 0.08) / 730
-    # + CloudWatch (a dashboard 3.00 + 9 alarms on 10 metrics x 0.10 + 14 custom metrics x 0.30) / 730
-    expected_hourly = 0.10 + 0.2016 + 2 * 2.0144 + 0.045 + 0.005 + (2 * 116.0 + 4.0) / 730 + (3.00 + 1.00 + 4.20) / 730
+    # + CloudWatch (a dashboard 3.00 + 9 alarms on 10 metrics x 0.10 + 15 custom metrics x 0.30) / 730
+    expected_hourly = 0.10 + 0.2016 + 2 * 2.0144 + 0.045 + 0.005 + (2 * 116.0 + 4.0) / 730 + (3.00 + 1.00 + 4.50) / 730
     assert summary["hourly_cost_usd"] == pytest.approx(expected_hourly, abs=1e-6)
-    assert summary["hourly_cost_usd"] == pytest.approx(4.714921, abs=1e-6)
+    assert summary["hourly_cost_usd"] == pytest.approx(4.715332, abs=1e-6)
     assert summary["monthly_cost_usd"] == pytest.approx(expected_hourly * 730, abs=1e-3)
 
 
@@ -233,7 +233,7 @@ def test_estimated_prices_are_flagged():
     # The reference deployment's one estimate is CloudWatch's monthly charges (recalled, not re-fetched).
     reference = make_plan(DeploymentConfig()).cost
     assert [line.item for line in reference.lines if line.basis is PriceBasis.estimate] == [
-        "CloudWatch: 1 dashboard, 9 alarms, 14 custom metrics"]
+        "CloudWatch: 1 dashboard, 9 alarms, 15 custom metrics"]
     assert not make_plan(_config(observability={"enabled": False})).cost.has_estimates
 
 

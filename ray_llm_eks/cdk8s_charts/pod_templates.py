@@ -382,6 +382,12 @@ def autoscaler_api_volume() -> k8s.Volume:
     ]))
 
 
+def head_service_account(spec: ServingSpec) -> str:
+    """The head pod's account when autoscaled (``<svc>-head``), which KubeRay's autoscaler Role is
+    bound to; the workers keep the deployment's own account, which has no Kubernetes rights."""
+    return f"{spec.service_name}-head"
+
+
 def autoscaler_options() -> dict[str, Any]:
     """KubeRay's ``autoscalerOptions`` (v1.4.0 CRD): the Ray autoscaler v2 (KubeRay then sets
     ``restartPolicy: Never`` on the Ray pods, which v2 needs; ``version`` is new in v1.4.0),

@@ -89,6 +89,17 @@ class ServingNamespaceChart(cdk8s.Chart):
             automount_token=False,
         )
         self.service_account.node.add_dependency(self.namespace_object)
+        # Autoscaled, the head gets an account of its own: KubeRay binds the Ray autoscaler's Role
+        # (pods get/list/watch, rayclusters get/patch) to the head pod's account, and that right
+        # must not reach the workers, whose privileged pods could otherwise mint a token for it
+        # through their node's kubelet.
+        self.head_service_account: kplus.ServiceAccount | None = None
+        if spec.autoscaling:
+            self.head_service_account = kplus.ServiceAccount(
+                self, "HeadServiceAccount",
+                metadata=cdk8s.ApiObjectMetadata(name=pod_templates.head_service_account(spec), namespace=spec.namespace),
+                automount_token=False)
+            self.head_service_account.node.add_dependency(self.namespace_object)
 
 
 class RayServiceChart(cdk8s.Chart):
@@ -120,7 +131,8 @@ class RayServiceChart(cdk8s.Chart):
                 ray_version=spec.ray_version,
                 head_group_spec=HeadGroupSpec(
                     ray_start_params=pod_templates.head_ray_start_params(),
-                    template=pod_templates.head_template(spec, service_account_name),
+                    template=pod_templates.head_template(
+                        spec, pod_templates.head_service_account(spec) if spec.autoscaling else service_account_name),
                 ),
                 worker_group_specs=workers,
                 auth_mode=RayAuth.token.value if spec.ray_auth is RayAuth.token else None,
@@ -170,7 +182,7 @@ class RayServiceChart(cdk8s.Chart):
 
         self.disruption_budgets = {
             role: disruption_budget(self, spec, role) for role in WORKER_ROLES
-            if spec.pool(role).desired_size >= MIN_REPLICAS_FOR_DISRUPTION_BUDGET
+            if spec.pool(role).min_size >= MIN_REPLICAS_FOR_DISRUPTION_BUDGET
         }
 
 
@@ -186,7 +198,9 @@ def disruption_budget(chart: cdk8s.Chart, spec: ServingSpec, role: str) -> k8s.K
     not Ready anyway may always be evicted (``unhealthyPodEvictionPolicy: AlwaysAllow``, GA in
     Kubernetes 1.31), so a crash-looping worker cannot wedge an upgrade.
 
-    An integer ``minAvailable`` (the leg's pods less one), not ``maxUnavailable``: the pods belong
+    Counted from the node group's ``min_size`` (a fixed group's size; an autoscaled leg may shrink
+    to it, and a budget above what runs would block every drain). An integer ``minAvailable``
+    (those pods less one), not ``maxUnavailable``: the pods belong
     to a RayCluster, which has no ``scale`` subresource, and for ``maxUnavailable`` (or a
     percentage) the disruption controller needs the owner's scale, or allows no disruption at all
     (Kubernetes docs, "Specifying a Disruption Budget for your Application": "Arbitrary workloads
@@ -197,7 +211,7 @@ def disruption_budget(chart: cdk8s.Chart, spec: ServingSpec, role: str) -> k8s.K
         metadata=k8s.ObjectMeta(name=f"{name}-{role}", labels={
             pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name}),
         spec=k8s.PodDisruptionBudgetSpec(
-            min_available=k8s.IntOrString.from_number(spec.pool(role).desired_size - 1),
+            min_available=k8s.IntOrString.from_number(spec.pool(role).min_size - 1),
             unhealthy_pod_eviction_policy="AlwaysAllow",
             selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name,
                                                      pod_templates.RAY_ROLE_LABEL: role})))

@@ -233,16 +233,22 @@ class InferenceObservability(Construct):
                   "did not cross EFA", below=True, evaluation_periods=3, datapoints_to_alarm=2,
                   missing=cloudwatch.TreatMissingData.BREACHING)
             serving = {key: published(metric, _statistic(key)) for key, metric in SERVING_METRIC.items()}
-            # Two windows of three above the SLO: one slow window (a burst, a cold replica) is not
-            # an incident. A window with no request publishes no TTFT, which is not breaching.
-            alarm("TtftP99AboveSlo", serving["ttft_p99_ms"],
-                  f"Time to first token p99 above {ttft_p99_slo_ms} ms in the windows between continuous "
-                  "verification runs", threshold=ttft_p99_slo_ms, above=True, evaluation_periods=3,
-                  datapoints_to_alarm=2)
+            # On the p99's certain lower bound, not the interpolated p99: vLLM's buckets are wide
+            # (1 s to 2.5 s is one), and inside a bucket the interpolation depends on how many
+            # requests fell there, not on their latency. The p99 is at least the lower edge of the
+            # bucket holding it (disaggregated: of either leg's, since a client's first token
+            # comes after both), so this fires only when the SLO is certainly missed: at an SLO on
+            # a bucket bound exactly, otherwise from the next bound up (2.5 s for 2 s).
+            # Two windows of three: one slow window (a burst, a cold replica) is not an incident.
+            # A window with no request publishes no TTFT, which is not breaching.
+            alarm("TtftP99AboveSlo", serving["ttft_p99_floor_ms"],
+                  f"Time to first token p99 certainly at or above {ttft_p99_slo_ms} ms (the lower edge of its "
+                  "histogram bucket) in the windows between continuous verification runs", threshold=ttft_p99_slo_ms,
+                  evaluation_periods=3, datapoints_to_alarm=2)
             # Restarts keep a pod's name (PodRestarts); a rescheduled pod comes back under another.
             alarm("RayPodsReplaced", serving["worker_pods_replaced"],
                   "A Ray worker pod was replaced by another in the same RayCluster (its node drained, lost or "
-                  "replaced): that replica reloaded the model")
+                  "replaced, or, with the Ray autoscaler, its container crashed): its replicas reloaded the model")
             if disaggregated:
                 alarm("NixlFailedTransfers", serving["nixl_failed_transfers"],
                       "vLLM counted failed NIXL KV transfers since the previous continuous verification run")
@@ -296,9 +302,9 @@ class InferenceObservability(Construct):
             [cloudwatch.GraphWidget(title="Requests served (per window)", left=[serving["requests"]], width=8),
              cloudwatch.GraphWidget(title="Generated tokens per second", left=[serving["generation_tokens_per_second"]],
                                     width=8),
-             cloudwatch.GraphWidget(title="Time to first token p50 / p99 (ms)",
-                                    left=[serving["ttft_p50_ms"], serving["ttft_p99_ms"]], left_annotations=[slo],
-                                    width=8)],
+             cloudwatch.GraphWidget(title="Time to first token p50 / p99, and the p99's bucket floor (ms)",
+                                    left=[serving["ttft_p50_ms"], serving["ttft_p99_ms"], serving["ttft_p99_floor_ms"]],
+                                    left_annotations=[slo], width=8)],
             [cloudwatch.GraphWidget(title="Inter-token latency p50 / p99 (ms)",
                                     left=[serving["itl_p50_ms"], serving["itl_p99_ms"]], width=8)],
             [cloudwatch.GraphWidget(title="Ray worker pods replaced (per window)",

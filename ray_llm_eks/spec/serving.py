@@ -358,6 +358,7 @@ class ServingSpec:
                 found.add(problem(f"{role}.desired_size", 0, f"the {role} leg would have no GPU to run on",
                                   "at least 1 (the deployment gate proves the path on it)"))
         found.check(sizing.head_resources, self.system.instance, self.autoscaling_budget)
+        self._check_targets(found)
         if tensor_parallel_ok:
             self._check_memory(found)
             if not found.errors:
@@ -493,13 +494,16 @@ class ServingSpec:
             value = budget.instance_type if budget.weights_do_not_fit else self.model.max_model_len
             found.add(problem(name, value, budget.problem or "", "; ".join(budget.fixes), kind=DoesNotFit))
 
-    def _check_scaling(self, found: Collector) -> None:
+    def _check_targets(self, found: Collector) -> None:
         for role in WORKER_ROLES:
             target = getattr(self, f"{role}_target_ongoing_requests")
             if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
                                        or not 0 < target <= 100_000):
                 found.add(problem(f"{role}_target_ongoing_requests", target, "not a request count per replica",
                                   "a number above 0 (Ray Serve's default is 2), at most 100000"))
+
+    def _check_scaling(self, found: Collector) -> None:
+        for role in WORKER_ROLES:
             pool = self.pool(role)
             if not self.autoscaled(role) or pool.min_size > 0:
                 continue
@@ -509,6 +513,8 @@ class ServingSpec:
                     "is kept out of the Service), so the OpenAI Service would have no endpoint and clients' "
                     "connections would be refused, not queued"), "1 or more on at least one leg"))
                 continue
+            if self.topology is Topology.colocated:
+                continue  # one model over both groups: the other group's replicas keep serving
             start = self.node_start(role)
             limit = scaling.SCALE_TO_ZERO_MARGIN * scaling.SERVE_LLM_REQUEST_TIMEOUT_SECONDS
             if start.seconds > limit:

@@ -42,6 +42,9 @@ READY_CONDITION = "Ready"
 CLUSTER_LABEL = "ray.io/cluster"
 GROUP_LABEL = "ray.io/group"
 NODE_TYPE_LABEL = "ray.io/node-type"
+AUTOSCALER_CONTAINER = "autoscaler"
+"""The Ray autoscaler sidecar KubeRay adds to the head pod (v1.4.0 ``common/pod.go``,
+``AutoscalerContainerName``)."""
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 INSTANCE_LABEL = "ray-llm-eks/instance"
@@ -441,17 +444,10 @@ class Gate:
                     raise
             deleted.append(active)
         ready = _condition_true(service, READY_CONDITION)
-        low = 1 + sum(r.pod_range[0] for r in c.roles.values())
-        high = 1 + sum(r.pod_range[1] for r in c.roles.values())
         current = [p for p in pods if _annotation(p, c.hash_annotation) == c.cluster_spec_hash]
-        ready_pods = [p for p in current if _pod_ready(p)]
-        expected = str(low) if low == high else f"{low} to {high}"
-        state = (f"Ready={ready}, active cluster {active or '(none)'}, {len(ready_pods)}/{expected} pods ready "
-                 f"on spec {c.cluster_spec_hash}")
-        # Fixed: every pod ready. Autoscaled: pods come and go (a new one Pending while its node
-        # starts), so enough ready ones suffice.
-        enough = (low <= len(ready_pods) <= high if self.config.autoscaled
-                  else len(ready_pods) == low and len(pods) == low)
+        enough, counts = self._enough_ready(pods, current)
+        state = (f"Ready={ready}, active cluster {active or '(none)'}, pods ready on spec {c.cluster_spec_hash}: "
+                 f"{counts}")
         # KubeRay 1.4.0 keeps a deleted cluster as active until it promotes the new one.
         if not (ready and active and active not in deleted and not stale and enough):
             waiting = self._pods_waiting(c.namespace)
@@ -462,6 +458,21 @@ class Gate:
         if serve is not None:
             return active, f"{state}; {serve}"
         return active, None
+
+    def _enough_ready(self, pods: list[dict[str, Any]], current: list[dict[str, Any]]) -> tuple[bool, str]:
+        """Per role: a fixed role has exactly its pods, all ready; an autoscaled one at least one and
+        at most its maximum ready, and a pod still starting (Pending while Cluster Autoscaler adds
+        its node) is not waited for. The head: one, ready."""
+        c, ok, parts = self.config, True, []
+        groups = {"head": [p for p in pods if _label(p, NODE_TYPE_LABEL) == "head"]}
+        groups.update({role: [p for p in pods if _label(p, GROUP_LABEL) == role] for role in c.roles})
+        for group, members in groups.items():
+            low, high = (1, 1) if group == "head" else c.roles[group].pod_range
+            fixed = group == "head" or not c.roles[group].autoscaled
+            ready = [p for p in members if p in current and _pod_ready(p)]
+            ok = ok and (low <= len(ready) <= high if not fixed else len(ready) == low and len(members) == low)
+            parts.append(f"{group} {len(ready)}/{low if low == high else f'{low} to {high}'}")
+        return ok, ", ".join(parts)
 
     def _serve_state(self) -> str | bool | None:
         """None when the application runs the rendered config; a state to wait on; False on a failed deploy."""
@@ -536,7 +547,15 @@ class Gate:
         c = self.config
         nodes_report, pods_report, workers = [], [], []
         for role, expect in c.roles.items():
+            pods = self._kube(self.kube.pods, c.namespace, {CLUSTER_LABEL: cluster, GROUP_LABEL: role})
             nodes = self._kube(self.kube.nodes, expect.node_selector)
+            if expect.autoscaled:
+                # Pods and nodes come and go: check the ready pods and the nodes they run on (a node
+                # Cluster Autoscaler just added may not advertise its GPU and EFA yet, and one it is
+                # about to remove runs no worker).
+                pods = [p for p in pods if _pod_ready(p)]
+                hosts = {(p.get("spec") or {}).get("nodeName") for p in pods}
+                nodes = [n for n in nodes if n["metadata"]["name"] in hosts]
             for node in nodes:
                 allocatable = (node.get("status") or {}).get("allocatable") or {}
                 efa_count, gpu_count = _int(allocatable.get(EFA_RESOURCE)), _int(allocatable.get(GPU_RESOURCE))
@@ -552,9 +571,6 @@ class Gate:
             low, high = expect.pod_range
             if len(nodes) < low:
                 self.report.fail(f"{len(nodes)} {role} node(s) found, expected {expect.describe()}")
-            pods = self._kube(self.kube.pods, c.namespace, {CLUSTER_LABEL: cluster, GROUP_LABEL: role})
-            if expect.autoscaled:
-                pods = [p for p in pods if _pod_ready(p)]  # one still starting is not checked yet
             if not low <= len(pods) <= high:
                 self.report.fail(f"{len(pods)} {role} worker pod(s) in {cluster}, expected {expect.describe()}")
             for pod in pods:
@@ -562,6 +578,10 @@ class Gate:
                 pods_report.append(self._check_pod(pod, role))
         for head in self._kube(self.kube.pods, c.namespace, {CLUSTER_LABEL: cluster, NODE_TYPE_LABEL: "head"}):
             pods_report.append(self._check_pod(head, "head"))
+            if c.autoscaled and not _container_running(head, AUTOSCALER_CONTAINER):
+                # KubeRay watches only the Ray container; a dead sidecar would stop autoscaling silently.
+                self.report.fail(f"the Ray autoscaler container of the head pod {head['metadata']['name']} is not "
+                                 "running: the worker groups no longer scale (kubectl logs -c autoscaler)")
         self.report.sections["nodes"] = nodes_report
         self.report.sections["pods"] = pods_report
         return workers
@@ -640,32 +660,49 @@ class Gate:
                       efa_counters: Mapping[str, efa.Counters]) -> None:
         """Keep this run's reading and report what was served since the previous run's.
 
-        Read before the probes; a problem here is a warning: the window's figures are for the
-        dashboard and the latency alarms, not part of the verdict."""
+        Read before the probes. A run that cannot read or keep its state fails: the serving
+        metrics and their alarms would otherwise go quiet with nothing to say why. A previous
+        reading that cannot be used (another schema, edited by hand) is replaced, with a warning."""
         c = self.config
-        roles = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(GROUP_LABEL, "") for pod in workers}
-        node_roles = {entry["name"]: entry["role"] for entry in self.report.sections.get("nodes", [])}
-        current = serving_window.snapshot({pod: (roles.get(pod, ""), text) for pod, text in texts.items()},
-                                          {node: (node_roles.get(node, ""), counters)
-                                           for node, counters in efa_counters.items() if node in node_roles},
-                                          cluster=self.active_cluster)
+        labels = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}) for pod in workers}
+        roles = {name: pod_labels.get(GROUP_LABEL, "") for name, pod_labels in labels.items()}
+        created = {pod["metadata"]["name"]: _created(pod) for pod in workers}
+        # EFA only on nodes that run a worker of this cluster: a node Cluster Autoscaler is about
+        # to remove, or a surge node of a node group update, moves nothing and proves nothing.
+        worker_nodes = {(pod.get("spec") or {}).get("nodeName"): roles[pod["metadata"]["name"]] for pod in workers}
         try:
             state = self._kube(self.kube.config_map, c.namespace, c.state_config_map)
         except Exception as error:  # noqa: BLE001
-            self.report.warnings.append(f"cannot read the state ConfigMap {c.state_config_map}: {error}")
+            self.report.fail(f"cannot read the state ConfigMap {c.state_config_map}, so the serving metrics "
+                             f"cannot be computed: {error}")
             return
+        previous: Any = None
         previous_text = (state.get("data") or {}).get(serving_window.STATE_KEY)
         if previous_text:
             try:
-                self.report.sections["window"] = serving_window.window(json.loads(previous_text), current,
-                                                                       c.disaggregated)
-            except (ValueError, KeyError, TypeError) as error:
-                self.report.warnings.append(f"ignored an unreadable previous reading: {error}")
+                previous = json.loads(previous_text)
+                if not isinstance(previous.get("workers"), dict):
+                    raise ValueError("no workers")
+            except Exception as error:  # noqa: BLE001 - anything unusable is replaced below
+                self.report.warnings.append(f"replaced an unusable previous reading in {c.state_config_map}: {error}")
+                previous = None
+        unread = {name: previous["workers"][name] for name in roles
+                  if name not in texts and previous is not None and name in previous["workers"]}
+        current = serving_window.snapshot(
+            {pod: (roles.get(pod, ""), text, created.get(pod, 0.0)) for pod, text in texts.items()},
+            {node: (worker_nodes[node], counters) for node, counters in efa_counters.items() if node in worker_nodes},
+            cluster=self.active_cluster, carried=unread)
+        if previous is not None:
+            try:
+                self.report.sections["window"] = serving_window.window(previous, current, c.disaggregated)
+            except Exception as error:  # noqa: BLE001
+                self.report.warnings.append(f"replaced an unusable previous reading in {c.state_config_map}: {error}")
         try:
             self._kube(self.kube.replace_config_map,
                        {**state, "data": {**(state.get("data") or {}), serving_window.STATE_KEY: json.dumps(current)}})
         except Exception as error:  # noqa: BLE001
-            self.report.warnings.append(f"cannot keep this run's reading in {c.state_config_map}: {error}")
+            self.report.fail(f"cannot keep this run's reading in {c.state_config_map}, so the next run cannot "
+                             f"compute its serving metrics: {error}")
 
     def run_probes(self) -> bool:
         """Send the probes, each bounded by the time left; False when the deadline cut them short."""
@@ -782,6 +819,22 @@ class Gate:
 def _epoch(stamp: str) -> float:
     """Seconds since the epoch of a Kubernetes RFC 3339 timestamp (``2026-11-30T21:03:46Z``)."""
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _container_running(pod: Mapping[str, Any], name: str) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(s.get("name") == name and "running" in (s.get("state") or {}) for s in statuses)
+
+
+def _label(obj: Mapping[str, Any], key: str) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(key)
+
+
+def _created(pod: Mapping[str, Any]) -> float:
+    try:
+        return _epoch(pod["metadata"]["creationTimestamp"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0  # unknown: treated as older than any reading
 
 
 def _rfc3339(epoch: float) -> str:

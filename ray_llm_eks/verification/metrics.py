@@ -57,12 +57,26 @@ def parse(text: str) -> list[Sample]:
     return samples
 
 
+def exported_name(samples: Iterable[Sample], metric: str, suffix: str = "") -> str | None:
+    """The one sample name ``metric`` + ``suffix`` is exported under here: the first known prefix
+    present, and for a counter (no suffix) ``_total`` before the bare name. Ray's OpenCensus
+    exporter also exports each counter as a gauge under the bare name, with the same value
+    (``RAY_EXPORT_COUNTER_AS_GAUGE``, on by default: "DEPRECATED, use <name>_total"), so adding
+    both would count it twice."""
+    present = {s.name for s in samples}
+    for prefix in PREFIXES:
+        candidates = [f"{prefix}{metric}_total", f"{prefix}{metric}"] if suffix == "" else [f"{prefix}{metric}{suffix}"]
+        for name in candidates:
+            if name in present:
+                return name
+    return None
+
+
 def total(samples: Iterable[Sample], metric: str, suffix: str = "") -> float | None:
-    """Sum of ``metric`` + ``suffix`` over every label set and known prefix; None if absent."""
-    names = {f"{prefix}{metric}{suffix}" for prefix in PREFIXES}
-    if suffix == "":
-        names |= {f"{name}_total" for name in names}
-    found = [s.value for s in samples if s.name in names and not math.isnan(s.value)]
+    """Sum of ``metric`` + ``suffix`` over every label set, under its one exported name; None if absent."""
+    samples = list(samples)
+    name = exported_name(samples, metric, suffix)
+    found = [s.value for s in samples if s.name == name and not math.isnan(s.value)]
     return sum(found) if found else None
 
 

@@ -15,15 +15,20 @@ counters ``vllm:request_success_total`` and ``vllm:generation_tokens_total``; Ra
 ``ray_vllm_...`` (see :mod:`.metrics`).
 
 The window includes the previous run's own probe requests (a handful of short chats), since the
-reading is taken before each run's probes. Counters that went down (a restarted engine) count
-from zero, as Prometheus' ``increase`` does; a worker or node that first appears in a window
-counts from zero too (it started inside it); a node read only once is left out of the EFA minimum.
+reading is taken before each run's probes. Each series is subtracted from its own previous value:
+one that went down (a restarted replica) counts from zero, as Prometheus' ``increase`` does, and
+so does one that first appears (a replica that started inside the window). A pod that first
+appears counts from zero only if it was created after the previous reading; one that existed but
+was not read then is left out of this window (its share is unknown), and a pod that cannot be
+read now keeps its earlier reading, so the next window counts its traffic once. A node read only
+once is left out of the EFA minimum.
 
 Standard library only: it runs in the cluster.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any, Iterable, Mapping
@@ -53,59 +58,91 @@ COUNTERS: dict[str, tuple[str, str]] = {
 }
 
 Reading = dict[str, Any]
-"""``{"counters": {key: value}, "buckets": {figure: {le: cumulative count}}}`` of one worker."""
+"""One worker's series: ``{"counters": {key: {series: value}}, "buckets": {figure: {series: {le: count}}}}``,
+a series being its labels (``le`` aside) as sorted JSON. Kept per series, not per pod: a pod runs
+several replicas (each its own ``ReplicaId`` series), and one replica restarting must reset only
+its own counts."""
+
+
+def _series(labels: tuple[tuple[str, str], ...]) -> str:
+    return json.dumps(sorted((k, v) for k, v in labels if k != "le"), separators=(",", ":"))
 
 
 def read_worker(text: str) -> Reading:
-    """The window figures' raw material from one ``/metrics`` body."""
+    """The window figures' raw material from one ``/metrics`` body, per series."""
     samples = metrics.parse(text)
-    counters = {}
+    counters: dict[str, dict[str, float]] = {}
     for key, (metric, suffix) in COUNTERS.items():
-        value = metrics.total(samples, metric, suffix)
-        if value is not None:
-            counters[key] = value
-    buckets: dict[str, dict[str, float]] = {}
+        name = metrics.exported_name(samples, metric, suffix)
+        for sample in samples:
+            if sample.name == name and not math.isnan(sample.value):
+                series = counters.setdefault(key, {})
+                series[_series(sample.labels)] = series.get(_series(sample.labels), 0.0) + sample.value
+    buckets: dict[str, dict[str, dict[str, float]]] = {}
     for figure, candidates in HISTOGRAMS.items():
         for metric in candidates:
-            names = {f"{prefix}{metric}_bucket" for prefix in metrics.PREFIXES}
-            found: dict[str, float] = {}
+            name = metrics.exported_name(samples, metric, "_bucket")
+            found: dict[str, dict[str, float]] = {}
             for sample in samples:
                 le = dict(sample.labels).get("le")
-                if sample.name in names and le is not None and not math.isnan(sample.value):
+                if sample.name == name and le is not None and not math.isnan(sample.value):
                     key = "+Inf" if le.strip().lower() in ("+inf", "inf") else repr(float(le))
-                    found[key] = found.get(key, 0.0) + sample.value  # series of one worker add up
+                    found.setdefault(_series(sample.labels), {})[key] = sample.value
             if found:
                 buckets[figure] = found
                 break
     return {"counters": counters, "buckets": buckets}
 
 
-def snapshot(workers: Mapping[str, tuple[str, str]], nodes: Mapping[str, tuple[str, efa.Counters]],
-             at: float | None = None, cluster: str = "") -> dict[str, Any]:
-    """A run's reading: ``workers`` pod -> (role, /metrics text), ``nodes`` node -> (role, EFA
-    counters), of the RayService's active RayCluster ``cluster``."""
+def snapshot(workers: Mapping[str, tuple[str, str, float]], nodes: Mapping[str, tuple[str, efa.Counters]],
+             at: float | None = None, cluster: str = "",
+             carried: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A run's reading: ``workers`` pod -> (role, /metrics text, creation time), ``nodes`` node ->
+    (role, EFA counters), of the RayService's active RayCluster ``cluster``. ``carried``: earlier
+    entries of pods whose metrics could not be read this time, kept as they were, so their
+    traffic counts in the next window instead of being lost or counted twice."""
+    readings = {pod: {"role": role, "created": created, **read_worker(text)}
+                for pod, (role, text, created) in sorted(workers.items())}
+    for pod, entry in (carried or {}).items():
+        readings.setdefault(pod, entry)
     return {
         "at": time.time() if at is None else at,
         "cluster": cluster,
-        "workers": {pod: {"role": role, **read_worker(text)} for pod, (role, text) in sorted(workers.items())},
+        "workers": readings,
         "nodes": {node: {"role": role, "counters": counters} for node, (role, counters) in sorted(nodes.items())},
     }
 
 
+def _counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> float:
+    total = 0.0
+    for series, value in after.items():
+        old = before.get(series)
+        total += value if old is None or value < old else value - old  # new or restarted: from zero
+    return total
+
+
+def _bucket_delta(before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    merged: dict[str, float] = {}
+    for series, counts in after.items():
+        old = before.get(series) or {}
+        restarted = any(count < old.get(le, 0.0) for le, count in counts.items())
+        for le, count in counts.items():
+            merged[le] = merged.get(le, 0.0) + (count if restarted else count - old.get(le, 0.0))
+    return merged
+
+
 def _worker_delta(before: Reading | None, after: Reading) -> Reading:
-    if before is None:
-        return after  # started inside the window
-    old_counters, old_buckets = before.get("counters", {}), before.get("buckets", {})
-    went_down = any(value < old_counters.get(key, 0.0) for key, value in after["counters"].items()) or any(
-        count < old_buckets.get(figure, {}).get(le, 0.0)
-        for figure, buckets in after["buckets"].items() for le, count in buckets.items())
-    if went_down:
-        return after  # the engine restarted: its counters began again from zero
+    """Counters and buckets moved between two readings of one pod, summed over its series."""
+    before = before or {"counters": {}, "buckets": {}}
     return {
-        "counters": {key: value - old_counters.get(key, 0.0) for key, value in after["counters"].items()},
-        "buckets": {figure: {le: count - old_buckets.get(figure, {}).get(le, 0.0) for le, count in buckets.items()}
-                    for figure, buckets in after["buckets"].items()},
+        "counters": {key: _counter_delta(before["counters"].get(key, {}), series)
+                     for key, series in after["counters"].items()},
+        "buckets": {figure: _bucket_delta(before["buckets"].get(figure, {}), series)
+                    for figure, series in after["buckets"].items()},
     }
+
+
+CLOCK_SKEW_SECONDS = 5.0
 
 
 def _sum(readings: Iterable[Reading], key: str) -> float | None:
@@ -113,9 +150,32 @@ def _sum(readings: Iterable[Reading], key: str) -> float | None:
     return sum(values) if values else None
 
 
+def _merged(readings: Iterable[Reading], figure: str) -> dict[float, float]:
+    return histogram.merge(r["buckets"][figure] for r in readings if figure in r["buckets"])
+
+
 def _quantile_ms(readings: Iterable[Reading], figure: str, q: float) -> float | None:
-    merged = histogram.merge(r["buckets"][figure] for r in readings if figure in r["buckets"])
-    value = histogram.quantile(q, merged)
+    value = histogram.quantile(q, _merged(readings, figure))
+    return None if value is None else round(value * 1000.0, 3)
+
+
+def quantile_floor(q: float, buckets: Mapping[float, float]) -> float | None:
+    """The lower bound of the bucket holding the ``q`` quantile: the quantile is certainly above
+    it (the largest finite bound when the rank falls in ``+Inf``); None with no observation."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+    if not bounds or total <= 0:
+        return None
+    rank, lower = q * total, 0.0
+    for bound in bounds:
+        if buckets[bound] >= rank:
+            return lower
+        lower = bound
+    return lower
+
+
+def _floor_ms(readings: Iterable[Reading], figure: str, q: float) -> float | None:
+    value = quantile_floor(q, _merged(readings, figure))
     return None if value is None else round(value * 1000.0, 3)
 
 
@@ -127,21 +187,29 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
     """The figures of the window between two snapshots (None where nothing was exported)."""
     seconds = float(current["at"]) - float(previous["at"])
     old_workers = previous.get("workers", {})
-    deltas = {pod: (entry["role"], _worker_delta(old_workers.get(pod), entry))
-              for pod, entry in current["workers"].items()}
+    deltas, skipped = {}, []
+    for pod, entry in current["workers"].items():
+        if pod in old_workers:
+            deltas[pod] = (entry["role"], _worker_delta(old_workers[pod], entry))
+        elif float(entry.get("created") or 0.0) >= float(previous["at"]) - CLOCK_SKEW_SECONDS:
+            deltas[pod] = (entry["role"], _worker_delta(None, entry))  # started inside the window
+        else:
+            skipped.append(pod)  # existed before but was not read then: its share of the window is unknown
     by_role: dict[str, list[Reading]] = {}
     for role, delta in deltas.values():
         by_role.setdefault(role, []).append(delta)
     everyone = [delta for _, delta in deltas.values()]
     # Disaggregated, a request finishes on decode (prefill runs it to one token first), so decode's
     # counters are the requests and the tokens, and a client's first token waits for both legs: the
-    # prefill leg's first token, then decode's (which includes pulling the KV cache). The sum of
-    # the two legs' quantiles is an estimate of the client's: exact when slow prefills and slow
-    # decode starts coincide, above it otherwise.
+    # prefill leg's first token, then decode's (which includes pulling the KV cache). vLLM measures
+    # each leg apart, so the client's quantile is not in the metrics: the sum of the two legs'
+    # quantiles is shown as an estimate (neither bound), and the alarm uses what is certain: the
+    # client's first token comes after each leg's, so its p99 is at least the larger leg floor.
     served = by_role.get("decode", []) if disaggregated else everyone
     figures: dict[str, Any] = {
         "seconds": round(seconds, 3),
         "workers": len(deltas),
+        "workers_skipped": skipped,
         "worker_pods_replaced": _replaced(previous, current),
         "requests": _sum(served, "requests"),
         "generation_tokens_per_second": None,
@@ -158,6 +226,12 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
         else:
             figures[name] = _quantile_ms(everyone, "ttft", q)
     if disaggregated:
+        floors = [f for f in (_floor_ms(by_role.get(role, []), "ttft", 0.99) for role in ("prefill", "decode"))
+                  if f is not None]
+        figures["ttft_p99_floor_ms"] = max(floors) if floors else None
+    else:
+        figures["ttft_p99_floor_ms"] = _floor_ms(everyone, "ttft", 0.99)
+    if disaggregated:
         transfers, kv_seconds = _sum(everyone, "nixl_transfers"), _sum(everyone, "nixl_seconds")
         figures.update({
             "kv_transfer_bytes": _sum(everyone, "nixl_bytes"),
@@ -169,18 +243,25 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
 
 
 def _replaced(previous: Mapping[str, Any], current: Mapping[str, Any]) -> int | None:
-    """Worker pods that went away and came back under another name in the same RayCluster: a pod
-    rescheduled (its node drained, lost or replaced). A container restart keeps the pod's name
-    (``PodRestarts`` counts those); scaling only adds or only removes pods; a new RayCluster is a
-    rollout, not a rescheduling (None)."""
+    """Worker pods that went away and came back under another name in the same RayCluster and
+    role: a pod rescheduled (its node drained, lost or replaced), or, with the Ray autoscaler v2
+    (KubeRay then sets ``restartPolicy: Never``), a crashed one. A container restart otherwise
+    keeps the pod's name (``PodRestarts`` counts those); scaling a role only adds or only
+    removes its pods; a new RayCluster is a rollout, not a rescheduling (None)."""
     if previous.get("cluster") != current.get("cluster"):
         return None
-    before, after = set(previous.get("workers", {})), set(current["workers"])
-    return min(len(after - before), len(before - after))
+    replaced = 0
+    for role in {entry.get("role") for entry in [*previous.get("workers", {}).values(), *current["workers"].values()]}:
+        before = {p for p, e in previous.get("workers", {}).items() if e.get("role") == role}
+        after = {p for p, e in current["workers"].items() if e.get("role") == role}
+        replaced += min(len(after - before), len(before - after))
+    return replaced
 
 
 def _efa(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
-    """Each GPU node's EFA bytes in the window: what a prefill node sent, what a decode node received."""
+    """Each worker node's EFA bytes in the window: what a prefill node sent, what a decode node
+    received. Only nodes that run a worker pod of the cluster are read (a node Cluster Autoscaler
+    is about to remove, or a surge node of a node group update, carries none)."""
     by_node = {}
     for node, entry in after.items():
         if node not in before:
@@ -196,6 +277,7 @@ PUBLISHED = {
     "generation_tokens_per_second": ("GeneratedTokensPerSecond", "Count/Second"),
     "ttft_p50_ms": ("TtftP50", "Milliseconds"),
     "ttft_p99_ms": ("TtftP99", "Milliseconds"),
+    "ttft_p99_floor_ms": ("TtftP99Floor", "Milliseconds"),
     "itl_p50_ms": ("ItlP50", "Milliseconds"),
     "itl_p99_ms": ("ItlP99", "Milliseconds"),
     "kv_transfer_bytes": ("KvTransferBytes", "Bytes"),

@@ -75,8 +75,15 @@ def test_autoscaled_xpyd_scales_each_leg_between_its_node_group_sizes(shape):
     options = cluster["autoscalerOptions"]
     assert (options["version"], options["upscalingMode"], options["idleTimeoutSeconds"]) == ("v2", "Default", 60)
     assert options["resources"]["requests"] == options["resources"]["limits"] == {"cpu": "200m", "memory": "512Mi"}
-    # The API credentials reach the autoscaler container only; the head keeps no token of its own.
+    # The API credentials reach the autoscaler container only; the head keeps no token of its own,
+    # and KubeRay's autoscaler Role is bound to the head's own account, which no worker uses.
     head = cluster["headGroupSpec"]["template"]["spec"]
+    assert head["serviceAccountName"] == "ray-llm-head"
+    assert {rendered.worker_group(r)["template"]["spec"]["serviceAccountName"] for r in ("prefill", "decode")} == {
+        "ray-llm"}
+    accounts = [o for o in rendered.all_objects() if o["kind"] == "ServiceAccount"]
+    assert {a["metadata"]["name"]: a.get("automountServiceAccountToken") for a in accounts} == {
+        "ray-llm": False, "ray-llm-head": False}
     assert head["automountServiceAccountToken"] is False
     (volume,) = head["volumes"]
     assert options["volumeMounts"] == [{"name": volume["name"], "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
@@ -171,3 +178,10 @@ def test_scale_to_zero_and_continuous_verification_are_refused_together(monkeypa
     assert parse_config({**zero, "observability": {"enabled": False}}).specs().serving.replica_range("prefill") == (0, 2)
     with pytest.raises(ConfigError, match=r"prefill.min_size: continuous verification probes the endpoint every 15"):
         parse_config(zero).specs()
+
+
+def test_colocated_may_let_one_group_reach_zero():
+    """One model over both groups: the other group's replicas keep serving while one is empty."""
+    spec = parse_config({"topology": "colocated", "observability": {"enabled": False},
+                         "prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}}).specs().serving
+    assert spec.replica_range("prefill") == (0, 2)

@@ -86,6 +86,8 @@ class Scenario:
     image: str | None = None
     """The image the pods run; default: the deployed spec's."""
     efa_allocatable: str = "1"
+    autoscaler_running: bool | None = None
+    """KubeRay's autoscaler sidecar in the head pod: running, terminated, or absent (None)."""
     prefill_ttft_seconds: float = 0.05
     decode_ttft_seconds: float = 0.03
 
@@ -248,12 +250,16 @@ class FakeDeployment:
                   "ray.io/node-type": "head" if role == "head" else "worker"}
         annotations = {**template["metadata"].get("annotations", {}), "ray-llm-eks/cluster-spec-hash": self.pod_hash}
         image = containers[0]["image"]
+        statuses = [{"name": containers[0]["name"], "state": {"running": {}},
+                     "imageID": f"{image.split('@')[0].split(':')[0]}@sha256:{'cd' * 32}"}]
+        if role == "head" and self.scenario.autoscaler_running is not None:
+            statuses.append({"name": "autoscaler", "state": {"running": {}} if self.scenario.autoscaler_running
+                             else {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}})
         return {
             "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "annotations": annotations},
             "spec": {"nodeName": node, "containers": containers},
             "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
-                       "containerStatuses": [{"name": containers[0]["name"],
-                                              "imageID": f"{image.split('@')[0].split(':')[0]}@sha256:{'cd' * 32}"}]},
+                       "containerStatuses": statuses},
         }
 
     def pods(self) -> list[dict[str, Any]]:

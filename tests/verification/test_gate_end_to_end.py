@@ -420,8 +420,8 @@ def _published_figures(fake: FakeDeployment, monkeypatch, runs: int, between) ->
     from ray_llm_eks.verification.__main__ import main
 
     state = "ray-llm-cv-state"
-    fake.config_map_store[state] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": state, "namespace": fake.namespace, "resourceVersion": "1", "labels": {"from": "the chart"}}}
+    fake.config_map_store.setdefault(state, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": state, "namespace": fake.namespace, "resourceVersion": "1", "labels": {"from": "the chart"}}})
     config = fake.tmp / "gate.json"
     config.write_text(json.dumps(fake.gate_settings()))
     for name, value in {"AWS_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "testing",
@@ -485,7 +485,10 @@ def test_continuous_verification_publishes_what_was_served_between_runs(fake: Fa
     assert values["NixlFailedTransfers"] == [0.0]
     assert values["MinNodeEfaBytes"] == [window["min_node_efa_bytes"]]
     assert values["WorkerPodsReplaced"] == [0.0]
-    assert set(values) == {"TransportVerified", "WorkerPodsReplaced", "Requests", "GeneratedTokensPerSecond", "TtftP50", "TtftP99",
+    # The p99's certain floor: the larger leg's bucket edge, prefill's 0.04 s.
+    assert window["ttft_p99_floor_ms"] == 40.0 and values["TtftP99Floor"] == [40.0]
+    assert set(values) == {"TransportVerified", "WorkerPodsReplaced", "Requests", "GeneratedTokensPerSecond", "TtftP50",
+                           "TtftP99", "TtftP99Floor",
                            "ItlP50", "ItlP99", "KvTransferBytes", "KvTransferTimeMean", "NixlFailedTransfers",
                            "MinNodeEfaBytes"}
 
@@ -505,8 +508,13 @@ def test_an_autoscaled_deployment_passes_with_any_pod_count_in_its_range(in_clus
     """Autoscaled roles carry their node groups' bounds: one ready pod each (of 1 to 3) is a
     deployment the gate can prove, and a pod still starting is not waited for."""
     roles = {role: {**spec, "min_nodes": 1, "max_nodes": 3} for role, spec in fake.settings["roles"].items()}
+    fake.scenario.autoscaler_running = True
     report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(roles=roles)))
     assert report["verdict"] == "pass", report["reasons"]
+    # KubeRay watches only the Ray container: a dead autoscaler sidecar is the gate's to report.
+    fake.scenario.autoscaler_running = False
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(roles=roles)))
+    assert any("Ray autoscaler container of the head pod" in r for r in report["reasons"])
 
 
 def test_role_expectations_fixed_and_autoscaled():
@@ -517,3 +525,21 @@ def test_role_expectations_fixed_and_autoscaled():
     ranged = RoleExpectation(nodes=2, node_selector={}, gpus_per_node=1, min_nodes=0, max_nodes=5)
     # At least one pod: the path must be provable.
     assert (ranged.autoscaled, ranged.pod_range, ranged.describe()) == (True, (1, 5), "1 to 5 (autoscaled)")
+
+
+@pytest.mark.parametrize("garbage", ['{"workers": []}', "not json", '{"at": "x", "workers": {}}'])
+def test_an_unusable_previous_reading_is_replaced_not_fatal(fake: FakeDeployment, monkeypatch, garbage):
+    fake.config_map_store["ray-llm-cv-state"] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "ray-llm-cv-state", "namespace": fake.namespace, "resourceVersion": "1", "labels": {"from": "the chart"}},
+        "data": {"state.json": garbage}}
+    reports, values = _published_figures(fake, monkeypatch, runs=2, between=lambda: _chat(fake))
+    assert any("replaced an unusable previous reading" in w for w in reports[0]["warnings"])
+    assert reports[1]["window"]["requests"] == 3 + 1  # the next run is whole again
+    assert values["TransportVerified"] == [1.0]
+
+
+def test_a_run_that_cannot_keep_its_state_fails(fake: FakeDeployment, monkeypatch):
+    """Without its ConfigMap the serving metrics would go quiet: the run fails instead, so
+    TransportNotVerified says why."""
+    code, published = _continuous(fake, monkeypatch, log_window_seconds=900, state_config_map="missing-state")
+    assert code == 1 and published == [0.0]

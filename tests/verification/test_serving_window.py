@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from ray_llm_eks.verification import serving_window
-from ray_llm_eks.verification.serving_window import published, snapshot, window
+from ray_llm_eks.verification.serving_window import published, window
 
 TTFT_BUCKETS = (0.02, 0.04, 0.06, 0.1, 0.5, 1.0, 5.0)
 
@@ -50,6 +50,14 @@ class Worker:
     @property
     def text(self) -> str:
         return generate_latest(self.registry).decode()
+
+
+def snapshot(workers: dict, nodes: dict, at: float, cluster: str = "", created: dict | None = None,
+             carried: dict | None = None) -> dict:
+    """The module's snapshot, every pod created at time 0 unless ``created`` says otherwise."""
+    return serving_window.snapshot({pod: (role, text, (created or {}).get(pod, 0.0))
+                                    for pod, (role, text) in workers.items()}, nodes, at=at, cluster=cluster,
+                                   carried=carried)
 
 
 def _efa(sent: int, received: int) -> dict:
@@ -101,7 +109,8 @@ def test_a_restarted_engine_and_a_new_pod_count_from_zero():
         restarted.serve(ttft=0.03)
     for _ in range(2):
         added.serve(ttft=0.03)
-    after = snapshot({"w1": ("decode", restarted.text), "w2": ("decode", added.text)}, {}, at=60.0)
+    after = snapshot({"w1": ("decode", restarted.text), "w2": ("decode", added.text)}, {}, at=60.0,
+                     created={"w2": 30.0})  # w2 was created inside the window
     figures = window(before, after, disaggregated=False)
     assert figures["requests"] == 5 and figures["workers"] == 2
     assert figures["ttft_p99_ms"] == pytest.approx(39.8)
@@ -112,7 +121,8 @@ def test_the_superseded_itl_name_is_not_counted_twice():
     before = snapshot({"w": ("decode", worker.text)}, {}, at=0.0)
     worker.serve(ttft=0.03, tokens=5, itl=0.015)
     reading = serving_window.read_worker(worker.text)
-    assert reading["buckets"]["itl"]["+Inf"] == 4
+    (series,) = reading["buckets"]["itl"].values()
+    assert series["+Inf"] == 4
     figures = window(before, snapshot({"w": ("decode", worker.text)}, {}, at=1.0), disaggregated=False)
     assert figures["itl_p50_ms"] == pytest.approx(15.0)
 
@@ -170,3 +180,97 @@ def test_a_rescheduled_pod_is_counted_a_scale_up_or_a_rollout_is_not():
     assert window(base, moved, disaggregated=False)["worker_pods_replaced"] == 1
     assert window(base, grown, disaggregated=False)["worker_pods_replaced"] == 0
     assert window(base, rolled, disaggregated=False)["worker_pods_replaced"] is None
+
+
+class Replicas:
+    """One pod running two replicas: Ray labels each replica's series with its ``ReplicaId``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.success = Counter("ray_vllm_request_success", "", ["ReplicaId"], registry=self.registry)
+        self.ttft = Histogram("ray_vllm_time_to_first_token_seconds", "", ["ReplicaId"], registry=self.registry,
+                              buckets=TTFT_BUCKETS)
+
+    def serve(self, replica: str, n: int, ttft: float) -> None:
+        for _ in range(n):
+            self.success.labels(replica).inc()
+            self.ttft.labels(replica).observe(ttft)
+
+    @property
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+def test_one_replica_restarting_resets_only_its_own_series():
+    """A pod runs several replicas; one restarting must not count the others' whole history."""
+    pod = Replicas()
+    pod.serve("a", 10_000, ttft=4.0)
+    pod.serve("b", 5, ttft=0.03)
+    before = snapshot({"w": ("decode", pod.text)}, {}, at=0.0)
+    restarted = Replicas()  # replica a restarted (its series began again), b went on
+    restarted.serve("a", 4, ttft=0.03)
+    restarted.serve("b", 5 + 6, ttft=0.03)
+    figures = window(before, snapshot({"w": ("decode", restarted.text)}, {}, at=60.0), disaggregated=False)
+    assert figures["requests"] == 4 + 6
+    assert figures["ttft_p99_ms"] == pytest.approx(39.8)  # none of a's 4 s history
+
+
+def test_a_counter_ray_exports_twice_is_read_once():
+    """Ray's OpenCensus path exports each counter as ``X_total`` and as the deprecated gauge ``X``."""
+    text = "ray_vllm_request_success_total{ReplicaId=\"a\"} 7.0\nray_vllm_request_success{ReplicaId=\"a\"} 7.0\n"
+    (series,) = serving_window.read_worker(text)["counters"]["requests"].values()
+    assert series == 7.0
+
+
+def test_a_pod_that_existed_but_was_not_read_is_left_out_and_an_unreadable_one_keeps_its_reading():
+    old, late = Worker(), Worker()
+    for _ in range(500):
+        late.serve(ttft=3.0)  # its history before the previous reading, which missed it
+    before = snapshot({"w1": ("decode", old.text)}, {}, at=100.0)
+    old.serve(ttft=0.03)
+    late.serve(ttft=0.03)
+    after = snapshot({"w1": ("decode", old.text), "w2": ("decode", late.text)}, {}, at=200.0,
+                     created={"w2": 50.0})  # created before the previous reading
+    figures = window(before, after, disaggregated=False)
+    assert figures["requests"] == 1 and figures["workers_skipped"] == ["w2"]
+    # w1 cannot be read in the next run: its earlier reading is carried, and the run after that
+    # counts its traffic of both windows once.
+    carried = snapshot({"w2": ("decode", late.text)}, {}, at=300.0, created={"w2": 50.0},
+                       carried={"w1": after["workers"]["w1"]})
+    assert window(after, carried, disaggregated=False)["requests"] == 0
+    old.serve(ttft=0.03)
+    old.serve(ttft=0.03)
+    final = snapshot({"w1": ("decode", old.text), "w2": ("decode", late.text)}, {}, at=400.0, created={"w2": 50.0})
+    assert window(carried, final, disaggregated=False)["requests"] == 2
+
+
+def test_the_p99_floor_is_the_lower_edge_of_its_bucket():
+    """Three probes at 1.05 s interpolate to a p99 of 2485 ms in vLLM's 1-2.5 s bucket; the floor
+    (what the alarm watches) says only what is certain: at least 1000 ms."""
+    buckets = {0.5: 0.0, 1.0: 0.0, 2.5: 3.0, float("inf"): 3.0}
+    from ray_llm_eks.bench.histogram import quantile
+
+    assert quantile(0.99, buckets) == pytest.approx(2.485)
+    assert serving_window.quantile_floor(0.99, buckets) == 1.0
+    assert serving_window.quantile_floor(0.99, {1.0: 1.0, float("inf"): 3.0}) == 1.0  # rank in +Inf
+    assert serving_window.quantile_floor(0.99, {1.0: 0.0, float("inf"): 0.0}) is None
+
+
+def test_the_disaggregated_floor_is_the_larger_legs():
+    prefill, decode = Worker(), Worker()
+    before = snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=0.0)
+    for _ in range(10):
+        prefill.serve(ttft=0.7, tokens=1)  # in (0.5, 1.0]
+        decode.serve(ttft=0.05)  # in (0.04, 0.06]
+    figures = window(before, snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=9.0),
+                     disaggregated=True)
+    assert figures["ttft_p99_floor_ms"] == 500.0
+
+
+def test_replacements_are_counted_per_role():
+    """Prefill scaling in while decode scales out is no replacement."""
+    text = Worker().text
+    base = snapshot({"p1": ("prefill", text), "p2": ("prefill", text), "d1": ("decode", text)}, {}, at=0.0, cluster="c")
+    rebalanced = snapshot({"p1": ("prefill", text), "d1": ("decode", text), "d2": ("decode", text)}, {}, at=60.0,
+                          cluster="c")
+    assert window(base, rebalanced, disaggregated=False)["worker_pods_replaced"] == 0
