@@ -393,13 +393,11 @@ def autoscaler_options() -> dict[str, Any]:
     ``restartPolicy: Never`` on the Ray pods, which v2 needs; ``version`` is new in v1.4.0),
     ``Default`` upscaling, idle pods removed after 60 s, its requests counted in the system
     node's budget (``spec.scaling.RAY_AUTOSCALER``), the API credentials mounted into it alone."""
-    resources = scaling.RAY_AUTOSCALER
-    amounts = {"cpu": resources.cpu_quantity, "memory": resources.memory_quantity}
     return {
         "version": "v2",
         "upscalingMode": "Default",
         "idleTimeoutSeconds": scaling.RAY_IDLE_TIMEOUT_SECONDS,
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "resources": scaling.RAY_AUTOSCALER.guaranteed_json(),
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
         "volumeMounts": [{"name": AUTOSCALER_API_VOLUME, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}],

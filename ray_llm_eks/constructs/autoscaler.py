@@ -93,8 +93,6 @@ class NodeAutoscaler(Construct):
         self.role.add_to_policy(iam.PolicyStatement(
             actions=list(SCALING_ACTIONS), resources=["*"],
             conditions={"StringEquals": {"autoscaling:ResourceTag/eks:cluster-name": target.cluster_name}}))
-        resources = scaling.CLUSTER_AUTOSCALER
-        amounts = {"cpu": resources.cpu_quantity, "memory": resources.memory_quantity}
         values = {
             "cloudProvider": "aws",
             "awsRegion": Stack.of(self).region,
@@ -102,7 +100,7 @@ class NodeAutoscaler(Construct):
             "image": {"tag": image_tag},
             "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}},
             "extraArgs": dict(EXTRA_ARGS),
-            "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+            "resources": scaling.CLUSTER_AUTOSCALER.guaranteed_json(),
             "nodeSelector": dict(system_nodes.labels if system_nodes is not None else SYSTEM_LABELS),
         }
         self.chart = eks.HelmChart(

@@ -66,6 +66,12 @@ class PodResources:
             return f"{self.memory_mib // MIB_PER_GIB}Gi"
         return f"{self.memory_mib}Mi"
 
+    def guaranteed_json(self) -> dict[str, dict[str, str]]:
+        """Requests equal to limits, as the plain JSON that Helm values and KubeRay's
+        ``autoscalerOptions.resources`` take (the charts' own pods use ``pod_templates.guaranteed``)."""
+        amounts = {"cpu": self.cpu_quantity, "memory": self.memory_quantity}
+        return {"requests": dict(amounts), "limits": dict(amounts)}
+
     @property
     def whole_cpus(self) -> int:
         return self.cpu_millis // 1000

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from . import efa, metrics
 
@@ -42,6 +42,8 @@ except ImportError:  # pragma: no cover - exercised by the bundle tests
 
 STATE_KEY = "state.json"
 """The key of the reading in the continuous verification's state ConfigMap."""
+CLOCK_SKEW_SECONDS = 5.0
+"""Allowed between a pod's creation stamp (the API server's clock) and a reading's (the run's)."""
 
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("time_to_first_token_seconds",),
@@ -142,9 +144,6 @@ def _worker_delta(before: Reading | None, after: Reading) -> Reading:
     }
 
 
-CLOCK_SKEW_SECONDS = 5.0
-
-
 def _sum(readings: Iterable[Reading], key: str) -> float | None:
     values = [r["counters"][key] for r in readings if key in r["counters"]]
     return sum(values) if values else None
@@ -154,9 +153,15 @@ def _merged(readings: Iterable[Reading], figure: str) -> dict[float, float]:
     return histogram.merge(r["buckets"][figure] for r in readings if figure in r["buckets"])
 
 
-def _quantile_ms(readings: Iterable[Reading], figure: str, q: float) -> float | None:
-    value = histogram.quantile(q, _merged(readings, figure))
+def _ms(estimate: Callable[[float, Mapping[float, float]], float | None], readings: Iterable[Reading],
+        figure: str, q: float) -> float | None:
+    """``estimate`` (a quantile, or its bucket's floor) of the readings' merged buckets, in ms."""
+    value = estimate(q, _merged(readings, figure))
     return None if value is None else round(value * 1000.0, 3)
+
+
+def _quantile_ms(readings: Iterable[Reading], figure: str, q: float) -> float | None:
+    return _ms(histogram.quantile, readings, figure, q)
 
 
 def quantile_floor(q: float, buckets: Mapping[float, float]) -> float | None:
@@ -172,11 +177,6 @@ def quantile_floor(q: float, buckets: Mapping[float, float]) -> float | None:
             return lower
         lower = bound
     return lower
-
-
-def _floor_ms(readings: Iterable[Reading], figure: str, q: float) -> float | None:
-    value = quantile_floor(q, _merged(readings, figure))
-    return None if value is None else round(value * 1000.0, 3)
 
 
 def _added(*values: float | None) -> float | None:
@@ -225,13 +225,12 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
                                    _quantile_ms(by_role.get("decode", []), "ttft", q))
         else:
             figures[name] = _quantile_ms(everyone, "ttft", q)
-    if disaggregated:
-        floors = [f for f in (_floor_ms(by_role.get(role, []), "ttft", 0.99) for role in ("prefill", "decode"))
+    if not disaggregated:
+        figures["ttft_p99_floor_ms"] = _ms(quantile_floor, everyone, "ttft", 0.99)
+    else:
+        floors = [f for f in (_ms(quantile_floor, by_role.get(role, []), "ttft", 0.99) for role in ("prefill", "decode"))
                   if f is not None]
         figures["ttft_p99_floor_ms"] = max(floors) if floors else None
-    else:
-        figures["ttft_p99_floor_ms"] = _floor_ms(everyone, "ttft", 0.99)
-    if disaggregated:
         transfers, kv_seconds = _sum(everyone, "nixl_transfers"), _sum(everyone, "nixl_seconds")
         figures.update({
             "kv_transfer_bytes": _sum(everyone, "nixl_bytes"),
