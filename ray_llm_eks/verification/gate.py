@@ -334,7 +334,7 @@ class Gate:
         efa_after = self.read_efa(counter_pods)
         nixl_after = {pod: metrics.NixlTotals.of(text) for pod, text in self.read_metrics(workers).items()}
         self.check_transport_logs(workers)
-        self.check_kv(efa_before, efa_after, nixl_before, nixl_after)
+        self.check_kv(efa_before, efa_after, nixl_before, nixl_after, workers)
         return self.report
 
     def _remaining(self) -> float:
@@ -760,7 +760,11 @@ class Gate:
             self.report.fail(reason)
 
     def check_kv(self, efa_before: Mapping[str, efa.Counters], efa_after: Mapping[str, efa.Counters],
-                 nixl_before: Mapping[str, metrics.NixlTotals], nixl_after: Mapping[str, metrics.NixlTotals]) -> None:
+                 nixl_before: Mapping[str, metrics.NixlTotals], nixl_after: Mapping[str, metrics.NixlTotals],
+                 workers: list[dict[str, Any]]) -> None:
+        """The EFA bytes against the prediction (the verdict), and vLLM's NIXL figures (failed
+        transfers fail; the rest corroborate). NIXL's transfer series live on decode, which pulls the
+        KV cache: prefill exports none, and a decode worker exports them from its first transfer."""
         c = self.config
         probes_json = self.report.sections.get("probes", {}).get("results", [])
         counted = [r for r in probes_json if r.get("ok")]
@@ -781,8 +785,13 @@ class Gate:
         sent = sum(d["sent_bytes"] for d in by_node.values() if d["role"] == "prefill")
         received = sum(d["received_bytes"] for d in by_node.values() if d["role"] == "decode")
         moved = min(sent, received)
-        nixl = metrics.sum_deltas(metrics.nixl_delta(nixl_before[pod], nixl_after[pod])
-                                  for pod in sorted(set(nixl_before) & set(nixl_after)))
+        # Per series, never absolute totals: after a Serve redeploy the replaced replicas' series
+        # stay exported, frozen, beside the new ones (metrics module docstring).
+        roles = {pod["metadata"]["name"]: _label(pod, GROUP_LABEL) or "" for pod in workers}
+        read_twice_pods = sorted(set(nixl_before) & set(nixl_after))
+        nixl_by_pod = {pod: {"role": roles.get(pod, ""), "exports_transfers": nixl_after[pod].transfers_exported,
+                             **metrics.nixl_delta(nixl_before[pod], nixl_after[pod])} for pod in read_twice_pods}
+        nixl: dict[str, Any] = {**metrics.sum_deltas(nixl_by_pod.values()), "by_pod": nixl_by_pod}
         fraction = moved / predicted if predicted else None
         self.report.sections["kv"] = {
             "predicted_bytes": predicted,
@@ -810,8 +819,34 @@ class Gate:
                              f"{c.min_kv_fraction:.0%} must cross EFA")
         if nixl["failed_transfers"]:
             self.report.fail(f"vLLM counted {nixl['failed_transfers']:.0f} failed NIXL transfer(s) during the probes")
-        if nixl["bytes_transferred"] is None:
-            self.report.warnings.append("no worker exports ray_vllm_nixl_bytes_transferred; NIXL figures are missing")
+        if nixl["failed_notifications"]:
+            self.report.warnings.append(
+                f"vLLM counted {nixl['failed_notifications']:.0f} failed NIXL notification(s) during the probes: decode "
+                "read the KV cache but could not tell prefill, which holds those blocks until their lease expires "
+                "(the side-channel ports and the EFA security group between the pods)")
+        if nixl["kv_expired_reqs"]:
+            self.report.warnings.append(
+                f"prefill freed the KV cache of {nixl['kv_expired_reqs']:.0f} request(s) at its lease's end during the "
+                "probes (vllm:nixl_num_kv_expired_reqs): decode never confirmed reading it, a lost notification or a "
+                "request decode did not pull (possibly from before the probes)")
+        self._warn_missing_nixl(nixl_by_pod, roles)
+
+    def _warn_missing_nixl(self, nixl_by_pod: Mapping[str, Mapping[str, Any]], roles: Mapping[str, str]) -> None:
+        """vLLM's NIXL byte count corroborates the EFA counters, which are the proof: its absence is a
+        warning. Decode pulls the KV cache, so only decode workers export it (prefill's silence is
+        expected), and only from their first transfer; after successful probes, no decode worker
+        exporting it means the KV cache was not counted by NIXL (or Ray's agent does not export it)."""
+        ok = self.report.sections.get("probes", {}).get("ok") or 0
+        decode = sorted(pod for pod, role in roles.items() if role == "decode")
+        unread = [pod for pod in decode if pod not in nixl_by_pod]
+        silent = [pod for pod in decode if pod in nixl_by_pod and not nixl_by_pod[pod]["exports_transfers"]]
+        # A decode worker that was not read is already a warning ("cannot read metrics of ..."); one
+        # that exports the series while another does not may simply have served every probe.
+        if ok and silent and len(silent) + len(unread) == len(decode):
+            self.report.warnings.append(
+                f"no decode worker exports ray_vllm_nixl_bytes_transferred after {ok} successful probe(s) "
+                f"({', '.join(silent)}): NIXL's own count of the KV bytes is missing (the EFA counters are the proof; "
+                "check the worker's metrics on port 8080 and that the engines run the NixlConnector)")
 
 
 # --- small helpers ----------------------------------------------------------------------------------------

@@ -1,11 +1,26 @@
 """The KV-transfer figures in the workers' Prometheus metrics, and how they moved across the probes.
 
 vLLM 0.26 records NIXL transfers (``distributed/kv_transfer/kv_connector/v1/nixl/stats.py``):
-histograms ``vllm:nixl_xfer_time_seconds`` and ``vllm:nixl_bytes_transferred``, counter
-``vllm:nixl_num_failed_transfers``. Under Ray Serve LLM the names reach each Ray node's metrics
-agent (KubeRay's ``metrics`` port, 8080) with the prefix ``ray_`` and ``:`` turned into ``_``:
-``ray_vllm_nixl_bytes_transferred_sum``. Both spellings are read, and a counter with or without
-the ``_total`` suffix, so the same code reads a plain vLLM server too.
+histograms ``vllm:nixl_xfer_time_seconds`` and ``vllm:nixl_bytes_transferred``, counters
+``vllm:nixl_num_failed_transfers`` (a KV read that failed), ``vllm:nixl_num_failed_notifications``
+(decode read the KV cache but could not tell prefill, whose blocks then stay held until their
+lease expires) and ``vllm:nixl_num_kv_expired_reqs`` (counted on prefill: a request whose KV
+blocks were freed at the lease's end because no notification came). Under Ray Serve LLM the names
+reach each Ray node's metrics agent (KubeRay's ``metrics`` port, 8080) with the prefix ``ray_``
+and ``:`` turned into ``_``: ``ray_vllm_nixl_bytes_transferred_sum``. Both spellings are read,
+and a counter with or without the ``_total`` suffix, so the same code reads a plain vLLM server too.
+
+What Ray Serve LLM 2.58 really exports (BRIEF section 8), and how each is read here:
+
+- **Absent while zero.** The three counters are not exported until they first count (a plain
+  vLLM exports them at 0): a reading before the probes never has them. A series absent from an
+  endpoint's earlier reading therefore counts from zero, and on an endpoint that exports vLLM's
+  metrics at all, an absent failure counter reads as 0, not as unknown.
+- **Decode only.** Decode pulls the KV cache, so the NIXL histograms appear only on decode
+  workers, after their first transfer; prefill exports none (its ``kv_expired_reqs`` aside).
+- **Frozen series.** After a Serve redeploy the replaced replicas' series stay exported, frozen,
+  beside the new replicas' (each replica has its own ``ReplicaId``): an endpoint's absolute total
+  then counts old replicas too, so only per-series deltas are used, never totals.
 
 The parser reads the Prometheus text exposition format 0.0.4 (one sample a line:
 ``name{label="value",...} value [timestamp]``); the tests check it against ``prometheus_client``'s
@@ -14,10 +29,11 @@ own output. Standard library only: it also runs inside the cluster.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -26,6 +42,22 @@ PREFIXES = ("ray_vllm_", "vllm:", "vllm_")
 BYTES = "nixl_bytes_transferred"
 XFER_TIME = "nixl_xfer_time_seconds"
 FAILED = "nixl_num_failed_transfers"
+FAILED_NOTIFICATIONS = "nixl_num_failed_notifications"
+KV_EXPIRED = "nixl_num_kv_expired_reqs"
+
+FIGURES: dict[str, tuple[str, str]] = {
+    "bytes_transferred": (BYTES, "_sum"),
+    "transfers": (BYTES, "_count"),
+    "xfer_time_seconds": (XFER_TIME, "_sum"),
+    "xfer_count": (XFER_TIME, "_count"),
+    "failed_transfers": (FAILED, ""),
+    "failed_notifications": (FAILED_NOTIFICATIONS, ""),
+    "kv_expired_reqs": (KV_EXPIRED, ""),
+}
+"""Each NIXL figure of the gate's report: (metric, suffix)."""
+ZERO_WHEN_ABSENT = ("failed_transfers", "failed_notifications", "kv_expired_reqs")
+"""Counters Ray Serve LLM exports only once they count: absent on an endpoint that exports vLLM's
+metrics means 0."""
 
 
 @dataclass(frozen=True)
@@ -73,65 +105,123 @@ def exported_name(samples: Iterable[Sample], metric: str, suffix: str = "") -> s
 
 
 def total(samples: Iterable[Sample], metric: str, suffix: str = "") -> float | None:
-    """Sum of ``metric`` + ``suffix`` over every label set, under its one exported name; None if absent."""
+    """Sum of ``metric`` + ``suffix`` over every label set, under its one exported name; None if absent.
+
+    An absolute figure: after a Serve redeploy it counts the replaced replicas' frozen series too.
+    Compare two readings with :func:`series_delta` of :func:`series` instead."""
+    found = series(samples, metric, suffix)
+    return sum(found.values()) if found else None
+
+
+def series_key(labels: tuple[tuple[str, str], ...]) -> str:
+    """One series' identity: its labels but ``le``, sorted, as compact JSON."""
+    return json.dumps(sorted((k, v) for k, v in labels if k != "le"), separators=(",", ":"))
+
+
+def series(samples: Iterable[Sample], metric: str, suffix: str = "") -> dict[str, float]:
+    """``metric`` + ``suffix`` per label set (:func:`series_key`), under its one exported name;
+    empty when the endpoint does not export it."""
     samples = list(samples)
     name = exported_name(samples, metric, suffix)
-    found = [s.value for s in samples if s.name == name and not math.isnan(s.value)]
-    return sum(found) if found else None
+    found: dict[str, float] = {}
+    for sample in samples:
+        if sample.name == name and not math.isnan(sample.value):
+            key = series_key(sample.labels)
+            found[key] = found.get(key, 0.0) + sample.value
+    return found
+
+
+def series_delta(before: Mapping[str, float], after: Mapping[str, float]) -> float:
+    """How much a counter moved between two readings of one endpoint, series by series.
+
+    A series that went down (its replica restarted) counts from zero; so does one absent before (a
+    replica that started in between, or a counter Ray exports only once it counts); one absent
+    after (a replica gone) moved nothing; a frozen one (a replaced replica, still exported) moved 0."""
+    moved = 0.0
+    for key, value in after.items():
+        old = before.get(key)
+        moved += value if old is None or value < old else value - old
+    return moved
+
+
+def exports_vllm(samples: Iterable[Sample]) -> bool:
+    """Whether an endpoint exports any of vLLM's metrics (under any known prefix)."""
+    return any(s.name.startswith(PREFIXES) for s in samples)
 
 
 @dataclass(frozen=True)
 class NixlTotals:
-    """Cumulative NIXL figures of one metrics endpoint (None: the metric is not exported there)."""
+    """One reading of one metrics endpoint: each NIXL figure per series (a figure missing from
+    ``series``: not exported there), and whether the endpoint exports vLLM's metrics at all."""
 
-    bytes_sum: float | None
-    transfers: float | None
-    xfer_seconds_sum: float | None
-    xfer_count: float | None
-    failed: float | None
+    series: Mapping[str, Mapping[str, float]]
+    vllm: bool = False
 
     @classmethod
     def of(cls, text: str) -> NixlTotals:
         samples = parse(text)
-        return cls(
-            bytes_sum=total(samples, BYTES, "_sum"),
-            transfers=total(samples, BYTES, "_count"),
-            xfer_seconds_sum=total(samples, XFER_TIME, "_sum"),
-            xfer_count=total(samples, XFER_TIME, "_count"),
-            failed=total(samples, FAILED),
-        )
+        found = {figure: series(samples, metric, suffix) for figure, (metric, suffix) in FIGURES.items()}
+        return cls(series={figure: values for figure, values in found.items() if values}, vllm=exports_vllm(samples))
+
+    def total(self, figure: str) -> float | None:
+        """The absolute figure (frozen series included: for display, never for a verdict)."""
+        values = self.series.get(figure)
+        return sum(values.values()) if values else None
+
+    @property
+    def bytes_sum(self) -> float | None:
+        return self.total("bytes_transferred")
+
+    @property
+    def transfers(self) -> float | None:
+        return self.total("transfers")
+
+    @property
+    def xfer_seconds_sum(self) -> float | None:
+        return self.total("xfer_time_seconds")
+
+    @property
+    def xfer_count(self) -> float | None:
+        return self.total("xfer_count")
+
+    @property
+    def failed(self) -> float | None:
+        return self.total("failed_transfers")
 
     @property
     def present(self) -> bool:
-        return any(v is not None for v in (self.bytes_sum, self.transfers, self.xfer_seconds_sum, self.failed))
+        """Whether any NIXL figure is exported here (on a disaggregated deployment: a decode worker
+        after its first transfer, or a worker that counted a failure)."""
+        return bool(self.series)
 
-
-def _delta(after: float | None, before: float | None) -> float | None:
-    if after is None:
-        return None
-    return after - (before or 0.0)
+    @property
+    def transfers_exported(self) -> bool:
+        """Whether NIXL's transfer histograms are exported here (decode, after its first transfer)."""
+        return any(figure in self.series for figure in ("bytes_transferred", "transfers", "xfer_time_seconds"))
 
 
 def nixl_delta(before: NixlTotals, after: NixlTotals) -> dict[str, float | None]:
-    """What moved between two scrapes of the same endpoint."""
-    xfer_count = _delta(after.xfer_count, before.xfer_count)
-    xfer_seconds = _delta(after.xfer_seconds_sum, before.xfer_seconds_sum)
-    return {
-        "bytes_transferred": _delta(after.bytes_sum, before.bytes_sum),
-        "transfers": _delta(after.transfers, before.transfers),
-        "xfer_time_seconds": xfer_seconds,
-        "xfer_count": xfer_count,
-        "mean_xfer_time_ms": (xfer_seconds / xfer_count * 1000.0) if xfer_seconds is not None and xfer_count else None,
-        "failed_transfers": _delta(after.failed, before.failed),
-    }
+    """What moved between two readings of the same endpoint, series by series (None: not exported).
+
+    The failure counters read 0 where they are absent from an endpoint that exports vLLM's metrics:
+    Ray Serve LLM exports them only once they count."""
+    delta: dict[str, float | None] = {}
+    for figure in FIGURES:
+        values = after.series.get(figure)
+        if values:
+            delta[figure] = series_delta(before.series.get(figure, {}), values)
+        else:
+            delta[figure] = 0.0 if figure in ZERO_WHEN_ABSENT and (after.vllm or before.vllm) else None
+    seconds, count = delta["xfer_time_seconds"], delta["xfer_count"]
+    delta["mean_xfer_time_ms"] = seconds / count * 1000.0 if seconds is not None and count else None
+    return delta
 
 
-def sum_deltas(deltas: Iterable[dict[str, float | None]]) -> dict[str, float | None]:
+def sum_deltas(deltas: Iterable[Mapping[str, float | None]]) -> dict[str, float | None]:
     """The deployment's figures: every worker's deltas added up (absent everywhere stays None)."""
-    keys = ("bytes_transferred", "transfers", "xfer_time_seconds", "xfer_count", "failed_transfers")
-    result: dict[str, float | None] = dict.fromkeys(keys)
+    result: dict[str, float | None] = dict.fromkeys(FIGURES)
     for delta in deltas:
-        for key in keys:
+        for key in FIGURES:
             if delta.get(key) is not None:
                 result[key] = (result[key] or 0.0) + float(delta[key])  # type: ignore[arg-type]
     seconds, count = result["xfer_time_seconds"], result["xfer_count"]

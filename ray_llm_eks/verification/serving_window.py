@@ -16,12 +16,18 @@ counters ``vllm:request_success_total`` and ``vllm:generation_tokens_total``; Ra
 
 The window includes the previous run's own probe requests (a handful of short chats), since the
 reading is taken before each run's probes. Each series is subtracted from its own previous value:
-one that went down (a restarted replica) counts from zero, as Prometheus' ``increase`` does, and
-so does one that first appears (a replica that started inside the window). A pod that first
-appears counts from zero only if it was created after the previous reading; one that existed but
-was not read then is left out of this window (its share is unknown), and a pod that cannot be
-read now keeps its earlier reading, so the next window counts its traffic once. A node read only
-once is left out of the EFA minimum.
+one that went down (a restarted replica) counts from zero, as Prometheus' ``increase`` does. One
+that first appears on a pod read before also counts from zero, where ``increase`` would skip its
+first value: under Ray Serve LLM a series first appears either with a replica that started inside
+the window, or with a counter's first count (``*_num_failed_transfers``, ``*_failed_notifications``
+and ``*_kv_expired_reqs`` are not exported while zero, so the first failed transfer is the
+series' appearance). A replaced replica's series stays exported, frozen, beside its successor's:
+it moves nothing, and no figure here is an absolute total. NIXL's series live on decode (which
+pulls the KV cache); prefill exports none, and that is no gap. On a disaggregated deployment, a
+failure counter no pod exports reads 0. A pod that first appears counts from zero only if it was
+created after the previous reading; one that existed but was not read then is left out of this
+window (its share is unknown), and a pod that cannot be read now keeps its earlier reading, so
+the next window counts its traffic once. A node read only once is left out of the EFA minimum.
 
 Standard library only: it runs in the cluster.
 """
@@ -57,7 +63,12 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "nixl_seconds": (metrics.XFER_TIME, "_sum"),
     "nixl_transfers": (metrics.XFER_TIME, "_count"),
     "nixl_failed": (metrics.FAILED, ""),
+    "nixl_failed_notifications": (metrics.FAILED_NOTIFICATIONS, ""),
+    "nixl_kv_expired": (metrics.KV_EXPIRED, ""),
 }
+ABSENT_WHILE_ZERO = ("nixl_failed", "nixl_failed_notifications", "nixl_kv_expired")
+"""Counters Ray Serve LLM exports only once they count: on a disaggregated deployment whose workers
+were read, a window in which no pod exports one saw none."""
 
 Reading = dict[str, Any]
 """One worker's series: ``{"counters": {key: {series: value}}, "buckets": {figure: {series: {le: count}}}}``,
@@ -232,10 +243,16 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
                   if f is not None]
         figures["ttft_p99_floor_ms"] = max(floors) if floors else None
         transfers, kv_seconds = _sum(everyone, "nixl_transfers"), _sum(everyone, "nixl_seconds")
+        failures = {key: _sum(everyone, key) for key in ABSENT_WHILE_ZERO}
+        if any(delta["counters"] or delta["buckets"] for delta in everyone):
+            # Workers that export vLLM's metrics, none of them a failure counter: nothing failed.
+            failures = {key: 0.0 if value is None else value for key, value in failures.items()}
         figures.update({
             "kv_transfer_bytes": _sum(everyone, "nixl_bytes"),
             "kv_transfer_mean_ms": round(kv_seconds / transfers * 1000.0, 3) if kv_seconds and transfers else None,
-            "nixl_failed_transfers": _sum(everyone, "nixl_failed"),
+            "nixl_failed_transfers": failures["nixl_failed"],
+            "nixl_failed_notifications": failures["nixl_failed_notifications"],
+            "nixl_kv_expired_reqs": failures["nixl_kv_expired"],
         })
         figures.update(_efa(previous.get("nodes", {}), current.get("nodes", {})))
     return figures

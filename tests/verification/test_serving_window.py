@@ -274,3 +274,119 @@ def test_replacements_are_counted_per_role():
     rebalanced = snapshot({"p1": ("prefill", text), "d1": ("decode", text), "d2": ("decode", text)}, {}, at=60.0,
                           cluster="c")
     assert window(base, rebalanced, disaggregated=False)["worker_pods_replaced"] == 0
+
+
+# --- Ray Serve LLM 2.58's shape (BRIEF section 8) ------------------------------------------------------------
+
+RAY_LABELS = ("Component", "NodeAddress", "ReplicaId", "SessionName", "Version", "WorkerId", "engine", "model_name")
+
+
+def ray_labels(replica: str) -> dict[str, str]:
+    return {"Component": "core_worker", "NodeAddress": "10.0.1.12", "ReplicaId": replica,
+            "SessionName": "session_2026-11-30_21-00-00_000000_1", "Version": "2.58.0",
+            "WorkerId": replica.encode().hex().ljust(56, "0"), "engine": "0", "model_name": "m"}
+
+
+class RayPod:
+    """A worker pod's metrics port as Ray exports vLLM's metrics: labelled (a series appears with its
+    first observation), NIXL's failure counters absent until they count, a replaced replica frozen."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.success = Counter("ray_vllm_request_success", "", [*RAY_LABELS, "finished_reason"], registry=r)
+        self.tokens = Counter("ray_vllm_generation_tokens", "", RAY_LABELS, registry=r)
+        self.ttft = Histogram("ray_vllm_time_to_first_token_seconds", "", RAY_LABELS, registry=r, buckets=TTFT_BUCKETS)
+        self.nixl_bytes = Histogram("ray_vllm_nixl_bytes_transferred", "", RAY_LABELS, registry=r, buckets=(1e6, 1e9))
+        self.nixl_time = Histogram("ray_vllm_nixl_xfer_time_seconds", "", RAY_LABELS, registry=r, buckets=(0.01, 1))
+        self.failed = Counter("ray_vllm_nixl_num_failed_transfers", "", RAY_LABELS, registry=r)
+        self.notifications = Counter("ray_vllm_nixl_num_failed_notifications", "", RAY_LABELS, registry=r)
+        self.expired = Counter("ray_vllm_nixl_num_kv_expired_reqs", "", RAY_LABELS, registry=r)
+
+    def serve(self, replica: str, n: int = 1, ttft: float = 0.03, kv_bytes: float = 0.0) -> None:
+        labels = ray_labels(replica)
+        for _ in range(n):
+            self.success.labels(**labels, finished_reason="stop").inc()
+            self.tokens.labels(**labels).inc(4)
+            self.ttft.labels(**labels).observe(ttft)
+            if kv_bytes:
+                self.nixl_bytes.labels(**labels).observe(kv_bytes)
+                self.nixl_time.labels(**labels).observe(0.02)
+
+    @property
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+def test_ray_exports_no_failure_counter_before_the_first_failure():
+    decode = RayPod()
+    decode.serve("d1", kv_bytes=2e6)
+    assert "ray_vllm_nixl_num_failed_transfers_total{" not in decode.text
+    assert "nixl_failed" not in serving_window.read_worker(decode.text)["counters"]
+
+
+def test_the_first_failed_transfer_in_a_window_counts_on_a_pod_read_before():
+    """The counter's series appears with its first count, on a pod whose previous reading had none:
+    it counts from zero (where Prometheus' increase would skip a new series' first value)."""
+    prefill, decode = RayPod(), RayPod()
+    prefill.serve("p1")
+    decode.serve("d1", kv_bytes=2e6)
+    before = snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=0.0)
+    decode.serve("d1", n=2, kv_bytes=2e6)
+    decode.failed.labels(**ray_labels("d1")).inc()
+    decode.notifications.labels(**ray_labels("d1")).inc(3)
+    prefill.expired.labels(**ray_labels("p1")).inc(2)  # counted on prefill (vLLM: "tracked on the P instance")
+    figures = window(before, snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=60.0),
+                     disaggregated=True)
+    assert figures["nixl_failed_transfers"] == 1
+    assert (figures["nixl_failed_notifications"], figures["nixl_kv_expired_reqs"]) == (3, 2)
+    assert ("NixlFailedTransfers", 1.0, "Count") in published(figures)
+    # Reported, not published: no alarm or metric of their own (docs/observability.md).
+    assert {name for name, _, _ in published(figures)} & {"NixlFailedNotifications", "NixlKvExpiredReqs"} == set()
+
+
+def test_no_failure_counter_anywhere_is_zero_failures():
+    """Ray exports none of them while zero, so a disaggregated window whose workers were read and
+    export none of them saw no failure (published 0, not left out)."""
+    prefill, decode = RayPod(), RayPod()
+    before = snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=0.0)
+    prefill.serve("p1")
+    decode.serve("d1", kv_bytes=2e6)
+    figures = window(before, snapshot({"p": ("prefill", prefill.text), "d": ("decode", decode.text)}, {}, at=60.0),
+                     disaggregated=True)
+    assert (figures["nixl_failed_transfers"], figures["nixl_failed_notifications"],
+            figures["nixl_kv_expired_reqs"]) == (0, 0, 0)
+    assert ("NixlFailedTransfers", 0.0, "Count") in published(figures)
+    assert figures["kv_transfer_bytes"] == 2e6  # decode's alone: prefill exports no NIXL series, and that is no gap
+
+
+def test_a_new_pod_with_a_failure_is_still_judged_by_when_it_was_created():
+    """The rule for pods is unchanged: one read for the first time counts from zero only if it was
+    created inside the window; one that existed but was not read then is left out."""
+    known, late, fresh = RayPod(), RayPod(), RayPod()
+    before = snapshot({"d1": ("decode", known.text)}, {}, at=100.0)
+    for pod, replica in ((known, "a"), (late, "b"), (fresh, "c")):
+        pod.serve(replica, kv_bytes=2e6)
+        pod.failed.labels(**ray_labels(replica)).inc()
+    after = snapshot({"d1": ("decode", known.text), "d2": ("decode", late.text), "d3": ("decode", fresh.text)}, {},
+                     at=200.0, created={"d2": 50.0, "d3": 150.0})
+    figures = window(before, after, disaggregated=True)
+    assert figures["workers_skipped"] == ["d2"]
+    assert figures["nixl_failed_transfers"] == 2 and figures["requests"] == 2
+
+
+def test_a_replaced_replicas_frozen_series_do_not_double_the_window():
+    """After a Serve redeploy Ray keeps exporting the replaced replica's series, frozen, beside the
+    new replica's: every figure is the window's traffic, none an absolute total."""
+    decode = RayPod()
+    decode.serve("old", n=50, ttft=4.0, kv_bytes=8e6)
+    decode.failed.labels(**ray_labels("old")).inc(5)
+    before = snapshot({"d": ("decode", decode.text)}, {}, at=0.0)
+    decode.serve("new", n=10, ttft=0.03, kv_bytes=2e6)  # the redeploy: "old" is frozen from here on
+    text = decode.text
+    assert text.count('ReplicaId="old"') and text.count('ReplicaId="new"')  # both exported
+    figures = window(before, snapshot({"d": ("decode", text)}, {}, at=60.0), disaggregated=True)
+    assert figures["requests"] == 10
+    assert figures["generation_tokens_per_second"] == pytest.approx(40 / 60, abs=1e-3)
+    assert figures["kv_transfer_bytes"] == 10 * 2e6 and figures["kv_transfer_mean_ms"] == pytest.approx(20.0)
+    assert figures["nixl_failed_transfers"] == 0
+    assert figures["ttft_p99_floor_ms"] == 20.0  # decode's 0.03 s in (0.02, 0.04]: none of the old replica's 4 s
