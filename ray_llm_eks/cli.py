@@ -11,8 +11,9 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
       same message) / at least one check failed (preflight)
  2    the configuration cannot be used: invalid file or values (the same refusals and messages
       as ``make synth``), or a region or instance type the price table does not cover
- 1    verify: the gate failed / verify-logs: the logs do not prove LIBFABRIC on the efa provider /
-      bench: AIPerf failed or wrote nothing readable
+ 1    verify: the gate failed / verify-logs: the logs do not prove LIBFABRIC on the expected
+      provider (``--expect-provider``, default efa) / bench: AIPerf failed or wrote nothing readable
+ 2    verify-logs: a log file cannot be read
  2    bench, compare: bad flags or run directories (the message names the flag and what is accepted)
  3    preflight: no usable AWS credentials / verify: no access to the cluster
  4    preflight only: AWS cannot be reached
@@ -22,6 +23,7 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
 from __future__ import annotations
 
 import json
+import re
 from enum import IntEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -61,6 +63,20 @@ ConfigOption = Annotated[
                                         "default: the reference deployment."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")]
+def _provider(value: str | None) -> str | None:
+    """A libfabric provider name as NIXL logs it (``provider=efa``, ``tcp``, ``verbs;ofi_rxm``)."""
+    if value is not None and not re.fullmatch(r"[\w;+-]+", value):
+        raise typer.BadParameter(f"not a libfabric provider name (got {value!r}); accepted: e.g. efa, tcp")
+    return value
+
+
+ExpectProviderOption = Annotated[
+    str | None,
+    typer.Option("--expect-provider", metavar="PROVIDER", callback=_provider,
+                 help="The libfabric provider the worker logs must prove NIXL's LIBFABRIC backend ran on: efa (the "
+                      "default; verify: the deployed gate's setting), or e.g. tcp where no EFA device exists and "
+                      "libfabric's tcp provider is the intended path (a machine without EFA, the twin)."),
+]
 
 
 def _console() -> Console:
@@ -313,6 +329,7 @@ def verify(
     service: Annotated[str | None, typer.Option("--service", help="RayService; default: serving.service_name")] = None,
     timeout: Annotated[int, typer.Option("--timeout", min=10, help="seconds to wait for the service")] = 300,
     probes: Annotated[int | None, typer.Option("--probes", min=1, max=32, help="default: the deployed gate's")] = None,
+    expect_provider: ExpectProviderOption = None,
 ) -> None:
     """Run the deployment gate now, through the API server, against the spec the cluster was deployed with.
 
@@ -320,6 +337,9 @@ def verify(
     RayCluster. Probes go through the API server's proxy, so their latencies include it (the
     Job's do not), and for the run a NetworkPolicy admits the API server's addresses to the
     probed ports (deleted at the end; ``verification/api_proxy.py``).
+
+    Exit codes: 0 pass, 1 fail (or no gate settings in the cluster), 2 bad --config, 3 no cluster
+    access.
     """
     from .kubeconfig import load_access
     from .verification.api_proxy import admitted, port_of
@@ -336,6 +356,8 @@ def verify(
         overrides: dict[str, Any] = {"rollout": False, "as_deploy_job": False, "deadline_seconds": float(timeout)}
         if probes is not None:
             overrides["probes"] = probes
+        if expect_provider is not None:
+            overrides["expected_provider"] = expect_provider
         gate_config = GateConfig.from_json({**settings, **overrides})
         log = (lambda message: None) if as_json else (lambda message: _error_console().print(f"[dim]{escape(message)}[/]"))
         with _error_console().status("verifying (waiting for the service, then probing)", spinner="dots") \
@@ -397,9 +419,16 @@ def _print_gate_report(report: dict[str, Any]) -> None:
 def verify_logs(
     files: Annotated[list[Path], typer.Argument(help="saved worker logs (kubectl logs ... > file), one per worker")],
     as_json: JsonOption = False,
+    expect_provider: ExpectProviderOption = None,
 ) -> None:
-    """Classify saved worker logs with the gate's classifier: did NIXL run LIBFABRIC on the efa provider?"""
-    from .verification.evidence import classify_logs
+    """Classify saved worker logs with the gate's classifier: did NIXL run LIBFABRIC on the expected
+    provider (efa unless --expect-provider says otherwise), with no fallback and no transfer failure?
+
+    Exit codes: 0 every log proves it, 1 at least one does not, 2 a file cannot be read.
+    """
+    from .verification.evidence import EXPECTED_PROVIDER, classify_logs
+
+    provider = expect_provider or EXPECTED_PROVIDER
 
     logs = {}
     for path in files:
@@ -407,7 +436,7 @@ def verify_logs(
             logs[str(path)] = path.read_text(errors="replace")
         except OSError as error:
             _fail(ExitCode.CONFIG_ERROR, f"cannot read {path}: {error.strerror}", as_json)
-    result = classify_logs(logs)
+    result = classify_logs(logs, provider=provider)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -416,7 +445,8 @@ def verify_logs(
             console.print(f"{escape(name)}: backend {found['backend']}, provider {found['provider']}, "
                           f"EFA devices {found['efa_devices']}, transfer failures {sum(found['transfer_failures'].values())}")
         if result["verdict"] == "pass":
-            console.print("[bold green]PASS[/]: LIBFABRIC on the efa provider, no fallback, no transfer failure")
+            console.print(f"[bold green]PASS[/]: LIBFABRIC on the {escape(provider)} provider, no fallback, "
+                          "no transfer failure")
         else:
             console.print("[bold red]FAIL[/]")
             for reason in result["reasons"]:

@@ -3,6 +3,12 @@
 Exit codes of ``run`` (the same as ``ray-llm-eks verify``): 0 pass, 1 fail, 3 no cluster access.
 Whatever happens in ``run`` (bad settings, a crash, no API access), the wait condition is
 signalled, with retries, so a deploy never waits out its timeout for a gate that has already ended.
+
+``run`` takes its settings from the rendered ``gate.json`` (``--config``); ``--set`` overrides any
+of them with a JSON object, and ``--expect-provider`` the libfabric provider the worker logs must
+prove (``expected_provider``, default ``efa``; ``tcp`` where no EFA device exists and libfabric's
+tcp provider is the intended path). ``classify`` (the same as ``ray-llm-eks verify-logs``, and the
+same ``--expect-provider``) exits 0 when every log proves it, 1 otherwise, 2 when a file cannot be read.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from . import cfn_signal, efa, evidence, publish
 from .gate import COMPONENT_LABEL, INSTANCE_LABEL, REPORT_COMPONENT, REPORT_FILE, Endpoints, Gate, GateConfig, Report
 from .kube import Kube, KubeAccess, NoClusterAccess
 
-EXIT_PASS, EXIT_FAIL, EXIT_NO_ACCESS = 0, 1, 3
+EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_NO_ACCESS = 0, 1, 2, 3
 SIGNAL_URL_ENV = "GATE_SIGNAL_URL"
 SIGNAL_ATTEMPTS = 3
 SIGNAL_TIMEOUT_SECONDS = 20.0
@@ -66,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
     code, kube = EXIT_FAIL, None
     try:
         settings = json.loads(Path(args.config).read_text())
-        config: Any = GateConfig.from_json({**settings, **(json.loads(args.set) if args.set else {})})
+        overrides = json.loads(args.set) if args.set else {}
+        if args.expect_provider:
+            overrides["expected_provider"] = args.expect_provider
+        config: Any = GateConfig.from_json({**settings, **overrides})
     except Exception as error:  # noqa: BLE001
         config = _Unconfigured()
         report = Report(config)  # type: ignore[arg-type]
@@ -109,8 +118,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def classify(args: argparse.Namespace) -> int:
-    logs = {name: Path(name).read_text(errors="replace") for name in args.files}
-    result = evidence.classify_logs(logs)
+    try:
+        logs = {name: Path(name).read_text(errors="replace") for name in args.files}
+    except OSError as error:
+        print(f"cannot read {error.filename}: {error.strerror}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    result = evidence.classify_logs(logs, provider=args.expect_provider)
     print(json.dumps(result, indent=2))
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
@@ -121,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     run_parser = commands.add_parser("run", help="roll out, wait, probe and verify; print the JSON report")
     run_parser.add_argument("--config", required=True, help="the gate settings (JSON) the chart rendered")
     run_parser.add_argument("--set", help="JSON object of settings overriding --config's")
+    run_parser.add_argument("--expect-provider", metavar="PROVIDER",
+                            help="the libfabric provider the worker logs must prove (overrides expected_provider, "
+                                 f"default {evidence.EXPECTED_PROVIDER!r})")
     run_parser.add_argument("--kube-api", help="API server URL (default: the in-cluster service account)")
     run_parser.add_argument("--kube-token-file", help="bearer token file for --kube-api")
     run_parser.add_argument("--via-api-proxy", action="store_true",
@@ -136,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     counters.set_defaults(handler=lambda a: efa.serve(a.sysfs, a.port) or 0)
     classify_parser = commands.add_parser("classify", help="classify saved worker logs")
     classify_parser.add_argument("files", nargs="+")
+    classify_parser.add_argument("--expect-provider", metavar="PROVIDER", default=evidence.EXPECTED_PROVIDER,
+                                 help=f"the libfabric provider the logs must prove (default {evidence.EXPECTED_PROVIDER!r})")
     classify_parser.set_defaults(handler=classify)
     args = parser.parse_args(argv)
     return int(args.handler(args))
