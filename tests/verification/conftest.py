@@ -11,7 +11,7 @@ import pytest
 
 from fake_cluster import FakeDeployment, Scenario
 from ray_llm_eks.cdk8s_charts import build_serving_charts
-from ray_llm_eks.cdk8s_charts.verification import GatePlan
+from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
 from ray_llm_eks.config import DeploymentConfig, parse_config
 from ray_llm_eks.verification import bundle
 
@@ -21,14 +21,21 @@ class Deployed:
     config: DeploymentConfig
     rayservice: dict[str, Any]
     settings: dict[str, Any]
+    settings_config_map: dict[str, Any]
+    """The gate settings ConfigMap as the verification chart renders it (name, labels, data)."""
 
 
 def _deployed(config: DeploymentConfig) -> Deployed:
-    spec = config.specs().serving
-    charts = build_serving_charts(cdk8s.App(), spec)
-    plan = GatePlan.of(spec, config.specs().verification, charts)
+    specs = config.specs()
+    spec = specs.serving
+    app = cdk8s.App()
+    charts = build_serving_charts(app, spec)
+    plan = GatePlan.of(spec, specs.verification, charts)
     rayservice = next(o for o in charts.rayservice.to_json() if o["kind"] == "RayService")
-    return Deployed(config, rayservice, plan.settings)
+    verification = build_verification_chart(app, spec, specs.verification, plan, charts, signal_url=None)
+    settings_map = next(o for o in verification.to_json()
+                        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == verification.settings_name)
+    return Deployed(config, rayservice, plan.settings, settings_map)
 
 
 @pytest.fixture(scope="session")

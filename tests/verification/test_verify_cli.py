@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from fake_cluster import FakeDeployment, Scenario
+from fake_cluster import TCP_LINES, FakeDeployment, Scenario, until_evidence_passes_tcp
 
 
 def _kubeconfig(tmp: Path, server: str, token: str = "test-token", fail: bool = False) -> Path:
@@ -43,7 +43,7 @@ def _deployed_settings(fake: FakeDeployment) -> dict:
 
 
 def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, tmp_path):
-    fake.gate_settings_for_cli = _deployed_settings(fake)
+    fake.apply_gate_settings(_deployed_settings(fake))
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
     report = json.loads(done.stdout)
     assert done.returncode == 0, report.get("reasons") or done.stderr
@@ -121,7 +121,7 @@ def test_without_the_policy_the_proxy_is_dropped_as_on_a_cluster(fake: FakeDeplo
 def test_verify_with_ray_token_auth_sends_the_token_through_the_proxy(fake: FakeDeployment, tmp_path):
     fake.ray_auth_token = "s3cr3t-token"
     fake.stored_auth_options = {"mode": "token"}
-    fake.gate_settings_for_cli = {**_deployed_settings(fake), "ray_auth": "token"}
+    fake.apply_gate_settings({**_deployed_settings(fake), "ray_auth": "token"})
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
     report = json.loads(done.stdout)
     assert done.returncode == 0, report.get("reasons") or done.stderr
@@ -131,7 +131,7 @@ def test_verify_with_ray_token_auth_sends_the_token_through_the_proxy(fake: Fake
 def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, tmp_path):
     fake.scenario = Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
                                          "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
-    fake.gate_settings_for_cli = _deployed_settings(fake)
+    fake.apply_gate_settings(_deployed_settings(fake))
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--timeout", "20")
     assert done.returncode == 1
     assert "FAIL" in done.stdout and "fell back to TCP" in done.stdout
@@ -155,8 +155,29 @@ def test_an_unreachable_api_server_exits_3(tmp_path):
 
 
 def test_settings_this_version_cannot_read_fail_with_a_sentence(fake: FakeDeployment, tmp_path):
-    fake.gate_settings_for_cli = {**_deployed_settings(fake), "a_newer_setting": 1}
+    fake.apply_gate_settings({**_deployed_settings(fake), "a_newer_setting": 1})
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json")
     assert done.returncode == 1
     assert "cannot use the gate settings found in the cluster: unknown gate settings: a_newer_setting" in \
         json.loads(done.stdout)["error"]
+
+
+def test_verify_expect_provider_reaches_the_gate(fake: FakeDeployment, tmp_path):
+    """``--expect-provider tcp`` against workers on efa: the gate now expects tcp, and says why it failed."""
+    fake.apply_gate_settings(_deployed_settings(fake))
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20",
+                   "--expect-provider", "tcp")
+    report = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert any("NIXL rails use provider efa, not tcp" in r for r in report["reasons"]), report["reasons"]
+
+
+@until_evidence_passes_tcp
+def test_verify_expecting_tcp_passes_libfabric_on_tcp(fake: FakeDeployment, tmp_path):
+    fake.scenario = Scenario(worker_log=list(TCP_LINES))
+    fake.apply_gate_settings(_deployed_settings(fake))
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20",
+                   "--expect-provider", "tcp")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report.get("reasons") or done.stderr
+    assert report["transport"]["provider"] == "tcp"
