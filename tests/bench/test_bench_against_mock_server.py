@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import statistics
+
 import pytest
 
 from ray_llm_eks.bench import bundle, runner
@@ -46,13 +48,42 @@ def test_summary_has_one_entry_per_level_with_every_key(sweep):
 
 
 def test_measured_latencies_are_what_the_server_was_told(sweep):
+    """At least what the server slept, in milliseconds, and ordered; no upper bound, since a loaded
+    machine makes every figure larger by as much as it likes.
+
+    The mock sleeps a TTFT drawn from N(TTFT_MS, TTFT_STD_MS) per request, writes the first token,
+    then sleeps ITL_MS before each of the other OUTPUT_TOKENS - 1. A client cannot see a token
+    before it is written, so per request TTFT >= its drawn sleep and end-to-end >= that sleep +
+    (OUTPUT_TOKENS - 1) x ITL_MS, whatever the load; the p50 of REQUESTS requests (the mean of the
+    12th and 13th, a linear percentile) is then at least the same statistic of the drawn sleeps,
+    which falls below 30 ms with probability P(Binomial(24, P(N(40, 8) < 30)) >= 12) ~ 2e-6.
+    ITL has no such floor: a client that reads the first chunk late (a stalled process) measures a
+    shorter ITL, so it is checked by its definition instead.
+    """
     out, _ = sweep
+    floor_ttft = TTFT_MS - 1.25 * TTFT_STD_MS  # 30 ms
     for entry in read_json(out / runner.SUMMARY_FILE):
-        # Loopback, JSON and SSE framing add a few milliseconds, never less than the sleeps.
-        assert TTFT_MS - 3 <= entry["ttft_ms"]["p50"] <= TTFT_MS + 12, entry["ttft_ms"]
-        assert ITL_MS <= entry["itl_ms"]["p50"] <= ITL_MS + 1.5, entry["itl_ms"]
-        expected_e2e = TTFT_MS + (OUTPUT_TOKENS - 1) * ITL_MS
-        assert expected_e2e - 10 <= entry["e2e_ms"]["p50"] <= expected_e2e + 30, entry["e2e_ms"]
+        rows = records(out, entry)
+        assert len(rows) == REQUESTS
+        for row in rows:
+            m = row["metrics"]
+            # Units: every latency AIPerf recorded is in milliseconds.
+            assert {m[k]["unit"] for k in ("time_to_first_token", "inter_token_latency", "request_latency")} == {"ms"}
+            ttft, itl, e2e = (m[k]["value"] for k in ("time_to_first_token", "inter_token_latency", "request_latency"))
+            assert m["output_sequence_length"]["value"] == OUTPUT_TOKENS
+            # Ordering, and what the server slept after the first token.
+            assert 0 < ttft <= e2e and e2e >= (OUTPUT_TOKENS - 1) * ITL_MS, m
+            # ITL is AIPerf's (end-to-end - TTFT) / (tokens - 1).
+            assert itl == pytest.approx((e2e - ttft) / (OUTPUT_TOKENS - 1), rel=1e-6)
+        # The summary's figures are those records' percentiles, in the same unit.
+        for metric, key in (("ttft_ms", "time_to_first_token"), ("itl_ms", "inter_token_latency"),
+                            ("e2e_ms", "request_latency")):
+            cuts = statistics.quantiles([r["metrics"][key]["value"] for r in rows], n=100, method="inclusive")
+            for p in ("p50", "p95", "p99"):
+                assert entry[metric][p] == pytest.approx(cuts[int(p[1:]) - 1], rel=1e-9)
+        assert entry["ttft_ms"]["p50"] >= floor_ttft, entry["ttft_ms"]
+        assert entry["e2e_ms"]["p50"] >= floor_ttft + (OUTPUT_TOKENS - 1) * ITL_MS, entry["e2e_ms"]
+        assert entry["e2e_ms"]["p50"] >= entry["ttft_ms"]["p50"]
 
 
 def test_every_request_completes_with_the_server_s_token_count(sweep):
@@ -72,8 +103,10 @@ def test_accepted_responses_are_recounted_from_the_raw_records(sweep):
                   and r["metrics"]["time_to_first_token"]["value"] <= SLO_TTFT_MS
                   and r["metrics"]["request_latency"]["value"] <= SLO_E2E_MS]
         assert entry["accepted_responses"] == len(within)
-        # TTFT 40±8 ms against a 45 ms SLO: some in, some out, so the SLO really filters.
-        assert 0 < entry["accepted_responses"] < entry["requests_ok"]
+        # TTFT 40±8 ms against a 45 ms SLO: the SLO really filters (a drawn TTFT above 45 ms, 27% of
+        # requests, cannot be measured below it). How many get in depends on the machine's load, so
+        # that is not asserted; the recount above checks those that did.
+        assert entry["accepted_responses"] < entry["requests_ok"]
         assert entry["aiperf_goodput_per_s"] * entry["duration_s"] == pytest.approx(entry["accepted_responses"], abs=1)
 
 
