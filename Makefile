@@ -29,7 +29,17 @@ VLLM_VENV := .venv-vllm
 CHECKOV_VENV := .venv-checkov
 CHECKOV := 'checkov==3.3.30'
 
-.PHONY: synth test test-slow bootstrap clean snapshot-update docs
+# `make twin` / `make test-twin`: the real serving stack (Ray Serve LLM, vLLM on the CPU, NIXL over
+# libfabric's tcp provider) in network namespaces on this machine (docs/twin.md). Its own
+# environment, from ray_llm_eks/twin/requirements.txt; `nixl` (the module vLLM imports) goes in
+# without its dependencies, since it would also pull the CUDA 12 build; torchvision, torchaudio
+# and torchcodec fail to load beside the CPU torch and vLLM does not need them.
+TWIN_VENV := .venv-twin
+TWIN_DIR := .twin
+TWIN_REQUIREMENTS := ray_llm_eks/twin/requirements.txt
+TWIN_DEBIAN := iproute2 libhwloc15 libnl-3-200 libnl-route-3-200 libibverbs1 librdmacm1 ibverbs-providers
+
+.PHONY: synth test test-slow test-twin twin twin-install bootstrap clean snapshot-update docs
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -70,6 +80,33 @@ $(VLLM_VENV)/.installed:
 test-slow: bootstrap $(VLLM_VENV)/.installed
 	RAY_LLM_EKS_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -m slow_vllm -s tests/bench
 
+$(TWIN_DIR)/.debian:
+	@missing=$$(for p in $(TWIN_DEBIAN); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	mkdir -p $(TWIN_DIR) && touch $@
+
+$(TWIN_VENV)/.installed: $(TWIN_REQUIREMENTS)
+	test -x $(TWIN_VENV)/bin/python || $(PYTHON) -m venv $(TWIN_VENV)
+	$(TWIN_VENV)/bin/python -m pip install $(PIP_FLAGS) -r $(TWIN_REQUIREMENTS) 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(TWIN_VENV)/bin/python -m pip install $(PIP_FLAGS) --no-deps 'nixl==1.3.1' 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(TWIN_VENV)/bin/python -m pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec 2>&1 | { grep -v "^WARNING: Location" || true; }
+	touch $@
+
+$(TWIN_DIR)/lib/libcuda.so.1: ray_llm_eks/twin/cuda_stub.c
+	mkdir -p $(TWIN_DIR)/lib
+	cc -shared -fPIC -O2 -Wall -Wextra -o $@ $<
+
+$(TWIN_DIR)/model/config.json: ray_llm_eks/twin/tiny_model.py $(TWIN_VENV)/.installed
+	$(TWIN_VENV)/bin/python ray_llm_eks/twin/tiny_model.py model $(TWIN_DIR)/model >/dev/null 2>&1
+
+twin-install: bootstrap $(TWIN_DIR)/.debian $(TWIN_VENV)/.installed $(TWIN_DIR)/lib/libcuda.so.1 $(TWIN_DIR)/model/config.json
+
+twin: twin-install
+	$(BIN)/python -m ray_llm_eks.twin $(TWIN_ARGS)
+
+test-twin: twin-install
+	$(BIN)/python -m pytest -m twin tests/twin -p no:cacheprovider; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
+
 snapshot-update: bootstrap
 	$(BIN)/python -m pytest --snapshot-update
 
@@ -78,4 +115,4 @@ docs: bootstrap
 	$(BIN)/python -m ray_llm_eks.docgen > docs/configuration.md
 
 clean:
-	rm -rf cdk.out .pytest_cache
+	rm -rf cdk.out .pytest_cache $(TWIN_DIR)

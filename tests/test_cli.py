@@ -192,11 +192,6 @@ TCP_LOG = [
 ]
 
 
-def _classifier_fails_tcp_when_tcp_is_expected() -> bool:
-    from ray_llm_eks.verification.evidence import classify
-
-    return bool(classify(TCP_LOG).problems(provider="tcp"))
-
 
 def _log(tmp_path, lines: list[str], name: str = "decode.log") -> str:
     path = tmp_path / name
@@ -219,9 +214,6 @@ def test_verify_logs_expect_provider_tcp_fails_logs_on_efa(tmp_path):
     assert any("NIXL rails use provider efa, not tcp" in r for r in data["reasons"])
 
 
-@pytest.mark.xfail(_classifier_fails_tcp_when_tcp_is_expected(), strict=True,
-                   reason="evidence.TransportEvidence.problems() flags tcp_fallback whatever provider is expected "
-                          "(evidence.py, fixed by the main engineer)")
 def test_verify_logs_expect_provider_tcp_passes_libfabric_on_tcp(tmp_path):
     result = runner.invoke(cli.app, ["verify-logs", "--expect-provider", "tcp", _log(tmp_path, TCP_LOG)])
     assert result.exit_code == 0, result.output

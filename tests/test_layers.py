@@ -125,3 +125,20 @@ def test_the_gate_program_s_copies_of_the_charts_names_are_the_charts():
     assert gate.INSTANCE_LABEL == pod_templates.INSTANCE_LABEL
     assert (gate.GPU_RESOURCE, gate.EFA_RESOURCE) == (pod_templates.GPU_RESOURCE, pod_templates.EFA_RESOURCE)
     assert (gate.COMPONENT_LABEL, gate.SETTINGS_FILE) == (chart.COMPONENT_LABEL, chart.SETTINGS_FILE)
+
+
+def test_the_twin_sits_on_top_and_nothing_below_imports_it():
+    """The local twin (``make twin``) renders through the application tier; no tier below may need it."""
+    for folder in ("spec", "constructs", "cdk8s_charts", "verification", "bench"):
+        for path, names in folder_imports(folder).items():
+            assert not _uses(names, ("ray_llm_eks.twin",)), path
+
+
+@pytest.mark.parametrize("module", ["tiny_model.py", "netns.py", "kube_api.py", "cluster.py", "twin_profile.py"])
+def test_the_twins_runtime_parts_need_no_cdk(module):
+    """They run the twin; only ``render`` builds the app. ``tiny_model`` runs as a script in the twin's
+    own environment, so it imports nothing of the project."""
+    names = imports_of(PACKAGE / "twin" / module)
+    assert not _uses(names, AWS_LIBRARIES + K8S_LIBRARIES + ("pydantic",)), module
+    if module == "tiny_model.py":
+        assert not _uses(names, ("ray_llm_eks",)), module

@@ -338,6 +338,48 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
 
 # --- the run --------------------------------------------------------------------------------------
 
+KV_METRICS_WAIT_SECONDS = 60.0
+
+
+def prime_kv_metrics(settings: BenchSettings, wait_seconds: float = KV_METRICS_WAIT_SECONDS,
+                     send: Callable[[], None] | None = None) -> str:
+    """One request, then wait until a scraped endpoint exports vLLM's NIXL histogram.
+
+    Under Ray Serve LLM the NIXL histograms do not exist before a replica's first transfer, and
+    appear on the decode node's ``/metrics`` only at Ray's next metrics export (seen on the local
+    twin, docs/twin.md). AIPerf counts a series from its first scrape in the measured phase, so
+    without this the first level reads no KV-transfer time at all (and a new replica's first
+    transfers are lost). Returns the line to show; never fails the run (a deployment whose
+    workers export nothing still gets its latency figures)."""
+    import urllib.request
+
+    def default_send() -> None:
+        body = json.dumps({"model": settings.model, "messages": [{"role": "user", "content": "warm up " * 32}],
+                           "max_tokens": 2}).encode()
+        request = urllib.request.Request(f"{settings.url.rstrip('/')}/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            response.read()
+
+    started = time.monotonic()
+    try:
+        (send or default_send)()
+    except Exception as error:  # noqa: BLE001 - AIPerf's own run reports the endpoint's errors
+        return f"KV metrics: the priming request failed ({error}); the first level may miss KV-transfer time"
+    names = [prefix + KV_TRANSFER_METRIC + "_count" for prefix in METRIC_PREFIXES]
+    while time.monotonic() - started < wait_seconds:
+        for url in settings.metrics_urls:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    text = response.read().decode("utf-8", "replace")
+            except Exception:  # noqa: BLE001 - an endpoint not answering yet
+                continue
+            if any(name in text for name in names):
+                return f"KV metrics: {url} exports the NIXL histogram ({time.monotonic() - started:.0f} s)"
+        time.sleep(1.0)
+    return f"KV metrics: no endpoint exported the NIXL histogram within {wait_seconds:.0f} s of a request"
+
+
 def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] = lambda _: None,
         ui: str = "none") -> list[dict[str, Any]]:
     """Run every level, then the agreement prompts; write the outputs; return the summary entries.
@@ -354,6 +396,8 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     started = time.time()
     (out / RUN_FILE).write_text(json.dumps({"settings": settings.to_json(), "aiperf_version": AIPERF_VERSION,
                                             "started_at": started}, indent=2) + "\n")
+    if settings.metrics_urls and (settings.deployment or {}).get("topology") == "disaggregated":
+        progress(prime_kv_metrics(settings))
     entries = []
     for index, concurrency in enumerate(levels, 1):
         artifact_dir = out / RAW_DIR / level_name(concurrency)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loopback import ITL_MS, LEVELS, OUTPUT_TOKENS, REQUESTS, SLO_E2E_MS, SLO_TTFT_MS, TTFT_MS, TTFT_STD_MS, MockServers, run_cli
-from tiny_model import build_tokenizer
+from ray_llm_eks.twin.tiny_model import build_tokenizer
 
 
 @pytest.fixture(scope="session")

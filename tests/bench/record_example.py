@@ -27,7 +27,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from loopback import MockServers, run_cli  # noqa: E402
-from tiny_model import build_tokenizer  # noqa: E402
+from ray_llm_eks.twin.tiny_model import build_tokenizer  # noqa: E402
 
 RUNS = ROOT / "tests" / "data" / "bench" / "runs"
 REPORT = ROOT / "docs" / "benchmark-example"

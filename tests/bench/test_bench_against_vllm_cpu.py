@@ -2,7 +2,7 @@
 
 Slow (the environment is 3.4 GB; the server needs 1-3 minutes to start): ``make test-slow``,
 never ``make test``. The model is a 2-layer Llama with random weights and a local BPE tokenizer
-(``tiny_model.py``), so nothing is downloaded; its answers are gibberish, which is fine: greedy
+(``ray_llm_eks/twin/tiny_model.py``), so nothing is downloaded; its answers are gibberish, which is fine: greedy
 decoding must still give the same gibberish twice.
 """
 
@@ -17,9 +17,11 @@ import pytest
 
 from loopback import free_port, read_json, run_cli, wait_for
 from ray_llm_eks.bench import agreement, runner
+from ray_llm_eks.twin import tiny_model
 
 pytestmark = pytest.mark.slow_vllm
 HERE = Path(__file__).resolve().parent
+TINY_MODEL = Path(tiny_model.__file__)
 LEVELS, REQUESTS, ISL, OSL = (1, 4), 48, 64, 32
 SCRAPE_INTERVAL_S = 0.333
 """AIPerf 0.13 scrapes /metrics every 333 ms (``Environment.SERVER_METRICS.COLLECTION_INTERVAL``)."""
@@ -32,7 +34,7 @@ def vllm_server(tmp_path_factory):
         pytest.skip("RAY_LLM_EKS_VLLM_PYTHON is not set: run `make test-slow`")
     directory = tmp_path_factory.mktemp("vllm")
     model = directory / "model"
-    subprocess.run([python, str(HERE / "tiny_model.py"), "model", str(model)], check=True, capture_output=True)
+    subprocess.run([python, str(TINY_MODEL), "model", str(model)], check=True, capture_output=True)
     port = free_port()
     log = directory / "vllm.log"
     process = subprocess.Popen(

@@ -45,7 +45,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from ray_llm_eks.cdk8s_charts.verification import RUN_LABEL
 from ray_llm_eks.verification import bundle, efa, gate
-from ray_llm_eks.verification.evidence import classify
 
 PREFILL_IP, DECODE_IP, PREFILL_NODE_IP, DECODE_NODE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
 API_SERVER_IPS = ("10.0.32.17", "10.0.96.201")
@@ -68,11 +67,6 @@ TCP_LINES = [
     "(ServeReplica:llm:PDDecode pid=412) INFO 11-30 21:03:46 [_api.py:268] Initialized NIXL agent: 3f9c2a",
 ]
 """What a worker logs when libfabric runs on its tcp provider (FI_PROVIDER=tcp, no EFA device)."""
-EVIDENCE_FIX = ("evidence.TransportEvidence.problems() flags tcp_fallback whatever provider is expected, so "
-                "LIBFABRIC on tcp fails even with tcp expected (evidence.py, fixed by the main engineer)")
-until_evidence_passes_tcp = pytest.mark.xfail(bool(classify(TCP_LINES).problems(provider="tcp")), strict=True,
-                                              reason=EVIDENCE_FIX)
-"""Strict while the classifier still fails LIBFABRIC on tcp with tcp expected; a plain test once it passes."""
 
 RAY_LABELS = ("Component", "NodeAddress", "ReplicaId", "SessionName", "Version", "WorkerId", "engine", "model_name")
 """The labels Ray Serve LLM's vLLM metrics carry on a Ray node's metrics port (Ray's own tags, the

@@ -12,8 +12,7 @@ import sys
 from typing import Any
 from urllib.request import Request, urlopen
 
-from fake_cluster import (DECODE_IP, EFA_LINES, PREFILL_IP, TCP_LINES, FakeDeployment, Scenario, run_gate,
-                          until_evidence_passes_tcp)
+from fake_cluster import (DECODE_IP, EFA_LINES, PREFILL_IP, TCP_LINES, FakeDeployment, Scenario, run_gate)
 
 from ray_llm_eks.verification import bundle
 from ray_llm_eks.verification.metrics import NixlTotals
@@ -102,7 +101,6 @@ def test_the_expected_provider_can_be_set_on_the_in_cluster_program(in_cluster_c
     assert any("NIXL rails use provider efa, not tcp" in r for r in report["reasons"]), report["reasons"]
 
 
-@until_evidence_passes_tcp
 def test_libfabric_on_tcp_passes_the_in_cluster_program_expecting_tcp(in_cluster_copy, fake: FakeDeployment):
     fake.scenario = Scenario(worker_log=list(TCP_LINES))
     report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(), "--expect-provider", "tcp"))
@@ -128,6 +126,5 @@ def test_the_in_cluster_classifier_takes_the_expected_provider(in_cluster_copy, 
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 
 
-@until_evidence_passes_tcp
 def test_the_in_cluster_classifier_passes_libfabric_on_tcp_when_tcp_is_expected(in_cluster_copy, tmp_path):
     assert _classify(in_cluster_copy, tmp_path, TCP_LINES, "--expect-provider", "tcp").returncode == 0

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from fake_cluster import TCP_LINES, FakeDeployment, Scenario, until_evidence_passes_tcp
+from fake_cluster import TCP_LINES, FakeDeployment, Scenario
 
 
 def _kubeconfig(tmp: Path, server: str, token: str = "test-token", fail: bool = False) -> Path:
@@ -172,7 +172,6 @@ def test_verify_expect_provider_reaches_the_gate(fake: FakeDeployment, tmp_path)
     assert any("NIXL rails use provider efa, not tcp" in r for r in report["reasons"]), report["reasons"]
 
 
-@until_evidence_passes_tcp
 def test_verify_expecting_tcp_passes_libfabric_on_tcp(fake: FakeDeployment, tmp_path):
     fake.scenario = Scenario(worker_log=list(TCP_LINES))
     fake.apply_gate_settings(_deployed_settings(fake))

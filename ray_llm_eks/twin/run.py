@@ -1,0 +1,236 @@
+"""One twin run: render, network, Ray nodes, Serve app, Kubernetes API stand-in, and the real gate.
+
+:class:`TwinRun` is a context manager; leaving it (normally, on an exception, or on SIGTERM,
+which :func:`terminate_gracefully` turns into an exception) ends every process and removes every
+namespace the run made. The process that enters it moves into the ``client`` namespace until it
+leaves, so the gate, the bench and any request it sends reach the twin as a client pod reaches
+the cluster.
+
+The Ray cluster is the same for both topologies, as it is in a deployment (the rendered worker
+groups do not change with the topology): :meth:`TwinRun.use` redeploys the Serve config of the
+other topology, or a changed one, on the running nodes, as a deploy of a changed RayService
+makes KubeRay do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..verification import bundle
+from . import cluster, kube_api, netns, render, twin_profile
+
+HOSTS = ("head", "prefill", "decode", "client")
+LOOPBACK_ONLY = ("lonely",)
+"""A host with no link at all, for the trap of a node whose network never came up."""
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = ROOT / "examples" / "twin" / "twin.yaml"
+GATE_TIMEOUT_SECONDS = 1200.0
+
+
+def terminate_gracefully() -> None:
+    """SIGTERM raises KeyboardInterrupt, so ``with TwinRun(...)`` cleans up when CI or a user stops it."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, handler)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What ``make twin`` installed: the twin's Python environment and its native libraries."""
+
+    venv: Path
+    native: Path
+    """The folder holding the ``libcuda.so.1`` stub (``.twin/lib``)."""
+    model: Path
+
+    @property
+    def library_path(self) -> str:
+        site = self.venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        return ":".join(str(p) for p in (self.native, self.venv / "lib" / "mpich", site / "nvidia" / "cu13" / "lib"))
+
+    @classmethod
+    def default(cls) -> Environment:
+        return cls(venv=ROOT / ".venv-twin", native=ROOT / ".twin" / "lib", model=ROOT / ".twin" / "model")
+
+    def check(self) -> None:
+        missing = [str(p) for p in (self.venv / "bin" / "ray", self.native / "libcuda.so.1", self.model / "config.json")
+                   if not p.exists()]
+        if missing:
+            raise cluster.TwinError(f"the twin is not installed ({', '.join(missing)} missing): run `make twin`")
+
+
+@dataclass
+class GateRun:
+    returncode: int
+    report: dict[str, Any]
+    stderr: str
+
+    @property
+    def verdict(self) -> str:
+        return str(self.report.get("verdict"))
+
+    @property
+    def reasons(self) -> list[str]:
+        return list(self.report.get("reasons") or [])
+
+
+@dataclass
+class TwinRun:
+    workdir: Path
+    config: Path = DEFAULT_CONFIG
+    environment: Environment = field(default_factory=Environment.default)
+    log: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        self.rendered: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        self.deployments: dict[str, twin_profile.TwinDeployment] = {}
+        self.network: netns.Network | None = None
+        self.twin: cluster.Twin | None = None
+        self.api: kube_api.KubeApi | None = None
+        self.api_url = ""
+        self.topology = ""
+        self.deployed_at = 0.0
+        """When the last Serve config was sent (epoch seconds)."""
+        self._origin_fd: int | None = None
+
+    # --- up and down ---------------------------------------------------------------------------
+
+    def __enter__(self) -> TwinRun:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.environment.check()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for topology in render.TOPOLOGIES:
+            self.rendered[topology] = render.render(self.config, topology, self.workdir / topology)
+        self.network = netns.Network(HOSTS, loopback_only=LOOPBACK_ONLY).up()
+        paths = twin_profile.Paths(model=str(self.environment.model), library_path=self.environment.library_path,
+                              hf_home=str(self.workdir / "hf"))
+        for topology, charts in self.rendered.items():
+            self.deployments[topology] = twin_profile.twin_deployment(
+                charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART], self.network.addresses, paths)
+        first = self.deployments[render.TOPOLOGIES[0]]
+        program = self.workdir / "gate-program"
+        package = program / bundle.IN_CLUSTER_PACKAGE
+        package.mkdir(parents=True, exist_ok=True)
+        for name, text in self._gate_program_files(first).items():
+            (package / name).write_text(text)
+        self._origin_fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+        cluster.enter(self.network.namespace("client"))
+        self.twin = cluster.Twin(first, self.network, self.workdir, self.environment.venv / "bin", program,
+                                 log=self.log)
+        self.twin.start_ray()
+        settings = first.gate_settings
+        self.twin.start_counter_readers(int(settings["efa_counter_port"]))
+        self._start_api(first)
+
+    def _gate_program_files(self, deployment: twin_profile.TwinDeployment) -> dict[str, str]:
+        """The gate program as the verification chart renders it (the ConfigMap the Job mounts)."""
+        for obj in self.rendered[deployment.topology][render.VERIFICATION_CHART]:
+            if obj.get("kind") == "ConfigMap" and obj["metadata"]["name"].endswith("-gate-program"):
+                return dict(obj["data"])
+        raise cluster.TwinError("the rendered verification chart has no gate program ConfigMap")
+
+    def _start_api(self, deployment: twin_profile.TwinDeployment) -> None:
+        assert self.twin is not None
+        config_maps = [obj for charts in self.rendered.values() for obj in charts[render.VERIFICATION_CHART]
+                       if obj.get("kind") == "ConfigMap" and not obj["metadata"]["name"].endswith("-gate-program")]
+        namespace = deployment.gate_settings["namespace"]
+        logs: dict[str, Callable[[float | None], str]] = {}
+        api = kube_api.KubeApi(namespace=namespace, rayservice=deployment.rayservice, config_maps=config_maps,
+                               logs=logs)
+        for name, node in deployment.nodes.items():
+            pod = self.pod_name(api.cluster, node.group)
+            logs[pod] = self.twin.node_logs[name].text
+            api.add_pod(pod, template=node.template, group=node.group, node=self.twin.node_name(name),
+                        ip=node.address, env=node.env, created=self.twin.started_at[name])
+        selector = deployment.gate_settings["efa_counter_selector"]
+        for role in self.twin.worker_roles:
+            node = deployment.nodes[role]
+            api.add_counter_pod(f"{deployment.gate_settings['ray_service']}-efa-counters-{role}", selector,
+                                self.twin.node_name(role), node.address)
+            api.add_node(self.twin.node_name(role), deployment.gate_settings["roles"][role]["node_selector"])
+        for topology_deployment in self.deployments.values():
+            api.finished_job(topology_deployment.gate_settings["job_name"], time.time())
+        self.api = api
+        self.api_url = api.serve("127.0.0.1")
+        (self.workdir / "token").write_text(api.token + "\n")
+
+    @staticmethod
+    def pod_name(cluster_name: str, group: str) -> str:
+        return f"{cluster_name}-head" if group == "headgroup" else f"{cluster_name}-{group}-worker"
+
+    def close(self) -> None:
+        if self.api is not None:
+            self.api.close()
+            self.api = None
+        if self.twin is not None:
+            self.twin.close()
+            self.twin = None
+        if self._origin_fd is not None:
+            cluster.leave(self._origin_fd)
+            os.close(self._origin_fd)
+            self._origin_fd = None
+        if self.network is not None:
+            self.network.down()
+            self.network = None
+
+    # --- serving -------------------------------------------------------------------------------
+
+    def use(self, topology: str, serve_config: Mapping[str, Any] | None = None, timeout: float = 900.0, *,
+            require_running: bool = True) -> dict[str, Any]:
+        """Deploy ``topology``'s Serve config (or ``serve_config``) on the running nodes and wait for it
+        to run (or, with ``require_running=False``, to run or fail)."""
+        assert self.twin is not None and self.api is not None
+        deployment = self.deployments[topology]
+        self.api.ready = False
+        self.twin.deployment = deployment
+        started = time.monotonic()
+        self.deployed_at = time.time()
+        state = self.twin.deploy(serve_config or deployment.serve_config, timeout=timeout,
+                                 require_running=require_running)
+        self.api.ready = True
+        self.topology = topology
+        self.log(f"{topology}: Serve app {state.get('status')} after {time.monotonic() - started:.0f} s")
+        return state
+
+    @property
+    def openai_url(self) -> str:
+        return str(self.deployments[self.topology or render.TOPOLOGIES[0]].gate_settings["openai_url"])
+
+    def settings(self, topology: str | None = None, **overrides: Any) -> dict[str, Any]:
+        return {**self.deployments[topology or self.topology].gate_settings, **overrides}
+
+    def gate(self, settings: Mapping[str, Any], *extra: str, timeout: float = GATE_TIMEOUT_SECONDS) -> GateRun:
+        """The rendered gate program, run as its Job runs it (``python -S -m rayllmeks_gate run``),
+        against the stand-in API; returns its exit code and JSON report."""
+        assert self.twin is not None
+        config = self.workdir / "gate.json"
+        config.write_text(json.dumps(dict(settings)))
+        report = self.workdir / "gate-report.json"
+        report.unlink(missing_ok=True)
+        python = self.environment.venv / "bin" / "python"
+        result = subprocess.run(
+            [str(python), "-S", "-m", bundle.IN_CLUSTER_PACKAGE, "run", "--config", str(config),
+             "--kube-api", self.api_url, "--kube-token-file", str(self.workdir / "token"),
+             "--report-file", str(report), *extra],
+            cwd=self.twin.gate_program, capture_output=True, text=True, timeout=timeout,
+            env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
+        data = json.loads(report.read_text()) if report.exists() else {}
+        return GateRun(result.returncode, data, result.stderr)

@@ -1,0 +1,192 @@
+"""The twin profile: the one transformation from a rendered deployment to the local twin.
+
+The twin runs what ``make synth`` renders, not a hand-written copy: the RayService's
+``serveConfigV2``, each group's ``rayStartParams`` and the Ray container's environment, and the
+deployment gate's settings. A machine with no GPU, no EFA device and no Kubernetes needs a few
+of those values changed. Every change is made here and listed, with its reason, in
+:data:`CHANGES`, which ``make twin`` prints and docs/twin.md explains.
+
+Everything else (the engine arguments, the NIXL backends, the side-channel port bases, the role
+resources, the placement strategy, the replica counts, the other environment variables, the
+probes and thresholds of the gate) runs as rendered. Standard library only.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+ROLES = ("prefill", "decode")
+TWIN_PROVIDER = "tcp"
+NODE_CPUS = 3
+OBJECT_STORE_BYTES = 256 * 1024 * 1024
+KV_CACHE_SPACE_GIB = 1
+HEAD_PORT = 6379
+DASHBOARD_PORT = 8265
+GATE_DEADLINE_SECONDS = 900.0
+
+CHANGES: tuple[tuple[str, str], ...] = (
+    ("serve: model_loading_config.model_source", "the tiny model built on this machine, never a hub download"),
+    ("serve: accelerator_type removed", "Ray 2.58 refuses an accelerator type on the CPU (llm_config.py)"),
+    ("serve: bundles GPU -> CPU", "one CPU per engine worker instead of a GPU; the role resource stays"),
+    ("serve: kv_transfer_config.kv_buffer_device cpu", "vLLM's NixlConnector on the CPU stages KV in host memory"),
+    ("ray start: num-gpus 0, num-cpus 3", "no GPU; the replica actor, its engine worker and an ingress replica (the head advertises 0 CPUs as rendered)"),
+    ("ray start: object-store-memory 256 MiB", "three Ray nodes and two engines share 24 GiB"),
+    ("env: FI_PROVIDER efa -> tcp", "no EFA device: libfabric's tcp provider over the node's veth"),
+    ("env: LD_LIBRARY_PATH", "libfabric 2.x, the CUDA runtime and a libcuda.so.1 stub for NIXL's LIBFABRIC plugin"),
+    ("env: HF_HOME, HF_HUB_CACHE", "the run's own folder instead of the node's host path"),
+    ("env: VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND", "vLLM's CPU KV pool in GiB; one core per engine"),
+    ("gate: openai_url, dashboard_url", "the head node's address in the twin's network"),
+    ("gate: serve_args, worker_env", "what this profile changed, which the gate compares with what runs"),
+    ("gate: expected_provider tcp", "the provider the twin's links offer"),
+    ("gate: as_deploy_job false, deadline_seconds", "no Job, no wait condition; bounded for a local run"),
+)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the twin's own files are on this machine."""
+
+    model: str
+    library_path: str
+    """``LD_LIBRARY_PATH`` for the Ray nodes: libfabric, the CUDA runtime, the libcuda stub."""
+    hf_home: str
+
+
+@dataclass
+class RayNode:
+    """One Ray node: ``ray start`` arguments and environment, as KubeRay would start the pod's container."""
+
+    name: str
+    group: str
+    """``headgroup`` or the worker group's name."""
+    address: str
+    start_params: dict[str, str]
+    env: dict[str, str]
+    template: dict[str, Any]
+    """The rendered pod template (labels, annotations, containers), for the Kubernetes API stand-in."""
+    core: int | None = None
+
+    def ray_start(self, head_address: str) -> list[str]:
+        """KubeRay's command line (``pod.go``: ``ray start`` with each param as ``--key=value``)."""
+        args = ["start", "--block", f"--node-ip-address={self.address}"]
+        if self.group == "headgroup":
+            args += ["--head", f"--port={HEAD_PORT}", f"--dashboard-port={DASHBOARD_PORT}"]
+        else:
+            args += [f"--address={head_address}:{HEAD_PORT}"]
+        args += ["--metrics-export-port=8080", "--dashboard-agent-listen-port=52365"]
+        for key, value in self.start_params.items():
+            # KubeRay quotes JSON for bash -c ('{"prefill":1}'); here there is no shell.
+            args.append(f"--{key}={value.strip(chr(39))}")
+        return args
+
+
+@dataclass
+class TwinDeployment:
+    topology: str
+    nodes: dict[str, RayNode]
+    serve_config: dict[str, Any]
+    gate_settings: dict[str, Any]
+    rayservice: dict[str, Any]
+    changes: tuple[tuple[str, str], ...] = CHANGES
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def head(self) -> RayNode:
+        return self.nodes["head"]
+
+
+def _llm_configs(args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if "llm_configs" in args:
+        return list(args["llm_configs"])
+    return [args[f"{role}_config"] for role in ROLES if f"{role}_config" in args]
+
+
+def serve_for_cpu(serve_config: Mapping[str, Any], model_path: str) -> dict[str, Any]:
+    """The rendered ``serveConfigV2`` with the CPU changes of :data:`CHANGES` (a new dict)."""
+    config = copy.deepcopy(dict(serve_config))
+    for application in config["applications"]:
+        for llm in _llm_configs(application["args"]):
+            llm["model_loading_config"]["model_source"] = model_path
+            llm.pop("accelerator_type", None)
+            placement = llm.get("placement_group_config") or {}
+            for bundle in placement.get("bundles") or ():
+                gpus = bundle.pop("GPU", None)
+                if gpus is not None:
+                    bundle["CPU"] = gpus
+            transfer = (llm.get("engine_kwargs") or {}).get("kv_transfer_config")
+            if transfer is not None:
+                transfer["kv_buffer_device"] = "cpu"
+    return config
+
+
+def worker_env_for_twin(env: Mapping[str, str], paths: Paths) -> dict[str, str]:
+    changed = dict(env)
+    changed["FI_PROVIDER"] = TWIN_PROVIDER
+    changed["HF_HOME"] = paths.hf_home
+    changed["HF_HUB_CACHE"] = f"{paths.hf_home}/hub"
+    changed["LD_LIBRARY_PATH"] = paths.library_path
+    changed["VLLM_CPU_KVCACHE_SPACE"] = str(KV_CACHE_SPACE_GIB)
+    return changed
+
+
+def _container_env(template: Mapping[str, Any], name: str | None = None) -> dict[str, str]:
+    containers = template["spec"]["containers"]
+    main = next((c for c in containers if c.get("name") == name), containers[0])
+    return {e["name"]: e["value"] for e in main.get("env") or () if "value" in e}
+
+
+def _ray_service(objects: list[Mapping[str, Any]]) -> dict[str, Any]:
+    return copy.deepcopy(dict(next(o for o in objects if o.get("kind") == "RayService")))
+
+
+def gate_settings_of(objects: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The deploy gate's settings (``gate.json``) from the rendered verification chart."""
+    for obj in objects:
+        data = obj.get("data") or {}
+        if obj.get("kind") == "ConfigMap" and "gate.json" in data:
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if labels.get("ray-llm-eks/component") == "gate-settings":
+                return dict(json.loads(data["gate.json"]))
+    raise LookupError("the rendered verification chart has no gate settings ConfigMap")
+
+
+def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_objects: list[Mapping[str, Any]],
+                    addresses: Mapping[str, str], paths: Paths) -> TwinDeployment:
+    """The twin of one rendered deployment: ``addresses`` maps head/prefill/decode to the twin's IPs."""
+    import yaml
+
+    service = _ray_service(rayservice_objects)
+    cluster = service["spec"]["rayClusterConfig"]
+    serve = serve_for_cpu(yaml.safe_load(service["spec"]["serveConfigV2"]), paths.model)
+    settings = gate_settings_of(verification_objects)
+    head_template = cluster["headGroupSpec"]["template"]
+    nodes = {"head": RayNode("head", "headgroup", addresses["head"], dict(cluster["headGroupSpec"]["rayStartParams"]),
+                             {**_container_env(head_template), "HF_HOME": paths.hf_home}, head_template)}
+    worker_env: dict[str, str] = {}
+    for core, group in enumerate(cluster["workerGroupSpecs"]):
+        role = group["groupName"]
+        params = dict(group["rayStartParams"])
+        params["num-gpus"] = "0"
+        params["num-cpus"] = str(NODE_CPUS)
+        params["object-store-memory"] = str(OBJECT_STORE_BYTES)
+        env = worker_env_for_twin(_container_env(group["template"], settings.get("worker_container")), paths)
+        worker_env = {k: env[k] for k in settings["worker_env"]}
+        # Each engine on its own core, in both topologies (a colocated replica lands on either node).
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+        nodes[role] = RayNode(role, role, addresses[role], params, env, group["template"], core)
+    head = addresses["head"]
+    application = serve["applications"][0]
+    settings.update(
+        openai_url=f"http://{head}:{serve.get('http_options', {}).get('port', 8000)}",
+        dashboard_url=f"http://{head}:{DASHBOARD_PORT}",
+        serve_args=application["args"],
+        worker_env=worker_env,
+        expected_provider=TWIN_PROVIDER,
+        as_deploy_job=False,
+        deadline_seconds=GATE_DEADLINE_SECONDS,
+    )
+    return TwinDeployment(topology=settings["topology"], nodes=nodes, serve_config=serve, gate_settings=settings,
+                          rayservice=service)

@@ -1,0 +1,65 @@
+"""The bench waits for the NIXL histogram to be exported before it measures (Ray exports it only
+after a replica's first transfer, at its next metrics export)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ray_llm_eks.bench.runner import BenchSettings, prime_kv_metrics
+
+EXPORTED = 'ray_vllm_nixl_xfer_time_seconds_count{ReplicaId="a"} 1.0\n'
+
+
+def serve(after_seconds: float):
+    started = time.monotonic()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = (EXPORTED if time.monotonic() - started >= after_seconds else "ray_vllm_num_requests_running 0\n")
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+
+def settings(url: str) -> BenchSettings:
+    return BenchSettings(url="http://127.0.0.1:1", model="tiny", tokenizer="tiny", concurrency=(1,), requests=1,
+                         isl=8, osl=8, hourly_cost_usd=1.0, metrics_urls=(url,))
+
+
+def test_it_returns_once_the_histogram_is_exported():
+    server, url = serve(after_seconds=1.5)
+    sent = []
+    try:
+        line = prime_kv_metrics(settings(url), wait_seconds=20, send=lambda: sent.append(1))
+    finally:
+        server.shutdown()
+    assert sent == [1]
+    assert "exports the NIXL histogram" in line
+
+
+def test_it_gives_up_without_failing_the_run():
+    server, url = serve(after_seconds=3600)
+    try:
+        line = prime_kv_metrics(settings(url), wait_seconds=1.5, send=lambda: None)
+    finally:
+        server.shutdown()
+    assert "no endpoint exported" in line
+
+
+def test_a_failed_priming_request_is_reported_not_raised():
+    def refuse():
+        raise ConnectionRefusedError("refused")
+
+    line = prime_kv_metrics(settings("http://127.0.0.1:1/metrics"), wait_seconds=1, send=refuse)
+    assert "priming request failed" in line

@@ -1,0 +1,201 @@
+"""The twin profile and the twin's Kubernetes API stand-in, offline (part of `make test`).
+
+The twin itself runs in `make test-twin`; here the one transformation from the rendered
+deployment to the twin is checked value by value: it changes exactly what its ``CHANGES`` list
+says, and nothing else, and what it produces still passes Ray's own schemas.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+import yaml
+
+from ray_llm_eks.twin import kube_api, render, twin_profile
+from ray_llm_eks.twin.run import DEFAULT_CONFIG
+
+ADDRESSES = {"head": "10.77.0.1", "prefill": "10.77.0.2", "decode": "10.77.0.3"}
+PATHS = twin_profile.Paths(model="/twin/model", library_path="/twin/lib:/venv/lib/mpich", hf_home="/twin/hf")
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return {topology: render.render(DEFAULT_CONFIG, topology) for topology in render.TOPOLOGIES}
+
+
+@pytest.fixture(scope="module")
+def twins(rendered):
+    return {topology: twin_profile.twin_deployment(charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART],
+                                                   ADDRESSES, PATHS) for topology, charts in rendered.items()}
+
+
+def rendered_serve(rendered, topology):
+    service = next(o for o in rendered[topology][render.RAYSERVICE_CHART] if o["kind"] == "RayService")
+    return yaml.safe_load(service["spec"]["serveConfigV2"]), service
+
+
+def differences(a, b, path=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        found = []
+        for key in sorted(set(a) | set(b)):
+            found += differences(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{path}.{key}")
+        return found
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [path]
+
+
+def test_the_serve_config_changes_only_what_the_profile_lists(rendered, twins):
+    original, _ = rendered_serve(rendered, "disaggregated")
+    changed = differences(original, twins["disaggregated"].serve_config)
+    expected = []
+    for leg in ("decode_config", "prefill_config"):
+        base = f".applications[0].args.{leg}"
+        expected += [f"{base}.accelerator_type", f"{base}.engine_kwargs.kv_transfer_config.kv_buffer_device",
+                     f"{base}.model_loading_config.model_source", f"{base}.placement_group_config.bundles[0].CPU",
+                     f"{base}.placement_group_config.bundles[0].GPU"]
+    assert sorted(changed) == sorted(expected)
+    for leg in ("prefill_config", "decode_config"):
+        config = twins["disaggregated"].serve_config["applications"][0]["args"][leg]
+        role = leg.split("_")[0]
+        assert config["placement_group_config"]["bundles"] == [{"CPU": 1, role: 1}]
+        assert config["model_loading_config"]["model_source"] == PATHS.model
+        assert config["engine_kwargs"]["kv_transfer_config"]["kv_buffer_device"] == "cpu"
+        assert config["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"] == {"backends": ["LIBFABRIC"]}
+
+
+def test_the_colocated_twin_has_no_kv_connector_and_cpu_bundles(rendered, twins):
+    original, _ = rendered_serve(rendered, "colocated")
+    (llm,) = twins["colocated"].serve_config["applications"][0]["args"]["llm_configs"]
+    assert "kv_transfer_config" not in llm["engine_kwargs"]
+    assert llm["placement_group_config"]["bundles"] == [{"CPU": 1}]
+    assert sorted(differences(original, twins["colocated"].serve_config)) == sorted(
+        f".applications[0].args.llm_configs[0].{p}" for p in (
+            "accelerator_type", "model_loading_config.model_source", "placement_group_config.bundles[0].CPU",
+            "placement_group_config.bundles[0].GPU"))
+
+
+@pytest.mark.parametrize("topology", render.TOPOLOGIES)
+def test_the_twins_serve_config_passes_rays_own_schemas(twins, topology):
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    config = twins[topology].serve_config
+    ServeDeploySchema.model_validate(config)
+    args = config["applications"][0]["args"]
+    for llm in args.get("llm_configs") or [args["prefill_config"], args["decode_config"]]:
+        LLMConfig.model_validate(llm)
+
+
+def test_the_ray_nodes_start_as_kuberay_would_with_the_cpu_changes(rendered, twins):
+    _, service = rendered_serve(rendered, "disaggregated")
+    groups = {g["groupName"]: g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    twin = twins["disaggregated"]
+    head = twin.nodes["head"].ray_start(ADDRESSES["head"])
+    assert "--head" in head and "--num-cpus=0" in head and "--num-gpus=0" in head
+    for role in ("prefill", "decode"):
+        node = twin.nodes[role]
+        args = node.ray_start(ADDRESSES["head"])
+        assert f"--address={ADDRESSES['head']}:6379" in args and f"--node-ip-address={ADDRESSES[role]}" in args
+        assert f'--resources={{"{role}":1}}' in args  # the role resource as rendered, unquoted for no shell
+        assert "--num-gpus=0" in args and f"--num-cpus={twin_profile.NODE_CPUS}" in args
+        rendered_env = {e["name"]: e["value"] for e in groups[role]["template"]["spec"]["containers"][0]["env"]
+                        if "value" in e}
+        changed = {k for k in set(rendered_env) | set(node.env) if rendered_env.get(k) != node.env.get(k)}
+        assert changed == {"FI_PROVIDER", "HF_HOME", "HF_HUB_CACHE", "LD_LIBRARY_PATH", "VLLM_CPU_KVCACHE_SPACE",
+                           "VLLM_CPU_OMP_THREADS_BIND"}
+        assert node.env["FI_PROVIDER"] == "tcp" and node.env["NIXL_LOG_LEVEL"] == "INFO"
+    assert twin.nodes["prefill"].env["VLLM_CPU_OMP_THREADS_BIND"] != twin.nodes["decode"].env["VLLM_CPU_OMP_THREADS_BIND"]
+
+
+def test_the_gate_settings_follow_the_profile(rendered, twins):
+    original = twin_profile.gate_settings_of(rendered["disaggregated"][render.VERIFICATION_CHART])
+    settings = twins["disaggregated"].gate_settings
+    assert settings["expected_provider"] == "tcp" and original["expected_provider"] == "efa"
+    assert settings["openai_url"] == f"http://{ADDRESSES['head']}:8000"
+    assert settings["dashboard_url"] == f"http://{ADDRESSES['head']}:{twin_profile.DASHBOARD_PORT}"
+    assert settings["serve_args"] == twins["disaggregated"].serve_config["applications"][0]["args"]
+    assert settings["worker_env"]["FI_PROVIDER"] == "tcp"
+    assert settings["worker_env"] == {k: twins["disaggregated"].nodes["decode"].env[k] for k in original["worker_env"]}
+    unchanged = {k for k in original if k not in {"openai_url", "dashboard_url", "serve_args", "worker_env",
+                                                   "expected_provider", "as_deploy_job", "deadline_seconds"}}
+    assert {k: settings[k] for k in unchanged} == {k: original[k] for k in unchanged}
+    # The planner's figures for the tiny model (2 x 2 layers x 4 KV heads x 64 x 2 bytes), not Qwen's.
+    assert settings["kv_bytes_per_token"] == 2048 and settings["kv_bytes_per_sequence"] == 0
+
+
+def test_every_change_is_listed_once_with_a_reason():
+    whats = [what for what, _ in twin_profile.CHANGES]
+    assert len(whats) == len(set(whats)) and all(why for _, why in twin_profile.CHANGES)
+
+
+# --- the Kubernetes API stand-in ---------------------------------------------------------------
+
+@pytest.fixture()
+def api(rendered):
+    config_maps = [o for charts in rendered.values() for o in charts[render.VERIFICATION_CHART]
+                   if o["kind"] == "ConfigMap" and not o["metadata"]["name"].endswith("-gate-program")]
+    _, service = rendered_serve(rendered, "disaggregated")
+    lines = [(100.0, "before the deploy"), (200.0, "Backend LIBFABRIC was instantiated")]
+    logs = {"pod-a": lambda since: "".join(f"{t} {text}\n" for t, text in lines if since is None or t >= since)}
+    stand_in = kube_api.KubeApi(namespace="inference", rayservice=service, config_maps=config_maps, logs=logs)
+    url = stand_in.serve("127.0.0.1")
+    yield stand_in, url
+    stand_in.close()
+
+
+def call(url, path, token, method="GET", body=None):
+    request = urllib.request.Request(url + path, method=method, data=json.dumps(body).encode() if body else None,
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read()
+
+
+def test_config_maps_are_listed_by_label_selector_as_the_api_server_does(api):
+    stand_in, url = api
+    selector = urllib.parse.quote("ray-llm-eks/component=gate-settings,ray-llm-eks/instance=ray-llm")
+    items = json.loads(call(url, f"/api/v1/namespaces/inference/configmaps?labelSelector={selector}",
+                            stand_in.token))["items"]
+    # One settings ConfigMap per topology was rendered, and the state ConfigMap is not among them.
+    assert len(items) == 2
+    assert {json.loads(i["data"]["gate.json"])["topology"] for i in items} == {"disaggregated", "colocated"}
+    other = urllib.parse.quote("ray-llm-eks/component==continuous-verification")
+    (state,) = json.loads(call(url, f"/api/v1/namespaces/inference/configmaps?labelSelector={other}",
+                               stand_in.token))["items"]
+    assert state["metadata"]["name"].endswith("-cv-state")
+    none = urllib.parse.quote("ray-llm-eks/instance=another")
+    assert json.loads(call(url, f"/api/v1/namespaces/inference/configmaps?labelSelector={none}",
+                           stand_in.token))["items"] == []
+
+
+def test_a_set_based_selector_is_refused_not_ignored():
+    with pytest.raises(ValueError):
+        kube_api.parse_selector("tier in (a,b)")
+    with pytest.raises(ValueError):
+        kube_api.parse_selector("a!=b")
+
+
+def test_pod_logs_honour_since_time_and_calls_need_the_token(api):
+    stand_in, url = api
+    since = "1970-01-01T00:02:30Z"  # 150 s
+    assert call(url, f"/api/v1/namespaces/inference/pods/pod-a/log?sinceTime={since}", stand_in.token) == \
+        b"200.0 Backend LIBFABRIC was instantiated\n"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        call(url, "/api/v1/namespaces/inference/pods/pod-a/log", "wrong")
+    assert refused.value.code == 401
+
+
+def test_config_map_updates_need_the_current_resource_version(api):
+    stand_in, url = api
+    name = next(n for n in stand_in.config_maps if n.endswith("-cv-state"))
+    path = f"/api/v1/namespaces/inference/configmaps/{name}"
+    current = json.loads(call(url, path, stand_in.token))
+    updated = json.loads(call(url, path, stand_in.token, "PUT", {**current, "data": {"k": "v"}}))
+    assert int(updated["metadata"]["resourceVersion"]) == int(current["metadata"]["resourceVersion"]) + 1
+    with pytest.raises(urllib.error.HTTPError) as conflict:
+        call(url, path, stand_in.token, "PUT", {**current, "data": {"k": "stale"}})
+    assert conflict.value.code == 409
