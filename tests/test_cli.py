@@ -192,7 +192,6 @@ TCP_LOG = [
 ]
 
 
-
 def _log(tmp_path, lines: list[str], name: str = "decode.log") -> str:
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")

@@ -40,7 +40,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from ray_llm_eks.cdk8s_charts.verification import RUN_LABEL

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 from urllib.request import Request, urlopen
 
-from fake_cluster import (DECODE_IP, EFA_LINES, PREFILL_IP, TCP_LINES, FakeDeployment, Scenario, run_gate)
+from fake_cluster import DECODE_IP, EFA_LINES, PREFILL_IP, TCP_LINES, FakeDeployment, Scenario, run_gate
 
 from ray_llm_eks.verification import bundle
 from ray_llm_eks.verification.metrics import NixlTotals
