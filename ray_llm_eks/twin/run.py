@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -216,6 +217,20 @@ class TwinRun:
 
     def settings(self, topology: str | None = None, **overrides: Any) -> dict[str, Any]:
         return {**self.deployments[topology or self.topology].gate_settings, **overrides}
+
+    def continuous_verification(self, topology: str | None = None) -> dict[str, Any]:
+        """The settings the rendered continuous-verification CronJob runs with: the gate settings
+        and the CronJob's own ``--set`` overrides, read from its command line."""
+        topology = topology or self.topology
+        for obj in self.rendered[topology][render.VERIFICATION_CHART]:
+            if obj.get("kind") != "CronJob":
+                continue
+            container = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+            # ["/bin/sh", "-c", "exec ... run --config ... --set '{...}' --publish"]
+            words = shlex.split(container["command"][-1])
+            overrides = json.loads(words[words.index("--set") + 1])
+            return self.settings(topology, **overrides)
+        raise cluster.TwinError(f"the rendered {topology} verification chart has no continuous verification CronJob")
 
     def gate(self, settings: Mapping[str, Any], *extra: str, timeout: float = GATE_TIMEOUT_SECONDS) -> GateRun:
         """The rendered gate program, run as its Job runs it (``python -S -m rayllmeks_gate run``),

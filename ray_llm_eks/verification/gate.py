@@ -492,12 +492,34 @@ class Gate:
         if differences:
             return f"Serve application {c.application!r} still runs another config (differs at {differences[0]})"
         if status == "DEPLOY_FAILED":
+            # Serve's message names the deployments, not why their engines died: the workers' logs
+            # do (a LIBFABRIC plugin that cannot load libfabric, no EFA device for FI_PROVIDER=efa),
+            # so their root causes come first (seen on the local twin, docs/twin.md).
+            if c.disaggregated:
+                for reason in self._startup_failures():
+                    self.report.fail(reason)
             self.report.fail(f"Serve application {c.application!r} failed to deploy the spec's config: "
                              f"{(app.get('message') or '')[:500]}")
             return False
         if status != "RUNNING":
             return f"Serve application {c.application!r} is {status}"
         return None
+
+    def _startup_failures(self) -> list[str]:
+        """What the worker logs of the active cluster say went wrong since the Serve deploy: the
+        transport classifier's disqualifying lines only (a log without the startup lines proves
+        nothing here, the engines never started)."""
+        c = self.config
+        deployed = self.application.get("last_deployed_time_s")
+        since = _rfc3339(float(deployed) - LOG_SINCE_MARGIN_SECONDS) if deployed else None
+        try:
+            pods = self.kube.pods(c.namespace, {CLUSTER_LABEL: self.active_cluster, NODE_TYPE_LABEL: "worker"})
+            logs = {p["metadata"]["name"]: self.kube.pod_log(c.namespace, p["metadata"]["name"], c.worker_container,
+                                                            since=since) for p in pods}
+        except (ApiError, NoClusterAccess) as error:
+            return [f"cannot read the worker logs to say why the engines did not start: {error}"]
+        result = evidence.classify_logs(logs, c.expected_backend, c.expected_provider, require_startup=False)
+        return [r for r in result["reasons"] if r != "no worker logs to read"]
 
     def _job_running(self, name: str) -> bool:
         try:

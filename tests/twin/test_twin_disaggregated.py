@@ -120,3 +120,26 @@ def test_the_gate_fails_on_the_same_run_when_efa_is_expected(pd):
     reasons = " | ".join(result.reasons)
     assert "tcp" in reasons.lower(), reasons
     assert all("efa" in r.lower() or "tcp" in r.lower() for r in result.reasons), reasons
+
+
+def test_continuous_verification_computes_the_serving_window_from_two_runs(pd):
+    """The CronJob's settings, run twice: the second run reports what was served in between, from
+    the workers' real metrics and the nodes' counters, kept in the rendered state ConfigMap."""
+    settings = pd.continuous_verification("disaggregated")
+    assert settings["state_config_map"] and settings["log_window_seconds"]
+    first = pd.gate(settings)
+    assert first.verdict == "pass", first.reasons
+    assert "window" not in first.report  # the first run only keeps its reading
+    served = [chat(pd.openai_url, settings["model"], PROMPT, max_tokens=8) for _ in range(3)]
+    second = pd.gate(settings)
+    assert second.verdict == "pass", second.reasons
+    window = second.report["window"]
+    print(f"\nserving window on the twin: {json.dumps(window)}")
+    # Between the two readings: the first run's own probes and the three requests above.
+    assert window["requests"] == settings["probes"] + len(served)
+    assert window["workers"] == 2 and window["workers_skipped"] == []
+    assert window["kv_transfer_bytes"] >= settings["min_kv_fraction"] * settings["kv_bytes_per_token"] * sum(
+        s["usage"]["prompt_tokens"] for s in served)
+    assert window["nixl_failed_transfers"] == 0
+    assert window["ttft_p50_ms"] and window["itl_p50_ms"] is not None and window["generation_tokens_per_second"] > 0
+    assert window["min_node_efa_bytes"] > 0

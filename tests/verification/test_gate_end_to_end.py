@@ -117,6 +117,20 @@ def test_a_failed_serve_deploy_fails_at_once_with_its_message(in_cluster_copy, f
     assert any("failed to deploy the spec's config: engine died: CUDA out of memory" in r for r in report["reasons"])
 
 
+def test_a_failed_serve_deploy_leads_with_the_root_cause_in_the_worker_logs(in_cluster_copy, fake: FakeDeployment):
+    # FI_PROVIDER=efa on a node without the device, as NIXL 1.3.1 prints it (the local twin's trap).
+    fake.scenario = Scenario(serve_final=("DEPLOY_FAILED", True), worker_log=[
+        "E1201 21:03:46.100000 412 libfabric_common.cpp:68] fi_getinfo failed No data available",
+        "E1201 21:03:46.100100 412 libfabric_topology.cpp:139] No network devices found",
+        "E1201 21:03:46.100200 412 backend_plugin.h:100] Failed to create engine: Failed to discover system topology",
+        "E1201 21:03:46.100300 412 nixl_agent.cpp:330] createBackend: backend creation failed for 'LIBFABRIC'",
+    ])
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(deadline_seconds=60)))
+    assert report["verdict"] == "fail"
+    assert "fi_getinfo failed No data available" in report["reasons"][0], report["reasons"]
+    assert "failed to deploy the spec's config" in report["reasons"][-1]
+
+
 def test_lines_of_replaced_replicas_are_not_evidence(in_cluster_copy, fake: FakeDeployment):
     # An old UCX warning from before the redeploy does not fail the new LIBFABRIC replicas ...
     fake.scenario = Scenario(old_log=UCX_ON_EFA)
