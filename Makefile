@@ -105,7 +105,7 @@ twin: twin-install
 	$(BIN)/python -m ray_llm_eks.twin $(TWIN_ARGS)
 
 test-twin: twin-install
-	$(BIN)/python -m pytest -m twin tests/twin -p no:cacheprovider; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
+	$(BIN)/python -m pytest -m twin tests/twin -p no:cacheprovider -s; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
 
 snapshot-update: bootstrap
 	$(BIN)/python -m pytest --snapshot-update

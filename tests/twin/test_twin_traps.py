@@ -107,6 +107,7 @@ def test_a_node_with_loopback_only(healthy):
 def test_a_worker_lost_during_the_probes(healthy):
     """The prefill engine is killed once the gate starts probing: a failed probe or vLLM's
     failed-transfer counter must fail the gate."""
+    healthy.use("disaggregated")  # after the traps before it
     settings = healthy.settings("disaggregated", probes=6, deadline_seconds=300.0)
     api = healthy.api
     selector = "ray-llm-eks/component=efa-counters"
