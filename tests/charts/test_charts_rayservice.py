@@ -98,14 +98,26 @@ def test_both_legs_share_model_and_engine_settings(disaggregated, role):
     assert "revision" not in engine
 
 
-@pytest.mark.parametrize("role", ROLES)
-def test_both_legs_use_nixl_over_libfabric(disaggregated, role):
+@pytest.mark.parametrize(("role", "kv_role"), [("prefill", "kv_producer"), ("decode", "kv_consumer")])
+def test_both_legs_use_nixl_over_libfabric_in_their_own_kv_role(disaggregated, role, kv_role):
+    """vLLM 0.26 deprecates ``kv_both`` for the NixlConnector (serve_config.KV_ROLE)."""
     kv = disaggregated.application["args"][f"{role}_config"]["engine_kwargs"]["kv_transfer_config"]
     assert kv == {
         "kv_connector": "NixlConnector",
-        "kv_role": "kv_both",
+        "kv_role": kv_role,
         "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
     }
+
+
+def test_no_kv_role_is_kv_both_in_any_scenario(scenario):
+    for name in SCENARIOS:
+        serve_config = scenario(name).ray_service["spec"]["serveConfigV2"]
+        assert "kv_both" not in serve_config, name
+
+
+def test_colocated_has_no_kv_connector(colocated):
+    (model,) = colocated.application["args"]["llm_configs"]
+    assert "kv_transfer_config" not in model["engine_kwargs"]
 
 
 def test_kv_buffer_device_is_emitted_only_when_configured(scenario):
