@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as error:  # noqa: BLE001 - the deploy must hear about any crash, not time out
             report.fail(f"the gate crashed: {type(error).__name__}: {error}")
             traceback.print_exc(file=sys.stderr)
+    report.finish()
     print(json.dumps(report.to_json(), indent=2), flush=True)
     if args.report_file:
         Path(args.report_file).write_text(json.dumps(report.to_json(), indent=2))

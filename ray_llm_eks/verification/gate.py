@@ -210,6 +210,12 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     sections: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    finished: float | None = None
+    """Set once by :meth:`finish`, so every copy of the report (stdout, file, ConfigMap) says the same."""
+
+    def finish(self) -> None:
+        if self.finished is None:
+            self.finished = time.time()
 
     def fail(self, reason: str) -> None:
         self.reasons.append(reason)
@@ -230,7 +236,7 @@ class Report:
             "ray_service": self.config.ray_service,
             "topology": self.config.topology,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
-            "duration_s": round(time.time() - self.started, 1),
+            "duration_s": round((self.finished or time.time()) - self.started, 1),
             **self.sections,
         }
 
