@@ -41,9 +41,9 @@ class TwinError(RuntimeError):
     pass
 
 
-def enter(namespace: str | None) -> int:
-    """Move this thread (and the threads and processes it starts later) into ``namespace``
-    (None: back to the one of ``fd``'s origin, see :func:`current_namespace_fd`). Returns 0."""
+def enter(namespace: str) -> int:
+    """Move this thread (and the threads and processes it starts later) into the network
+    namespace ``namespace``; :func:`leave` goes back. Returns 0."""
     libc = ctypes.CDLL(None, use_errno=True)
     path = f"/run/netns/{namespace}"
     fd = os.open(path, os.O_RDONLY)
@@ -56,6 +56,7 @@ def enter(namespace: str | None) -> int:
 
 
 def leave(original_fd: int) -> None:
+    """Back to the namespace ``original_fd`` (an open ``/proc/self/ns/net``) refers to."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.setns(original_fd, CLONE_NEWNET) != 0:
         raise TwinError(f"setns(back): {os.strerror(ctypes.get_errno())}")

@@ -8,7 +8,7 @@ of those values changed. Every change is made here and listed, with its reason, 
 
 Everything else (the engine arguments, the NIXL backends, the side-channel port bases, the role
 resources, the placement strategy, the replica counts, the other environment variables, the
-probes and thresholds of the gate) runs as rendered. Standard library only.
+probes and thresholds of the gate) runs as rendered. The standard library and PyYAML only.
 """
 
 from __future__ import annotations
