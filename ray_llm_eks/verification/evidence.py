@@ -415,12 +415,19 @@ class TransportEvidence:
             reasons.append(f"backend {backend} was instantiated but nothing shows the {provider} provider "
                            "('Discovered <N> EFA devices' / 'Created <N> rails using provider=efa'): "
                            "LIBFABRIC also runs over TCP")
+        elif require_startup and provider != EXPECTED_PROVIDER and provider not in self.rail_providers \
+                and not (provider == "tcp" and self.tcp_fallback):
+            # Another provider expected (the local twin's tcp): positive evidence of it, as for efa.
+            reasons.append(f"backend {backend} was instantiated but nothing shows the {provider} provider "
+                           f"('Created <N> rails using provider={provider}')")
         return reasons
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, backend: str = EXPECTED_BACKEND, provider: str = EXPECTED_PROVIDER, *,
+                require_startup: bool = True) -> dict[str, Any]:
+        """The evidence and its problems against what was expected (the same as the verdict's)."""
         data = asdict(self)
-        data.update(backend=self.backend, provider=self.provider, root_causes=self.root_causes(),
-                    problems=self.problems())
+        data.update(backend=self.backend, provider=self.provider, root_causes=self.root_causes(backend),
+                    problems=self.problems(backend, provider, require_startup=require_startup))
         return data
 
 
@@ -440,5 +447,6 @@ def classify_logs(logs: dict[str, str], backend: str = EXPECTED_BACKEND,
         "verdict": "fail" if reasons else "pass",
         "reasons": reasons,
         "expected": {"backend": backend, "provider": provider},
-        "by_source": {name: evidence.to_json() for name, evidence in by_source.items()},
+        "by_source": {name: evidence.to_json(backend, provider, require_startup=require_startup)
+                      for name, evidence in by_source.items()},
     }

@@ -252,3 +252,16 @@ def test_every_captured_log_is_listed():
     on_disk = {path.name for path in FIXTURES.glob("*.log")}
     assert on_disk - set(FIXTURE_LOGS) == set(), "add the new captures to FIXTURE_LOGS"
     assert set(FIXTURE_LOGS) - on_disk == set(), "a listed fixture is missing"
+
+
+def test_tcp_expected_needs_positive_evidence_of_tcp():
+    only_backend = ["2026-12-01 21:03:46 NIXL INFO    _api.py:390 Backend LIBFABRIC was instantiated"]
+    report = classify_logs({"w": "\n".join(only_backend)}, provider="tcp")
+    assert report["verdict"] == "fail"
+    assert "nothing shows the tcp provider" in report["reasons"][0]
+
+
+def test_each_sources_problems_are_judged_against_the_expected_provider():
+    report = classify_logs({"w": (FIXTURES / "healthy-libfabric-tcp-decode.log").read_text()}, provider="tcp")
+    assert report["verdict"] == "pass"
+    assert report["by_source"]["w"]["problems"] == []
