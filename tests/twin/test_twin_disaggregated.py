@@ -9,6 +9,7 @@ reader, the worker logs. Nothing here is a fake of the serving path.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,27 @@ def worker_metrics(run, role: str) -> str:
     settings = run.settings()
     address = run.deployments["disaggregated"].nodes[role].address
     return get(f"http://{address}:{settings['metrics_port']}/metrics").decode()
+
+
+def served_requests(run) -> float:
+    samples = metrics.parse(worker_metrics(run, "decode"))
+    return metrics.total(samples, "request_success") or 0.0
+
+
+def settled(run, quiet_seconds: float = 12.0) -> float:
+    """Wait until decode's finished-request count stops moving for ``quiet_seconds`` (longer than
+    Ray's metrics export period), so a reading holds every request served before it."""
+    last, since = served_requests(run), time.monotonic()
+
+    def quiet():
+        nonlocal last, since
+        now = served_requests(run)
+        if now != last:
+            last, since = now, time.monotonic()
+        return time.monotonic() - since >= quiet_seconds
+
+    wait_until(quiet, 120, "decode's request count to settle")
+    return last
 
 
 def test_the_configured_architecture_is_the_checkpoints(pd):
@@ -127,10 +149,12 @@ def test_continuous_verification_computes_the_serving_window_from_two_runs(pd):
     the workers' real metrics and the nodes' counters, kept in the rendered state ConfigMap."""
     settings = pd.continuous_verification("disaggregated")
     assert settings["state_config_map"] and settings["log_window_seconds"]
+    settled(pd)  # Ray exports each node's metrics periodically: every request served so far is counted
     first = pd.gate(settings)
     assert first.verdict == "pass", first.reasons
     assert "window" not in first.report  # the first run only keeps its reading
     served = [chat(pd.openai_url, settings["model"], PROMPT, max_tokens=8) for _ in range(3)]
+    settled(pd)
     second = pd.gate(settings)
     assert second.verdict == "pass", second.reasons
     window = second.report["window"]

@@ -57,16 +57,23 @@ def test_the_gate_passes_the_colocated_baseline(runs):
 
 def test_every_request_of_both_topologies_is_served(runs):
     paths, _ = runs
+    scraped = {topology: 0 for topology in paths}
     for topology, path in paths.items():
         summary = json.loads((path / runner.SUMMARY_FILE).read_text())
         assert [e["concurrency"] for e in summary] == [1, 2]
         for entry in summary:
             assert (entry["requests_ok"], entry["requests_failed"]) == (REQUESTS, 0), topology
             assert entry["output_tokens"] == REQUESTS * OSL
+            # AIPerf drops the scrape of a level whose endpoints did not answer its reachability
+            # check in time (seen on the twin's loaded cores): judge KV time where it scraped.
+            if entry["server"] is None:
+                continue
+            scraped[topology] += 1
             if topology == "disaggregated":
                 assert entry["kv_transfer_ms"] and entry["kv_transfer_ms"]["count"] > 0, entry
             else:
                 assert not entry["kv_transfer_ms"] or not entry["kv_transfer_ms"].get("count")
+    assert scraped["disaggregated"] >= 1, "no level of the disaggregated run scraped the workers' metrics"
 
 
 def test_greedy_answers_agree_across_the_kv_transfer(runs):
