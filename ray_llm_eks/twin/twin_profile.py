@@ -67,7 +67,6 @@ class RayNode:
     env: dict[str, str]
     template: dict[str, Any]
     """The rendered pod template (labels, annotations, containers), for the Kubernetes API stand-in."""
-    core: int | None = None
 
     def ray_start(self, head_address: str) -> list[str]:
         """KubeRay's command line (``pod.go``: ``ray start`` with each param as ``--key=value``)."""
@@ -176,7 +175,7 @@ def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_ob
         worker_env = {k: env[k] for k in settings["worker_env"]}
         # Each engine on its own core, in both topologies (a colocated replica lands on either node).
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
-        nodes[role] = RayNode(role, role, addresses[role], params, env, group["template"], core)
+        nodes[role] = RayNode(role, role, addresses[role], params, env, group["template"])
     head = addresses["head"]
     application = serve["applications"][0]
     settings.update(
