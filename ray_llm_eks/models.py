@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .spec.errors import Collector, problem
+
 # Hugging Face organisation/name prefixes, matched case-insensitively against model_source.
 HYBRID_GATED_DELTANET_FAMILIES: tuple[str, ...] = (
     "Qwen/Qwen3.5-",
@@ -28,7 +30,7 @@ def is_hybrid_gated_deltanet(model_source: str) -> bool:
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelArchitecture:
     """What a model's config.json says about its memory, in the units the planner needs.
 
@@ -38,33 +40,59 @@ class ModelArchitecture:
     ``linear_attention_layers == 0``.
     """
 
-    name: str
-    """Hugging Face repository id."""
-    source: str
+    __pydantic_config__ = {"extra": "forbid"}
+
+    name: str = ""
+    """Hugging Face repository id; empty: the ``model.source`` it describes."""
+    source: str = "model.architecture in the configuration"
     """Where every figure below was read, so it can be re-checked."""
     parameter_count: int
-    """Parameters in the checkpoint vLLM loads (for a vision-language model, with its vision tower)."""
+    """Total parameters in the checkpoint vLLM loads, with a vision-language model's vision tower (weights bytes = parameters x dtype bytes)."""
     num_hidden_layers: int
+    """Decoder layers (config.json ``num_hidden_layers``)."""
     full_attention_layers: int
+    """Layers with full attention: only these hold a per-token KV cache."""
     num_attention_heads: int
+    """Query heads of a full-attention layer."""
     num_key_value_heads: int
+    """KV heads of a full-attention layer (GQA)."""
     head_dim: int
+    """Dimension of one attention head."""
     linear_attention_layers: int = 0
+    """Linear-attention (Gated-DeltaNet) layers; 0 for dense models."""
     linear_num_key_heads: int = 0
+    """Key heads of a linear-attention layer."""
     linear_num_value_heads: int = 0
+    """Value heads of a linear-attention layer."""
     linear_key_head_dim: int = 0
+    """Key head dimension of a linear-attention layer."""
     linear_value_head_dim: int = 0
+    """Value head dimension of a linear-attention layer."""
     linear_conv_kernel_dim: int = 0
+    """Short-convolution kernel size of a linear-attention layer."""
     linear_state_dtype_bytes: int = 4
-    """Bytes per element of the recurrent state (config.json ``mamba_ssm_dtype``; float32 = 4)."""
+    """Bytes per element of the per-sequence linear-attention state (config.json ``mamba_ssm_dtype``; float32 = 4)."""
 
     def __post_init__(self) -> None:
-        if self.full_attention_layers + self.linear_attention_layers != self.num_hidden_layers:
-            raise ValueError(
-                f"{self.name}: full_attention_layers ({self.full_attention_layers}) + "
-                f"linear_attention_layers ({self.linear_attention_layers}) must equal "
-                f"num_hidden_layers ({self.num_hidden_layers})"
-            )
+        found = Collector()
+        for name in ("parameter_count", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                found.add(problem(name, value, "not a positive count", "a whole number >= 1"))
+        for name in ("full_attention_layers", "linear_attention_layers", "linear_num_key_heads",
+                     "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                found.add(problem(name, value, "not a count", "a whole number >= 0"))
+        state = self.linear_state_dtype_bytes
+        if not isinstance(state, int) or isinstance(state, bool) or not 1 <= state <= 8:
+            found.add(problem("linear_state_dtype_bytes", state, "not a dtype size", "1 to 8 bytes"))
+        if not found.errors and self.full_attention_layers + self.linear_attention_layers != self.num_hidden_layers:
+            found.add(problem("full_attention_layers", self.full_attention_layers,
+                              f"full_attention_layers ({self.full_attention_layers}) + linear_attention_layers "
+                              f"({self.linear_attention_layers}) must equal num_hidden_layers ({self.num_hidden_layers})",
+                              f"{self.num_hidden_layers - self.linear_attention_layers}"))
+        found.raise_if_any()
 
     @property
     def is_hybrid(self) -> bool:

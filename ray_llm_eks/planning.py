@@ -1,6 +1,6 @@
 """What a deployment needs and costs, computed from its config before anything is deployed.
 
-Pure computation: no AWS calls. Inputs are the :class:`~ray_llm_eks.config.DeploymentConfig`,
+Pure computation: no AWS calls. Inputs are the declared :class:`~ray_llm_eks.spec.deployment.Deployment` (or a composed deployment's :class:`Specs` and :class:`Footprint`),
 the model architecture table (:mod:`ray_llm_eks.models`, or ``model.architecture`` in the
 config), the instance facts (:mod:`ray_llm_eks.instance_types`) and the dated price table
 (:mod:`ray_llm_eks.pricing`). ``docs/plan.md`` works the reference deployment by hand.
@@ -16,7 +16,7 @@ from typing import Any
 
 from . import instance_types
 from .bench import cost as bench_cost
-from .config import DeploymentConfig, Specs
+from .spec.deployment import Deployment, Specs
 from .models import ModelArchitecture
 from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
 from .spec.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
@@ -383,10 +383,26 @@ def _nodes(pool: Any, size: str) -> int:
     return {"min": pool.min_size, "desired": pool.desired_size, "max": pool.max_size}[size]
 
 
-def _cost(config: DeploymentConfig, table: PriceTable, size: str = "desired") -> CostEstimate:
+@dataclass(frozen=True)
+class Footprint:
+    """What a plan needs beyond the constructs' specs: where the nodes run and the NAT gateways paid for.
+
+    A configuration gives it (:meth:`of`); a deployment composed from constructs passes its own,
+    for example ``Footprint(region, vpc.data_plane_az, nat_gateways=1)``.
+    """
+
+    region: str
+    data_plane_az: str
+    nat_gateways: int
+
+    @classmethod
+    def of(cls, deployment: Deployment) -> Footprint:
+        return cls(deployment.region, deployment.data_plane_az, deployment.network.nat_gateways)
+
+
+def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "desired") -> CostEstimate:
     """The deployment's cost with every GPU node group at its ``min``, ``desired`` or ``max`` size."""
-    specs = config.specs()
-    prices = table.region(config.region)
+    prices = table.region(footprint.region)
     hours = table.hours_per_month
     lines = [CostLine("EKS control plane", 1, "cluster", prices.eks_cluster_hour, PriceBasis.confirmed)]
     system = specs.system
@@ -399,7 +415,7 @@ def _cost(config: DeploymentConfig, table: PriceTable, size: str = "desired") ->
         count = _nodes(pool, size)
         lines.append(CostLine(f"{role} node {pool.instance_type}", count, "node", price.usd_per_hour * count,
                               price.basis))
-    nat = config.network.nat_gateways
+    nat = footprint.nat_gateways
     lines.append(CostLine("NAT gateway (hours only)", nat, "gateway", prices.nat_gateway.usd_per_hour * nat,
                           prices.nat_gateway.basis))
     lines.append(CostLine("public IPv4 of the NAT gateway", nat, "address", prices.public_ipv4_hour * nat,
@@ -415,7 +431,7 @@ def _cost(config: DeploymentConfig, table: PriceTable, size: str = "desired") ->
                                                      prices.gp3.BASELINE_THROUGHPUT_MIBPS, prices.gp3.BASELINE_IOPS)
     lines.append(CostLine(f"system root gp3 {system.root_volume_size_gib} GiB", system.count, "volume",
                           system_monthly / hours * system.count, prices.gp3.basis))
-    gcs = specs.serving.gcs_fault_tolerance
+    gcs = specs.serving.service.gcs_fault_tolerance
     if gcs.enabled:
         cache = prices.cache_node(gcs.cache_node_type)
         lines.append(CostLine(f"GCS cache {gcs.cache_node_type} (ElastiCache for Valkey)", gcs.cache_nodes, "node",
@@ -442,33 +458,42 @@ def _cost(config: DeploymentConfig, table: PriceTable, size: str = "desired") ->
                         "traffic-dependent)")
     if gcs.enabled:
         excluded.append("the GCS cache's backup storage beyond the free allowance and its cross-AZ replication traffic")
-    if specs.serving.endpoint is EndpointType.internal_nlb:
+    if specs.serving.service.endpoint is EndpointType.internal_nlb:
         excluded.append("the internal Network Load Balancer (hourly + LCU; not in the price table)")
     return CostEstimate(
-        region=config.region, lines=tuple(lines), hours_per_month=hours, price_table_as_of=table.as_of,
+        region=footprint.region, lines=tuple(lines), hours_per_month=hours, price_table_as_of=table.as_of,
         price_sources=table.sources, excluded=tuple(excluded), estimate_note=prices.multiplier_note,
     )
 
 
 # --- the plan -------------------------------------------------------------------------------------
 
-def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
-              price_table: PriceTable | None = None, workload: Workload | None = None) -> Plan:
-    """Compute the plan of a validated configuration. Raises :class:`PlanError` (bad token rate) or
+def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = None,
+              price_table: PriceTable | None = None, workload: Workload | None = None, *,
+              footprint: Footprint | None = None) -> Plan:
+    """Compute the plan of a validated deployment: a :class:`Deployment` (a configuration), or the
+    :class:`Specs` of one composed from constructs (``RayLlmServing.specs``) with its ``footprint``.
+    Raises :class:`PlanError` (bad token rate, no footprint) or
     :class:`~ray_llm_eks.pricing.PriceError` (region/instance not in the price table).
 
-    A model that does not fit never gets here: the configuration refuses it, as synthesis does
+    A model that does not fit never gets here: the model refuses it, as synthesis does
     (``ConfigError.does_not_fit``), with the same figures and fixes (:mod:`ray_llm_eks.spec.memory`).
     """
     if tokens_per_second is not None and tokens_per_second <= 0:
         raise PlanError(f"tokens per second must be positive; got {tokens_per_second}")
-    specs = config.specs()
+    if isinstance(deployment, Deployment):
+        specs, footprint = deployment.specs(), footprint or Footprint.of(deployment)
+    else:
+        specs = deployment
+        if footprint is None:
+            raise PlanError("a plan of composed constructs needs footprint=Footprint(region, data_plane_az, "
+                            "nat_gateways): the NAT gateways and the AZ are the network's, not the serving's")
     serving = specs.serving
     model = serving.architecture
     dtype_bytes = DTYPE_BYTES[serving.model.dtype]
     table = price_table or load_price_table()
-    cost = _cost(config, table)  # first: an unpriced region or type is an error before anything else
-    cost_range = {size: _cost(config, table, size).hourly_usd for size in ("min", "max")}
+    cost = _cost(specs, footprint, table)  # first: an unpriced region or type is an error before anything else
+    cost_range = {size: _cost(specs, footprint, table, size).hourly_usd for size in ("min", "max")}
 
     nodes = [NodePlan("system", specs.system.instance_type, specs.system.count, *_facts(specs.system.instance))]
     nodes.extend(NodePlan(role, specs.pool(role).instance_type, specs.pool(role).desired_size,
@@ -485,8 +510,8 @@ def make_plan(config: DeploymentConfig, tokens_per_second: float | None = None,
         f"monthly = hourly x {table.hours_per_month} hours",
     )
     return Plan(
-        model=model, topology=serving.topology, region=config.region, data_plane_az=config.data_plane_az,
-        endpoint=serving.endpoint.value, dtype_bytes=dtype_bytes, max_model_len=serving.model.max_model_len,
+        model=model, topology=serving.topology, region=footprint.region, data_plane_az=footprint.data_plane_az,
+        endpoint=serving.service.endpoint.value, dtype_bytes=dtype_bytes, max_model_len=serving.model.max_model_len,
         nodes=tuple(nodes), budgets=serving.memory_budgets(), kv_transfer=_kv_transfer(specs),
         cold_start=_cold_start(specs, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
         assumptions=assumptions, cost_range=cost_range,

@@ -215,8 +215,8 @@ def planned_vcpus_by_quota(config: DeploymentConfig) -> dict[str, _QuotaNeed]:
     """vCPUs each quota must cover: every node at its desired size (what the deploy starts)."""
     groups = [
         ("system", config.system.instance_type, config.system.count),
-        ("prefill", config.prefill.instance_type, config.prefill.desired_size),
-        ("decode", config.decode.instance_type, config.decode.desired_size),
+        ("prefill", config.prefill.pool.instance_type, config.prefill.pool.desired_size),
+        ("decode", config.decode.pool.instance_type, config.decode.pool.desired_size),
     ]
     needs: dict[str, tuple[int, list[str]]] = {}
     for role, itype, count in groups:
@@ -397,7 +397,7 @@ def run_preflight(config: DeploymentConfig, session: boto3.Session | None = None
     ec2 = session.client("ec2", region_name=config.region)
     announce = on_check or (lambda title: None)
 
-    gpu_types = [config.prefill.instance_type, config.decode.instance_type]
+    gpu_types = [config.prefill.pool.instance_type, config.decode.pool.instance_type]
     results = []
     announce(CHECK_TITLES[0])
     results.append(check_instance_types_offered(ec2, config.data_plane_az, [config.system.instance_type, *gpu_types]))

@@ -25,9 +25,8 @@ from .constructs.observability import InferenceObservability
 from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
 from .constructs.validation import ConstructValidationError
-from .spec.observability import EFA_IDLE_REQUESTS_PER_REPLICA
 from .spec.placement import DECODE, PREFILL, WORKER_ROLES
-from .spec.serving import Topology
+from .spec.serving import Leg
 from .verification.gate import report_command
 
 # Construct ids of the GPU node groups, by role (public API: logical ids derive from them).
@@ -142,32 +141,21 @@ class RayLlmEksStack(cdk.Stack):
             self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes,
             watch_namespaces=[specs.serving.namespace],
         )
-        # Every field of the checked spec but the pools and the region, which the construct takes
-        # from the node groups and the stack: a setting added to ServingSpec reaches the stack
-        # without a second list here (tests/test_composition.py compares the two specs).
-        passed_on = {f.name: getattr(specs.serving, f.name) for f in dataclasses.fields(specs.serving)
-                     if f.name not in ("region", "prefill", "decode", "system")}
+        serving = specs.serving
         self.serving = RayLlmServing(
-            self, "Serving", cluster=self.cluster, prefill=self.prefill_nodes, decode=self.decode_nodes,
+            self, "Serving", cluster=self.cluster, prefill=self._leg(PREFILL), decode=self._leg(DECODE),
             system=self.system_nodes, kuberay=self.kuberay, device_plugins=self.device_plugins,
-            node_autoscaler=self.node_autoscaler, verification=specs.verification, **passed_on,
+            node_autoscaler=self.node_autoscaler, model=serving.model, image=serving.image, nixl=serving.nixl,
+            topology=serving.topology, service=config.serving, ray_version=serving.ray_version,
+            strict=serving.strict, verification=specs.verification,
+            observability=specs.observability if specs.observability.enabled else None,
         )
         self.cdk8s_app = self.serving.cdk8s_app
 
         self.observability: InferenceObservability | None = None
         if specs.observability.enabled:
-            self.observability = InferenceObservability(
-                self, "Observability", cluster=self.cluster, namespace=specs.serving.namespace,
-                service_name=specs.serving.service_name, alarm_email=specs.observability.alarm_email,
-                verification_every_minutes=specs.verification.every_minutes,
-                # Autoscaled groups may shrink to min_size (fixed ones have min = desired = max).
-                expected_nodes=specs.system.count + sum(specs.pool(role).min_size for role in WORKER_ROLES),
-                ttft_p99_slo_ms=specs.observability.ttft_p99_slo_ms,
-                disaggregated=specs.serving.topology is Topology.disaggregated,
-                efa_floor_bytes=specs.serving.kv_transfer_bytes(1),
-                efa_idle_min_requests=EFA_IDLE_REQUESTS_PER_REPLICA * max(
-                    specs.serving.replica_range(role)[1] for role in WORKER_ROLES),
-                after=[self.system_nodes.nodegroup])
+            self.observability = InferenceObservability(self, "Observability", serving=self.serving,
+                                                        after=[self.system_nodes.nodegroup])
 
         cluster_name = self.cluster.cluster.cluster_name
         cdk.CfnOutput(self, "ClusterName", value=cluster_name)
@@ -191,6 +179,10 @@ class RayLlmEksStack(cdk.Stack):
             description="The deployment gate's full JSON report, kept after a rollback (docs/verification.md)",
             value=report_command(self.serving.namespace, self.serving.gate_job_name),
         )
+
+    def _leg(self, role: str) -> Leg:
+        """The configured leg on this stack's node group of the role (the group's pool is the configured one)."""
+        return dataclasses.replace(self.config.leg(role), pool=self.gpu_node_groups[role].pool)
 
     @property
     def charts(self) -> list[cdk8s.Chart]:

@@ -54,7 +54,7 @@ _cache: dict[tuple[str, bool], Synthesized] = {}
 
 def synthesize(config: DeploymentConfig, outdir: Path, *, nag: bool = False) -> Synthesized:
     """Synthesize the default stack for ``config`` (cached: one synth per scenario per session)."""
-    key = (config.model_dump_json(), nag)
+    key = (config, nag)
     if key not in _cache:
         app, stack = build_app(config, outdir=str(outdir), context=TEST_CONTEXT, nag=nag)
         assembly = app.synth()

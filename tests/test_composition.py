@@ -25,6 +25,8 @@ from ray_llm_eks.constructs import (
     SystemNodeGroup,
 )
 from ray_llm_eks.spec import ModelSpec, WorkerPool, sizing
+from ray_llm_eks.spec.errors import SpecErrors
+from ray_llm_eks.spec.serving import ServiceSettings
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
 
@@ -99,7 +101,7 @@ def test_pods_fit_their_nodes_and_replicas_follow_gpus_over_tensor_parallel(pref
 
 def test_instance_type_may_be_an_ec2_instance_type():
     _, serving = consumer_stack("Typed", ec2.InstanceType("g6e.8xlarge"), "g6e.8xlarge", 1, 1, 1, LLAMA)
-    assert serving.spec.prefill.instance_type == "g6e.8xlarge"
+    assert serving.spec.pool("prefill").instance_type == "g6e.8xlarge"
 
 
 def test_a_pool_without_gpu_for_its_tensor_parallel_size_is_refused_with_the_construct_path():
@@ -136,8 +138,12 @@ def _config_sentence(overrides: dict, field: str) -> str:
 
 
 def _construct_sentence(build, field: str) -> str:
-    with pytest.raises(ConstructValidationError) as caught:
+    # A part refuses its own fields when built (SpecErrors); a construct, the rules across parts.
+    with pytest.raises((ConstructValidationError, SpecErrors)) as caught:
         build()
+    if isinstance(caught.value, SpecErrors):
+        (line,) = [str(e) for e in caught.value if e.field == field][:1]
+        return line.removeprefix(f"{field}: ")
     lines = [line.split(": ", 1)[1] for line in str(caught.value).splitlines()]
     (line,) = [line for line in lines if line.startswith(f"{field}: ")][:1]
     return line.removeprefix(f"{field}: ")
@@ -172,14 +178,15 @@ def test_a_construct_used_directly_says_what_the_configuration_says(scratch):
         ({"model": {"max_model_len": 262144}}, "model.max_model_len", serving(model=ModelSpec(max_model_len=262144)),
          "model.max_model_len"),
         ({"versions": {"ray": "2.59.0"}}, "versions.ray", serving(ray_version="2.59.0"), "ray_version"),
-        ({"serving": {"service_name": "r" * 48}}, "serving.service_name", serving(service_name="r" * 48),
-         "service_name"),
+        ({"serving": {"service_name": "r" * 48}}, "serving.service_name",
+         serving(service=ServiceSettings(service_name="r" * 48)), "service_name"),
         ({"strict": True, "image": {"digest": "sha256:" + "e" * 64}}, "model.revision", serving(strict=True),
          "model.revision"),
         ({"serving": {"ray_auth": "token"}}, "serving.ray_auth",
          lambda: RayLlmServing(stack, f"S{next(counter)}", cluster=cluster, prefill=WorkerPool("prefill"),
-                               decode=WorkerPool("decode"), ray_auth="token",
-                               kuberay=KubeRayOperator(stack, f"K{next(counter)}", cluster=cluster)), "ray_auth"),
+                               decode=WorkerPool("decode"), service=ServiceSettings(ray_auth="token"),
+                               kuberay=KubeRayOperator(stack, f"K{next(counter)}", cluster=cluster)),
+         "service.ray_auth"),
         ({"cluster": {"control_plane_log_retention_days": 42}}, "cluster.control_plane_log_retention_days",
          lambda: InferenceCluster(stack, f"C{next(counter)}", vpc=network.vpc, control_plane_log_retention_days=42),
          "control_plane_log_retention_days"),
@@ -224,10 +231,12 @@ def test_the_operator_settings_follow_the_operator_given(scratch):
     stack, _, cluster = scratch
     operator = KubeRayOperator(stack, "OperatorForSettings", cluster=cluster, version="1.5.1")
     serving = RayLlmServing(stack, "FollowsOperator", cluster=cluster, prefill=WorkerPool("prefill"),
-                            decode=WorkerPool("decode"), kuberay=operator, ray_auth="token", namespace="follows")
+                            decode=WorkerPool("decode"), kuberay=operator,
+                            service=ServiceSettings(ray_auth="token", namespace="follows"))
     assert (serving.spec.kuberay_version, serving.spec.operator_namespace) == ("1.5.1", "kuberay")
     for props, field in (({"kuberay_version": "1.4.0"}, "kuberay_version"),
                          ({"operator_namespace": "ray-system"}, "operator_namespace")):
         with pytest.raises(ConstructValidationError, match=rf"{field}: .*the operator given"):
             RayLlmServing(stack, f"Mismatch{field}", cluster=cluster, prefill=WorkerPool("prefill"),
-                          decode=WorkerPool("decode"), kuberay=operator, namespace="follows", **props)
+                          decode=WorkerPool("decode"), kuberay=operator, service=ServiceSettings(namespace="follows"),
+                          **props)

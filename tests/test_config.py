@@ -30,11 +30,13 @@ def error_for(tmp_path: Path, text: str) -> str:
 def test_defaults_are_the_reference_deployment():
     config = DeploymentConfig()
     assert config.region == "us-west-2"
-    assert config.control_plane_azs == ["us-west-2a", "us-west-2b"]
+    assert config.control_plane_azs == ("us-west-2a", "us-west-2b")
     assert config.data_plane_az == "us-west-2a"
     assert config.cluster.kubernetes_version == "1.35"
     assert (config.system.instance_type, config.system.count) == ("m7i.xlarge", 1)
-    for role in (config.prefill, config.decode):
+    for leg in (config.prefill, config.decode):
+        role = leg.pool
+        assert (leg.tensor_parallel_size, leg.target_ongoing_requests) == (None, None)
         assert role.instance_type == "g6.8xlarge"
         assert (role.min_size, role.desired_size, role.max_size) == (1, 1, 1)
         assert (role.root_volume.size_gib, role.root_volume.throughput_mibps, role.root_volume.iops) == (200, 1000, 16000)
@@ -46,7 +48,7 @@ def test_defaults_are_the_reference_deployment():
     assert model.enforce_eager is True and model.tensor_parallel_size == 1
     assert config.specs().serving.image_uri == "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
     assert (config.versions.ray, config.versions.kuberay) == ("2.58.0", "1.4.0")
-    assert config.nixl.backends == ["LIBFABRIC"]
+    assert config.nixl.backends == ("LIBFABRIC",)
     assert config.serving.namespace == "inference"
     assert config.strict is False
 
@@ -72,7 +74,7 @@ model: {revision: 0123456789abcdef0123456789abcdef01234567}
             % ("a" * 64),
         )
     )
-    assert config.decode.desired_size == 2
+    assert config.decode.pool.desired_size == 2
     assert config.specs().serving.image_uri == "763104351884.dkr.ecr.us-east-1.amazonaws.com/ray@sha256:" + "a" * 64
     assert config.reproducibility_problems() == []
 

@@ -144,7 +144,7 @@ def _allowed(spec: ServingSpec, grant: Grant) -> str:
 def _who(spec: ServingSpec, grant: Grant) -> str:
     accounts = [account for account, granted in grants(spec).items() if grant in granted]
     if not accounts:
-        return "nobody outside the exempt namespaces " + ", ".join(spec.admission_exempt_namespaces)
+        return "nobody outside the exempt namespaces " + ", ".join(spec.service.admission_exempt_namespaces)
     return (f"only to pods of the service accounts {', '.join(accounts)} in namespace {spec.namespace}, "
             "created by their controller (the KubeRay operator, the DaemonSet controller)")
 
@@ -181,7 +181,7 @@ class AdmissionPolicyChart(cdk8s.Chart):
             key=NAMESPACE_NAME_LABEL, operator="In", values=[spec.namespace])])
         elsewhere = k8s.LabelSelector(match_expressions=[
             k8s.LabelSelectorRequirement(key=NAMESPACE_NAME_LABEL, operator="NotIn",
-                                         values=sorted(spec.admission_exempt_namespaces)),
+                                         values=sorted(spec.service.admission_exempt_namespaces)),
             k8s.LabelSelectorRequirement(key=SERVING_INSTANCE_NAMESPACE_LABEL, operator="DoesNotExist"),
         ])
         for id_, suffix, selector in (("BindingOwn", "own", own), ("BindingElsewhere", "elsewhere", elsewhere)):

@@ -83,8 +83,8 @@ class NetworkPolicyChart(cdk8s.Chart):
                 from_=[k8s.NetworkPolicyPeer(namespace_selector=_namespace(spec.operator_namespace),
                                              pod_selector=k8s.LabelSelector(match_labels=dict(KUBERAY_OPERATOR_POD_LABELS)))],
                 ports=[_port(DASHBOARD_PORT)])]))
-        clients = [k8s.NetworkPolicyPeer(namespace_selector=_namespace(n)) for n in spec.client_namespaces]
-        clients += [k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=c)) for c in spec.client_cidrs]
+        clients = [k8s.NetworkPolicyPeer(namespace_selector=_namespace(n)) for n in spec.service.client_namespaces]
+        clients += [k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=c)) for c in spec.service.client_cidrs]
         if clients:
             policy("OpenAiClients", "openai-clients", k8s.NetworkPolicySpec(
                 pod_selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name,
@@ -102,7 +102,7 @@ class NetworkPolicyChart(cdk8s.Chart):
             egress=[
                 k8s.NetworkPolicyEgressRule(
                     to=[k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=c, except_=_except(c)))
-                        for c in spec.egress_cidrs],
+                        for c in spec.service.egress_cidrs],
                     ports=[_port(HTTPS_PORT)]),
                 k8s.NetworkPolicyEgressRule(
                     to=[k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=POD_IDENTITY_AGENT))], ports=[_port(80)]),

@@ -416,7 +416,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
                 k8s.Container(
                     name=HEAD_CONTAINER,
                     image=spec.image_uri,
-                    env=_env(_gcs_head_env()) if spec.gcs_fault_tolerance.enabled else None,
+                    env=_env(_gcs_head_env()) if spec.service.gcs_fault_tolerance.enabled else None,
                     ports=_ports(HEAD_PORTS),
                     resources=guaranteed(spec.head_resources),
                     security_context=head_security_context(),
@@ -475,7 +475,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                         spec.worker_resources(role),
                         {GPU_RESOURCE: pool.gpus_per_node, EFA_RESOURCE: 1},
                     ),
-                    security_context=worker_security_context(spec.security_profile),
+                    security_context=worker_security_context(spec.service.security_profile),
                     volume_mounts=[
                         k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
                         k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH),

@@ -387,7 +387,7 @@ def colocated_model(spec: ServingSpec) -> LlmConfig:
         engine_kwargs=engine_kwargs(spec, PREFILL, with_kv_transfer=False),
         num_replicas=spec.replicas(PREFILL) + spec.replicas(DECODE),
         autoscaling=autoscaling,
-        accelerator_type=accelerator_type(spec.prefill.instance),
+        accelerator_type=accelerator_type(spec.pool(PREFILL).instance),
         # Either worker group may host a replica: no role resource, same bundle shape.
         placement_group_config=placement_group_config(spec, PREFILL, pinned=False),
     )

@@ -135,11 +135,11 @@ class RayServiceChart(cdk8s.Chart):
                         spec, pod_templates.head_service_account(spec) if spec.autoscaling else service_account_name),
                 ),
                 worker_group_specs=workers,
-                auth_mode=RayAuth.token.value if spec.ray_auth is RayAuth.token else None,
+                auth_mode=RayAuth.token.value if spec.service.ray_auth is RayAuth.token else None,
                 enable_in_tree_autoscaling=spec.autoscaling,
                 autoscaler_options=pod_templates.autoscaler_options() if spec.autoscaling else None,
                 gcs_fault_tolerance_options=(gcs_redis.fault_tolerance_options(spec)
-                                             if spec.gcs_fault_tolerance.enabled else None),
+                                             if spec.service.gcs_fault_tolerance.enabled else None),
             ),
         )
         self.ray_service = RayService(
@@ -150,7 +150,7 @@ class RayServiceChart(cdk8s.Chart):
             labels={pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name},
         )
 
-        internal_nlb = spec.endpoint is EndpointType.internal_nlb
+        internal_nlb = spec.service.endpoint is EndpointType.internal_nlb
         self.openai_service = kplus.Service(
             self,
             "OpenAiService",
@@ -160,7 +160,7 @@ class RayServiceChart(cdk8s.Chart):
             ),
             type=kplus.ServiceType.LOAD_BALANCER if internal_nlb else kplus.ServiceType.CLUSTER_IP,
             # The NLB's security group and NodePort admit only these (required by the spec).
-            load_balancer_source_ranges=list(spec.client_cidrs) if internal_nlb else None,
+            load_balancer_source_ranges=list(spec.service.client_cidrs) if internal_nlb else None,
             ports=[
                 kplus.ServicePort(
                     name="http",

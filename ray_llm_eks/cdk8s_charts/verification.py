@@ -114,7 +114,7 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         "deadline_seconds": verification.gate_deadline_seconds,
         "expected_backend": evidence.EXPECTED_BACKEND,
         "expected_provider": evidence.EXPECTED_PROVIDER,
-        "ray_auth": spec.ray_auth.value,
+        "ray_auth": spec.service.ray_auth.value,
     }
 
 
@@ -198,7 +198,7 @@ class VerificationChart(cdk8s.Chart):
             # Secret after the cluster, which changes with every rollout, so no resourceNames; get
             # only (no list or watch), so the account must know a Secret's name to read it.
             *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
-              if spec.ray_auth is RayAuth.token else []),
+              if spec.service.ray_auth is RayAuth.token else []),
         ])
         subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
         k8s.KubeRoleBinding(self, "RoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),
@@ -290,7 +290,7 @@ class VerificationChart(cdk8s.Chart):
             # The previous run's reading of the metrics, for the window's serving figures.
             k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "update"], resource_names=[state]),
             *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
-              if spec.ray_auth is RayAuth.token else []),
+              if spec.service.ray_auth is RayAuth.token else []),
         ])
         subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
         k8s.KubeRoleBinding(self, "MonitorRoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),

@@ -31,11 +31,14 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from ..spec import infrastructure as infra
+from ..spec.errors import problem
+from ..spec.placement import WORKER_ROLES
+from ..spec.serving import Topology
 from ..spec.observability import (
+    ObservabilitySpec,
     ADDON_NAME,
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
-    DEFAULT_TTFT_P99_SLO_MS,
     EFA_IDLE_REQUESTS_PER_REPLICA,
     METRIC_NAMESPACE,
     SERVING_METRIC,
@@ -47,7 +50,8 @@ from ..spec.observability import (
 from .cluster import ClusterLike, eks_cluster_of
 from .identity import associate_addon, pod_identity_role
 from .nag import acknowledge_log_retention, acknowledge_observability
-from .validation import validated
+from .serving import RayLlmServing
+from .validation import ConstructValidationError, validated
 
 AGENT_POLICIES = ("CloudWatchAgentServerPolicy",)
 """What the add-on's documentation asks of the agent's role (CloudWatch user guide, "Install the
@@ -81,43 +85,51 @@ def _statistic(figure: str) -> str:
 
 
 class InferenceObservability(Construct):
-    """Metrics, log metrics, alarms and a dashboard for one deployment on ``cluster``.
+    """Metrics, log metrics, alarms and a dashboard for the deployment ``serving`` runs.
 
+    Everything it watches derives from ``serving``: the namespace and service name, the settings
+    ``RayLlmServing(observability=...)`` was given (the alarm address, the TTFT SLO), how often
+    continuous verification publishes ``TransportVerified`` (``serving.verification``), the nodes
+    that should be Ready (the system nodes plus each leg's ``min_size``: autoscaled groups may
+    shrink to it), whether KV caches cross the network (the topology), the EFA floor (the KV cache
+    of a one-token request) and how many requests a window must serve before the EFA alarm judges
+    it (20 per model replica of the larger leg at its ``max_size``).
+
+    :param serving: the ``RayLlmServing`` to watch, built with ``observability`` enabled (so its
+        admission policy leaves the agent's namespace alone).
     :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster (EKS Pod Identity agent
-        installed).
-    :param namespace: the serving namespace (the log filters and the restart alarm look there).
-    :param service_name: the RayService, for names and descriptions.
-    :param alarm_email: subscribed to the topic. Default: none (subscribe what you like to ``topic``).
-    :param log_retention_days: of the application log group. Default 30.
-    :param verification_every_minutes: how often continuous verification publishes
-        ``TransportVerified`` (``VerificationSpec.every_minutes``); None: no such alarm.
-    :param expected_nodes: the nodes that should be Ready (the node groups' desired sizes; the
-        reference deployment has 3). Default 3.
-    :param ttft_p99_slo_ms: the TTFT p99 alarm's threshold, in milliseconds. Default 2000.
-    :param disaggregated: whether KV caches cross the network (the NIXL and EFA alarms and
-        widgets). Default True.
-    :param efa_floor_bytes: the EFA bytes each GPU node must move in a window that served
-        ``efa_idle_min_requests`` requests: the KV cache of the smallest request (the stack passes
-        ``ServingSpec.kv_transfer_bytes(1)``). Default 1 MiB.
-    :param efa_idle_min_requests: requests a window must have served before the EFA alarm judges
-        it. Default 20 (the stack passes 20 per model replica of the larger leg).
+        installed). Default: the one ``serving`` runs on.
+    :param log_retention_days: of the add-on's log groups. Default 30.
     :param addon_version: the add-on build. Default ``v6.2.0-eksbuild.1``, the first whose
         configuration takes ``applicationSignals.enabled`` (chart 6.2.0); None: EKS's default.
     :param after: constructs the add-on waits for (the node groups: its pods need a node).
 
-    Public attributes: ``addon``, ``agent_role``, ``application_logs``, ``log_retentions``, ``topic``,
-    ``metric_filters`` and ``alarms`` (by name), ``dashboard``.
+    Public attributes: ``settings`` (the ``ObservabilitySpec``), ``addon``, ``agent_role``,
+    ``application_logs``, ``log_retentions``, ``topic``, ``metric_filters`` and ``alarms`` (by
+    name), ``dashboard``.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: ClusterLike, namespace: str,
-                 service_name: str, alarm_email: str | None = None,
+    def __init__(self, scope: Construct, construct_id: str, *, serving: RayLlmServing,
+                 cluster: ClusterLike | None = None,
                  log_retention_days: int = infra.DEFAULT_FLOW_LOG_RETENTION_DAYS,
-                 verification_every_minutes: int | None = None, expected_nodes: int = 3,
-                 ttft_p99_slo_ms: int = DEFAULT_TTFT_P99_SLO_MS, disaggregated: bool = True,
-                 efa_floor_bytes: int = 1 << 20, efa_idle_min_requests: int = EFA_IDLE_REQUESTS_PER_REPLICA,
                  addon_version: str | None = DEFAULT_ADDON_VERSION,
                  after: Sequence[Construct] = ()) -> None:
         super().__init__(scope, construct_id)
+        if serving.observability is None or not serving.observability.enabled:
+            raise ConstructValidationError(self, [problem(
+                "serving", serving.node.path, "built without observability, so its admission policy would refuse "
+                "the CloudWatch agent's pods (they need host access)",
+                "RayLlmServing(..., observability=ObservabilitySpec()) for the serving this watches")])
+        self.settings: ObservabilitySpec = serving.observability
+        spec = serving.spec
+        namespace, service_name = spec.namespace, spec.service_name
+        alarm_email, ttft_p99_slo_ms = self.settings.alarm_email, self.settings.ttft_p99_slo_ms
+        verification_every_minutes = serving.verification.every_minutes
+        expected_nodes = spec.system.count + sum(spec.pool(role).min_size for role in WORKER_ROLES)
+        disaggregated = spec.topology is Topology.disaggregated
+        efa_floor_bytes = spec.kv_transfer_bytes(1)
+        efa_idle_min_requests = EFA_IDLE_REQUESTS_PER_REPLICA * max(spec.replica_range(role)[1] for role in WORKER_ROLES)
+        cluster = cluster if cluster is not None else serving.cluster
         validated(self, infra.retention_days, log_retention_days, "log_retention_days")
         target = eks_cluster_of(cluster)
         cluster_name = target.cluster_name

@@ -38,26 +38,15 @@ from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
 from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart, monitor_name
+from ..spec.deployment import Specs
 from ..spec.errors import problem
 from ..spec.pools import SystemPool, WorkerPool
 from ..spec.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE
-from ..spec.serving import (
-    DEFAULT_NAMESPACE,
-    DEFAULT_RAY_VERSION,
-    DEFAULT_SERVICE_NAME,
-    EndpointType,
-    ImageSpec,
-    GcsFaultTolerance,
-    ModelSpec,
-    RayAuth,
-    NixlSpec,
-    SecurityProfile,
-    ServingSpec,
-    Topology,
-)
+from ..spec.observability import AGENT_NAMESPACE, ObservabilitySpec
+from ..spec.serving import DEFAULT_RAY_VERSION, ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
 from ..spec.verification import VerificationSpec
 from ..cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID, GcsRedisChart, sync_account_name
-from .addons import GpuDevicePlugins, GpuPoolLike, KubeRayOperator
+from .addons import GpuDevicePlugins, KubeRayOperator
 from .autoscaler import NodeAutoscaler
 from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
@@ -69,7 +58,12 @@ from .validation import ConstructValidationError, validated
 
 
 
-def _worker_pool(group: GpuPoolLike) -> WorkerPool:
+GpuLegLike = EfaGpuNodeGroup | WorkerPool | Leg
+"""A leg as a construct takes it: a node group or its pool (the leg's settings left at their
+defaults), or a :class:`Leg` with settings of its own (``Leg(group.pool, tensor_parallel_size=2)``)."""
+
+
+def _leg(group: GpuLegLike) -> Leg | WorkerPool:
     return group.pool if isinstance(group, EfaGpuNodeGroup) else group
 
 
@@ -83,19 +77,16 @@ class RayLlmServing(Construct):
     """The Ray Serve LLM RayService (disaggregated or colocated) on the pools it is given.
 
     :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster.
-    :param prefill: the prefill ``EfaGpuNodeGroup`` (or its ``pool``); the prefill worker group
-        gets one pod per node with all its GPUs, and ``desired_size x GPUs / tensor parallel``
-        model replicas.
-    :param decode: the decode ``EfaGpuNodeGroup`` (or its ``pool``), likewise.
+    :param prefill: the prefill leg: its ``EfaGpuNodeGroup`` (or that group's ``pool``), or a
+        :class:`~ray_llm_eks.spec.serving.Leg` of that pool with settings of its own
+        (``tensor_parallel_size``, ``target_ongoing_requests``). The prefill worker group gets one
+        pod per node with all its GPUs, and ``desired_size x GPUs / tensor parallel`` replicas.
+    :param decode: the decode leg, likewise.
     :param system: the ``SystemNodeGroup`` (or its ``pool``) the Ray head runs on and is sized
         from. Default: a pool with the ``SystemNodeGroup`` defaults (one ``m7i.xlarge``).
     :param kuberay: the ``KubeRayOperator`` to apply after (it brings the RayService CRD).
     :param device_plugins: the ``GpuDevicePlugins`` to apply after; refused when they do not
         cover ``prefill`` and ``decode`` (their EFA plugin would never run on those nodes).
-    :param prefill_target_ongoing_requests: Ray Serve's per-replica target for an autoscaled
-        prefill leg (its node group's ``min_size`` below ``max_size``). Default: the sequences the
-        leg's KV pool holds at ``max_model_len`` (docs/scaling.md).
-    :param decode_target_ongoing_requests: the same for decode.
     :param node_autoscaler: the ``NodeAutoscaler`` (Cluster Autoscaler) that adds nodes to
         autoscaled node groups; required when either node group may grow (without it, the pods
         Ray asks for would stay Pending). Default: none (fixed node groups).
@@ -105,34 +96,24 @@ class RayLlmServing(Construct):
         stack's own region (the stack needs an explicit ``env`` region, or give ``repository``).
     :param nixl: NIXL settings. Default: backends ``["LIBFABRIC"]`` (what uses EFA).
     :param topology: ``disaggregated`` (default) or ``colocated``; only the Serve config differs.
-    :param security_profile: ``privileged`` (default, the reference) or ``ipc-lock`` (experimental).
-    :param endpoint: ``ClusterIP`` (default) or ``internal-nlb`` for the OpenAI API on port 8000.
-    :param namespace: default ``inference``. :param service_name: default ``ray-llm`` (at most 47).
+    :param service: the Kubernetes side (:class:`~ray_llm_eks.spec.serving.ServiceSettings`):
+        namespace (default ``inference``), service name (``ray-llm``), security profile, endpoint,
+        client namespaces and CIDRs, egress, Ray auth, GCS fault tolerance, admission exemptions.
     :param ray_version: default ``2.58.0``, the image's Ray; checked against the DLC tag.
-    :param prefill_tensor_parallel_size: overrides ``model.tensor_parallel_size`` for prefill.
-    :param decode_tensor_parallel_size: likewise for decode.
     :param strict: refuse an image without a digest or a model without a commit revision.
-    :param client_namespaces: namespaces whose pods may call the OpenAI API. Default: none (the
-        namespace denies all traffic but this deployment's own; a port-forward still works).
-    :param client_cidrs: networks that may call the OpenAI API; required with ``internal-nlb``
-        (the NLB's source ranges).
-    :param egress_cidrs: where the pods may open HTTPS. Default ``0.0.0.0/0`` (the model download
-        through the NAT gateway), always without the link-local range (no IMDS).
     :param kuberay_version: the operator's version when ``kuberay`` is not given (default
         ``1.4.0``); with ``kuberay`` it follows that operator.
     :param operator_namespace: where a KubeRay operator installed outside this library runs
         (default ``kuberay``); with ``kuberay`` it follows that operator.
-    :param ray_auth: ``disabled`` (default) or ``token``: Ray's token authentication on GCS, the
-        dashboard and Jobs API, and the Ray Client (KubeRay 1.5.1+ makes and injects the token).
-    :param gcs_fault_tolerance: ``GcsFaultTolerance(enabled=True)`` keeps the GCS in ElastiCache
-        for Valkey (``GcsRedisCache``), so losing the head does not restart the models. Default off.
-    :param admission_exempt_namespaces: namespaces the admission policy leaves alone (node agents
-        with host access or catch-all tolerations). Default ``kube-system``.
     :param verification: the deployment gate's settings. Default: ``VerificationSpec()``, a
         60-minute bound, 4 probes, CloudFormation waits for the verdict.
+    :param observability: the settings an ``InferenceObservability(serving=this)`` reads. When
+        enabled, the admission policy also leaves the CloudWatch agent's namespace alone (its agent
+        and Fluent Bit need host access). Default: none (no observability on this serving).
     :param depends_on: anything else the charts must be applied after.
 
-    Public attributes: ``spec`` (the ``ServingSpec``), ``cdk8s_app``, ``charts`` (apply order:
+    Public attributes: ``spec`` (the ``ServingSpec``), ``specs`` (what ``plan`` reads), ``cluster``,
+    ``observability``, ``cdk8s_app``, ``charts`` (apply order:
     ``serving-namespace``, ``serving-network-policy``, ``serving-admission-policy``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
     ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
     ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``),
@@ -143,11 +124,11 @@ class RayLlmServing(Construct):
     def __init__(
         self,
         scope: Construct,
-        id: str,
+        construct_id: str,
         *,
         cluster: ClusterLike,
-        prefill: GpuPoolLike,
-        decode: GpuPoolLike,
+        prefill: GpuLegLike,
+        decode: GpuLegLike,
         system: SystemNodeGroup | SystemPool | None = None,
         kuberay: KubeRayOperator | None = None,
         device_plugins: GpuDevicePlugins | None = None,
@@ -155,29 +136,17 @@ class RayLlmServing(Construct):
         image: ImageSpec | None = None,
         nixl: NixlSpec | None = None,
         topology: Topology | str = ServingSpec.topology,
-        security_profile: SecurityProfile | str = ServingSpec.security_profile,
-        endpoint: EndpointType | str = ServingSpec.endpoint,
-        namespace: str = DEFAULT_NAMESPACE,
-        service_name: str = DEFAULT_SERVICE_NAME,
+        service: ServiceSettings | None = None,
         ray_version: str = DEFAULT_RAY_VERSION,
-        prefill_tensor_parallel_size: int | None = None,
-        decode_tensor_parallel_size: int | None = None,
         strict: bool = ServingSpec.strict,
-        client_namespaces: Sequence[str] = ServingSpec.client_namespaces,
-        client_cidrs: Sequence[str] = ServingSpec.client_cidrs,
-        egress_cidrs: Sequence[str] = ServingSpec.egress_cidrs,
-        admission_exempt_namespaces: Sequence[str] = ServingSpec.admission_exempt_namespaces,
         kuberay_version: str | None = None,
         operator_namespace: str | None = None,
-        ray_auth: RayAuth | str = ServingSpec.ray_auth,
-        gcs_fault_tolerance: GcsFaultTolerance | None = None,
-        prefill_target_ongoing_requests: float | None = None,
-        decode_target_ongoing_requests: float | None = None,
         node_autoscaler: NodeAutoscaler | None = None,
         verification: VerificationSpec | None = None,
+        observability: ObservabilitySpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
-        super().__init__(scope, id)
+        super().__init__(scope, construct_id)
         if kuberay is not None and kuberay_version is not None and kuberay_version != kuberay.version:
             raise ConstructValidationError(self, [problem(
                 "kuberay_version", kuberay_version, f"the operator given is KubeRay {kuberay.version}",
@@ -188,20 +157,18 @@ class RayLlmServing(Construct):
                 "operator_namespace", operator_namespace, f"the operator given runs in {kuberay.NAMESPACE}",
                 f"{kuberay.NAMESPACE}, or leave it out (it follows the operator)")])
         operator_namespace = kuberay.NAMESPACE if kuberay is not None else (operator_namespace or KUBERAY_NAMESPACE)
+        self.cluster = cluster
+        self.observability = observability
+        service = service or ServiceSettings()
+        if observability is not None and observability.enabled:
+            # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
+            service = service.exempting(AGENT_NAMESPACE)
         # Build (and so check) the spec first: a refused combination fails before any resource exists.
         self.spec: ServingSpec = validated(
-            self, ServingSpec, region=Stack.of(self).region, prefill=_worker_pool(prefill), decode=_worker_pool(decode),
+            self, ServingSpec, region=Stack.of(self).region, prefill=_leg(prefill), decode=_leg(decode),
             system=_system_pool(system), model=model or ModelSpec(), image=image or ImageSpec(),
-            nixl=nixl or NixlSpec(), topology=topology, security_profile=security_profile, endpoint=endpoint,
-            namespace=namespace, service_name=service_name, ray_version=ray_version,
-            prefill_tensor_parallel_size=prefill_tensor_parallel_size,
-            decode_tensor_parallel_size=decode_tensor_parallel_size, strict=strict,
-            client_namespaces=tuple(client_namespaces), client_cidrs=tuple(client_cidrs),
-            egress_cidrs=tuple(egress_cidrs), admission_exempt_namespaces=tuple(admission_exempt_namespaces),
-            kuberay_version=kuberay_version, operator_namespace=operator_namespace, ray_auth=ray_auth,
-            gcs_fault_tolerance=gcs_fault_tolerance or GcsFaultTolerance(),
-            prefill_target_ongoing_requests=prefill_target_ongoing_requests,
-            decode_target_ongoing_requests=decode_target_ongoing_requests,
+            nixl=nixl or NixlSpec(), topology=topology, service=service, ray_version=ray_version, strict=strict,
+            kuberay_version=kuberay_version, operator_namespace=operator_namespace,
         )
         if self.spec.autoscaling and node_autoscaler is None:
             grows = [f"{p.role} {p.min_size} to {p.max_size}" for p in self.spec.pools if p.min_size < p.max_size]
@@ -274,9 +241,9 @@ class RayLlmServing(Construct):
             acknowledge_monitor_role(self.monitor_role)
         self.gcs_cache: GcsRedisCache | None = None
         self.gcs_chart: GcsRedisChart | None = None
-        if self.spec.gcs_fault_tolerance.enabled:
+        if self.spec.service.gcs_fault_tolerance.enabled:
             self.gcs_cache = GcsRedisCache(
-                self, "GcsCache", cluster=target, settings=self.spec.gcs_fault_tolerance, namespace=self.namespace,
+                self, "GcsCache", cluster=target, settings=self.spec.service.gcs_fault_tolerance, namespace=self.namespace,
                 copy_service_account=sync_account_name(self.spec.service_name),
                 description=f"{self.namespace}/{self.spec.service_name}")
             self.gcs_chart = GcsRedisChart(
@@ -329,3 +296,9 @@ class RayLlmServing(Construct):
             )
             # The clock starts when the Job exists: after the RayService and the gate's chart are applied.
             self.gate_wait_condition.node.add_dependency(previous)
+
+    @property
+    def specs(self) -> Specs:
+        """What ``ray_llm_eks.planning.make_plan`` prices and sizes (with the network's ``Footprint``)."""
+        return Specs(serving=self.spec, verification=self.verification,
+                     observability=self.observability or ObservabilitySpec(enabled=False))

@@ -144,13 +144,16 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 class ObservabilitySpec:
     """Metrics, logs, alarms and a dashboard for one deployment (docs/observability.md)."""
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     enabled: bool = True
+    """The CloudWatch Observability add-on, the alarms and the dashboard; ``plan`` adds their cost."""
     alarm_email: str | None = None
     """Subscribed to the alarm topic (SNS sends a confirmation mail first)."""
     ttft_p99_slo_ms: int = DEFAULT_TTFT_P99_SLO_MS
-    """The TTFT p99 alarm's threshold."""
+    """Time to first token, p99, that the deployment should meet: the TTFT p99 alarm's threshold."""
     verify_every_minutes: int = DEFAULT_VERIFY_EVERY_MINUTES
-    """How often the continuous verification runs (``VerificationSpec.every_minutes``, which checks it)."""
+    """How often the deployment gate's checks run again and publish ``TransportVerified``: 5, 10, 15, 20, 30 or 60 (``VerificationSpec.every_minutes``, which checks it)."""
 
     def __post_init__(self) -> None:
         found = Collector()

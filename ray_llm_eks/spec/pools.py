@@ -63,9 +63,14 @@ class RootVolume:
     takes ~147 s to read, at 1000 MiB/s (gp3's maximum) ~18 s.
     """
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     size_gib: int = 200
+    """Root volume size, 20-16384; holds the image (~20 GB) and the Hugging Face cache (an 18 GiB checkpoint for Qwen3.5-9B)."""
     throughput_mibps: int = 1000
+    """gp3 throughput in MiB/s, 125-1000 (as EC2 provisions it); 1000 loads 18 GiB in ~18 s instead of ~147 s at the 125 MiB/s baseline."""
     iops: int = 16000
+    """gp3 IOPS, 3000-16000 (gp3 allows 0.25 MiB/s per IOPS, so 1000 MiB/s needs at least 4000; at most 500 per GiB)."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -105,12 +110,19 @@ class WorkerPool:
     GPUDirect RDMA instance types (the worker settings are written for G-series).
     """
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     role: str
     instance_type: str = DEFAULT_GPU_INSTANCE_TYPE
+    """GPU instance type with EFA (one L4 24 GB, 32 vCPU, 25 Gbps on g6.8xlarge); refused if the library does not know it has a GPU and EFA."""
     min_size: int = 1
+    """Minimum nodes of this role, 0-100; below max_size the leg autoscales between them (docs/scaling.md); 0 only where a new node serves before Ray Serve LLM's 600 s timeout."""
     desired_size: int = 1
+    """Nodes at deploy time (at least 1: each holds one Ray worker pod); the model replicas of the role are desired_size x GPUs per node / tensor_parallel_size."""
     max_size: int = 1
+    """Maximum nodes of this role, 1-100; above min_size, Cluster Autoscaler adds nodes up to it."""
     root_volume: RootVolume = field(default_factory=RootVolume)
+    """gp3 root volume, sized in the launch template."""
     placement_group: bool = True
     """Join the shared cluster placement group; turn off with capacity reservations
     (eksctl #7949, terraform-aws-eks #3730 report insufficient capacity)."""
@@ -148,9 +160,14 @@ class WorkerPool:
 class SystemPool:
     """The CPU node group for CoreDNS, the KubeRay operator and the Ray head."""
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     instance_type: str = DEFAULT_SYSTEM_INSTANCE_TYPE
+    """CPU instance type for system pods, the KubeRay operator and the Ray head (must have no GPU, and leave the head 500m CPU and 2 GiB)."""
     count: int = 1
+    """Number of system nodes, 1-10."""
     root_volume_size_gib: int = 50
+    """Encrypted gp3 root volume of each system node, 20-16384 GiB."""
 
     def __post_init__(self) -> None:
         found = Collector()

@@ -9,7 +9,7 @@ itself when built, so every entry point refuses the same combinations with the s
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -116,19 +116,26 @@ def _enum(found: Collector, cls: type[Enum], value: Any, name: str) -> Any:
 class ModelSpec:
     """The served model and the vLLM engine settings both legs share."""
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     source: str = "Qwen/Qwen3.5-9B"
-    """Hugging Face repository id (or a path the image can read)."""
+    """Hugging Face repository id (or a path the image can read); must be in the package's architecture table (``ray_llm_eks.models``) or come with ``architecture``."""
     served_name: str = "qwen3.5-9b"
     """The OpenAI ``model`` id clients send (Ray's ``model_id``)."""
     revision: str | None = None
-    """A 40-hex commit id pins the weights (and the tokenizer)."""
+    """A 40-hex commit id pins the weights (and the tokenizer); anything else gives a warning (an error with ``strict``)."""
     dtype: str = "bfloat16"
+    """vLLM weight and activation dtype (the reference uses bfloat16)."""
     max_model_len: int = 4096
+    """Longest prompt plus output, in tokens; one such sequence must fit in the KV pool of every leg (the memory check of ``plan``, enforced by synth)."""
     gpu_memory_utilization: float = 0.9
+    """Fraction of GPU memory vLLM may use (weights + KV cache), in (0, 1]."""
     enforce_eager: bool = True
+    """Skip CUDA graph capture: faster start, less memory, as the reference does."""
     tensor_parallel_size: int = 1
+    """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
     architecture: ModelArchitecture | None = None
-    """Needed when ``source`` is not in the package's table (``ray_llm_eks.models``)."""
+    """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.models``). Dense models leave the ``linear_*`` fields at 0."""
     hf_token_secret: str | None = None
     """An AWS Secrets Manager secret (ARN, or name in the stack's region and account) whose
     string is a Hugging Face token, for gated models. The workers read it at start with their own
@@ -163,6 +170,8 @@ class ModelSpec:
         if self.architecture is not None and not isinstance(self.architecture, ModelArchitecture):
             found.add(problem("architecture", self.architecture, "not a ModelArchitecture",
                               "a ray_llm_eks.models.ModelArchitecture, or none for a model in the table"))
+        elif self.architecture is not None and not self.architecture.name and isinstance(self.source, str):
+            object.__setattr__(self, "architecture", replace(self.architecture, name=self.source))
         found.raise_if_any()
 
     @property
@@ -179,9 +188,12 @@ class ImageSpec:
     """The Ray LLM container image. Default: the AWS DLC in the deployment's region,
     ``763104351884.dkr.ecr.<region>.amazonaws.com/ray:serve-llm-cuda-v1.0``."""
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     repository: str | None = None
-    """A custom repository; None is the DLC repository in the deployment's own region."""
+    """A custom image repository; None: the DLC repository in the deployment's own region. With a custom image, ``versions.ray`` is trusted as given."""
     tag: str | None = DEFAULT_IMAGE_TAG
+    """Image tag (Ray 2.58, vLLM 0.26, CUDA 13.0, EFA stack). Tags are mutable: prefer a digest."""
     digest: str | None = None
     """``sha256:`` + 64 hex; when set the manifests use ``repository@digest`` (reproducible)."""
     user_id: int = DEFAULT_IMAGE_USER_ID
@@ -221,6 +233,10 @@ class ImageSpec:
 
 @dataclass(frozen=True)
 class NixlSpec:
+    """How the KV cache moves between the legs (vLLM's NixlConnector)."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
     backends: tuple[str, ...] = ("LIBFABRIC",)
     """LIBFABRIC is what uses EFA; NIXL's default UCX silently runs at TCP speed on EFA nodes."""
     kv_buffer_device: str | None = None
@@ -250,7 +266,10 @@ class GcsFaultTolerance:
     "GCS fault tolerance in KubeRay").
     """
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     enabled: bool = False
+    """Create the cache (TLS, AUTH from a generated Secrets Manager secret) and point KubeRay's gcsFaultToleranceOptions at it."""
     cache_node_type: str = DEFAULT_CACHE_NODE_TYPE
     """ElastiCache node type; GCS tables for one deployment are megabytes, so the smallest Graviton
     type is plenty."""
@@ -272,105 +291,78 @@ class GcsFaultTolerance:
 
 
 @dataclass(frozen=True)
-class ServingSpec:
-    """One Ray Serve LLM deployment on its pools. Raises :class:`SpecErrors` when built wrong.
+class Leg:
+    """One role of the deployment: the node pool it runs on and how the model is served there.
 
-    Error fields are the names a caller sets: ``prefill.desired_size`` (the prefill pool),
-    ``model.max_model_len``, ``image.digest``, ``prefill_tensor_parallel_size``, ``ray_version``.
+    Error fields are the leg's own, the pool's included (``desired_size``, ``tensor_parallel_size``);
+    a :class:`ServingSpec` reports them under the role (``prefill.tensor_parallel_size``).
     """
 
-    region: str
-    prefill: WorkerPool
-    decode: WorkerPool
-    system: SystemPool = field(default_factory=SystemPool)
-    model: ModelSpec = field(default_factory=ModelSpec)
-    image: ImageSpec = field(default_factory=ImageSpec)
-    nixl: NixlSpec = field(default_factory=NixlSpec)
-    topology: Topology = Topology.disaggregated
-    security_profile: SecurityProfile = SecurityProfile.privileged
-    endpoint: EndpointType = EndpointType.cluster_ip
-    namespace: str = DEFAULT_NAMESPACE
-    service_name: str = DEFAULT_SERVICE_NAME
-    ray_version: str = DEFAULT_RAY_VERSION
-    kuberay_version: str = DEFAULT_KUBERAY_VERSION
-    operator_namespace: str = KUBERAY_NAMESPACE
-    """Where the KubeRay operator runs: the NetworkPolicy admits its pods (``app.kubernetes.io/name:
-    kuberay-operator``, whatever the release name) to the head's dashboard from this namespace only."""
-    """The KubeRay operator that runs the RayService (what ``ray_auth: token`` needs)."""
-    ray_auth: RayAuth = RayAuth.disabled
-    """``token``: KubeRay (1.5.1+) makes a random token per RayCluster and Ray (2.52+) requires it
-    on GCS, the dashboard and Jobs API, the Ray Client server and between Ray processes. Not on
-    the OpenAI port (8000) or the metrics port, which the NetworkPolicies govern."""
-    """Must equal the Ray inside the image (KubeRay's ``rayVersion``)."""
-    prefill_tensor_parallel_size: int | None = None
-    """Overrides ``model.tensor_parallel_size`` for the prefill leg."""
-    decode_tensor_parallel_size: int | None = None
-    strict: bool = False
-    """Refuse an image pinned by tag only or a model without a commit revision."""
-    client_namespaces: tuple[str, ...] = ()
-    """Namespaces whose pods may call the OpenAI API (port 8000). Nothing else in the cluster may:
-    the serving namespace denies all other traffic (``serving-network-policy``)."""
-    client_cidrs: tuple[str, ...] = ()
-    """Networks that may call the OpenAI API; with ``endpoint: internal-nlb`` also the NLB's
-    source ranges (required there: without them the NLB's NodePort opens to 0.0.0.0/0)."""
-    egress_cidrs: tuple[str, ...] = DEFAULT_EGRESS_CIDRS
-    """Where this deployment's pods may open HTTPS (443): the model download (Hugging Face and its
-    CDN through the NAT gateway), the Kubernetes API for the gate, CloudFormation's signal URL.
-    Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
-    gcs_fault_tolerance: GcsFaultTolerance = field(default_factory=GcsFaultTolerance)
-    """The head's GCS state in ElastiCache, so losing the head does not restart the models."""
-    prefill_target_ongoing_requests: float | None = None
-    """Ray Serve's ``target_ongoing_requests`` for an autoscaled prefill leg (a pool whose
-    ``min_size`` is below its ``max_size``): a replica is added when the leg's ongoing requests per
-    replica exceed it. None: the KV pool's capacity at ``max_model_len``
-    (:meth:`target_ongoing_requests`)."""
-    decode_target_ongoing_requests: float | None = None
-    """The same for the decode leg."""
-    admission_exempt_namespaces: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_NAMESPACES
-    """Namespaces the admission policy leaves alone (``serving-admission-policy``): node agents
-    that need host access or tolerate every taint (aws-node, kube-proxy, the device plugins in
-    ``kube-system``; add e.g. ``amazon-cloudwatch`` for the CloudWatch agent). Never the serving namespace."""
+    __pydantic_config__ = {"extra": "forbid"}
+
+    pool: WorkerPool
+    """The EFA GPU node group of the role (``EfaGpuNodeGroup.pool``)."""
+    tensor_parallel_size: int | None = None
+    """GPUs per model replica on this leg only (a divisor of one node's GPUs); None: ``model.tensor_parallel_size``."""
+    target_ongoing_requests: float | None = None
+    """With ``min_size`` below ``max_size`` (autoscaled): Ray Serve adds a replica when the leg's ongoing
+    requests per replica exceed this. None: the sequences the leg's KV pool holds at ``max_model_len``
+    (docs/scaling.md)."""
 
     def __post_init__(self) -> None:
         found = Collector()
-        for name, cls in (("topology", Topology), ("security_profile", SecurityProfile), ("endpoint", EndpointType),
-                          ("ray_auth", RayAuth)):
+        if not isinstance(self.pool, WorkerPool):
+            found.add(problem("pool", self.pool, "not a worker pool", "a WorkerPool (or an EfaGpuNodeGroup's pool)"))
+        tp = self.tensor_parallel_size
+        if tp is not None and (not _is_int(tp) or tp < 1):
+            found.add(problem("tensor_parallel_size", tp, "not a GPU count", "a whole number >= 1, or none"))
+        target = self.target_ongoing_requests
+        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                                   or not 0 < target <= 100_000):
+            found.add(problem("target_ongoing_requests", target, "not a request count per replica",
+                              "a number above 0 (Ray Serve's default is 2), at most 100000"))
+        found.raise_if_any()
+
+    @property
+    def role(self) -> str:
+        return self.pool.role
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The Kubernetes side of the service: its names, privilege, exposure, network access, Ray's
+    authentication, the GCS's home, and what the admission policy leaves alone."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    service_name: str = DEFAULT_SERVICE_NAME
+    """RayService name, a DNS label of at most 47 characters (KubeRay derives longer names from it)."""
+    namespace: str = DEFAULT_NAMESPACE
+    """Kubernetes namespace of the RayService, its Service and ServiceAccount."""
+    security_profile: SecurityProfile = SecurityProfile.privileged
+    """Worker pod privilege: privileged (the reference; NIXL registers CUDA memory with EFA) or ipc-lock (experimental, unverified on real nodes)."""
+    endpoint: EndpointType = EndpointType.cluster_ip
+    """How the OpenAI API on port 8000 is exposed: ClusterIP (port-forward) or internal-nlb."""
+    client_namespaces: tuple[str, ...] = ()
+    """Namespaces whose pods may call the OpenAI API (port 8000). Nothing else in the cluster may: the serving namespace denies all other traffic (``serving-network-policy``)."""
+    client_cidrs: tuple[str, ...] = ()
+    """Networks that may call the OpenAI API; with ``endpoint: internal-nlb`` also the NLB's source ranges (required there: without them the NLB's NodePort opens to 0.0.0.0/0)."""
+    egress_cidrs: tuple[str, ...] = DEFAULT_EGRESS_CIDRS
+    """Where the pods may open HTTPS (443): the model download (Hugging Face and its CDN through the NAT gateway), the Kubernetes API for the gate, CloudFormation's signal URL. Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
+    ray_auth: RayAuth = RayAuth.disabled
+    """Ray's token authentication (GCS, dashboard, Jobs API, Ray Client): disabled, or token (KubeRay 1.5.1+ makes a random token per RayCluster; Ray 2.52+ requires it). Not on the OpenAI port (8000) or the metrics port, which the NetworkPolicies govern."""
+    gcs_fault_tolerance: GcsFaultTolerance = field(default_factory=GcsFaultTolerance)
+    """Ray's GCS state in ElastiCache for Valkey, so losing the head does not restart the models (off by default; ``plan`` shows its cost)."""
+    admission_exempt_namespaces: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_NAMESPACES
+    """Namespaces the admission policy leaves alone (``serving-admission-policy``): node agents that need host access or tolerate every taint (aws-node, kube-proxy, the device plugins in ``kube-system``). With observability on, the CloudWatch agent's namespace is added. Never the serving namespace."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        for name, cls in (("security_profile", SecurityProfile), ("endpoint", EndpointType), ("ray_auth", RayAuth)):
             value = _enum(found, cls, getattr(self, name), name)
             if value is not None:
                 object.__setattr__(self, name, value)
-        for role in WORKER_ROLES:
-            pool = getattr(self, role)
-            if not isinstance(pool, WorkerPool) or pool.role != role:
-                found.add(problem(role, getattr(pool, "role", pool), f"not a {role} worker pool",
-                                  f"a WorkerPool (or EfaGpuNodeGroup) with role {role}"))
-        if found.errors:
-            found.raise_if_any()
-        self._check_names(found)
-        self._check_access(found)
-        self._check_image(found)
-        self._check_ray_auth(found)
-        if not isinstance(self.gcs_fault_tolerance, GcsFaultTolerance):
-            found.add(problem("gcs_fault_tolerance", self.gcs_fault_tolerance, "not a GcsFaultTolerance",
-                              "GcsFaultTolerance(enabled=True), or leave it out"))
-        tensor_parallel_ok = self._check_tensor_parallel(found)
-        for role in WORKER_ROLES:
-            if self.pool(role).desired_size < 1:
-                found.add(problem(f"{role}.desired_size", 0, f"the {role} leg would have no GPU to run on",
-                                  "at least 1 (the deployment gate proves the path on it)"))
-        found.check(sizing.head_resources, self.system.instance, self.autoscaling_budget)
-        self._check_targets(found)
-        if tensor_parallel_ok:
-            self._check_memory(found)
-            if not found.errors:
-                self._check_scaling(found)
-        for warning in self.reproducibility_problems() if self.strict else ():
-            found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message}"))
-        found.raise_if_any()
-
-    # --- checks ------------------------------------------------------------------------------------
-
-    def _check_names(self, found: Collector) -> None:
-        for name in ("namespace", "service_name", "operator_namespace"):
+        for name in ("namespace", "service_name"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DNS_LABEL.match(value):
                 found.add(problem(name, value, "not a DNS label", "lowercase letters, digits and '-', at most 63"))
@@ -378,6 +370,11 @@ class ServingSpec:
             found.add(problem("service_name", self.service_name,
                               f"{len(self.service_name)} characters; KubeRay derives longer names from it",
                               f"at most {RAY_SERVICE_NAME_MAX} characters"))
+        if not isinstance(self.gcs_fault_tolerance, GcsFaultTolerance):
+            found.add(problem("gcs_fault_tolerance", self.gcs_fault_tolerance, "not a GcsFaultTolerance",
+                              "GcsFaultTolerance(enabled=True), or leave it out"))
+        self._check_access(found)
+        found.raise_if_any()
 
     def _check_access(self, found: Collector) -> None:
         for name in ("client_namespaces", "client_cidrs", "egress_cidrs", "admission_exempt_namespaces"):
@@ -411,17 +408,92 @@ class ServingSpec:
                 found.add(problem("client_cidrs", list(self.client_cidrs), "0.0.0.0/0 is every source",
                                   "the CIDR blocks of the networks that call the API"))
 
+    def exempting(self, namespace: str) -> ServiceSettings:
+        """These settings with ``namespace`` also left alone by the admission policy (once)."""
+        if namespace in self.admission_exempt_namespaces:
+            return self
+        return replace(self, admission_exempt_namespaces=(*self.admission_exempt_namespaces, namespace))
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """One Ray Serve LLM deployment on its legs. Raises :class:`SpecErrors` when built wrong.
+
+    Error fields are the names a caller sets: ``prefill.desired_size`` (the prefill leg's pool),
+    ``prefill.tensor_parallel_size``, ``model.max_model_len``, ``image.digest``,
+    ``service.namespace``, ``ray_version``.
+    """
+
+    region: str
+    prefill: Leg
+    decode: Leg
+    system: SystemPool = field(default_factory=SystemPool)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    image: ImageSpec = field(default_factory=ImageSpec)
+    nixl: NixlSpec = field(default_factory=NixlSpec)
+    topology: Topology = Topology.disaggregated
+    service: ServiceSettings = field(default_factory=ServiceSettings)
+    ray_version: str = DEFAULT_RAY_VERSION
+    """Must equal the Ray inside the image (KubeRay's ``rayVersion``)."""
+    kuberay_version: str = DEFAULT_KUBERAY_VERSION
+    """The KubeRay operator that runs the RayService (what ``ray_auth: token`` needs)."""
+    operator_namespace: str = KUBERAY_NAMESPACE
+    """Where the KubeRay operator runs: the NetworkPolicy admits its pods (``app.kubernetes.io/name:
+    kuberay-operator``, whatever the release name) to the head's dashboard from this namespace only."""
+    strict: bool = False
+    """Refuse an image pinned by tag only or a model without a commit revision."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        value = _enum(found, Topology, self.topology, "topology")
+        if value is not None:
+            object.__setattr__(self, "topology", value)
+        for role in WORKER_ROLES:
+            leg = getattr(self, role)
+            if isinstance(leg, WorkerPool):  # a bare pool: the leg with no settings of its own
+                leg = Leg(leg)
+                object.__setattr__(self, role, leg)
+            if not isinstance(leg, Leg) or leg.role != role:
+                found.add(problem(role, getattr(leg, "role", leg), f"not a {role} leg",
+                                  f"a Leg (or WorkerPool, or EfaGpuNodeGroup) with role {role}"))
+        if not isinstance(self.service, ServiceSettings):
+            found.add(problem("service", self.service, "not ServiceSettings", "ServiceSettings(...), or leave it out"))
+        if found.errors:
+            found.raise_if_any()
+        if not isinstance(self.operator_namespace, str) or not _DNS_LABEL.match(self.operator_namespace):
+            found.add(problem("operator_namespace", self.operator_namespace, "not a DNS label",
+                              "lowercase letters, digits and '-', at most 63"))
+        self._check_image(found)
+        self._check_ray_auth(found)
+        tensor_parallel_ok = self._check_tensor_parallel(found)
+        for role in WORKER_ROLES:
+            if self.pool(role).desired_size < 1:
+                found.add(problem(f"{role}.desired_size", 0, f"the {role} leg would have no GPU to run on",
+                                  "at least 1 (the deployment gate proves the path on it)"))
+        found.check(sizing.head_resources, self.system.instance, self.autoscaling_budget)
+        if tensor_parallel_ok:
+            self._check_memory(found)
+            if not found.errors:
+                self._check_scaling(found)
+        for warning in self.reproducibility_problems() if self.strict else ():
+            found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message}"))
+        found.raise_if_any()
+
+    # --- checks ------------------------------------------------------------------------------------
+
     def _check_ray_auth(self, found: Collector) -> None:
-        if found.check(semver, self.kuberay_version, "kuberay_version") is None or self.ray_auth is not RayAuth.token:
+        if found.check(semver, self.kuberay_version, "kuberay_version") is None \
+                or self.service.ray_auth is not RayAuth.token:
             return
         if _version(self.kuberay_version) < RAY_AUTH_MIN_KUBERAY:
-            found.add(problem("ray_auth", self.ray_auth.value,
+            found.add(problem("service.ray_auth", self.service.ray_auth.value,
                               f"KubeRay {self.kuberay_version} has no authOptions: the API server would drop the field "
                               "and Ray would run unauthenticated",
                               f"disabled, or KubeRay {'.'.join(map(str, RAY_AUTH_MIN_KUBERAY))} or later"))
         if isinstance(self.ray_version, str) and _SEMVER_TEXT.match(self.ray_version) and \
                 _version(self.ray_version) < RAY_AUTH_MIN_RAY:
-            found.add(problem("ray_auth", self.ray_auth.value, f"Ray {self.ray_version} has no token authentication",
+            found.add(problem("service.ray_auth", self.service.ray_auth.value,
+                              f"Ray {self.ray_version} has no token authentication",
                               f"disabled, or Ray {'.'.join(map(str, RAY_AUTH_MIN_RAY))} or later"))
 
     def _check_image(self, found: Collector) -> None:
@@ -445,8 +517,8 @@ class ServingSpec:
     def _check_tensor_parallel(self, found: Collector) -> bool:
         ok = True
         for role in WORKER_ROLES:
-            override = getattr(self, f"{role}_tensor_parallel_size")
-            name = f"{role}_tensor_parallel_size" if override is not None else "model.tensor_parallel_size"
+            override = self.leg(role).tensor_parallel_size
+            name = f"{role}.tensor_parallel_size" if override is not None else "model.tensor_parallel_size"
             tp = self.tensor_parallel_size(role)
             gpus = self.pool(role).gpus_per_node
             instance = self.pool(role).instance_type
@@ -462,15 +534,15 @@ class ServingSpec:
         if not ok:
             return False
         tp = {role: self.tensor_parallel_size(role) for role in WORKER_ROLES}
-        name = ("decode_tensor_parallel_size" if self.decode_tensor_parallel_size is not None
-                else "prefill_tensor_parallel_size")
+        name = ("decode.tensor_parallel_size" if self.decode.tensor_parallel_size is not None
+                else "prefill.tensor_parallel_size")
         if self.topology is Topology.colocated:
             if tp[PREFILL] != tp[DECODE]:
                 found.add(problem(name, tp, "topology colocated serves one model config, so both pools need the "
                                   "same tensor_parallel_size", "equal sizes"))
             gpu_models = {role: self.pool(role).instance.gpu_model for role in WORKER_ROLES}
             if gpu_models[PREFILL] != gpu_models[DECODE]:
-                found.add(problem("decode.instance_type", self.decode.instance_type,
+                found.add(problem("decode.instance_type", self.decode.pool.instance_type,
                                   f"topology colocated serves one model config on one GPU model, but prefill has "
                                   f"{gpu_models[PREFILL]} and decode {gpu_models[DECODE]}",
                                   f"a type with {gpu_models[PREFILL]} GPUs, like the prefill pool's"))
@@ -493,14 +565,6 @@ class ServingSpec:
             name = f"{budget.role}.instance_type" if budget.weights_do_not_fit else "model.max_model_len"
             value = budget.instance_type if budget.weights_do_not_fit else self.model.max_model_len
             found.add(problem(name, value, budget.problem or "", "; ".join(budget.fixes), kind=DoesNotFit))
-
-    def _check_targets(self, found: Collector) -> None:
-        for role in WORKER_ROLES:
-            target = getattr(self, f"{role}_target_ongoing_requests")
-            if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
-                                       or not 0 < target <= 100_000):
-                found.add(problem(f"{role}_target_ongoing_requests", target, "not a request count per replica",
-                                  "a number above 0 (Ray Serve's default is 2), at most 100000"))
 
     def _check_scaling(self, found: Collector) -> None:
         for role in WORKER_ROLES:
@@ -553,12 +617,25 @@ class ServingSpec:
 
     # --- derived values: one place for each, so pods, Serve config and plan agree -----------------
 
-    def pool(self, role: str) -> WorkerPool:
+    def leg(self, role: str) -> Leg:
         return {PREFILL: self.prefill, DECODE: self.decode}[role]
+
+    def pool(self, role: str) -> WorkerPool:
+        return self.leg(role).pool
 
     @property
     def pools(self) -> tuple[WorkerPool, WorkerPool]:
-        return (self.prefill, self.decode)
+        return (self.prefill.pool, self.decode.pool)
+
+    @property
+    def namespace(self) -> str:
+        """The serving namespace (``service.namespace``), which nearly every object names."""
+        return self.service.namespace
+
+    @property
+    def service_name(self) -> str:
+        """The RayService's name (``service.service_name``)."""
+        return self.service.service_name
 
     # --- scaling: a leg is autoscaled when its node group may grow or shrink --------------------
 
@@ -589,7 +666,7 @@ class ServingSpec:
         at ``max_model_len`` (at least 1). Past that, vLLM queues requests inside the replica, which
         is when another replica helps. Ray Serve LLM's own default is 1e9, which never scales up
         (Ray 2.58 ``llm/_internal/serve/core/server/builder.py``), so a target is always written."""
-        configured = getattr(self, f"{role}_target_ongoing_requests")
+        configured = self.leg(role).target_ongoing_requests
         if configured is not None:
             return float(configured)
         budget = next(b for b in self.memory_budgets() if b.role == role)
@@ -601,7 +678,7 @@ class ServingSpec:
                                   self.pool(role).root_volume.throughput_mibps)
 
     def tensor_parallel_size(self, role: str) -> int:
-        override = getattr(self, f"{role}_tensor_parallel_size")
+        override = self.leg(role).tensor_parallel_size
         return override if override is not None else self.model.tensor_parallel_size
 
     def replicas(self, role: str) -> int:

@@ -32,6 +32,8 @@ def _is_int(value: object) -> bool:
 class VerificationSpec:
     """Settings of the deployment gate. Raises :class:`~ray_llm_eks.spec.SpecErrors` when built wrong."""
 
+    __pydantic_config__ = {"extra": "forbid"}
+
     wait: bool = True
     """CloudFormation waits for the gate: a failed gate fails ``cdk deploy`` and rolls the stack back.
     False still runs the gate (and the rollout) after each deploy, without holding the deploy."""
@@ -44,6 +46,7 @@ class VerificationSpec:
     """Prompt length of each probe, as a fraction of ``max_model_len``: long enough that the
     KV cache it moves stands far above the counters' background traffic."""
     probe_max_tokens: int = 16
+    """Answer length of each probe."""
     min_kv_fraction: float = 0.5
     """The EFA counters must move at least this fraction of the KV bytes the planner predicts for
     the probes (the rest is allowance for block rounding and the last token recomputed on decode)."""

@@ -131,7 +131,8 @@ def test_a_client_cidr_that_covers_pod_addresses_admits_those_pods_to_8000_only(
     import cdk8s
     from dataclasses import replace
 
-    spec = replace(scenario("hardened").config.specs().serving, client_cidrs=("10.0.0.0/16",))
+    hardened_spec = scenario("hardened").config.specs().serving
+    spec = replace(hardened_spec, service=replace(hardened_spec.service, client_cidrs=("10.0.0.0/16",)))
     rules = list(cdk8s.Testing.synth(NetworkPolicyChart(cdk8s.App(), "p", spec=spec)))
     endpoints = pods(spec.namespace, spec.service_name)
     assert allowed(rules, endpoints["neighbour"], endpoints["prefill"], SERVE)

@@ -1,0 +1,189 @@
+"""One declared model: the YAML loads into it, the constructs take its parts and agree on its
+defaults, and a deployment composed from constructs gets the same rules and can be planned."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import aws_cdk as cdk
+import cdk8s
+import pytest
+
+from ray_llm_eks.config import ConfigError, parse_config
+from ray_llm_eks.constructs import (
+    GpuDevicePlugins,
+    InferenceCluster,
+    InferenceObservability,
+    InferenceVpc,
+    KubeRayOperator,
+    RayLlmServing,
+    SystemNodeGroup,
+)
+from ray_llm_eks.constructs.nodegroups import EfaFabric, EfaGpuNodeGroup
+from ray_llm_eks.constructs.validation import ConstructValidationError
+from ray_llm_eks.planning import Footprint, PlanError, make_plan
+from ray_llm_eks.spec.deployment import ClusterSettings, Deployment, Network, Specs, Versions
+from ray_llm_eks.spec.observability import AGENT_NAMESPACE, ObservabilitySpec
+from ray_llm_eks.spec.pools import RootVolume, SystemPool, WorkerPool
+from ray_llm_eks.spec.serving import Leg, ServiceSettings, ServingSpec
+from ray_llm_eks.spec.verification import VerificationSpec
+from ray_llm_eks.stack import default_context
+from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
+
+
+def _defaults(construct: type) -> dict[str, object]:
+    return {name: p.default for name, p in inspect.signature(construct.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _field_default(cls: type, name: str) -> object:
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+
+
+# (construct, prop) -> (model part, field): every construct prop that restates a field of the model.
+PROPS_OF_THE_MODEL = {
+    (InferenceCluster, "kubernetes_version"): (ClusterSettings, "kubernetes_version"),
+    (InferenceCluster, "cluster_name"): (ClusterSettings, "name"),
+    (InferenceCluster, "endpoint_access"): (ClusterSettings, "endpoint_access"),
+    (InferenceCluster, "public_access_cidrs"): (ClusterSettings, "public_access_cidrs"),
+    (InferenceCluster, "control_plane_logs"): (ClusterSettings, "control_plane_logs"),
+    (InferenceCluster, "admin_role_arn"): (ClusterSettings, "admin_role_arn"),
+    (InferenceCluster, "bootstrap_cluster_creator_admin_permissions"):
+        (ClusterSettings, "bootstrap_cluster_creator_admin_permissions"),
+    (InferenceCluster, "control_plane_log_retention_days"): (ClusterSettings, "control_plane_log_retention_days"),
+    (SystemNodeGroup, "instance_type"): (SystemPool, "instance_type"),
+    (SystemNodeGroup, "count"): (SystemPool, "count"),
+    (SystemNodeGroup, "root_volume_size_gib"): (SystemPool, "root_volume_size_gib"),
+    (EfaGpuNodeGroup, "instance_type"): (WorkerPool, "instance_type"),
+    (EfaGpuNodeGroup, "min_size"): (WorkerPool, "min_size"),
+    (EfaGpuNodeGroup, "desired_size"): (WorkerPool, "desired_size"),
+    (EfaGpuNodeGroup, "max_size"): (WorkerPool, "max_size"),
+    (EfaGpuNodeGroup, "placement_group"): (WorkerPool, "placement_group"),
+    (EfaGpuNodeGroup, "root_volume_size_gib"): (RootVolume, "size_gib"),
+    (EfaGpuNodeGroup, "root_volume_throughput_mibps"): (RootVolume, "throughput_mibps"),
+    (EfaGpuNodeGroup, "root_volume_iops"): (RootVolume, "iops"),
+    (GpuDevicePlugins, "nvidia_chart_version"): (Versions, "nvidia_device_plugin"),
+    (GpuDevicePlugins, "efa_chart_version"): (Versions, "efa_device_plugin"),
+    (KubeRayOperator, "version"): (Versions, "kuberay"),
+    (RayLlmServing, "topology"): (ServingSpec, "topology"),
+    (RayLlmServing, "ray_version"): (Versions, "ray"),
+    (RayLlmServing, "strict"): (ServingSpec, "strict"),
+}
+
+
+@pytest.mark.parametrize(("construct", "prop"), list(PROPS_OF_THE_MODEL), ids=lambda v: getattr(v, "__name__", v))
+def test_a_construct_prop_and_the_model_agree_on_the_default(construct, prop):
+    part, name = PROPS_OF_THE_MODEL[(construct, prop)]
+    assert _defaults(construct)[prop] == _field_default(part, name)
+
+
+def test_the_vpc_construct_takes_the_network_defaults_when_given_none():
+    # InferenceVpc's props default to None ("the library's default"): the model states the values.
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, "Defaults", env=cdk.Environment(region="us-west-2"))
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    assert network.vpc.node.default_child.cidr_block == Network().vpc_cidr
+    assert len(network.vpc.public_subnets) == 2
+    nat = [c for c in stack.node.find_all() if isinstance(c, cdk.aws_ec2.CfnNatGateway)]
+    assert len(nat) == Network().nat_gateways
+
+
+def test_the_yaml_loads_into_the_model_itself():
+    deployment = parse_config({"prefill": {"desired_size": 2, "max_size": 2, "tensor_parallel_size": 1},
+                               "serving": {"namespace": "llm"}})
+    assert type(deployment) is Deployment
+    assert deployment.prefill == Leg(WorkerPool("prefill", desired_size=2, max_size=2), tensor_parallel_size=1)
+    assert deployment.serving == ServiceSettings(namespace="llm")
+    assert parse_config({}) == Deployment()
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"prefill": {"role": "decode"}}, "prefill.role: unknown key"),
+    ({"decode": {"pool": {}}}, "decode.pool: unknown key"),
+    ({"prefill": {"tensor_parallel": 2}}, "prefill.tensor_parallel: unknown key"),
+    ({"prefill": {"root_volume": {"size": 10}}}, "prefill.root_volume.size: unknown key"),
+    ({"verification": {"every_minutes": 10}}, "verification.every_minutes: set by observability.verify_every_minutes"),
+    ({"observability": {"verify_every_minutes": 7}},
+     "observability.verify_every_minutes: not a period continuous verification can run at"),
+    ({"prefill": {"target_ongoing_requests": 0}}, "prefill.target_ongoing_requests: not a request count per replica"),
+    ({"model": {"architecture": {"parameter_count": 0, "num_hidden_layers": 2, "full_attention_layers": 2,
+                                 "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64}}},
+     "model.architecture.parameter_count: not a positive count"),
+])
+def test_a_mistake_names_the_field_as_the_file_writes_it(data, line):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, "test.yaml")
+    assert line in str(caught.value)
+
+
+@pytest.fixture(scope="module")
+def composed():
+    """The reference deployment, composed from the constructs as a user's own app would."""
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, "Composed", env=cdk.Environment(region="us-west-2"))
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
+    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
+    legs = {role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet,
+                                  fabric=fabric, role=role) for role in ("prefill", "decode")}
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()))
+    kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
+    observability = ObservabilitySpec()
+    serving = RayLlmServing(stack, "Serving", cluster=cluster, prefill=legs["prefill"], decode=legs["decode"],
+                            system=system, kuberay=kuberay, device_plugins=plugins, observability=observability,
+                            verification=VerificationSpec(every_minutes=observability.verify_every_minutes))
+    watched = InferenceObservability(stack, "Observability", serving=serving, after=[system.nodegroup])
+    return stack, network, cluster, serving, watched
+
+
+def test_a_composed_serving_gets_the_rules_the_configuration_gets(composed):
+    _, _, _, serving, watched = composed
+    assert serving.spec == Deployment().specs().serving  # the agent's namespace exempted by the construct itself
+    assert AGENT_NAMESPACE in serving.spec.service.admission_exempt_namespaces
+    policy = [o for chart in serving.charts for o in cdk8s.Testing.synth(chart)
+              if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert policy and AGENT_NAMESPACE in str(policy)
+    assert watched.settings == ObservabilitySpec()
+    assert set(watched.alarms) == set(_stack_of_the_configuration().observability.alarms)
+
+
+def _stack_of_the_configuration():
+    from ray_llm_eks.stack import build_app
+
+    _, stack = build_app(Deployment(), context=FAST_SYNTH_CONTEXT, nag=False)
+    return stack
+
+
+def test_observability_refuses_a_serving_built_without_it():
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, "Composed", env=cdk.Environment(region="us-west-2"))
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    bare = RayLlmServing(stack, "Bare", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
+                         service=ServiceSettings(namespace="bare"))
+    assert AGENT_NAMESPACE not in bare.spec.service.admission_exempt_namespaces
+    with pytest.raises(ConstructValidationError, match="Composed/BareWatch: serving: built without observability"):
+        InferenceObservability(stack, "BareWatch", serving=bare)
+
+
+def test_a_composed_deployment_is_planned_like_its_configuration(composed):
+    _, network, _, serving, _ = composed
+    footprint = Footprint("us-west-2", network.data_plane_az, nat_gateways=1)
+    assert isinstance(serving.specs, Specs)
+    assert make_plan(serving.specs, footprint=footprint) == make_plan(Deployment())
+    with pytest.raises(PlanError, match="footprint"):
+        make_plan(serving.specs)
+
+
+def test_the_stack_builds_each_leg_from_its_configured_leg():
+    deployment = parse_config({"prefill": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
+                               "decode": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
+                               "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama"}})
+    from ray_llm_eks.stack import build_app
+
+    _, stack = build_app(deployment, context=FAST_SYNTH_CONTEXT, nag=False)
+    assert stack.serving.spec == deployment.specs().serving
+    assert stack.serving.spec.replicas("prefill") == 2
