@@ -12,11 +12,12 @@ from aws_cdk import Duration, aws_eks_v2 as eks
 from constructs import Construct
 
 from ..spec import infrastructure as infra
+from ..spec.errors import problem
 from ..spec.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
 from ..spec.pools import WorkerPool
 from .cluster import ClusterLike, eks_cluster_of
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
-from .validation import validated
+from .validation import ConstructValidationError, validated
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
 EFA_REPOSITORY = "https://aws.github.io/eks-charts"
@@ -64,8 +65,8 @@ class GpuDevicePlugins(Construct):
         validated(self, infra.nvidia_device_plugin_version, nvidia_chart_version, "nvidia_chart_version")
         validated(self, infra.semver, efa_chart_version, "efa_chart_version", v_prefix=True)
         if not gpu_node_groups:
-            raise ValueError(f"{self.node.path}: gpu_node_groups: empty (got []); accepted: the EfaGpuNodeGroups "
-                             "(or their pools) whose nodes need the device plugins")
+            raise ConstructValidationError(self, [problem(
+                "gpu_node_groups", [], "empty", "the EfaGpuNodeGroups (or their pools) whose nodes need the device plugins")])
         self.pools: tuple[WorkerPool, ...] = tuple(_pool(group) for group in gpu_node_groups)
         self.instance_types: tuple[str, ...] = tuple(sorted({pool.instance_type for pool in self.pools}))
         taint_keys = sorted({pool.taint.key for pool in self.pools})

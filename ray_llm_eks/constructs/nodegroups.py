@@ -19,12 +19,13 @@ from __future__ import annotations
 from aws_cdk import Tags, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
+from ..spec.errors import problem
 from ..spec.placement import Taint
 from ..spec.scaling import node_template_tags
 from ..spec.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
 from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
-from .validation import validated
+from .validation import ConstructValidationError, validated
 
 ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 EKS-optimized AMIs boot from /dev/xvda.
 
@@ -299,10 +300,9 @@ class EfaGpuNodeGroup(Construct):
         eks_cluster = eks_cluster_of(cluster)
         self.fabric = fabric or EfaFabric(self, "Fabric", vpc=eks_cluster.vpc, placement_group=placement_group)
         if placement_group and self.fabric.placement_group is None:
-            raise ValueError(
-                f"{self.node.path}: placement_group: True, but the fabric has no placement group; accepted: "
-                "an EfaFabric created with placement_group=True, or placement_group=False"
-            )
+            raise ConstructValidationError(self, [problem(
+                "placement_group", True, "the fabric has no placement group",
+                "an EfaFabric created with placement_group=True, or placement_group=False")])
         self.efa_security_group = self.fabric.security_group
         self.placement_group = self.fabric.placement_group if placement_group else None
         self.instance = self.pool.instance

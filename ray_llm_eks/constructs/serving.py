@@ -143,7 +143,7 @@ class RayLlmServing(Construct):
     def __init__(
         self,
         scope: Construct,
-        id: str,
+        construct_id: str,
         *,
         cluster: ClusterLike,
         prefill: GpuPoolLike,
@@ -177,7 +177,7 @@ class RayLlmServing(Construct):
         verification: VerificationSpec | None = None,
         depends_on: Sequence[Construct] = (),
     ) -> None:
-        super().__init__(scope, id)
+        super().__init__(scope, construct_id)
         if kuberay is not None and kuberay_version is not None and kuberay_version != kuberay.version:
             raise ConstructValidationError(self, [problem(
                 "kuberay_version", kuberay_version, f"the operator given is KubeRay {kuberay.version}",
