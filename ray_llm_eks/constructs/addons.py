@@ -1,28 +1,101 @@
 """Helm add-ons: the NVIDIA and EFA device plugins, and the KubeRay operator.
 
 Every chart has an explicit release name and a pinned version, so a `cdk deploy` months later
-installs what was reviewed.
+installs what was reviewed. Each Helm construct of this package (these and ``NodeAutoscaler``)
+takes the user's own Helm values and deep-merges them over the library's with
+:func:`merge_helm_values`, one rule for all of them.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from aws_cdk import Duration, aws_eks_v2 as eks
 from constructs import Construct
 
 from ..spec import infrastructure as infra
+from ..spec.errors import problem
 from ..spec.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
 from ..spec.pools import WorkerPool
 from .cluster import ClusterLike, eks_cluster_of
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
-from .validation import validated
+from .validation import ConstructValidationError, validated
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
 EFA_REPOSITORY = "https://aws.github.io/eks-charts"
 KUBERAY_REPOSITORY = "https://ray-project.github.io/kuberay-helm/"
 
 GpuPoolLike = EfaGpuNodeGroup | WorkerPool
+
+HelmValues = Mapping[str, Any]
+"""Helm values as Python data: what a ``values.yaml`` holds, keyed by strings (leaves may be CDK tokens)."""
+
+
+def merge_helm_values(library: HelmValues, user: HelmValues | None, field: str = "values",
+                      reserved: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The values a chart is installed with: ``library``'s, deep-merged with ``user``'s; the user's win.
+
+    - A key both sides map to a mapping: the two mappings merge, key by key, by these same rules.
+    - Any other value the user gives (a list, a string, a number, a bool, a token) replaces the
+      library's value whole. Lists are not concatenated: to add a toleration, give the whole list
+      (the construct's ``*values`` attribute holds the library's).
+    - ``None`` removes the key, the library's value with it, so the chart's own default applies.
+      (The result holds no ``None``: jsii would pass it to the CDK as ``undefined``, which drops
+      the key from the values anyway, so a ``null`` could never reach Helm to clear a chart
+      default; give ``{}`` or ``[]`` for that.)
+    - A key only one side has is kept; the library's keys come first, in their order, then the
+      user's new keys in theirs (so without user values the result equals ``library``).
+
+    Neither argument is changed: every mapping in the result is a new ``dict``; leaves are shared.
+    Refuses (``SpecError`` on ``field``, dotted down to the bad key) a ``user`` that is not a
+    mapping or has a key that is not a string (Helm values are a YAML map with string keys), and
+    a dotted key of ``reserved`` (key -> the prop that sets it, and why): a value another part of
+    the construct reads, which a Helm value would silently contradict.
+    """
+    if user is not None:
+        _check_keys(user, field)
+        for path, owner in (reserved or {}).items():
+            found, value = _lookup(user, path)
+            if found:
+                raise problem(f"{field}.{path}", value, f"set by {owner}", f"{field} without {path!r}")
+    return _merged(library, user or {})
+
+
+def _lookup(values: HelmValues, path: str) -> tuple[bool, Any]:
+    value: Any = values
+    for key in path.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
+
+
+def _check_keys(values: Any, field: str) -> None:
+    if not isinstance(values, Mapping):
+        raise problem(field, values, "Helm values must be a mapping", "a dict of Helm values, such as "
+                      "{'resources': {'requests': {'cpu': '200m'}}}")
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise problem(field, key, "a Helm values key must be a string", "string keys, as in values.yaml")
+        if isinstance(value, Mapping):
+            _check_keys(value, f"{field}.{key}")
+
+
+def _merged(library: HelmValues, user: HelmValues) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in library.items():
+        if key in user and isinstance(value, Mapping) and isinstance(user[key], Mapping):
+            result[key] = _merged(value, user[key])
+        else:
+            result[key] = _copied(user[key] if key in user else value)
+    for key, value in user.items():
+        if key not in library:
+            result[key] = _copied(value)
+    return {key: value for key, value in result.items() if value is not None}
+
+
+def _copied(value: Any) -> Any:
+    return _merged(value, {}) if isinstance(value, Mapping) else value
 
 
 def _pool(group: GpuPoolLike) -> WorkerPool:
@@ -46,8 +119,26 @@ class GpuDevicePlugins(Construct):
       instance types replace that list, so a type newer than the chart's list still gets the plugin.
     - Both tolerate every taint key of the node groups (``operator: Exists``).
 
+    ``nvidia_values``, ``efa_values``: your Helm values for each chart, deep-merged over the
+    library's (:func:`merge_helm_values`: mappings merge, anything else replaces, yours win).
+    Default: none. The library sets, for both charts:
+
+    - ``nodeSelector``: ``nvidia.com/gpu.present: "true"``, the label every ``EfaGpuNodeGroup``
+      carries, so the DaemonSets run on the GPU nodes only (merged: a key of yours is added).
+    - ``tolerations``: one ``operator: Exists`` per taint key of the node groups, with its effect,
+      because the GPU taint keeps every pod without it off those nodes. A list, so yours replaces
+      it whole. It replaces the NVIDIA chart's default (``CriticalAddonsOnly`` and
+      ``nvidia.com/gpu``, chart 0.20.1 ``values.yaml``); the EFA chart's default is empty
+      (eks-charts ``stable/aws-efa-k8s-device-plugin`` README: ``tolerations: []``).
+
+    and for the EFA chart, ``supportedInstanceLabels``: ``keys`` ``node.kubernetes.io/instance-type``
+    (the well-known label the kubelet sets) and ``values`` the node groups' instance types. The
+    chart's node affinity requires a node whose label is in that list; its own list is the EFA
+    instance types known at its release, which a newer type would miss.
+
     Public attributes: ``nvidia``, ``efa`` (the ``HelmChart`` constructs), ``charts``, ``pools``,
-    ``instance_types`` (what the EFA plugin covers).
+    ``instance_types`` (what the EFA plugin covers), ``nvidia_values``, ``efa_values`` (what each
+    chart is installed with, after the merge).
     """
 
     def __init__(
@@ -59,19 +150,31 @@ class GpuDevicePlugins(Construct):
         gpu_node_groups: Sequence[GpuPoolLike],
         nvidia_chart_version: str = infra.DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION,
         efa_chart_version: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION,
+        nvidia_values: HelmValues | None = None,
+        efa_values: HelmValues | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.nvidia_device_plugin_version, nvidia_chart_version, "nvidia_chart_version")
         validated(self, infra.semver, efa_chart_version, "efa_chart_version", v_prefix=True)
         if not gpu_node_groups:
-            raise ValueError(f"{self.node.path}: gpu_node_groups: empty (got []); accepted: the EfaGpuNodeGroups "
-                             "(or their pools) whose nodes need the device plugins")
+            raise ConstructValidationError(self, [problem(
+                "gpu_node_groups", [], "empty", "the EfaGpuNodeGroups (or their pools) whose nodes need the device plugins")])
         self.pools: tuple[WorkerPool, ...] = tuple(_pool(group) for group in gpu_node_groups)
         self.instance_types: tuple[str, ...] = tuple(sorted({pool.instance_type for pool in self.pools}))
         taint_keys = sorted({pool.taint.key for pool in self.pools})
         effects = {pool.taint.key: pool.taint.effect for pool in self.pools}
         gpu_nodes = {GPU_PRESENT_LABEL: "true"}
         tolerations = [{"key": key, "operator": "Exists", "effect": effects[key]} for key in taint_keys]
+        self.nvidia_values = validated(self, merge_helm_values, {"nodeSelector": gpu_nodes, "tolerations": tolerations},
+                                       nvidia_values, "nvidia_values")
+        self.efa_values = validated(self, merge_helm_values, {
+            "nodeSelector": gpu_nodes,
+            "tolerations": tolerations,
+            "supportedInstanceLabels": {
+                "keys": ["node.kubernetes.io/instance-type"],
+                "values": list(self.instance_types),
+            },
+        }, efa_values, "efa_values")
         helm_cluster = eks_cluster_of(cluster)
         self.nvidia = eks.HelmChart(
             self,
@@ -82,7 +185,7 @@ class GpuDevicePlugins(Construct):
             version=nvidia_chart_version,
             release="nvidia-device-plugin",
             namespace="kube-system",
-            values={"nodeSelector": gpu_nodes, "tolerations": tolerations},
+            values=self.nvidia_values,
         )
         self.efa = eks.HelmChart(
             self,
@@ -93,14 +196,7 @@ class GpuDevicePlugins(Construct):
             version=efa_chart_version,
             release="aws-efa-k8s-device-plugin",
             namespace="kube-system",
-            values={
-                "nodeSelector": gpu_nodes,
-                "tolerations": tolerations,
-                "supportedInstanceLabels": {
-                    "keys": ["node.kubernetes.io/instance-type"],
-                    "values": list(self.instance_types),
-                },
-            },
+            values=self.efa_values,
         )
 
     @property
@@ -120,8 +216,17 @@ class KubeRayOperator(Construct):
     (``singleNamespaceInstall``); default: every namespace, with a ClusterRole (the chart's
     default). ``RayLlmEksStack`` passes the serving namespace.
 
+    ``values``: your Helm values, deep-merged over the library's (:func:`merge_helm_values`:
+    mappings merge, anything else replaces, yours win). Default: none. The library sets
+    ``nodeSelector`` (``node_selector``, else ``system_nodes``' labels, else ``role=system``: the
+    operator belongs on the system node, off the GPU nodes), and with ``watch_namespaces``
+    ``singleNamespaceInstall: true`` and ``watchNamespace`` (chart 1.4.0 ``values.yaml``;
+    ``templates/deployment.yaml`` passes ``--watch-namespace``, ``multiple_namespaces_role.yaml``
+    makes the namespaced Roles). Those two are refused in ``values``: ``RayLlmServing`` reads
+    ``watch_namespaces`` to check that its namespace is watched, so set them through that prop.
+
     Public attributes: ``chart`` (the ``HelmChart``; anything that creates Ray custom resources
-    must depend on it), ``watch_namespaces``.
+    must depend on it), ``watch_namespaces``, ``values`` (what the chart is installed with).
     """
 
     NAMESPACE = infra.KUBERAY_NAMESPACE
@@ -137,6 +242,7 @@ class KubeRayOperator(Construct):
         system_nodes: SystemNodeGroup | None = None,
         node_selector: dict[str, str] | None = None,
         watch_namespaces: Sequence[str] | None = None,
+        values: HelmValues | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.semver, version, "version")
@@ -144,14 +250,17 @@ class KubeRayOperator(Construct):
         if watch_namespaces is not None:
             validated(self, infra.namespaces, list(watch_namespaces), "watch_namespaces")
         self.watch_namespaces = tuple(watch_namespaces) if watch_namespaces is not None else None
-        values: dict[str, object] = {
+        library: dict[str, object] = {
             "nodeSelector": dict(node_selector or (system_nodes.labels if system_nodes else SYSTEM_LABELS))}
         if self.watch_namespaces:
             # Namespaced Roles in the watched namespaces instead of a ClusterRole, and
             # --watch-namespace (chart 1.4.0, templates/deployment.yaml and
             # multiple_namespaces_role.yaml): the operator cannot touch pods elsewhere. The
             # namespaces must exist before the chart installs (RayLlmServing orders that).
-            values.update(singleNamespaceInstall=True, watchNamespace=list(self.watch_namespaces))
+            library.update(singleNamespaceInstall=True, watchNamespace=list(self.watch_namespaces))
+        owner = "watch_namespaces, which RayLlmServing reads to check that its namespace is watched"
+        self.values = validated(self, merge_helm_values, library, values, "values",
+                                {"singleNamespaceInstall": owner, "watchNamespace": owner})
         self.chart = eks.HelmChart(
             self,
             "Chart",
@@ -164,7 +273,7 @@ class KubeRayOperator(Construct):
             create_namespace=True,
             wait=True,
             timeout=Duration.minutes(10),
-            values=values,
+            values=self.values,
         )
         if system_nodes is not None:
             # Helm's wait needs a node that can run the operator's pod.

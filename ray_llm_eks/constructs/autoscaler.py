@@ -28,10 +28,12 @@ from constructs import Construct
 
 from ..spec import scaling
 from ..spec.placement import SYSTEM_LABELS
+from .addons import HelmValues, merge_helm_values
 from .cluster import ClusterLike, eks_cluster_of
 from .identity import pod_identity
 from .nag import acknowledge_cluster_autoscaler
 from .nodegroups import SystemNodeGroup
+from .validation import validated
 
 REPOSITORY = "https://kubernetes.github.io/autoscaler"
 CHART = "cluster-autoscaler"
@@ -78,12 +80,34 @@ class NodeAutoscaler(Construct):
     A node group is scaled only between its own ``min_size`` and ``max_size``: fixed groups
     (``min_size == max_size``, the system node's) are discovered but never changed.
 
-    Public attributes: ``role``, ``association``, ``chart``.
+    ``values``: your Helm values, deep-merged over the library's
+    (:func:`~ray_llm_eks.constructs.addons.merge_helm_values`: mappings merge, anything else
+    replaces, yours win; ``extraArgs`` is a mapping, so a flag of yours is added or replaces
+    one). Default: none. The library sets (chart 9.59.0 ``values.yaml`` keys):
+
+    - ``cloudProvider: aws`` and ``awsRegion``: the stack's region (the chart's default region
+      is ``us-east-1``).
+    - ``autoDiscovery.clusterName``: the cluster's name; the chart turns it into
+      ``--node-group-auto-discovery`` on the ``k8s.io/cluster-autoscaler/enabled`` and
+      ``k8s.io/cluster-autoscaler/<name>`` tags, which EKS puts on managed node groups' Auto
+      Scaling groups.
+    - ``image.tag``: ``image_tag``; ``rbac.serviceAccount``: ``create: true``, name
+      ``cluster-autoscaler``, the service account the Pod Identity association names.
+    - ``extraArgs``: :data:`EXTRA_ARGS`; ``resources``: ``spec.scaling.CLUSTER_AUTOSCALER``
+      (requests = limits, counted in the system node's budget); ``nodeSelector``: the system
+      node's labels.
+
+    Refused in ``values``: ``autoDiscovery.clusterName`` (the role may resize only this cluster's
+    groups) and ``rbac.serviceAccount.name`` (the Pod Identity association names the account):
+    either would install an autoscaler without the permissions it needs.
+
+    Public attributes: ``role``, ``association``, ``chart``, ``values`` (what the chart is
+    installed with).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: ClusterLike,
                  system_nodes: SystemNodeGroup | None = None, chart_version: str = DEFAULT_CHART_VERSION,
-                 image_tag: str = DEFAULT_IMAGE_TAG) -> None:
+                 image_tag: str = DEFAULT_IMAGE_TAG, values: HelmValues | None = None) -> None:
         super().__init__(scope, construct_id)
         target = eks_cluster_of(cluster)
         self.role, self.association = pod_identity(
@@ -93,7 +117,7 @@ class NodeAutoscaler(Construct):
         self.role.add_to_policy(iam.PolicyStatement(
             actions=list(SCALING_ACTIONS), resources=["*"],
             conditions={"StringEquals": {"autoscaling:ResourceTag/eks:cluster-name": target.cluster_name}}))
-        values = {
+        library = {
             "cloudProvider": "aws",
             "awsRegion": Stack.of(self).region,
             "autoDiscovery": {"clusterName": target.cluster_name},
@@ -103,9 +127,13 @@ class NodeAutoscaler(Construct):
             "resources": scaling.CLUSTER_AUTOSCALER.guaranteed_json(),
             "nodeSelector": dict(system_nodes.labels if system_nodes is not None else SYSTEM_LABELS),
         }
+        self.values = validated(self, merge_helm_values, library, values, "values", {
+            "autoDiscovery.clusterName": "the construct: the role may resize only this cluster's node groups",
+            "rbac.serviceAccount.name": f"the construct: the Pod Identity association names {NAMESPACE}/{SERVICE_ACCOUNT}",
+        })
         self.chart = eks.HelmChart(
             self, "Chart", cluster=target, chart=CHART, repository=REPOSITORY, version=chart_version,
-            release=CHART, namespace=NAMESPACE, wait=True, timeout=Duration.minutes(10), values=values)
+            release=CHART, namespace=NAMESPACE, wait=True, timeout=Duration.minutes(10), values=self.values)
         # Credentials before the pod starts; a node to run it on.
         self.chart.node.add_dependency(self.association)
         if system_nodes is not None:

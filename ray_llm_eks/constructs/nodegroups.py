@@ -16,15 +16,19 @@ EFA support; EKS launch-template docs):
 
 from __future__ import annotations
 
-from aws_cdk import Tags, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
+import re
+from typing import Any, Mapping
+
+from aws_cdk import Tags, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
+from ..spec.errors import SpecError, SpecErrors, problem
 from ..spec.placement import Taint
 from ..spec.scaling import node_template_tags
 from ..spec.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
 from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
-from .validation import validated
+from .validation import ConstructValidationError, validated
 
 ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 EKS-optimized AMIs boot from /dev/xvda.
 
@@ -41,6 +45,83 @@ that reaches the node role can no longer attach ENIs or assign addresses."""
 
 InstanceTypeLike = str | ec2.InstanceType
 """An instance type by name (``"g6.8xlarge"``) or as ``ec2.InstanceType("g6.8xlarge")``."""
+
+CapacityTypeLike = eks.CapacityType | str
+"""``eks.CapacityType.SPOT``, or its name (``"SPOT"``)."""
+
+DEFAULT_CAPACITY_TYPE = eks.CapacityType.ON_DEMAND
+"""EKS's own default: the node group's ``CapacityType`` is left out of the template for it, so a
+stack synthesized before this prop existed is unchanged (``CapacityType`` replaces a node group)."""
+MAX_UNAVAILABLE_LIMIT = 100
+"""The EKS API's bounds for ``UpdateConfig`` (``maxUnavailable`` 1 to 100 nodes,
+``maxUnavailablePercentage`` 1 to 100), which ``aws_eks_v2.Nodegroup`` checks as well."""
+_RELEASE_VERSION = re.compile(r"^(?P<kubernetes>\d+\.\d+)\.\d+-\d{8}$")
+"""An EKS-optimized AMI release for a managed node group: ``<Kubernetes major.minor.patch>-<YYYYMMDD>``
+(amazon-eks-ami release notes; ``aws eks describe-nodegroup`` prints it as ``releaseVersion``)."""
+
+
+def node_group_options(
+    *,
+    capacity_type: CapacityTypeLike,
+    max_unavailable: int | None,
+    max_unavailable_percentage: int | None,
+    release_version: str | None,
+    max_size: int,
+    kubernetes_version: str | None,
+) -> dict[str, Any]:
+    """The ``aws_eks_v2.Nodegroup`` keyword props these options set, defaults left out.
+
+    Raises ``SpecErrors`` with every problem found. ``kubernetes_version`` is the cluster's when
+    known (an ``InferenceCluster`` or ``aws_eks_v2.Cluster``), so a release of another minor is
+    refused here rather than by EKS mid-deploy.
+    """
+    errors: list[SpecError] = []
+    options: dict[str, Any] = {}
+    names = [member.name for member in eks.CapacityType]
+    if isinstance(capacity_type, str) and capacity_type in names:
+        capacity_type = eks.CapacityType[capacity_type]
+    if not isinstance(capacity_type, eks.CapacityType):
+        errors.append(problem("capacity_type", capacity_type, "not an EKS capacity type",
+                              "eks.CapacityType.ON_DEMAND or eks.CapacityType.SPOT (or their names)"))
+    elif capacity_type is eks.CapacityType.CAPACITY_BLOCK:
+        errors.append(problem(
+            "capacity_type", capacity_type.name,
+            "a Capacity Block node group needs its launch template to target the reservation "
+            "(InstanceMarketOptions MarketType capacity-block, CapacityReservationSpecification with the "
+            "reservation's ID; EKS user guide, capacity-blocks-mng), and this construct does not yet accept a "
+            "capacity reservation", "ON_DEMAND or SPOT"))
+    elif capacity_type is not DEFAULT_CAPACITY_TYPE:
+        options["capacity_type"] = capacity_type
+    if max_unavailable is not None and max_unavailable_percentage is not None:
+        errors.append(problem("max_unavailable", max_unavailable,
+                              "give max_unavailable or max_unavailable_percentage, not both",
+                              f"one of them (max_unavailable_percentage is {max_unavailable_percentage})"))
+    for field, value, bound in (("max_unavailable", max_unavailable, min(max_size, MAX_UNAVAILABLE_LIMIT)),
+                                ("max_unavailable_percentage", max_unavailable_percentage, MAX_UNAVAILABLE_LIMIT)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound:
+            why = ("nodes EKS may take down at once in an update, at most max_size"
+                   if field == "max_unavailable" else "percent of the nodes EKS may take down at once in an update")
+            errors.append(problem(field, value, why, f"a whole number from 1 to {bound}"))
+        else:
+            options[field] = value
+    if release_version is not None:
+        # A token (an SSM parameter, say) is taken as given: its value is known only at deploy time.
+        match = (None if Token.is_unresolved(release_version) or not isinstance(release_version, str)
+                 else _RELEASE_VERSION.match(release_version))
+        if match is None and not Token.is_unresolved(release_version):
+            errors.append(problem("release_version", release_version, "not an EKS-optimized AMI release version",
+                                  "<kubernetes version>-<YYYYMMDD>, as `aws eks describe-nodegroup` prints releaseVersion"))
+        elif match is not None and kubernetes_version is not None and match["kubernetes"] != kubernetes_version:
+            errors.append(problem("release_version", release_version,
+                                  f"an AMI release for Kubernetes {match['kubernetes']}, but the cluster runs "
+                                  f"{kubernetes_version}", f"a {kubernetes_version}.x release"))
+        else:
+            options["release_version"] = release_version
+    if errors:
+        raise SpecErrors(errors)
+    return options
 
 
 def make_node_role(scope: Construct, construct_id: str, *, cni_policy: bool = True) -> iam.Role:
@@ -80,6 +161,13 @@ def _node_role_for(scope: Construct, cluster: ClusterLike) -> iam.Role:
     return role
 
 
+def _kubernetes_version(cluster: eks.ICluster) -> str | None:
+    """The cluster's Kubernetes minor when this app defines the cluster (its ``CfnCluster``), else None."""
+    resource = cluster.node.default_child if isinstance(cluster, eks.Cluster) else None
+    version = resource.version if isinstance(resource, eks.CfnCluster) else None
+    return version if isinstance(version, str) and not Token.is_unresolved(version) else None
+
+
 def _eks_taint(taint: Taint) -> eks.TaintSpec:
     effects = {"NoSchedule": eks.TaintEffect.NO_SCHEDULE, "PreferNoSchedule": eks.TaintEffect.PREFER_NO_SCHEDULE,
                "NoExecute": eks.TaintEffect.NO_EXECUTE}
@@ -98,11 +186,13 @@ def _managed_nodegroup(
     role: iam.IRole,
     launch_template: ec2.CfnLaunchTemplate,
     taints: list[eks.TaintSpec] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> eks.Nodegroup:
     """A managed node group on a launch template, in exactly one subnet.
 
     Given an ``InferenceCluster``, the node group waits for its networking add-ons: a node is
-    NotReady until the VPC CNI runs on it.
+    NotReady until the VPC CNI runs on it. ``options``: more ``aws_eks_v2.Nodegroup`` props
+    (:func:`node_group_options`).
     """
     min_size, desired_size, max_size = sizes
     nodegroup = eks.Nodegroup(
@@ -121,6 +211,7 @@ def _managed_nodegroup(
         launch_template_spec=eks.LaunchTemplateSpec(
             id=launch_template.ref, version=launch_template.attr_latest_version_number
         ),
+        **dict(options or {}),
     )
     if isinstance(cluster, InferenceCluster):
         for addon in cluster.networking_addons:
@@ -261,13 +352,34 @@ class EfaGpuNodeGroup(Construct):
     - Exactly one subnet: the data-plane subnet (EFA traffic cannot cross AZs).
     - Given an ``InferenceCluster``, waits for its networking add-ons.
 
-    Refuses, at construction, an instance type without a GPU or without EFA support, and sizes
-    out of order, with the construct path and the field in the message.
+    Node-group options (``aws_eks_v2.NodegroupOptions``' names; at their defaults the template is
+    what it was before they existed):
+
+    - ``capacity_type``: ``eks.CapacityType.ON_DEMAND`` (EKS's default, left out of the template)
+      or ``SPOT`` (or the name as a string). Spot GPU nodes may be reclaimed at two minutes'
+      notice, taking a prefill or decode engine with them; changing it replaces the node group.
+      ``CAPACITY_BLOCK`` is refused: it needs a capacity reservation in the launch template,
+      which the construct does not yet accept.
+    - ``max_unavailable`` (1 to ``max_size``) or ``max_unavailable_percentage`` (1 to 100), not
+      both: how many nodes EKS replaces at once when the AMI release or the launch template
+      changes. Default: neither, so EKS replaces one node at a time. With one node per role an
+      update takes that role down while its node is replaced, whatever the setting.
+    - ``release_version``: the EKS-optimized AMI release, ``<Kubernetes x.y.z>-<YYYYMMDD>`` for
+      the cluster's Kubernetes minor (checked when the cluster is an ``InferenceCluster`` or an
+      ``aws_eks_v2.Cluster`` of this app, not an imported one; a token is taken as given).
+      Default: none, so EKS picks the latest release when the node group is created and
+      CloudFormation keeps it; setting or changing it rolls the nodes, ``max_unavailable`` at a
+      time.
+
+    Refuses, at construction, an instance type without a GPU or without EFA support, sizes out
+    of order and node-group options out of range, with the construct path and the field in the
+    message.
 
     Public attributes: ``pool`` (the :class:`~ray_llm_eks.spec.WorkerPool` that ``RayLlmServing``
     and ``GpuDevicePlugins`` derive their pods from), ``nodegroup``, ``launch_template``,
     ``fabric``, ``efa_security_group``, ``placement_group`` (or None), ``role``, ``instance``,
-    ``labels``, ``taint``.
+    ``labels``, ``taint``, ``capacity_type``, ``nodegroup_options`` (the ``aws_eks_v2.Nodegroup``
+    props the options set, defaults left out).
     """
 
     def __init__(
@@ -288,6 +400,10 @@ class EfaGpuNodeGroup(Construct):
         root_volume_iops: int = RootVolume.iops,
         placement_group: bool = WorkerPool.placement_group,
         node_role: iam.IRole | None = None,
+        capacity_type: CapacityTypeLike = DEFAULT_CAPACITY_TYPE,
+        max_unavailable: int | None = None,
+        max_unavailable_percentage: int | None = None,
+        release_version: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         root_volume = validated(self, RootVolume, size_gib=root_volume_size_gib,
@@ -297,12 +413,17 @@ class EfaGpuNodeGroup(Construct):
             max_size=max_size, root_volume=root_volume, placement_group=placement_group,
         )
         eks_cluster = eks_cluster_of(cluster)
+        self.nodegroup_options: dict[str, Any] = validated(
+            self, node_group_options, capacity_type=capacity_type, max_unavailable=max_unavailable,
+            max_unavailable_percentage=max_unavailable_percentage, release_version=release_version,
+            max_size=self.pool.max_size,
+            kubernetes_version=_kubernetes_version(eks_cluster))
+        self.capacity_type: eks.CapacityType = self.nodegroup_options.get("capacity_type", DEFAULT_CAPACITY_TYPE)
         self.fabric = fabric or EfaFabric(self, "Fabric", vpc=eks_cluster.vpc, placement_group=placement_group)
         if placement_group and self.fabric.placement_group is None:
-            raise ValueError(
-                f"{self.node.path}: placement_group: True, but the fabric has no placement group; accepted: "
-                "an EfaFabric created with placement_group=True, or placement_group=False"
-            )
+            raise ConstructValidationError(self, [problem(
+                "placement_group", True, "the fabric has no placement group",
+                "an EfaFabric created with placement_group=True, or placement_group=False")])
         self.efa_security_group = self.fabric.security_group
         self.placement_group = self.fabric.placement_group if placement_group else None
         self.instance = self.pool.instance
@@ -346,6 +467,7 @@ class EfaGpuNodeGroup(Construct):
             taints=[self.taint],
             role=self.role,
             launch_template=self.launch_template,
+            options=self.nodegroup_options,
         )
         Tags.of(self).add("ray-llm-eks/role", self.pool.role)
         if self.pool.min_size < self.pool.max_size:
