@@ -36,7 +36,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from .config import ConfigError, DeploymentConfig, load_config
-from .planning import GIB, CapacityPlan, Plan, PlanError, Workload, make_plan
+from .spec.units import GIB
+from .planning import CapacityPlan, Plan, PlanError, Workload, make_plan
 from .preflight import CHECK_TITLES, AwsUnreachable, NoCredentials, PreflightReport, run_preflight
 from .pricing import PriceBasis, PriceError
 

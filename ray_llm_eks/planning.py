@@ -20,11 +20,11 @@ from .spec.deployment import Deployment, Specs
 from .models import ModelArchitecture
 from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
 from .spec.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
-from .spec.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, GIB, MemoryBudget
+from .spec.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
+from .spec.units import GIB
 from .spec.placement import DECODE, PREFILL, WORKER_ROLES
 from .spec.serving import EndpointType, ServingSpec, Topology
 
-MIB = 2**20
 MEBIBYTE = 2**20  # gp3 throughput is provisioned in MiB/s (EC2 CreateVolume / launch template "Throughput").
 GIGABIT = 10**9
 

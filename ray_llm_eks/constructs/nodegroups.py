@@ -470,7 +470,7 @@ class EfaGpuNodeGroup(Construct):
             options=self.nodegroup_options,
         )
         Tags.of(self).add("ray-llm-eks/role", self.pool.role)
-        if self.pool.min_size < self.pool.max_size:
+        if self.pool.autoscaled:
             # What a node of this group offers, for Cluster Autoscaler to scale it from zero
             # (constructs/autoscaler.py); read from the node group itself (eks:DescribeNodegroup).
             for key, value in node_template_tags(self.pool.gpus_per_node).items():

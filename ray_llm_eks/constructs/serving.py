@@ -171,7 +171,7 @@ class RayLlmServing(Construct):
             kuberay_version=kuberay_version, operator_namespace=operator_namespace,
         )
         if self.spec.autoscaling and node_autoscaler is None:
-            grows = [f"{p.role} {p.min_size} to {p.max_size}" for p in self.spec.pools if p.min_size < p.max_size]
+            grows = [f"{p.role} {p.min_size} to {p.max_size}" for p in self.spec.pools if p.autoscaled]
             raise ConstructValidationError(self, [problem(
                 "node_autoscaler", None,
                 f"the node groups may grow ({', '.join(grows)} nodes), and Ray will ask for worker pods to fill "

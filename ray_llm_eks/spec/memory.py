@@ -15,7 +15,7 @@ from .. import instance_types
 from ..instance_types import InstanceType
 from ..models import ModelArchitecture
 
-GIB = 2**30
+from .units import GIB
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "auto": 2}
 """Bytes per weight / KV element. ``auto`` means the checkpoint's own dtype; every model in the

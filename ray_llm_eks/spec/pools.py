@@ -144,6 +144,12 @@ class WorkerPool:
         return instance_types.INSTANCE_TYPES[self.instance_type]
 
     @property
+    def autoscaled(self) -> bool:
+        """The group may grow or shrink (``min_size < max_size``): Cluster Autoscaler resizes it and
+        Ray Serve autoscales the leg's replicas (docs/scaling.md)."""
+        return self.min_size < self.max_size
+
+    @property
     def gpus_per_node(self) -> int:
         return self.instance.gpus
 

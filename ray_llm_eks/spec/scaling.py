@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .sizing import PodResources
 
-MIB = 2**20
+from .units import MIB
 
 SERVE_LLM_REQUEST_TIMEOUT_SECONDS = 600
 """Ray Serve LLM's OpenAI ingress answers HTTP 408 when a request has waited this long for its

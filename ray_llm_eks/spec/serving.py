@@ -640,8 +640,7 @@ class ServingSpec:
     # --- scaling: a leg is autoscaled when its node group may grow or shrink --------------------
 
     def autoscaled(self, role: str) -> bool:
-        pool = self.pool(role)
-        return pool.min_size < pool.max_size
+        return self.pool(role).autoscaled
 
     @property
     def autoscaling(self) -> bool:

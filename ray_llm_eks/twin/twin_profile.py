@@ -18,10 +18,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..spec.units import MIB
+
 ROLES = ("prefill", "decode")
 TWIN_PROVIDER = "tcp"
 NODE_CPUS = 3
-OBJECT_STORE_BYTES = 256 * 1024 * 1024
+OBJECT_STORE_BYTES = 256 * MIB
 KV_CACHE_SPACE_GIB = 1
 HEAD_PORT = 6379
 DASHBOARD_PORT = 8265
