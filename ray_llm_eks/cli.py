@@ -344,8 +344,10 @@ def verify(
     """
     from .kubeconfig import load_access
     from .verification.api_proxy import admitted, port_of
-    from .verification.gate import INSTANCE_LABEL, Endpoints, Gate, GateConfig, deployed_settings
-    from .verification.kube import ApiError, Kube, NoClusterAccess
+    from .spec.wire import INSTANCE_LABEL, GateSettings, read_only_run
+    from .verification.gate import Gate
+    from .verification.kube import ApiError, Endpoints, Kube, NoClusterAccess
+    from .verification.rollout import deployed_settings
 
     deployment = _load(config, as_json)
     serving = deployment.specs().serving
@@ -354,12 +356,9 @@ def verify(
     try:
         kube = Kube(load_access(kubeconfig, context))
         settings = deployed_settings(kube, namespace, service)
-        overrides: dict[str, Any] = {"rollout": False, "as_deploy_job": False, "deadline_seconds": float(timeout)}
-        if probes is not None:
-            overrides["probes"] = probes
-        if expect_provider is not None:
-            overrides["expected_provider"] = expect_provider
-        gate_config = GateConfig.from_json({**settings, **overrides})
+        chosen = {"probes": probes, "expected_provider": expect_provider}
+        overrides = read_only_run(float(timeout), **{k: v for k, v in chosen.items() if v is not None})
+        gate_config = GateSettings.from_json({**settings, **overrides})
         log = (lambda message: None) if as_json else (lambda message: _error_console().print(f"[dim]{escape(message)}[/]"))
         with _error_console().status("verifying (waiting for the service, then probing)", spinner="dots") \
                 if not as_json else _nothing():

@@ -27,7 +27,7 @@ from .constructs.serving import RayLlmServing
 from .constructs.validation import ConstructValidationError
 from .spec.placement import DECODE, PREFILL, WORKER_ROLES
 from .spec.serving import Leg
-from .verification.gate import report_command
+from .spec.wire import report_command
 
 # Construct ids of the GPU node groups, by role (public API: logical ids derive from them).
 GPU_NODE_GROUP_IDS = {PREFILL: "PrefillNodes", DECODE: "DecodeNodes"}

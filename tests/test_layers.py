@@ -46,6 +46,8 @@ def test_the_spec_layer_imports_neither_half_nor_the_configuration(path):
     assert not _uses(names, AWS_LIBRARIES + K8S_LIBRARIES), path
     assert not _uses(names, ("ray_llm_eks.constructs", "ray_llm_eks.cdk8s_charts", "ray_llm_eks.config",
                              "ray_llm_eks.stack", "pydantic")), path
+    # Nor the in-cluster programs: the names they share with the charts are the base layer's (wire.py).
+    assert not _uses(names, ("ray_llm_eks.verification", "ray_llm_eks.bench")), path
 
 
 @pytest.mark.parametrize("path", sorted(folder_imports("cdk8s_charts")))
@@ -82,7 +84,7 @@ def test_ray_llm_serving_is_exported_from_the_constructs_package():
 
 def test_the_import_reader_resolves_relative_imports():
     names = imports_of(PACKAGE / "cdk8s_charts" / "pod_templates.py")
-    assert {"ray_llm_eks.spec.sizing", "ray_llm_eks.spec.serving.ServingSpec", "cdk8s_plus_35.k8s"} <= names
+    assert {"ray_llm_eks.spec.scaling", "ray_llm_eks.spec.serving.ServingSpec", "cdk8s_plus_35.k8s"} <= names
 
 
 @pytest.mark.parametrize("path", sorted(folder_imports("verification")) + sorted(folder_imports("bench")))
@@ -116,15 +118,39 @@ def test_the_in_cluster_programs_import_only_the_standard_library_and_themselves
             assert root == "__future__" or root in sys.stdlib_module_names, f"{path} imports {module}"
 
 
-def test_the_gate_program_s_copies_of_the_charts_names_are_the_charts():
-    """The in-cluster program cannot import the charts, so it states the names it selects and reads
-    by; they must be the ones the charts render."""
-    from ray_llm_eks.cdk8s_charts import pod_templates, verification as chart
-    from ray_llm_eks.verification import gate
+def test_the_wire_contract_is_one_self_contained_file():
+    """``spec/wire.py`` travels in the gate's ConfigMap beside the gate's modules (``bundle.SHARED``)
+    and is imported there as ``rayllmeks_gate.wire``: the standard library only, nothing relative."""
+    import sys
 
-    assert gate.INSTANCE_LABEL == pod_templates.INSTANCE_LABEL
-    assert (gate.GPU_RESOURCE, gate.EFA_RESOURCE) == (pod_templates.GPU_RESOURCE, pod_templates.EFA_RESOURCE)
-    assert (gate.COMPONENT_LABEL, gate.SETTINGS_FILE) == (chart.COMPONENT_LABEL, chart.SETTINGS_FILE)
+    from ray_llm_eks.verification import bundle
+
+    source = PACKAGE / "spec" / "wire.py"
+    assert source in bundle.SHARED
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            assert not node.level, f"wire.py imports relatively: from {'.' * node.level}{node.module or ''}"
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for module in modules:
+            root = module.split(".")[0]
+            assert root == "__future__" or root in sys.stdlib_module_names, f"wire.py imports {module}"
+
+
+def test_the_charts_import_no_module_of_theirs_in_a_circle():
+    """No chart module imports one that imports it back, even lazily inside a function (pod_templates
+    and gcs_redis once did: the charts' conventions now live in modules of their own)."""
+    modules = {f"ray_llm_eks.cdk8s_charts.{p.stem}": p for p in sorted((PACKAGE / "cdk8s_charts").glob("*.py"))
+               if p.name != "__init__.py"}
+    graph = {module: imports_of(path) & set(modules) for module, path in modules.items()}
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        for target in sorted(graph[module]):
+            assert target not in trail, " -> ".join((*trail, target))
+            visit(target, (*trail, target))
+
+    for module in sorted(modules):
+        visit(module, (module,))
 
 
 def test_the_twin_sits_on_top_and_nothing_below_imports_it():

@@ -53,8 +53,9 @@ from cdk8s_plus_35 import k8s
 
 from ..spec.infrastructure import DAEMONSET_CONTROLLER_USERS, KUBERAY_OPERATOR_SERVICE_ACCOUNT
 from ..spec.placement import GPU_TAINT_KEY
-from ..spec.serving import SERVING_INSTANCE_NAMESPACE_LABEL, ServingSpec
-from . import pod_templates
+from ..spec.serving import ServingSpec
+from ..spec.wire import SERVING_INSTANCE_NAMESPACE_LABEL
+from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME, efa_counters_name
 
 ADMISSION_POLICY_CHART_ID = "serving-admission-policy"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -108,7 +109,7 @@ def grants(spec: ServingSpec) -> dict[str, tuple[Grant, ...]]:
     """Service account → what it may ask for (the module docstring's table)."""
     return {
         spec.service_name: (PRIVILEGED, CAPABILITIES, HOST_PATH, GPU_TOLERATION),
-        pod_templates.efa_counters_name(spec.service_name): (HOST_PATH, GPU_TOLERATION),
+        efa_counters_name(spec.service_name): (HOST_PATH, GPU_TOLERATION),
     }
 
 
@@ -118,7 +119,7 @@ def creators(spec: ServingSpec) -> dict[str, tuple[str, ...]]:
     as those accounts (a Deployment, a Job, ``kubectl run --overrides``) gets none of the grants."""
     return {
         spec.service_name: (f"system:serviceaccount:{spec.operator_namespace}:{KUBERAY_OPERATOR_SERVICE_ACCOUNT}",),
-        pod_templates.efa_counters_name(spec.service_name): DAEMONSET_CONTROLLER_USERS,
+        efa_counters_name(spec.service_name): DAEMONSET_CONTROLLER_USERS,
     }
 
 
@@ -155,7 +156,7 @@ class AdmissionPolicyChart(cdk8s.Chart):
     def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, id, disable_resource_name_hashes=True)
         name = policy_name(spec)
-        labels = {pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: spec.service_name}
+        labels = {APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: spec.service_name}
         variables = [k8s.Variable(name=f"{g.name}Allowed", expression=_allowed(spec, g)) for g in GRANTS]
         validations = [
             k8s.Validation(

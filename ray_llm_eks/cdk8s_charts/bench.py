@@ -30,8 +30,8 @@ from ..bench import bundle
 from ..bench.runner import AIPERF_VERSION
 from ..spec import sizing
 from ..spec.serving import SERVE_PORT, ServingSpec
-from ..verification.gate import COMPONENT_LABEL
-from . import pod_templates
+from ..spec.wire import BENCH_COMPONENT, COMPONENT_LABEL, INSTANCE_LABEL
+from .containers import guaranteed, locked_down, non_root
 from .serving import openai_service_name
 
 PROGRAM_DIR = "/opt/rayllmeks-bench"
@@ -44,7 +44,6 @@ MAX_TRACE_BYTES = 900_000
 FETCHED_MARKER = ".fetched"
 AIPERF_IN_POD = f"{WORK_DIR}/bin/aiperf"
 DEFAULT_HOLD_SECONDS = 3600
-BENCH_COMPONENT = "bench"
 
 
 def bench_job_name(service_name: str, settings: dict[str, Any]) -> str:
@@ -97,7 +96,7 @@ class BenchJobChart(cdk8s.Chart):
             settings["trace"] = f"{PROGRAM_DIR}/{TRACE_FILE}"
             extra[TRACE_FILE] = trace_text
         self.job_name = bench_job_name(spec.service_name, {**settings, **extra})
-        labels = {pod_templates.INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: BENCH_COMPONENT}
+        labels = {INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: BENCH_COMPONENT}
         program = bundle.files()
         k8s.KubeConfigMap(self, "Program", metadata=k8s.ObjectMeta(name=self.job_name, labels=labels),
                           data={**program, SETTINGS_FILE: json.dumps(settings, indent=2, sort_keys=True), **extra})
@@ -111,7 +110,7 @@ class BenchJobChart(cdk8s.Chart):
                     automount_service_account_token=False,  # it talks to the service, never to the API
                     restart_policy="Never",
                     node_selector=spec.system.labels,
-                    security_context=pod_templates.non_root(),
+                    security_context=non_root(),
                     containers=[k8s.Container(
                         name="bench", image=spec.image_uri, command=["/bin/sh", "-c", _script(hold_seconds)],
                         env=[k8s.EnvVar(name="PYTHONPATH", value=PROGRAM_DIR),
@@ -119,8 +118,8 @@ class BenchJobChart(cdk8s.Chart):
                              k8s.EnvVar(name="PYTHONUNBUFFERED", value="1"),
                              # AIPerf's tokenizer download lands on the emptyDir.
                              k8s.EnvVar(name="HOME", value=WORK_DIR)],
-                        resources=pod_templates.guaranteed(sizing.BENCH_JOB),
-                        security_context=pod_templates.locked_down(),
+                        resources=guaranteed(sizing.BENCH_JOB),
+                        security_context=locked_down(),
                         volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                        k8s.VolumeMount(name="work", mount_path=WORK_DIR),
                                        k8s.VolumeMount(name="tmp", mount_path="/tmp")],

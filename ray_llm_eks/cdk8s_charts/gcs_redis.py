@@ -28,7 +28,9 @@ import cdk8s
 from cdk8s_plus_35 import k8s
 
 from ..spec.serving import ServingSpec
-from . import pod_templates
+from ..spec.wire import INSTANCE_LABEL, RAY_ROLE_LABEL
+from .containers import NOBODY, locked_down
+from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 
 GCS_REDIS_CHART_ID = "serving-gcs-redis"
 REDIS_PORT = 6379
@@ -107,14 +109,14 @@ class GcsRedisChart(cdk8s.Chart):
                  secret_id: str, run_id: str) -> None:
         super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = gcs_redis_name(spec.service_name)
-        labels = {pod_templates.APP_NAME_LABEL: pod_templates.NAME,
-                  pod_templates.APP_INSTANCE_LABEL: spec.service_name}
+        labels = {APP_NAME_LABEL: NAME,
+                  APP_INSTANCE_LABEL: spec.service_name}
         k8s.KubeService(self, "Endpoint", metadata=k8s.ObjectMeta(name=name, labels=labels),
                         spec=k8s.ServiceSpec(type="ExternalName", external_name=endpoint))
         k8s.KubeNetworkPolicy(self, "HeadToCache", metadata=k8s.ObjectMeta(name=f"{name}-egress", labels=labels),
                               spec=k8s.NetworkPolicySpec(
-            pod_selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: spec.service_name,
-                                                         pod_templates.RAY_ROLE_LABEL: "head"}),
+            pod_selector=k8s.LabelSelector(match_labels={INSTANCE_LABEL: spec.service_name,
+                                                         RAY_ROLE_LABEL: "head"}),
             policy_types=["Egress"],
             egress=[k8s.NetworkPolicyEgressRule(
                 to=[k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=vpc_cidr))],
@@ -133,21 +135,21 @@ class GcsRedisChart(cdk8s.Chart):
         amounts = {"cpu": k8s.Quantity.from_string("250m"), "memory": k8s.Quantity.from_string("256Mi")}
         env = {"SECRET_ID": secret_id, "SECRET_NAME": name, "NAMESPACE": spec.namespace, "KEY": PASSWORD_KEY,
                "AWS_REGION": spec.region,
-               "LABELS": '{"%s": "%s", "%s": "%s"}' % (pod_templates.APP_NAME_LABEL, pod_templates.NAME,
-                                                       pod_templates.APP_INSTANCE_LABEL, spec.service_name)}
+               "LABELS": '{"%s": "%s", "%s": "%s"}' % (APP_NAME_LABEL, NAME,
+                                                       APP_INSTANCE_LABEL, spec.service_name)}
         k8s.KubeJob(self, "Sync", metadata=k8s.ObjectMeta(name=f"{account}-{run_id}", labels=labels),
                     spec=k8s.JobSpec(
             backoff_limit=6, ttl_seconds_after_finished=3600,
             template=k8s.PodTemplateSpec(
-                metadata=k8s.ObjectMeta(labels={**labels, pod_templates.INSTANCE_LABEL: spec.service_name}),
+                metadata=k8s.ObjectMeta(labels={**labels, INSTANCE_LABEL: spec.service_name}),
                 spec=k8s.PodSpec(
                     service_account_name=account, restart_policy="Never",
                     node_selector=spec.system.labels,
                     security_context=k8s.PodSecurityContext(
-                        run_as_non_root=True, run_as_user=pod_templates.NOBODY, run_as_group=pod_templates.NOBODY,
+                        run_as_non_root=True, run_as_user=NOBODY, run_as_group=NOBODY,
                         seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault")),
                     containers=[k8s.Container(
                         name="copy-password", image=spec.image_uri, command=["python3", "-c", SYNC_SCRIPT],
                         env=[k8s.EnvVar(name=k, value=v) for k, v in env.items()],
                         resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
-                        security_context=pod_templates.locked_down())]))))
+                        security_context=locked_down())]))))

@@ -35,7 +35,8 @@ from cdk8s_plus_35 import k8s
 
 from ..spec.infrastructure import KUBERAY_OPERATOR_POD_LABELS
 from ..spec.serving import SERVE_PORT, ServingSpec
-from . import pod_templates
+from ..spec.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 
 NETWORK_POLICY_CHART_ID = "serving-network-policy"
 DASHBOARD_PORT = 8265
@@ -63,8 +64,8 @@ class NetworkPolicyChart(cdk8s.Chart):
     def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
-        deployment = k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name})
-        labels = {pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name}
+        deployment = k8s.LabelSelector(match_labels={INSTANCE_LABEL: name})
+        labels = {APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: name}
 
         def policy(id_: str, suffix: str, spec_: k8s.NetworkPolicySpec) -> None:
             k8s.KubeNetworkPolicy(self, id_, metadata=k8s.ObjectMeta(name=f"{name}-{suffix}", labels=labels), spec=spec_)
@@ -76,8 +77,8 @@ class NetworkPolicyChart(cdk8s.Chart):
             ingress=[k8s.NetworkPolicyIngressRule(from_=[k8s.NetworkPolicyPeer(pod_selector=deployment)])],
             egress=[k8s.NetworkPolicyEgressRule(to=[k8s.NetworkPolicyPeer(pod_selector=deployment)])]))
         policy("OperatorDashboard", "operator-dashboard", k8s.NetworkPolicySpec(
-            pod_selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name,
-                                                         pod_templates.RAY_ROLE_LABEL: "head"}),
+            pod_selector=k8s.LabelSelector(match_labels={INSTANCE_LABEL: name,
+                                                         RAY_ROLE_LABEL: "head"}),
             policy_types=["Ingress"],
             ingress=[k8s.NetworkPolicyIngressRule(
                 from_=[k8s.NetworkPolicyPeer(namespace_selector=_namespace(spec.operator_namespace),
@@ -87,8 +88,8 @@ class NetworkPolicyChart(cdk8s.Chart):
         clients += [k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=c)) for c in spec.service.client_cidrs]
         if clients:
             policy("OpenAiClients", "openai-clients", k8s.NetworkPolicySpec(
-                pod_selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name,
-                                                             pod_templates.SERVES_HTTP_LABEL: "true"}),
+                pod_selector=k8s.LabelSelector(match_labels={INSTANCE_LABEL: name,
+                                                             SERVES_HTTP_LABEL: "true"}),
                 policy_types=["Ingress"],
                 ingress=[k8s.NetworkPolicyIngressRule(from_=clients, ports=[_port(SERVE_PORT)])]))
         policy("Dns", "dns", k8s.NetworkPolicySpec(

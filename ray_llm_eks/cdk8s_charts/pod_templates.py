@@ -42,10 +42,10 @@ Worker choices, each with its reason:
   back to slow /tmp when /dev/shm is smaller); the rest is for NCCL and vLLM's shared-memory
   queues. Serve LLM passes requests and responses, not weights, through the object store.
 - Model cache: a hostPath directory on the node's root volume, mounted at
-  :data:`HF_CACHE_MOUNT_PATH` with ``HF_HOME`` pointing at it (see :data:`HF_CACHE_HOST_PATH`).
-  Workers only: the head loads no model.
-- Labels: only this project's own keys (:data:`POD_LABEL_PREFIX`) on pod templates, never
-  ``app.kubernetes.io/*`` or ``ray.io/*`` (see :data:`KUBERAY_OWNED_LABEL_PREFIXES`).
+  ``model_cache.HF_CACHE_MOUNT_PATH`` with ``HF_HOME`` pointing at it (:mod:`.model_cache`).
+  Workers only: the head loads no model. A gated model's token: :mod:`.hf_token`.
+- Labels: only this project's own keys (``wire.LABEL_PREFIX``) on pod templates, never
+  ``app.kubernetes.io/*`` or ``ray.io/*`` (:mod:`.labels`).
 - Security: ``privileged`` (the reference deployment; NIXL registers memory with the EFA
   device) or ``ipc-lock`` (experimental, see docs/rayservice.md): not privileged, no privilege
   escalation, capability ``IPC_LOCK`` only, which lets the process pin memory for RDMA
@@ -60,72 +60,24 @@ from typing import Any, Mapping
 
 from cdk8s_plus_35 import k8s
 
-from ..spec import observability, scaling, sizing
+from ..spec import scaling
 from ..spec.placement import ROLE_LABEL
 from ..spec.serving import SERVE_PORT, SecurityProfile, ServingSpec
+from ..spec.wire import EFA_RESOURCE, GPU_RESOURCE, METRICS_PORT, WORKER_CONTAINER
 from . import serve_config
+from .containers import env_vars, guaranteed
+from .gcs_redis import head_env as gcs_head_env
+from .hf_token import HF_TOKEN_DIR, HF_TOKEN_FILE, HF_TOKEN_VOLUME, hf_token_init_container
+from .labels import pod_labels
+from .model_cache import HF_CACHE_MOUNT_PATH, HF_CACHE_VOLUME, hf_cache_init_container, hf_cache_volume
 
-GPU_RESOURCE = "nvidia.com/gpu"
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 """Cluster Autoscaler's pod annotation; ``"false"`` keeps it from removing the pod's node (its FAQ)."""
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 SHM_SIZE_GIB = 8
 OBJECT_STORE_GIB = 4
 GIB = 1024**3
 
 HEAD_CONTAINER = "ray-head"
-WORKER_CONTAINER = observability.WORKER_CONTAINER  # one name for the pods and the log filters
-
-# Labels on every Ray pod of this deployment, so Services can select them without depending on
-# the generated RayCluster name (which KubeRay suffixes with a hash).
-POD_LABEL_PREFIX = "ray-llm-eks/"
-INSTANCE_LABEL = f"{POD_LABEL_PREFIX}instance"
-RAY_ROLE_LABEL = f"{POD_LABEL_PREFIX}ray-role"
-SERVES_HTTP_LABEL = f"{POD_LABEL_PREFIX}serves-http"
-
-KUBERAY_OWNED_LABEL_PREFIXES = ("app.kubernetes.io/", "ray.io/")
-"""Label keys KubeRay sets on the pods it creates; pod templates must not set any of them.
-
-KubeRay merges its own pod labels (``ray.io/cluster``, ``ray.io/node-type``, ``ray.io/group``,
-``ray.io/identifier``, ``ray.io/is-ray-node``, ``app.kubernetes.io/name: kuberay``,
-``app.kubernetes.io/created-by: kuberay-operator``) under the template's, so a template label
-with the same key wins. But the selector of the RayService's ``<name>-head-svc``
-(``BuildHeadServiceForRayService``) is built from KubeRay's defaults, so a head pod labelled
-``app.kubernetes.io/name: ray-llm-eks`` matches no selector and that Service has no endpoints
-(kuberay issues #2147, #2648). The whole ``app.kubernetes.io/`` and ``ray.io/`` namespaces are
-kept off, not just today's keys. Top-level object metadata (the RayService, the Services) may
-carry ``app.kubernetes.io/*``: KubeRay does not copy those onto pods.
-"""
-
-# Top-level object metadata only (see KUBERAY_OWNED_LABEL_PREFIXES).
-APP_NAME_LABEL = "app.kubernetes.io/name"
-APP_INSTANCE_LABEL = "app.kubernetes.io/instance"
-NAME = "ray-llm-eks"
-
-HF_CACHE_HOST_PATH = "/var/lib/ray-llm-eks/hf-cache"
-"""Node directory (hostPath, ``DirectoryOrCreate``) that holds the Hugging Face cache of workers.
-
-Without it, vLLM downloads the checkpoint (18 GiB for Qwen3.5-9B) into the container's writable
-layer on every pod start, through the NAT gateway, and loses it when the pod restarts; the GPU
-node's root volume (sized and provisioned at 1000 MiB/s for the checkpoint, see
-``config.RootVolumeConfig``) was then never read. Under ``/var/lib`` it lives on that root
-volume on the EKS AL2023 AMI. The first pod on a node downloads; later pods on the same node
-(restarts, RayService re-creation) load from disk. It is node-local and shared by the worker
-pods of that node; the GPU nodes are dedicated (taint), so only this deployment's workers
-mount it. The hub cache stores one snapshot per commit, so a pinned revision is not mixed up
-with another.
-"""
-
-HF_CACHE_MOUNT_PATH = "/var/cache/huggingface"
-"""Where :data:`HF_CACHE_HOST_PATH` appears in the worker container; ``HF_HOME`` points here.
-
-``HF_HOME`` is the root of every ``huggingface_hub`` cache, which vLLM (and Ray Serve LLM, which
-hands Hugging Face ids to vLLM) downloads through: the hub cache defaults to ``$HF_HOME/hub``
-(``HF_HUB_CACHE``), the Xet chunk cache to ``$HF_HOME/xet``.
-"""
-
-HF_CACHE_VOLUME = "hf-cache"
-HF_CACHE_INIT_CONTAINER = "hf-cache-permissions"
 
 
 @dataclass(frozen=True)
@@ -138,63 +90,18 @@ HEAD_PORTS = (
     NamedPort("gcs", 6379),
     NamedPort("dashboard", 8265),
     NamedPort("serve", SERVE_PORT),
-    NamedPort("metrics", 8080),
+    NamedPort("metrics", METRICS_PORT),
 )
 """The image does not declare ports; KubeRay's Services and probes look them up by these names."""
 
 WORKER_PORTS = (
     NamedPort("serve", SERVE_PORT),
-    NamedPort("metrics", 8080),
+    NamedPort("metrics", METRICS_PORT),
 )
-
-
-def pod_labels(spec: ServingSpec, ray_role: str, *, serves_http: bool) -> dict[str, str]:
-    """Pod-template labels: this project's keys only (:data:`KUBERAY_OWNED_LABEL_PREFIXES`)."""
-    return {
-        INSTANCE_LABEL: spec.service_name,
-        RAY_ROLE_LABEL: ray_role,
-        SERVES_HTTP_LABEL: "true" if serves_http else "false",
-    }
 
 
 def _ports(ports: tuple[NamedPort, ...] | list[NamedPort]) -> list[k8s.ContainerPort]:
     return [k8s.ContainerPort(name=p.name, container_port=p.port, protocol="TCP") for p in ports]
-
-
-def guaranteed(resources: sizing.PodResources, extra: Mapping[str, int] | None = None) -> k8s.ResourceRequirements:
-    """Requests equal to limits: the Guaranteed QoS class (see ``sizing``)."""
-    amounts = {
-        "cpu": k8s.Quantity.from_string(resources.cpu_quantity),
-        "memory": k8s.Quantity.from_string(resources.memory_quantity),
-    }
-    amounts.update({name: k8s.Quantity.from_number(count) for name, count in (extra or {}).items()})
-    return k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
-
-
-NOBODY = 65534
-
-
-def efa_counters_name(service_name: str) -> str:
-    """The deployment gate's EFA counter reader DaemonSet, and its service account."""
-    return f"{service_name}-efa-counters"
-
-
-def locked_down() -> k8s.SecurityContext:
-    """For the project's own helper containers: no capability, nothing writable, no way up."""
-    return k8s.SecurityContext(
-        allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
-        capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),
-    )
-
-
-def non_root() -> k8s.PodSecurityContext:
-    """nobody: the helpers (gate, EFA counter reader, bench) read, compute and send, nothing more."""
-    return k8s.PodSecurityContext(run_as_non_root=True, run_as_user=NOBODY, run_as_group=NOBODY,
-                                  seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
-
-
-def _env(values: Mapping[str, str]) -> list[k8s.EnvVar]:
-    return [k8s.EnvVar(name=name, value=value) for name, value in values.items()]
 
 
 def worker_env() -> dict[str, str]:
@@ -232,109 +139,6 @@ def worker_security_context(profile: SecurityProfile) -> k8s.SecurityContext:
         privileged=False,
         allow_privilege_escalation=False,
         capabilities=k8s.Capabilities(add=["IPC_LOCK"]),
-    )
-
-
-def hf_cache_volume() -> k8s.Volume:
-    return k8s.Volume(
-        name=HF_CACHE_VOLUME,
-        host_path=k8s.HostPathVolumeSource(path=HF_CACHE_HOST_PATH, type="DirectoryOrCreate"),
-    )
-
-
-HF_CACHE_MODE = "0750"
-
-
-def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
-    """Gives the node's model cache to the image's user, and only to it.
-
-    The kubelet creates a ``DirectoryOrCreate`` hostPath as root, mode 0755, which a non-root
-    image user could not write. This container runs as root with every capability dropped but
-    CHOWN and FOWNER, and makes the directory ``<user_id>:<group_id>`` mode 0750: the Ray process writes the
-    weights, its group reads them, nobody else on the node does (the admission policy keeps other
-    pods from mounting host paths at all). An image that runs as root writes there anyway. Same
-    image as the Ray container, so nothing else is pulled. Requests equal limits, so the pod
-    stays in the Guaranteed QoS class (which counts init containers too); an init container's
-    request is below the Ray container's, so it changes nothing in scheduling.
-    """
-    amounts = {"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("64Mi")}
-    owner = f"{spec.image.user_id}:{spec.image.group_id}"
-    # FOWNER beside CHOWN: the directory outlives the pod, so from the second pod on a node it
-    # already belongs to the image user, and root may change its mode only with CAP_FOWNER
-    # (chmod(2)). With both, the command is the same on every run.
-    return k8s.Container(
-        name=HF_CACHE_INIT_CONTAINER,
-        image=spec.image_uri,
-        command=["sh", "-c", f'chown {owner} "$0" && chmod {HF_CACHE_MODE} "$0"', HF_CACHE_MOUNT_PATH],
-        resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
-        security_context=k8s.SecurityContext(
-            run_as_user=0,
-            run_as_non_root=False,
-            privileged=False,
-            allow_privilege_escalation=False,
-            read_only_root_filesystem=True,
-            capabilities=k8s.Capabilities(drop=["ALL"], add=["CHOWN", "FOWNER"]),
-        ),
-        volume_mounts=[k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH)],
-    )
-
-
-HF_TOKEN_VOLUME = "hf-token"
-HF_TOKEN_INIT_CONTAINER = "hf-token"
-HF_TOKEN_DIR = "/var/run/secrets/huggingface"
-HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
-HF_TOKEN_SCRIPT = """\
-import os, sys
-try:
-    import boto3
-except ImportError:
-    sys.exit("hf-token: the serving image has no boto3, so the Hugging Face token cannot be read from "
-             "Secrets Manager; use an image with boto3 (botocore 1.32 or later, for EKS Pod Identity)")
-secret_id = os.environ["HF_TOKEN_SECRET"]
-client = boto3.client("secretsmanager", region_name=os.environ["AWS_REGION"])
-token = (client.get_secret_value(SecretId=secret_id).get("SecretString") or "").strip()
-if not token:
-    sys.exit(f"hf-token: secret {secret_id} has no SecretString")
-path = os.environ["HF_TOKEN_PATH"]
-partial = path + ".partial"
-if os.path.exists(partial):
-    os.unlink(partial)
-fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-os.write(fd, token.encode())
-os.close(fd)
-os.replace(partial, path)  # a rerun of this container (same pod) replaces its own read-only file
-print(f"hf-token: wrote the token from {secret_id}")
-"""
-
-
-def hf_token_region(spec: ServingSpec) -> str:
-    """The secret's own region when an ARN names it, else the deployment's."""
-    secret = spec.model.hf_token_secret or ""
-    return secret.split(":")[3] if secret.startswith("arn:") else spec.region
-
-
-def hf_token_init_container(spec: ServingSpec) -> k8s.Container:
-    """Reads the Hugging Face token from Secrets Manager into a memory-backed volume of this pod.
-
-    The token never enters the template, the manifests or the pod spec: this container fetches
-    it at start with the pod's own role (EKS Pod Identity; the role may read this one secret) and
-    writes it, mode 0400 and owned by the image's user (no ``runAsUser``: the Ray container runs
-    as the same user), where ``HF_TOKEN_PATH`` points huggingface_hub (v0.23+ reads that variable).
-    It uses the serving image's Python and boto3 (in the rayproject base image; botocore gained
-    Pod Identity credentials in 1.32), so nothing else is pulled.
-    """
-    amounts = {"cpu": k8s.Quantity.from_string("250m"), "memory": k8s.Quantity.from_string("256Mi")}
-    return k8s.Container(
-        name=HF_TOKEN_INIT_CONTAINER,
-        image=spec.image_uri,
-        command=["python3", "-c", HF_TOKEN_SCRIPT],
-        env=_env({"HF_TOKEN_SECRET": spec.model.hf_token_secret or "", "AWS_REGION": hf_token_region(spec),
-                  "HF_TOKEN_PATH": HF_TOKEN_FILE}),
-        resources=k8s.ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
-        security_context=k8s.SecurityContext(
-            privileged=False, allow_privilege_escalation=False, read_only_root_filesystem=True,
-            capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault")),
-        volume_mounts=[k8s.VolumeMount(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR)],
     )
 
 
@@ -416,7 +220,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
                 k8s.Container(
                     name=HEAD_CONTAINER,
                     image=spec.image_uri,
-                    env=_env(_gcs_head_env()) if spec.service.gcs_fault_tolerance.enabled else None,
+                    env=env_vars(gcs_head_env()) if spec.service.gcs_fault_tolerance.enabled else None,
                     ports=_ports(HEAD_PORTS),
                     resources=guaranteed(spec.head_resources),
                     security_context=head_security_context(),
@@ -424,12 +228,6 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
             ],
         ),
     )
-
-
-def _gcs_head_env() -> dict[str, str]:
-    from .gcs_redis import head_env  # gcs_redis builds on this module
-
-    return head_env()
 
 
 def head_security_context() -> k8s.SecurityContext:
@@ -469,7 +267,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                 k8s.Container(
                     name=WORKER_CONTAINER,
                     image=spec.image_uri,
-                    env=_env({**worker_env(), **({"HF_TOKEN_PATH": HF_TOKEN_FILE} if with_token else {})}),
+                    env=env_vars({**worker_env(), **({"HF_TOKEN_PATH": HF_TOKEN_FILE} if with_token else {})}),
                     ports=_ports([*WORKER_PORTS, *nixl_ports]),
                     resources=guaranteed(
                         spec.worker_resources(role),

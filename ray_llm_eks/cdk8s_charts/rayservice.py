@@ -49,20 +49,18 @@ from cdk8s_plus_35 import k8s
 from constructs import Construct
 
 from ..spec.serving import RAY_SERVICE_NAME_MAX
+from ..spec.wire import CLUSTER_SPEC_HASH_ANNOTATION
 
 API_VERSION = "ray.io/v1"
 KIND = "RayService"
 
-CLUSTER_SPEC_HASH_ANNOTATION = "ray-llm-eks/cluster-spec-hash"
-"""On every pod template (so on every Ray pod): the hash of the ``rayClusterConfig`` it belongs to.
-
-KubeRay 1.4.0 with ``upgradeStrategy: None`` never applies a pod-template or replica change to a
-running RayCluster (its hash clears replicas, and a changed template only counts when worker
-groups are appended: ``rayservice_controller.go``). The deployment gate compares this annotation
-on the running pods with the deployed one and, when they differ, deletes the active RayCluster;
-KubeRay then builds a new one from the current spec (docs/replacement.md). Replicas are part of
-the hash, so a node-count change is a cluster change too.
-"""
+# Every pod template (so every Ray pod) carries wire.CLUSTER_SPEC_HASH_ANNOTATION: the hash of the
+# ``rayClusterConfig`` it belongs to. KubeRay 1.4.0 with ``upgradeStrategy: None`` never applies a
+# pod-template or replica change to a running RayCluster (its hash clears replicas, and a changed
+# template only counts when worker groups are appended: ``rayservice_controller.go``). The
+# deployment gate compares this annotation on the running pods with the deployed one and, when they
+# differ, deletes the active RayCluster; KubeRay then builds a new one from the current spec
+# (docs/replacement.md). Replicas are part of the hash, so a node-count change is a cluster change too.
 
 
 class UpgradeStrategy(str, Enum):

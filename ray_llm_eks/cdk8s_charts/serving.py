@@ -22,8 +22,10 @@ import cdk8s_plus_35 as kplus
 from cdk8s_plus_35 import k8s
 
 from ..spec.placement import WORKER_ROLES
-from ..spec.serving import SERVE_PORT, SERVING_INSTANCE_NAMESPACE_LABEL, EndpointType, RayAuth, ServingSpec
+from ..spec.serving import SERVE_PORT, EndpointType, RayAuth, ServingSpec
+from ..spec.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL, SERVING_INSTANCE_NAMESPACE_LABEL
 from . import gcs_redis, pod_templates, serve_config
+from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart
 from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
 from .rayservice import (
@@ -147,7 +149,7 @@ class RayServiceChart(cdk8s.Chart):
             "RayService",
             name=name,
             spec=self.spec,
-            labels={pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name},
+            labels={APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: name},
         )
 
         internal_nlb = spec.service.endpoint is EndpointType.internal_nlb
@@ -172,8 +174,8 @@ class RayServiceChart(cdk8s.Chart):
         )
         # Every worker runs a Serve proxy next to its model replica; the head runs none.
         # KubeRay's readiness probe on workers keeps a pod out until its proxy answers.
-        self.openai_service.select_label(pod_templates.INSTANCE_LABEL, name)
-        self.openai_service.select_label(pod_templates.SERVES_HTTP_LABEL, "true")
+        self.openai_service.select_label(INSTANCE_LABEL, name)
+        self.openai_service.select_label(SERVES_HTTP_LABEL, "true")
         if internal_nlb:
             # Local keeps the client's source address (no SNAT to a node IP at the NodePort), so
             # the NetworkPolicy's client CIDRs see the real caller.
@@ -209,12 +211,12 @@ def disruption_budget(chart: cdk8s.Chart, spec: ServingSpec, role: str) -> k8s.K
     return k8s.KubePodDisruptionBudget(
         chart, f"DisruptionBudget-{role}",
         metadata=k8s.ObjectMeta(name=f"{name}-{role}", labels={
-            pod_templates.APP_NAME_LABEL: pod_templates.NAME, pod_templates.APP_INSTANCE_LABEL: name}),
+            APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: name}),
         spec=k8s.PodDisruptionBudgetSpec(
             min_available=k8s.IntOrString.from_number(spec.pool(role).min_size - 1),
             unhealthy_pod_eviction_policy="AlwaysAllow",
-            selector=k8s.LabelSelector(match_labels={pod_templates.INSTANCE_LABEL: name,
-                                                     pod_templates.RAY_ROLE_LABEL: role})))
+            selector=k8s.LabelSelector(match_labels={INSTANCE_LABEL: name,
+                                                     RAY_ROLE_LABEL: role})))
 
 
 @dataclass(frozen=True)

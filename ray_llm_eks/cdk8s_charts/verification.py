@@ -23,14 +23,14 @@ serving spec (image, model, engine settings, security profile, node counts, topo
 Job, so the deploy applies a new one, and the old Job and ConfigMap are pruned with it
 (``kubectl apply --prune``, which the kubectl provider runs on update). The report is on the
 Job's stdout and, so that a rollback's prune cannot take it, in the ConfigMap
-``<service>-gate-<run>-report`` that the gate creates (``gate.report_command``).
+``<service>-gate-<run>-report`` that the gate creates (``wire.report_command``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import cdk8s
@@ -39,26 +39,39 @@ from constructs import Construct
 
 from ..spec import sizing
 from ..spec.placement import ROLE_LABEL, WORKER_ROLES
-from ..spec.serving import RayAuth, ServingSpec, Topology
+from ..spec.serving import SERVE_PORT, RayAuth, ServingSpec, Topology
 from ..spec.verification import VerificationSpec
-from ..verification import bundle, efa, evidence, gate
+from ..spec.wire import (
+    COMPONENT_LABEL,
+    DASHBOARD_PORT,
+    EFA_COUNTER_PORT,
+    EFA_COUNTERS_COMPONENT,
+    EXPECTED_BACKEND,
+    EXPECTED_PROVIDER,
+    GATE_COMPONENT,
+    GATE_RUN_LABEL,
+    GATE_SETTINGS_COMPONENT,
+    GATE_SETTINGS_FILE,
+    INSTANCE_LABEL,
+    METRICS_PORT,
+    MONITOR_COMPONENT,
+    WORKER_CONTAINER,
+    GateSettings,
+    RoleExpectation,
+    read_only_run,
+    report_config_map,
+)
+from ..verification import bundle
 from . import pod_templates
+from .containers import guaranteed, locked_down, non_root
+from .labels import efa_counters_name
 from .rayservice import CLUSTER_SPEC_HASH_ANNOTATION
 from .serving import ServingCharts, openai_service_name
 
 VERIFICATION_CHART_ID = "serving-verification"
 PROGRAM_DIR = "/opt/rayllmeks"
 SETTINGS_DIR = "/etc/rayllmeks-gate"
-SETTINGS_FILE = gate.SETTINGS_FILE
 SIGNAL_URL_KEY = "url"
-COMPONENT_LABEL = gate.COMPONENT_LABEL
-GATE_COMPONENT = "gate"
-GATE_SETTINGS_COMPONENT = gate.SETTINGS_COMPONENT
-EFA_COUNTERS_COMPONENT = "efa-counters"
-RUN_LABEL = f"{pod_templates.POD_LABEL_PREFIX}gate-run"
-DASHBOARD_PORT = 8265
-METRICS_PORT = 8080
-"""KubeRay's ``metrics-export-port`` default (``DefaultMetricsPort``), declared on the Ray pods."""
 RUN_ID_LENGTH = 8
 
 def gate_name(service_name: str) -> str:
@@ -70,59 +83,59 @@ def gate_job_name(service_name: str, run_id: str) -> str:
     return f"{gate_name(service_name)}-{run_id}"
 
 
-efa_counters_name = pod_templates.efa_counters_name
 
-
-def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: ServingCharts) -> dict[str, Any]:
+def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: ServingCharts) -> GateSettings:
     """What the deployed spec says, for the gate to compare the cluster with (``gate.json``)."""
     rayservice = charts.rayservice
     serve = rayservice.serve_config.to_dict()["applications"][0]
     namespace, name = spec.namespace, spec.service_name
     disaggregated = spec.topology is Topology.disaggregated
     probe_words = verification.probe_prompt_words(spec.model.max_model_len)
-    return {
-        "namespace": namespace,
-        "ray_service": name,
-        "topology": spec.topology.value,
-        "model": spec.model.served_name,
-        "application": serve["name"],
-        "openai_url": f"http://{openai_service_name(name)}.{namespace}.svc:{pod_templates.SERVE_PORT}",
-        "dashboard_url": f"http://{name}-head-svc.{namespace}.svc:{DASHBOARD_PORT}",
-        "image": spec.image_uri,
-        "image_digest": spec.image.digest,
-        "cluster_spec_hash": rayservice.spec.ray_cluster_config.spec_hash,
-        "hash_annotation": CLUSTER_SPEC_HASH_ANNOTATION,
-        "worker_container": pod_templates.WORKER_CONTAINER,
-        "worker_env": pod_templates.worker_env(),
-        "serve_args": serve["args"],
-        "roles": {
-            role: {"nodes": spec.pool(role).desired_size, "node_selector": {ROLE_LABEL: role},
-                   "gpus_per_node": spec.pool(role).gpus_per_node,
-                   **({"min_nodes": spec.pool(role).min_size, "max_nodes": spec.pool(role).max_size}
-                      if spec.autoscaled(role) else {})}
+    return GateSettings(
+        namespace=namespace,
+        ray_service=name,
+        topology=spec.topology.value,
+        model=spec.model.served_name,
+        application=serve["name"],
+        openai_url=f"http://{openai_service_name(name)}.{namespace}.svc:{SERVE_PORT}",
+        dashboard_url=f"http://{name}-head-svc.{namespace}.svc:{DASHBOARD_PORT}",
+        image=spec.image_uri,
+        image_digest=spec.image.digest,
+        cluster_spec_hash=rayservice.spec.ray_cluster_config.spec_hash,
+        hash_annotation=CLUSTER_SPEC_HASH_ANNOTATION,
+        worker_container=WORKER_CONTAINER,
+        worker_env=pod_templates.worker_env(),
+        serve_args=serve["args"],
+        roles={
+            role: RoleExpectation(
+                nodes=spec.pool(role).desired_size, node_selector={ROLE_LABEL: role},
+                gpus_per_node=spec.pool(role).gpus_per_node,
+                min_nodes=spec.pool(role).min_size if spec.autoscaled(role) else None,
+                max_nodes=spec.pool(role).max_size if spec.autoscaled(role) else None)
             for role in WORKER_ROLES
         },
-        "metrics_port": METRICS_PORT,
-        "efa_counter_port": efa.COUNTER_PORT,
-        "efa_counter_selector": {pod_templates.INSTANCE_LABEL: name, COMPONENT_LABEL: EFA_COUNTERS_COMPONENT},
-        "kv_bytes_per_token": spec.kv_bytes_per_prompt_token if disaggregated else 0,
-        "kv_bytes_per_sequence": spec.kv_bytes_per_sequence if disaggregated else 0,
-        "min_kv_fraction": verification.min_kv_fraction,
-        "probes": verification.probes,
-        "probe_prompt_words": probe_words,
-        "probe_max_tokens": verification.probe_max_tokens,
-        "deadline_seconds": verification.gate_deadline_seconds,
-        "expected_backend": evidence.EXPECTED_BACKEND,
-        "expected_provider": evidence.EXPECTED_PROVIDER,
-        "ray_auth": spec.service.ray_auth.value,
-    }
+        metrics_port=METRICS_PORT,
+        efa_counter_port=EFA_COUNTER_PORT,
+        efa_counter_selector={INSTANCE_LABEL: name, COMPONENT_LABEL: EFA_COUNTERS_COMPONENT},
+        kv_bytes_per_token=spec.kv_bytes_per_prompt_token if disaggregated else 0,
+        kv_bytes_per_sequence=spec.kv_bytes_per_sequence if disaggregated else 0,
+        min_kv_fraction=verification.min_kv_fraction,
+        probes=verification.probes,
+        probe_prompt_words=probe_words,
+        probe_max_tokens=verification.probe_max_tokens,
+        deadline_seconds=verification.gate_deadline_seconds,
+        expected_backend=EXPECTED_BACKEND,
+        expected_provider=EXPECTED_PROVIDER,
+        ray_auth=spec.service.ray_auth.value,
+    )
 
 
-def run_id(charts: ServingCharts, settings: dict[str, Any], job_spec: dict[str, Any]) -> str:
+def run_id(charts: ServingCharts, settings: GateSettings, job_spec: dict[str, Any]) -> str:
     """Hash of everything the gate checks and runs with: the rendered serving charts, the gate
-    settings and the gate Job's own spec (with a placeholder where its name goes)."""
+    settings (before the run has an id) and the gate Job's own spec (with a placeholder where its
+    name goes)."""
     rendered = [chart.to_json() for chart in charts.charts]
-    text = json.dumps([rendered, settings, job_spec], sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps([rendered, settings.to_json(), job_spec], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:RUN_ID_LENGTH]
 
 
@@ -130,7 +143,7 @@ def run_id(charts: ServingCharts, settings: dict[str, Any], job_spec: dict[str, 
 class GatePlan:
     """The gate of one serving spec: its settings and its run id (computed before any CDK resource)."""
 
-    settings: dict[str, Any]
+    settings: GateSettings
     run_id: str
 
     @classmethod
@@ -138,7 +151,7 @@ class GatePlan:
         settings = gate_settings(spec, verification, charts)
         identifier = run_id(charts, settings, _job_spec_json(spec, verification))
         job_name = gate_job_name(spec.service_name, identifier)
-        return cls(settings={**settings, "run_id": identifier, "job_name": job_name}, run_id=identifier)
+        return cls(settings=replace(settings, run_id=identifier, job_name=job_name), run_id=identifier)
 
 
 def _python_command(*args: str) -> list[str]:
@@ -164,7 +177,7 @@ class VerificationChart(cdk8s.Chart):
                  verification: VerificationSpec, signal_url: str | None) -> None:
         super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
-        labels = {pod_templates.INSTANCE_LABEL: name}
+        labels = {INSTANCE_LABEL: name}
         self.plan = plan
         self.job_name = gate_job_name(name, plan.run_id)
         self.settings_name = self.job_name
@@ -173,8 +186,8 @@ class VerificationChart(cdk8s.Chart):
         k8s.KubeConfigMap(self, "Program", metadata=k8s.ObjectMeta(name=program_name, labels=labels),
                           data=bundle.files())
         k8s.KubeConfigMap(self, "Settings", metadata=k8s.ObjectMeta(
-            name=self.settings_name, labels={**labels, COMPONENT_LABEL: GATE_SETTINGS_COMPONENT, RUN_LABEL: plan.run_id}),
-            immutable=True, data={SETTINGS_FILE: json.dumps(plan.settings, indent=2, sort_keys=True)})
+            name=self.settings_name, labels={**labels, COMPONENT_LABEL: GATE_SETTINGS_COMPONENT, GATE_RUN_LABEL: plan.run_id}),
+            immutable=True, data={GATE_SETTINGS_FILE: json.dumps(plan.settings.to_json(), indent=2, sort_keys=True)})
         if signal_url is not None:
             k8s.KubeSecret(self, "Signal", metadata=k8s.ObjectMeta(name=self.job_name, labels=labels),
                            type="Opaque", string_data={SIGNAL_URL_KEY: signal_url})
@@ -188,7 +201,7 @@ class VerificationChart(cdk8s.Chart):
             # update can: a Job run again under the same name replaces its own report).
             k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["create"]),
             k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["update"],
-                           resource_names=[gate.report_config_map(self.job_name)]),
+                           resource_names=[report_config_map(self.job_name)]),
             # Its own Job's creation time: CloudFormation's wait began then.
             k8s.PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["get"], resource_names=[self.job_name]),
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices"], verbs=["get"]),
@@ -228,26 +241,26 @@ class VerificationChart(cdk8s.Chart):
                 spec=k8s.PodSpec(
                     service_account_name=efa_counters_name(name),
                     automount_service_account_token=False,
-                    security_context=pod_templates.non_root(),
+                    security_context=non_root(),
                     affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
                         required_during_scheduling_ignored_during_execution=gpu_nodes)),
                     tolerations=[k8s.Toleration(key=pool.taint.key, operator="Equal", value=pool.taint.value,
                                                 effect=pool.taint.effect) for pool in spec.pools],
                     containers=[k8s.Container(
                         name="efa-counters", image=spec.image_uri,
-                        command=_python_command("efa-counters", "--sysfs", "/host/sys", "--port", str(efa.COUNTER_PORT)),
+                        command=_python_command("efa-counters", "--sysfs", "/host/sys", "--port", str(EFA_COUNTER_PORT)),
                         env=[*PYTHON_ENV, k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(
                             field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName")))],
-                        ports=[k8s.ContainerPort(name="efa-counters", container_port=efa.COUNTER_PORT, protocol="TCP")],
+                        ports=[k8s.ContainerPort(name="efa-counters", container_port=EFA_COUNTER_PORT, protocol="TCP")],
                         readiness_probe=k8s.Probe(http_get=k8s.HttpGetAction(
-                            path="/healthz", port=k8s.IntOrString.from_number(efa.COUNTER_PORT))),
+                            path="/healthz", port=k8s.IntOrString.from_number(EFA_COUNTER_PORT))),
                         # A reader that stops answering is restarted, not left for the gate to time out on.
                         liveness_probe=k8s.Probe(http_get=k8s.HttpGetAction(
-                            path="/healthz", port=k8s.IntOrString.from_number(efa.COUNTER_PORT)),
+                            path="/healthz", port=k8s.IntOrString.from_number(EFA_COUNTER_PORT)),
                             period_seconds=20, failure_threshold=3),
                         # Within the GPU nodes' DaemonSet budget (sizing.DAEMONSET_BUDGET).
-                        resources=pod_templates.guaranteed(sizing.EFA_COUNTER_READER),
-                        security_context=pod_templates.locked_down(),
+                        resources=guaranteed(sizing.EFA_COUNTER_READER),
+                        security_context=locked_down(),
                         volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                        # Submounts such as /sys/fs/cgroup read-only too, where the
                                        # runtime can (Kubernetes 1.33+ recursiveReadOnly).
@@ -301,12 +314,12 @@ class VerificationChart(cdk8s.Chart):
                                    role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
                                                         name=node_reader),
                                    subjects=[subject])
-        overrides = json.dumps({"rollout": False, "as_deploy_job": False,
-                                "deadline_seconds": verification.continuous_deadline_seconds,
-                                # The last period (and a little more) of each worker's log.
-                                "log_window_seconds": verification.every_minutes * 60 + 120,
-                                "wait_for_job": self.job_name, "state_config_map": state}, separators=(",", ":"))
-        pod_labels = {pod_templates.INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: MONITOR_COMPONENT}
+        overrides = json.dumps(read_only_run(verification.continuous_deadline_seconds,
+                                             # The last period (and a little more) of each worker's log.
+                                             log_window_seconds=verification.every_minutes * 60 + 120,
+                                             wait_for_job=self.job_name, state_config_map=state),
+                               separators=(",", ":"))
+        pod_labels = {INSTANCE_LABEL: spec.service_name, COMPONENT_LABEL: MONITOR_COMPONENT}
         return k8s.KubeCronJob(self, "Continuous", metadata=k8s.ObjectMeta(name=account, labels=labels),
                                spec=k8s.CronJobSpec(
             schedule=verification.schedule or "", time_zone="Etc/UTC", concurrency_policy="Forbid",
@@ -319,16 +332,16 @@ class VerificationChart(cdk8s.Chart):
                     spec=k8s.PodSpec(
                         service_account_name=account, automount_service_account_token=True,
                         restart_policy="Never", node_selector=spec.system.labels,
-                        security_context=pod_templates.non_root(),
+                        security_context=non_root(),
                         containers=[k8s.Container(
                             name="verify", image=spec.image_uri,
-                            command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}",
+                            command=_python_command("run", "--config", f"{SETTINGS_DIR}/{GATE_SETTINGS_FILE}",
                                                     "--set", f"'{overrides}'", "--publish"),
                             env=[*PYTHON_ENV, k8s.EnvVar(name="AWS_REGION", value=spec.region),
                                  # boto3 reads ~/.aws; nobody's home is not writable
                                  k8s.EnvVar(name="HOME", value="/tmp")],
-                            resources=pod_templates.guaranteed(sizing.GATE_JOB),
-                            security_context=pod_templates.locked_down(),
+                            resources=guaranteed(sizing.GATE_JOB),
+                            security_context=locked_down(),
                             volume_mounts=[
                                 k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                 k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True),
@@ -344,9 +357,6 @@ class VerificationChart(cdk8s.Chart):
         ))
 
 
-MONITOR_COMPONENT = "continuous-verification"
-
-
 def monitor_state_name(service_name: str) -> str:
     """The ConfigMap holding the previous continuous verification run's reading: ``<svc>-cv-state``."""
     return f"{monitor_name(service_name)}-state"
@@ -359,7 +369,7 @@ def monitor_name(service_name: str) -> str:
 
 
 def _job_labels(service_name: str, run: str) -> dict[str, str]:
-    return {pod_templates.INSTANCE_LABEL: service_name, COMPONENT_LABEL: GATE_COMPONENT, RUN_LABEL: run}
+    return {INSTANCE_LABEL: service_name, COMPONENT_LABEL: GATE_COMPONENT, GATE_RUN_LABEL: run}
 
 
 def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: str, *, signal: bool) -> k8s.JobSpec:
@@ -381,14 +391,14 @@ def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: s
                 automount_service_account_token=True,  # the gate reads the API with it
                 restart_policy="Never",
                 node_selector=spec.system.labels,
-                security_context=pod_templates.non_root(),
+                security_context=non_root(),
                 containers=[k8s.Container(
                     name="gate", image=spec.image_uri,
-                    command=_python_command("run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"),
+                    command=_python_command("run", "--config", f"{SETTINGS_DIR}/{GATE_SETTINGS_FILE}"),
                     env=env,
                     # Within the system node's room for small pods (sizing.SYSTEM_POD_BUDGET).
-                    resources=pod_templates.guaranteed(sizing.GATE_JOB),
-                    security_context=pod_templates.locked_down(),
+                    resources=guaranteed(sizing.GATE_JOB),
+                    security_context=locked_down(),
                     volume_mounts=[k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                    k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True)],
                 )],

@@ -20,13 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..verification import publish, serving_window
 from .errors import Collector, problem
+from .wire import METRIC_NAMESPACE, SERVING_METRICS, TRANSPORT_VERIFIED, WORKER_CONTAINER
 
 APPLICATION_LOG_GROUP = "/aws/containerinsights/{cluster}/application"
 """Where the add-on's Fluent Bit sends container logs (chart ``containerLogs.fluentBit``)."""
-METRIC_NAMESPACE = publish.NAMESPACE
-"""The namespace of this library's own metrics (log metric filters, the monitor CronJob): ``RayLlmEks``."""
 CONTAINER_INSIGHTS_NAMESPACE = "ContainerInsights"
 ADDON_NAME = "amazon-cloudwatch-observability"
 AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
@@ -67,9 +65,7 @@ TRANSFER_FAILURE_LINES = (
 
 LOG_METRICS = ("TransportFallbackLines", "TransferFailureLines")
 """The metric filters' metrics (``RayLlmEks``, dimension ``Namespace``)."""
-TRANSPORT_VERIFIED = publish.METRIC
-"""Published by continuous verification (``RayLlmEks``, dimensions ``Namespace`` and ``RayService``): 1 or 0."""
-SERVING_METRIC = {key: metric for key, (metric, _) in serving_window.PUBLISHED.items()}
+SERVING_METRIC = {key: metric for key, (metric, _) in SERVING_METRICS.items()}
 """What continuous verification publishes of the window since its previous run, by figure
 (``verification/serving_window.py``), with the same dimensions as ``TransportVerified``."""
 KV_TRANSFER_FIGURES = ("kv_transfer_bytes", "kv_transfer_mean_ms", "nixl_failed_transfers", "min_node_efa_bytes")
@@ -116,11 +112,6 @@ def _literal(value: str) -> str:
 
 FILTER_PATTERN_MAX = 1024
 """CloudWatch Logs' limit on a filter pattern's length (PutMetricFilter, ``filterPattern``)."""
-
-
-WORKER_CONTAINER = "ray-worker"
-"""The Ray worker container's name (the charts use this one): only its lines count. The gate and continuous verification quote the same phrases in their reports, from their
-own containers in the same namespace."""
 
 
 def log_filter_pattern(namespace: str, lines: tuple[TransportLine, ...]) -> str:

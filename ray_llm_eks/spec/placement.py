@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import problem
+from .wire import LABEL_PREFIX
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -21,7 +22,7 @@ SYSTEM_ROLE = "system"
 ROLE_LABEL = "role"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 """The NVIDIA device plugin's node affinity looks for this label."""
-GPU_TAINT_KEY = "ray-llm-eks/gpu-role"
+GPU_TAINT_KEY = f"{LABEL_PREFIX}gpu-role"
 NO_SCHEDULE = "NoSchedule"
 
 SYSTEM_LABELS: dict[str, str] = {ROLE_LABEL: SYSTEM_ROLE}

@@ -20,6 +20,7 @@ from .infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, ipv4_net
 from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
+from .wire import LABEL_PREFIX
 
 
 class Topology(str, Enum):
@@ -94,7 +95,7 @@ DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
 DEFAULT_ADMISSION_EXEMPT_NAMESPACES = ("kube-system",)
 DEFAULT_IMAGE_USER_ID, DEFAULT_IMAGE_GROUP_ID = 1000, 100
 DEFAULT_CACHE_NODE_TYPE = "cache.t4g.small"
-SERVING_INSTANCE_NAMESPACE_LABEL = "ray-llm-eks/serving-instance"
+SERVING_INSTANCE_NAMESPACE_LABEL = f"{LABEL_PREFIX}serving-instance"
 """On the serving namespace, valued with the service name: other deployments' admission
 policies leave a namespace so labelled to its own deployment's policy."""
 

@@ -68,7 +68,7 @@ class PodResources:
 
     def guaranteed_json(self) -> dict[str, dict[str, str]]:
         """Requests equal to limits, as the plain JSON that Helm values and KubeRay's
-        ``autoscalerOptions.resources`` take (the charts' own pods use ``pod_templates.guaranteed``)."""
+        ``autoscalerOptions.resources`` take (the charts' own pods use ``cdk8s_charts.containers.guaranteed``)."""
         amounts = {"cpu": self.cpu_quantity, "memory": self.memory_quantity}
         return {"requests": dict(amounts), "limits": dict(amounts)}
 

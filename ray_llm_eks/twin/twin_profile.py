@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..spec.units import MIB
+from ..spec import wire
 
 ROLES = ("prefill", "decode")
 TWIN_PROVIDER = "tcp"
@@ -147,10 +148,10 @@ def gate_settings_of(objects: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The deploy gate's settings (``gate.json``) from the rendered verification chart."""
     for obj in objects:
         data = obj.get("data") or {}
-        if obj.get("kind") == "ConfigMap" and "gate.json" in data:
+        if obj.get("kind") == "ConfigMap" and wire.GATE_SETTINGS_FILE in data:
             labels = (obj.get("metadata") or {}).get("labels") or {}
-            if labels.get("ray-llm-eks/component") == "gate-settings":
-                return dict(json.loads(data["gate.json"]))
+            if labels.get(wire.COMPONENT_LABEL) == wire.GATE_SETTINGS_COMPONENT:
+                return dict(json.loads(data[wire.GATE_SETTINGS_FILE]))
     raise LookupError("the rendered verification chart has no gate settings ConfigMap")
 
 

@@ -10,10 +10,17 @@ This package runs in three places with the same code:
   ``ray-llm-eks verify-logs`` (the log classifier alone, on saved logs).
 
 It imports only the standard library and its own modules, relatively, so the in-cluster copy
-needs nothing from the image but a Python 3.9+ interpreter (a test checks both).
+needs nothing from the image but a Python 3.9+ interpreter (a test checks both); the modules it
+shares with the rest of the project travel with it (:mod:`.shared`).
 """
 
 from .evidence import TransportEvidence, classify, classify_logs
-from .gate import Gate, GateConfig, Report
+from .gate import Gate
+from .report import Report
+from .shared import wire
 
-__all__ = ["Gate", "GateConfig", "Report", "TransportEvidence", "classify", "classify_logs"]
+GateSettings = wire.GateSettings
+GateConfig = GateSettings
+"""The name the settings had before the wire contract (``ray_llm_eks.spec.wire``) held them."""
+
+__all__ = ["Gate", "GateConfig", "GateSettings", "Report", "TransportEvidence", "classify", "classify_logs"]

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from . import cfn_signal, efa, evidence, publish
-from .gate import COMPONENT_LABEL, INSTANCE_LABEL, REPORT_COMPONENT, REPORT_FILE, Endpoints, Gate, GateConfig, Report
-from .kube import Kube, KubeAccess, NoClusterAccess
+from .gate import Gate
+from .kube import Endpoints, Kube, KubeAccess, NoClusterAccess
+from .report import Report
+from .shared import wire
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_NO_ACCESS = 0, 1, 2, 3
 SIGNAL_URL_ENV = "GATE_SIGNAL_URL"
@@ -57,12 +59,12 @@ def _signal(url: str, success: bool, reason: str, unique_id: str, data: Any) -> 
     _log("could not signal CloudFormation; the deploy will fail when the wait condition times out")
 
 
-def _keep_report(kube: Kube, config: GateConfig, report: Report) -> None:
+def _keep_report(kube: Kube, config: wire.GateSettings, report: Report) -> None:
     """A copy in a ConfigMap the deploy does not manage: a rollback prunes the Job (and its log), not this."""
     try:
         kube.put_config_map(config.namespace, report.report_config_map,
-                               {INSTANCE_LABEL: config.ray_service, COMPONENT_LABEL: REPORT_COMPONENT},
-                               {REPORT_FILE: json.dumps(report.to_json(), indent=2)})
+                               {wire.INSTANCE_LABEL: config.ray_service, wire.COMPONENT_LABEL: wire.GATE_REPORT_COMPONENT},
+                               {wire.GATE_REPORT_FILE: json.dumps(report.to_json(), indent=2)})
     except Exception as error:  # noqa: BLE001 - the Job log still has it
         _log(f"could not keep the report in ConfigMap {report.report_config_map}: {error}")
 
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         overrides = json.loads(args.set) if args.set else {}
         if args.expect_provider:
             overrides["expected_provider"] = args.expect_provider
-        config: Any = GateConfig.from_json({**settings, **overrides})
+        config: Any = wire.GateSettings.from_json({**settings, **overrides})
     except Exception as error:  # noqa: BLE001
         config = _Unconfigured()
         report = Report(config)  # type: ignore[arg-type]
@@ -100,16 +102,16 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(report.to_json(), indent=2), flush=True)
     if args.report_file:
         Path(args.report_file).write_text(json.dumps(report.to_json(), indent=2))
-    if kube is not None and isinstance(config, GateConfig) and config.as_deploy_job and config.job_name:
+    if kube is not None and isinstance(config, wire.GateSettings) and config.as_deploy_job and config.job_name:
         _keep_report(kube, config, report)
-    if args.publish and isinstance(config, GateConfig) and report.verdict != "skipped":
+    if args.publish and isinstance(config, wire.GateSettings) and report.verdict != "skipped":
         try:
             names = publish.publish(config.namespace, config.ray_service, code == EXIT_PASS,
                                     report.sections.get("window"))
-            _log(f"published {publish.METRIC}={1 if code == EXIT_PASS else 0} and {len(names) - 1} serving "
-                 f"figure(s) to CloudWatch ({publish.NAMESPACE})")
+            _log(f"published {wire.TRANSPORT_VERIFIED}={1 if code == EXIT_PASS else 0} and {len(names) - 1} serving "
+                 f"figure(s) to CloudWatch ({wire.METRIC_NAMESPACE})")
         except Exception as error:  # noqa: BLE001 - a run that cannot report is a failed run
-            _log(f"could not publish {publish.METRIC}: {type(error).__name__}: {error}")
+            _log(f"could not publish {wire.TRANSPORT_VERIFIED}: {type(error).__name__}: {error}")
             code = EXIT_FAIL if code == EXIT_PASS else code
     if signal_url:
         reason = "; ".join(report.reasons) or "the endpoint answered and the KV cache crossed EFA"
@@ -144,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                             help="reach pods and Services through the API server proxy (from outside the cluster)")
     run_parser.add_argument("--report-file", help="also write the JSON report here")
     run_parser.add_argument("--publish", action="store_true",
-                            help=f"put {publish.METRIC} (1 pass, 0 fail) and the serving figures since the previous run "
-                                 f"to CloudWatch ({publish.NAMESPACE}) with boto3")
+                            help=f"put {wire.TRANSPORT_VERIFIED} (1 pass, 0 fail) and the serving figures since the previous run "
+                                 f"to CloudWatch ({wire.METRIC_NAMESPACE}) with boto3")
     run_parser.set_defaults(handler=run)
     counters = commands.add_parser("efa-counters", help="serve this node's EFA byte counters over HTTP")
     counters.add_argument("--sysfs", default="/sys")

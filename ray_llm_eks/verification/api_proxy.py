@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .kube import ApiError, Kube
+from .shared import wire
 
 API_SERVER_ENDPOINTS = "/api/v1/namespaces/default/endpoints/kubernetes"
-POLICY_SUFFIX = "verify-api-proxy"
+POLICY_SUFFIX = wire.VERIFY_API_PROXY_COMPONENT
 
 
 def api_server_addresses(kube: Kube) -> list[str]:
@@ -55,7 +56,7 @@ def policy(namespace: str, ray_service: str, instance_label: str, addresses: Seq
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": policy_name(ray_service, run), "namespace": namespace,
-                     "labels": {instance_label: ray_service, "ray-llm-eks/component": POLICY_SUFFIX}},
+                     "labels": {instance_label: ray_service, wire.COMPONENT_LABEL: POLICY_SUFFIX}},
         "spec": {
             "podSelector": {"matchLabels": {instance_label: ray_service}},
             "policyTypes": ["Ingress"],

@@ -21,8 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Mapping
 
-COUNTER_PORT = 9475
-COUNTER_PATH = "/counters"
+from .shared import wire
+
+COUNTER_PORT = wire.EFA_COUNTER_PORT
+COUNTER_PATH = wire.EFA_COUNTER_PATH
 SENT = ("tx_bytes", "send_bytes")
 SENT_RDMA = ("rdma_read_resp_bytes", "rdma_write_bytes")
 RECEIVED = ("rx_bytes", "recv_bytes")

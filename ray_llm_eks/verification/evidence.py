@@ -112,8 +112,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-EXPECTED_BACKEND = "LIBFABRIC"
-EXPECTED_PROVIDER = "efa"
+from .shared import wire
+
+EXPECTED_BACKEND = wire.EXPECTED_BACKEND
+EXPECTED_PROVIDER = wire.EXPECTED_PROVIDER
 
 _BACKEND_INSTANTIATED = re.compile(r"Backend (\w+) was instantiated")
 _AGENT_INITIALIZED = re.compile(r"Initialized NIXL agent: (\S+)")

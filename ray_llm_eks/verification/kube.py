@@ -192,3 +192,39 @@ class Kube:
 
 def _selector(labels: Mapping[str, str]) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+@dataclass
+class Endpoints:
+    """How the gate reaches pods and Services: directly from inside the cluster, or through the API server."""
+
+    kube: Kube
+    via_api_proxy: bool = False
+
+    def _auth(self) -> dict[str, str]:
+        token = self.kube.access.token() if self.via_api_proxy else None
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def open(self, request: urllib.request.Request, timeout: float) -> Any:
+        for key, value in self._auth().items():
+            request.add_header(key, value)
+        context = self.kube.ssl_context if self.via_api_proxy else None
+        return urllib.request.urlopen(request, timeout=timeout, context=context)
+
+    def get(self, url: str, timeout: float = 15.0, headers: Mapping[str, str] | None = None) -> bytes:
+        with self.open(urllib.request.Request(url, method="GET", headers=dict(headers or {})), timeout) as response:
+            return response.read()
+
+    def pod_url(self, pod: Mapping[str, Any], port: int, path: str) -> str:
+        if self.via_api_proxy:
+            meta = pod["metadata"]
+            return self.kube.proxy_url(meta["namespace"], "pods", meta["name"], port, path)
+        return f"http://{pod['status']['podIP']}:{port}{path}"
+
+    def service_url(self, url: str, namespace: str) -> str:
+        """``url`` is ``http://<service>.<namespace>.svc:<port>``; through the proxy it becomes the proxy path."""
+        if not self.via_api_proxy:
+            return url
+        parts = urllib.parse.urlsplit(url)
+        service = (parts.hostname or "").split(".", 1)[0]
+        return self.kube.proxy_url(namespace, "services", service, parts.port or 80, parts.path)

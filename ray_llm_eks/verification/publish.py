@@ -14,11 +14,7 @@ import os
 from typing import Any, Mapping
 
 from . import serving_window
-
-NAMESPACE = "RayLlmEks"
-METRIC = "TransportVerified"
-SERVING_METRICS = tuple(metric for metric, _ in serving_window.PUBLISHED.values())
-"""The window's metrics, in the same namespace and with the same dimensions as ``TransportVerified``."""
+from .shared import wire
 
 
 def dimensions(namespace: str, ray_service: str) -> list[dict[str, str]]:
@@ -43,8 +39,8 @@ def publish(namespace: str, ray_service: str, passed: bool, figures: Mapping[str
     window's figures that have a value, in one call (at most 11 metrics; PutMetricData takes 1000).
     Returns the names put."""
     dims = dimensions(namespace, ray_service)
-    data = [{"MetricName": METRIC, "Dimensions": dims, "Value": 1.0 if passed else 0.0, "Unit": "None"}]
+    data = [{"MetricName": wire.TRANSPORT_VERIFIED, "Dimensions": dims, "Value": 1.0 if passed else 0.0, "Unit": "None"}]
     data += [{"MetricName": metric, "Dimensions": dims, "Value": value, "Unit": unit}
              for metric, value, unit in serving_window.published(figures or {})]
-    (client or _client()).put_metric_data(Namespace=NAMESPACE, MetricData=data)
+    (client or _client()).put_metric_data(Namespace=wire.METRIC_NAMESPACE, MetricData=data)
     return [entry["MetricName"] for entry in data]

@@ -40,14 +40,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from . import efa, metrics
-
-try:  # the in-cluster bundle carries bench's histogram module beside this one
-    from . import histogram  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - exercised by the bundle tests
-    from ..bench import histogram  # type: ignore[no-redef]
-
-STATE_KEY = "state.json"
-"""The key of the reading in the continuous verification's state ConfigMap."""
+from .shared import histogram, wire
 CLOCK_SKEW_SECONDS = 5.0
 """Allowed between a pod's creation stamp (the API server's clock) and a reading's (the run's)."""
 
@@ -287,24 +280,9 @@ def _efa(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
     return {"efa_bytes_by_node": by_node, "min_node_efa_bytes": min(by_node.values()) if by_node else None}
 
 
-PUBLISHED = {
-    "worker_pods_replaced": ("WorkerPodsReplaced", "Count"),
-    "requests": ("Requests", "Count"),
-    "generation_tokens_per_second": ("GeneratedTokensPerSecond", "Count/Second"),
-    "ttft_p50_ms": ("TtftP50", "Milliseconds"),
-    "ttft_p99_ms": ("TtftP99", "Milliseconds"),
-    "ttft_p99_floor_ms": ("TtftP99Floor", "Milliseconds"),
-    "itl_p50_ms": ("ItlP50", "Milliseconds"),
-    "itl_p99_ms": ("ItlP99", "Milliseconds"),
-    "kv_transfer_bytes": ("KvTransferBytes", "Bytes"),
-    "kv_transfer_mean_ms": ("KvTransferTimeMean", "Milliseconds"),
-    "nixl_failed_transfers": ("NixlFailedTransfers", "Count"),
-    "min_node_efa_bytes": ("MinNodeEfaBytes", "Bytes"),
-}
-"""Window figure -> (CloudWatch metric, unit); each published only when it has a value."""
 
 
 def published(figures: Mapping[str, Any]) -> list[tuple[str, float, str]]:
-    """(metric, value, unit) of every figure with a value."""
-    return [(metric, float(figures[key]), unit) for key, (metric, unit) in PUBLISHED.items()
+    """(metric, value, unit) of every figure with a value (``wire.SERVING_METRICS``)."""
+    return [(metric, float(figures[key]), unit) for key, (metric, unit) in wire.SERVING_METRICS.items()
             if figures.get(key) is not None]

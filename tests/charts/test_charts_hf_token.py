@@ -9,7 +9,7 @@ import stat
 import pytest
 from conftest import render
 
-from ray_llm_eks.cdk8s_charts import pod_templates
+from ray_llm_eks.cdk8s_charts import hf_token, model_cache
 from ray_llm_eks.config import ConfigError, parse_config
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf/token-AbCdEf"
@@ -18,7 +18,7 @@ SECRET_ARN = "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf/token-AbCd
 def test_without_a_secret_the_workers_are_unchanged(scenario):
     for role in ("prefill", "decode"):
         spec = scenario("disaggregated").worker_group(role)["template"]["spec"]
-        assert [c["name"] for c in spec["initContainers"]] == [pod_templates.HF_CACHE_INIT_CONTAINER]
+        assert [c["name"] for c in spec["initContainers"]] == [model_cache.HF_CACHE_INIT_CONTAINER]
         assert "HF_TOKEN_PATH" not in {e["name"] for e in spec["containers"][0]["env"]}
 
 
@@ -30,19 +30,19 @@ def with_secret():
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 def test_each_worker_reads_the_token_into_a_memory_volume_only_it_mounts(with_secret, role):
     spec = with_secret.worker_group(role)["template"]["spec"]
-    init = {c["name"]: c for c in spec["initContainers"]}[pod_templates.HF_TOKEN_INIT_CONTAINER]
+    init = {c["name"]: c for c in spec["initContainers"]}[hf_token.HF_TOKEN_INIT_CONTAINER]
     env = {e["name"]: e["value"] for e in init["env"]}
     assert env == {"HF_TOKEN_SECRET": SECRET_ARN, "AWS_REGION": "us-east-1",  # the secret's own region
-                   "HF_TOKEN_PATH": pod_templates.HF_TOKEN_FILE}
+                   "HF_TOKEN_PATH": hf_token.HF_TOKEN_FILE}
     assert init["image"] == spec["containers"][0]["image"]  # nothing else to pull
     assert init["securityContext"]["readOnlyRootFilesystem"] is True
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    volume = {v["name"]: v for v in spec["volumes"]}[pod_templates.HF_TOKEN_VOLUME]
+    volume = {v["name"]: v for v in spec["volumes"]}[hf_token.HF_TOKEN_VOLUME]
     assert volume["emptyDir"]["medium"] == "Memory"
     (worker,) = spec["containers"]
-    assert {e["name"]: e.get("value") for e in worker["env"]}["HF_TOKEN_PATH"] == pod_templates.HF_TOKEN_FILE
-    mount = {m["name"]: m for m in worker["volumeMounts"]}[pod_templates.HF_TOKEN_VOLUME]
-    assert mount == {"name": "hf-token", "mountPath": pod_templates.HF_TOKEN_DIR, "readOnly": True}
+    assert {e["name"]: e.get("value") for e in worker["env"]}["HF_TOKEN_PATH"] == hf_token.HF_TOKEN_FILE
+    mount = {m["name"]: m for m in worker["volumeMounts"]}[hf_token.HF_TOKEN_VOLUME]
+    assert mount == {"name": "hf-token", "mountPath": hf_token.HF_TOKEN_DIR, "readOnly": True}
     # Guaranteed QoS holds with the extra init container (requests equal limits).
     assert init["resources"]["requests"] == init["resources"]["limits"]
     assert "HF_TOKEN" not in {e["name"] for e in worker["env"]}  # it would win over the file
@@ -50,7 +50,7 @@ def test_each_worker_reads_the_token_into_a_memory_volume_only_it_mounts(with_se
 
 def test_the_head_carries_no_token(with_secret):
     spec = with_secret.head_group["template"]["spec"]
-    assert pod_templates.HF_TOKEN_VOLUME not in {v["name"] for v in spec.get("volumes", [])}
+    assert hf_token.HF_TOKEN_VOLUME not in {v["name"] for v in spec.get("volumes", [])}
 
 
 @pytest.mark.parametrize("value", ["", "arn:aws:s3:::bucket/token", "has space", "x" * 513])
@@ -71,7 +71,7 @@ def test_the_script_writes_the_secret_for_huggingface_hub_mode_0400(tmp_path, mo
     with mock_aws():
         boto3.client("secretsmanager", region_name="us-west-2").create_secret(Name="hf/token",
                                                                                SecretString="hf_abc123\n")
-        exec(compile(pod_templates.HF_TOKEN_SCRIPT, "hf-token", "exec"), {"__name__": "__main__"})
+        exec(compile(hf_token.HF_TOKEN_SCRIPT, "hf-token", "exec"), {"__name__": "__main__"})
     assert path.read_text() == "hf_abc123"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
     # huggingface_hub reads exactly that variable for the token file (v0.23+).
@@ -89,7 +89,7 @@ def test_an_empty_secret_stops_the_pod_with_a_reason(tmp_path, monkeypatch):
     with mock_aws():
         boto3.client("secretsmanager", region_name="us-west-2").create_secret(Name="hf/empty", SecretString=" ")
         with pytest.raises(SystemExit, match="has no SecretString"):
-            exec(compile(pod_templates.HF_TOKEN_SCRIPT, "hf-token", "exec"), {"__name__": "__main__"})
+            exec(compile(hf_token.HF_TOKEN_SCRIPT, "hf-token", "exec"), {"__name__": "__main__"})
 
 
 def test_only_the_secret_id_reaches_the_template_and_the_role_may_read_only_it(synth):
@@ -123,7 +123,7 @@ def test_the_script_runs_again_as_a_non_root_user():
     volume.mkdir()
     volume.chmod(0o777)  # an emptyDir's mode
     script = tmp_path / "hf_token.py"
-    script.write_text(pod_templates.HF_TOKEN_SCRIPT)
+    script.write_text(hf_token.HF_TOKEN_SCRIPT)
     program = (
         "import boto3, sys\n"
         "from moto import mock_aws\n"

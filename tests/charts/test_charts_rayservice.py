@@ -316,11 +316,11 @@ def test_workers_keep_the_hugging_face_cache_on_the_node_root_volume(scenario, n
 
 
 def test_the_hf_cache_paths_are_named_constants_in_one_place():
-    from ray_llm_eks.cdk8s_charts import pod_templates
+    from ray_llm_eks.cdk8s_charts import model_cache
 
-    assert pod_templates.HF_CACHE_HOST_PATH == HF_CACHE_VOLUME["hostPath"]["path"]
-    assert pod_templates.HF_CACHE_MOUNT_PATH == HF_CACHE_MOUNT["mountPath"]
-    assert pod_templates.HF_CACHE_HOST_PATH.startswith("/var/lib/")  # the root volume on AL2023
+    assert model_cache.HF_CACHE_HOST_PATH == HF_CACHE_VOLUME["hostPath"]["path"]
+    assert model_cache.HF_CACHE_MOUNT_PATH == HF_CACHE_MOUNT["mountPath"]
+    assert model_cache.HF_CACHE_HOST_PATH.startswith("/var/lib/")  # the root volume on AL2023
 
 
 def test_the_head_loads_no_model_and_mounts_no_cache(disaggregated):
@@ -420,9 +420,9 @@ def test_no_pod_template_sets_a_label_kuberay_owns(scenario, name):
 
 
 def test_the_openai_selector_uses_only_project_labels_and_top_level_metadata_keeps_app_labels(disaggregated):
-    from ray_llm_eks.cdk8s_charts import pod_templates
+    from ray_llm_eks.cdk8s_charts import labels
 
-    assert pod_templates.KUBERAY_OWNED_LABEL_PREFIXES == KUBERAY_OWNED
+    assert labels.KUBERAY_OWNED_LABEL_PREFIXES == KUBERAY_OWNED
     selector = disaggregated.one("Service")["spec"]["selector"]
     assert not [key for key in selector if key.startswith(KUBERAY_OWNED)]
     # The RayService object itself may keep the recommended labels: KubeRay does not copy them to pods.

@@ -16,7 +16,8 @@ from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_c
 from ray_llm_eks.config import parse_config
 from ray_llm_eks.spec import sizing
 from ray_llm_eks.spec.verification import VerificationSpec
-from ray_llm_eks.verification import bundle, gate
+from ray_llm_eks.spec import wire
+from ray_llm_eks.verification import bundle
 
 SIGNAL_URL = "https://cloudformation-waitcondition-us-west-2.s3.amazonaws.com/signal"
 
@@ -72,7 +73,7 @@ def test_the_job_is_named_after_the_run_and_bounded_by_the_wait(default):
     assert spec["backoffLimit"] == 0
     assert spec["activeDeadlineSeconds"] == 3600 == default.verification.timeout_seconds
     # The program stops 120 s earlier, so its FAILURE (with the reason) beats the plain timeout.
-    assert default.plan.settings["deadline_seconds"] == 3480
+    assert default.plan.settings.deadline_seconds == 3480
     pod = spec["template"]["spec"]
     assert pod["nodeSelector"] == {"role": "system"} and pod["restartPolicy"] == "Never"
     [container] = pod["containers"]
@@ -104,10 +105,10 @@ def test_the_program_config_map_carries_the_package(default):
 def test_the_settings_say_what_the_deployed_spec_says(default):
     config_map = default.one("ConfigMap", default.chart.job_name)
     assert config_map["immutable"] is True
-    assert config_map["metadata"]["labels"][gate.COMPONENT_LABEL] == gate.SETTINGS_COMPONENT
-    assert config_map["metadata"]["labels"][gate.INSTANCE_LABEL] == "ray-llm"
+    assert config_map["metadata"]["labels"][wire.COMPONENT_LABEL] == wire.GATE_SETTINGS_COMPONENT
+    assert config_map["metadata"]["labels"][wire.INSTANCE_LABEL] == "ray-llm"
     settings = json.loads(config_map["data"]["gate.json"])
-    assert gate.GateConfig.from_json(settings).run_id == default.plan.run_id  # the program reads it as is
+    assert wire.GateSettings.from_json(settings).run_id == default.plan.run_id  # the program reads it as is
     assert settings["cluster_spec_hash"] in default.template_hashes()
     assert settings["image"] == default.spec.image_uri
     assert settings["serve_args"] == default.charts.rayservice.serve_config.to_dict()["applications"][0]["args"]
@@ -154,7 +155,7 @@ def test_the_counter_reader_runs_on_every_gpu_node_read_only(default):
     assert {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}} in pod["volumes"]
     assert "privileged" not in container["securityContext"] or container["securityContext"]["privileged"] is False
     assert container["resources"]["requests"] == {"cpu": "50m", "memory": "64Mi"}
-    selector = default.plan.settings["efa_counter_selector"]
+    selector = default.plan.settings.efa_counter_selector
     assert daemon["spec"]["template"]["metadata"]["labels"] == selector
 
 
@@ -188,7 +189,7 @@ def test_a_cluster_change_renames_the_pods_spec_hash_so_the_gate_recreates_the_c
     changed = Rendered(CLUSTER_CHANGES[change])
     assert changed.template_hashes() != default.template_hashes()
     assert len(changed.template_hashes()) == 1
-    assert changed.plan.settings["cluster_spec_hash"] in changed.template_hashes()
+    assert changed.plan.settings.cluster_spec_hash in changed.template_hashes()
     assert changed.plan.run_id != default.plan.run_id
     assert changed.chart.job_name != default.chart.job_name
 
@@ -299,6 +300,6 @@ def test_autoscaled_roles_give_the_gate_their_bounds():
 
     specs = parse_config({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3}}).specs()
     charts = build_serving_charts(cdk8s.App(), specs.serving)
-    roles = GatePlan.of(specs.serving, specs.verification, charts).settings["roles"]
+    roles = GatePlan.of(specs.serving, specs.verification, charts).settings.to_json()["roles"]
     assert (roles["prefill"]["nodes"], roles["prefill"]["min_nodes"], roles["prefill"]["max_nodes"]) == (1, 1, 3)
     assert "min_nodes" not in roles["decode"]  # fixed: exactly its nodes

@@ -35,7 +35,7 @@ def _deployed(config: DeploymentConfig) -> Deployed:
     verification = build_verification_chart(app, spec, specs.verification, plan, charts, signal_url=None)
     settings_map = next(o for o in verification.to_json()
                         if o["kind"] == "ConfigMap" and o["metadata"]["name"] == verification.settings_name)
-    return Deployed(config, rayservice, plan.settings, settings_map)
+    return Deployed(config, rayservice, plan.settings.to_json(), settings_map)
 
 
 @pytest.fixture(scope="session")

@@ -42,8 +42,8 @@ from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from ray_llm_eks.cdk8s_charts.verification import RUN_LABEL
-from ray_llm_eks.verification import bundle, efa, gate
+from ray_llm_eks.spec import wire
+from ray_llm_eks.verification import bundle, efa
 
 PREFILL_IP, DECODE_IP, PREFILL_NODE_IP, DECODE_NODE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
 API_SERVER_IPS = ("10.0.32.17", "10.0.96.201")
@@ -315,8 +315,8 @@ class FakeDeployment:
         run = str(settings.get("run_id") or "1a2b3c4d")
         name = name or f"{self.name}-gate-{run}"
         if labels is None:
-            labels = {gate.INSTANCE_LABEL: self.name, gate.COMPONENT_LABEL: gate.SETTINGS_COMPONENT, RUN_LABEL: run}
-        return self.apply_config_map(name, labels, {gate.SETTINGS_FILE: json.dumps(settings)}, created)
+            labels = {wire.INSTANCE_LABEL: self.name, wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT, wire.GATE_RUN_LABEL: run}
+        return self.apply_config_map(name, labels, {wire.GATE_SETTINGS_FILE: json.dumps(settings)}, created)
 
     # --- Kubernetes API --------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""``gate.deployed_settings``: which gate settings ConfigMap ``ray-llm-eks verify`` runs with.
+"""``rollout.deployed_settings``: which gate settings ConfigMap ``ray-llm-eks verify`` runs with.
 
 The fake API server stores ConfigMaps with their labels and lists them by ``labelSelector`` as
 the API server does, so the lookup's selector is exercised: a ConfigMap it does not select (another
@@ -13,7 +13,8 @@ import time
 import pytest
 from fake_cluster import FakeDeployment, parse_selector
 
-from ray_llm_eks.verification import gate
+from ray_llm_eks.spec import wire
+from ray_llm_eks.verification import rollout
 from ray_llm_eks.verification.kube import Kube, KubeAccess
 
 
@@ -26,7 +27,7 @@ def _apply_rendered(fake: FakeDeployment, rendered: dict, settings: dict | None 
     """The chart's settings ConfigMap as ``kubectl apply`` leaves it (optionally with other settings)."""
     data = dict(rendered["data"])
     if settings is not None:
-        data[gate.SETTINGS_FILE] = json.dumps(settings)
+        data[wire.GATE_SETTINGS_FILE] = json.dumps(settings)
     fake.apply_config_map(rendered["metadata"]["name"], rendered["metadata"]["labels"], data, created)
 
 
@@ -53,7 +54,7 @@ def test_the_fake_lists_only_what_the_selector_selects(fake: FakeDeployment):
 def test_the_rendered_settings_are_found_by_the_lookup(fake: FakeDeployment, disaggregated):
     """The labels the chart renders are the ones the lookup selects."""
     _apply_rendered(fake, disaggregated.settings_config_map)
-    found = gate.deployed_settings(_kube(fake), fake.namespace, fake.name)
+    found = rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
     assert found == disaggregated.settings
 
 
@@ -63,7 +64,7 @@ def test_the_settings_of_the_spec_the_rayservice_runs_win_over_an_older_spec(fak
     _apply_rendered(fake, disaggregated.settings_config_map, created=now - 3600)
     old = {**disaggregated.settings, "cluster_spec_hash": "0ld0ld0l", "run_id": "0ld0ld0l", "probes": 9}
     fake.apply_gate_settings(old, name=f"{fake.name}-gate-0ld0ld0l", created=now)
-    found = gate.deployed_settings(_kube(fake), fake.namespace, fake.name)
+    found = rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
     assert found["run_id"] == disaggregated.settings["run_id"] and found["probes"] != 9
 
 
@@ -73,7 +74,7 @@ def test_two_runs_of_one_cluster_spec_take_the_newest(fake: FakeDeployment, disa
     _apply_rendered(fake, disaggregated.settings_config_map, created=now - 3600)
     newer = {**disaggregated.settings, "run_id": "5e7e5e7e", "probes": 7}
     fake.apply_gate_settings(newer, created=now)
-    assert gate.deployed_settings(_kube(fake), fake.namespace, fake.name)["probes"] == 7
+    assert rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)["probes"] == 7
 
 
 def test_another_deployments_settings_are_not_selected(fake: FakeDeployment, disaggregated):
@@ -83,8 +84,8 @@ def test_another_deployments_settings_are_not_selected(fake: FakeDeployment, dis
     _apply_rendered(fake, disaggregated.settings_config_map, created=now - 3600)
     theirs = {**disaggregated.settings, "ray_service": "other-llm", "run_id": "07e407e4", "probes": 5}
     fake.apply_gate_settings(theirs, name="other-llm-gate-07e407e4", created=now, labels={
-        gate.INSTANCE_LABEL: "other-llm", gate.COMPONENT_LABEL: gate.SETTINGS_COMPONENT})
-    found = gate.deployed_settings(_kube(fake), fake.namespace, fake.name)
+        wire.INSTANCE_LABEL: "other-llm", wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT})
+    found = rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
     assert found["ray_service"] == fake.name and found["probes"] != 5
 
 
@@ -92,18 +93,18 @@ def test_no_matching_settings_is_refused(fake: FakeDeployment, disaggregated):
     """Only another deployment's settings, and a gate report of ours (another component), holding
     what would match: none is ours, so the lookup refuses rather than guesses."""
     settings = json.dumps(disaggregated.settings)
-    fake.apply_config_map("other-llm-gate-07e407e4", {gate.INSTANCE_LABEL: "other-llm",
-                                                      gate.COMPONENT_LABEL: gate.SETTINGS_COMPONENT},
-                          {gate.SETTINGS_FILE: settings})
-    fake.apply_config_map(f"{fake.name}-gate-1a2b3c4d-report", {gate.INSTANCE_LABEL: fake.name,
-                                                                gate.COMPONENT_LABEL: gate.REPORT_COMPONENT},
-                          {gate.SETTINGS_FILE: settings})
+    fake.apply_config_map("other-llm-gate-07e407e4", {wire.INSTANCE_LABEL: "other-llm",
+                                                      wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT},
+                          {wire.GATE_SETTINGS_FILE: settings})
+    fake.apply_config_map(f"{fake.name}-gate-1a2b3c4d-report", {wire.INSTANCE_LABEL: fake.name,
+                                                                wire.COMPONENT_LABEL: wire.GATE_REPORT_COMPONENT},
+                          {wire.GATE_SETTINGS_FILE: settings})
     with pytest.raises(LookupError, match=r"no gate settings in inference match the RayService ray-llm \(0 found\)"):
-        gate.deployed_settings(_kube(fake), fake.namespace, fake.name)
+        rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
 
 
 def test_settings_of_an_older_spec_only_are_refused(fake: FakeDeployment, disaggregated):
     old = {**disaggregated.settings, "cluster_spec_hash": "0ld0ld0l"}
     fake.apply_gate_settings(old, name=f"{fake.name}-gate-0ld0ld0l")
     with pytest.raises(LookupError, match=r"\(1 found\)"):
-        gate.deployed_settings(_kube(fake), fake.namespace, fake.name)
+        rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)

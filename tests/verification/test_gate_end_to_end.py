@@ -328,7 +328,7 @@ def test_without_token_auth_no_token_is_sent(in_cluster_copy, fake: FakeDeployme
 ])
 def test_the_token_secret_is_named_as_kuberay_names_it(cluster, secret):
     """KubeRay v1.5.1 names the token Secret ``utils.CheckName(cluster)``."""
-    from ray_llm_eks.verification.gate import kuberay_check_name
+    from ray_llm_eks.verification.rollout import kuberay_check_name
 
     assert kuberay_check_name(cluster) == secret
 
@@ -532,7 +532,7 @@ def test_an_autoscaled_deployment_passes_with_any_pod_count_in_its_range(in_clus
 
 
 def test_role_expectations_fixed_and_autoscaled():
-    from ray_llm_eks.verification.gate import RoleExpectation
+    from ray_llm_eks.spec.wire import RoleExpectation
 
     fixed = RoleExpectation(nodes=2, node_selector={}, gpus_per_node=1)
     assert (fixed.autoscaled, fixed.pod_range, fixed.describe()) == (False, (2, 2), "2")

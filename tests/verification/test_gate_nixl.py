@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ray_llm_eks.spec.wire import GateSettings
 from ray_llm_eks.verification import metrics
-from ray_llm_eks.verification.gate import Endpoints, Gate, GateConfig
+from ray_llm_eks.verification.gate import Gate
+from ray_llm_eks.verification.kube import Endpoints
 
 RAY_LABELS = ("Component", "NodeAddress", "ReplicaId", "SessionName", "Version", "WorkerId", "engine", "model_name")
 KV_BYTES = 50_000_000
@@ -138,7 +140,7 @@ def _pod(name: str, role: str) -> dict[str, Any]:
 
 
 def _gate(disaggregated, probes_ok: int = 3, prompt_tokens: int = 100) -> Gate:
-    config = GateConfig.from_json({**disaggregated.settings, "kv_bytes_per_token": 10_000,
+    config = GateSettings.from_json({**disaggregated.settings, "kv_bytes_per_token": 10_000,
                                    "kv_bytes_per_sequence": KV_BYTES - prompt_tokens * 10_000})
     gate = Gate(config, kube=None, endpoints=Endpoints(kube=None))  # type: ignore[arg-type]
     gate.report.sections["probes"] = {"count": probes_ok, "ok": probes_ok,
@@ -155,7 +157,7 @@ def _efa(moved: int) -> tuple[dict, dict]:
 
 def _check(gate: Gate, before: dict[str, str], after: dict[str, str], workers: list[dict]) -> dict[str, Any]:
     efa_before, efa_after = _efa(3 * KV_BYTES)
-    gate.check_kv(efa_before, efa_after, {p: metrics.NixlTotals.of(t) for p, t in before.items()},
+    gate.checks.check_kv(efa_before, efa_after, {p: metrics.NixlTotals.of(t) for p, t in before.items()},
                   {p: metrics.NixlTotals.of(t) for p, t in after.items()}, workers)
     return gate.report.sections["kv"]
 

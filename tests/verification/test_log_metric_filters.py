@@ -48,7 +48,7 @@ def test_the_gates_own_report_quoting_a_phrase_is_not_a_worker_line():
     assert not FALLBACK(fluent_bit_event(report_line, container="verify"))
     assert not FALLBACK(fluent_bit_event(report_line, container="gate"))
 
-    from ray_llm_eks.cdk8s_charts.pod_templates import WORKER_CONTAINER
+    from ray_llm_eks.spec.wire import WORKER_CONTAINER
     from ray_llm_eks.spec.observability import WORKER_CONTAINER as WATCHED
 
     assert WATCHED == WORKER_CONTAINER

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from ray_llm_eks.spec import wire
 from ray_llm_eks.verification import serving_window
 from ray_llm_eks.verification.serving_window import published, window
 
@@ -167,7 +168,7 @@ def test_every_published_metric_has_a_unit_cloudwatch_accepts():
 
     model = botocore.session.get_session().get_service_model("cloudwatch")
     units = set(model.shape_for("StandardUnit").enum)
-    assert {unit for _, unit in serving_window.PUBLISHED.values()} <= units
+    assert {unit for _, unit in wire.SERVING_METRICS.values()} <= units
 
 
 def test_a_rescheduled_pod_is_counted_a_scale_up_or_a_rollout_is_not():

@@ -1,0 +1,51 @@
+"""Reading the Kubernetes objects the API returns (plain dicts): labels, conditions, timestamps."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Mapping
+
+
+def epoch(stamp: str) -> float:
+    """Seconds since the epoch of a Kubernetes RFC 3339 timestamp (``2026-11-30T21:03:46Z``)."""
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def container_running(pod: Mapping[str, Any], name: str) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(s.get("name") == name and "running" in (s.get("state") or {}) for s in statuses)
+
+
+def label(obj: Mapping[str, Any], key: str) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(key)
+
+
+def created(pod: Mapping[str, Any]) -> float:
+    try:
+        return epoch(pod["metadata"]["creationTimestamp"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0  # unknown: treated as older than any reading
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def template_hashes(service: Mapping[str, Any], key: str) -> set[str]:
+    """The values of annotation ``key`` on a RayService's head and worker pod templates."""
+    config = (service.get("spec") or {}).get("rayClusterConfig") or {}
+    templates = [((config.get("headGroupSpec") or {}).get("template") or {})]
+    templates += [(g.get("template") or {}) for g in config.get("workerGroupSpecs") or ()]
+    return {((t.get("metadata") or {}).get("annotations") or {}).get(key) for t in templates} - {None}
+
+
+def annotation(obj: Mapping[str, Any], key: str) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+
+
+def condition_true(obj: Mapping[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or ())
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and condition_true(pod, "Ready")

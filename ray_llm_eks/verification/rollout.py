@@ -1,0 +1,285 @@
+"""Phases 1 and 2 of the gate: roll the pods to the deployed spec, and wait until they serve it.
+
+KubeRay 1.4.0 with ``upgradeStrategy: None`` applies no pod-template or replica change to a
+running RayCluster (``rayservice_controller.go``: replicas are cleared before the hash, a changed
+template only counts when worker groups are appended). Every pod template carries the hash of the
+cluster spec it was rendered from; when the active cluster's pods carry another hash, the gate
+deletes that RayCluster, and KubeRay, finding neither an active nor a pending cluster, builds a new
+one from the RayService's current spec and promotes it once its Serve applications run
+(``shouldPrepareNewCluster``: the nil/nil case comes before the upgrade-strategy check). The old
+pods go first, so no second set of GPUs is needed.
+
+Ready means: the RayService's ``Ready`` condition is True, its active cluster's pods all carry the
+expected hash and are Ready, one worker pod per GPU node of each role, and the Serve application
+runs the rendered config (Ray's ``GET /api/serve/applications/``).
+
+Also here: the settings of the spec a RayService carries (:func:`deployed_settings`, which
+``ray-llm-eks verify`` runs with).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Mapping
+
+from . import evidence, objects
+from .kube import ApiError, Kube, NoClusterAccess
+from .shared import wire
+from .state import Phase
+
+READY_CONDITION = "Ready"
+RAY_AUTH_TOKEN_KEY = "auth_token"
+LOG_SINCE_MARGIN_SECONDS = 5.0
+"""Worker log lines are read from the current Serve deployment's time minus this (clock skew)."""
+
+
+class Rollout(Phase):
+    def wait_until_ready(self) -> str | None:
+        """The name of the active RayCluster once it runs the expected spec and its Serve application
+        runs the expected config; None (with the reason reported) when the deadline passes first.
+
+        Transient API errors (unreachable, 5xx, 429) are retried until the deadline; refused
+        credentials end the run at once.
+        """
+        c = self.config
+        deleted: list[str] = []
+        state = "the RayService does not exist"
+        started = self.clock()
+        while True:
+            try:
+                outcome = self._poll_once(deleted)
+            except (NoClusterAccess, ApiError) as error:
+                if not error.transient:
+                    raise
+                outcome = f"the API server did not answer ({error})"
+            if isinstance(outcome, tuple):
+                active, ready_state = outcome
+                if ready_state is None:
+                    self.report.sections["service"] = {
+                        "ready": True, "active_cluster": active, "waited_s": round(self.clock() - started, 1),
+                        "rollout": {"recreated": deleted, "cluster_spec_hash": c.cluster_spec_hash},
+                    }
+                    return active
+                state = ready_state
+            elif outcome is False:
+                return None  # a reason that waiting cannot fix was reported
+            else:
+                state = outcome
+            if self._remaining() <= c.poll_seconds:
+                self.report.sections["service"] = {"ready": False, "last_state": state, "rollout": {"recreated": deleted}}
+                self.report.fail(f"the RayService {c.namespace}/{c.ray_service} was not ready within "
+                                 f"{c.deadline_seconds:.0f} s ({state})")
+                return None
+            self.sleep(c.poll_seconds)
+
+    def _poll_once(self, deleted: list[str]) -> tuple[str, str | None] | str | bool:
+        """One look: (active cluster, None) when ready; (active, why not) or a state string to keep
+        waiting; False when the gate must stop."""
+        c = self.config
+        service = self.kube.ray_service(c.namespace, c.ray_service)
+        if service is None:
+            return "the RayService does not exist"
+        applied = objects.template_hashes(service, c.hash_annotation)
+        if applied and applied != {c.cluster_spec_hash}:
+            self.report.fail(f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster spec hash "
+                             f"{sorted(applied)}, not {c.cluster_spec_hash}: a newer deploy replaced it, or it was "
+                             "edited by hand")
+            return False
+        if c.ray_auth == "token":
+            stored = ((service.get("spec") or {}).get("rayClusterConfig") or {}).get("authOptions") or {}
+            if stored.get("mode") != "token":
+                self.report.fail(
+                    f"the RayService {c.namespace}/{c.ray_service} as stored has no authOptions.mode token, so Ray runs "
+                    "without authentication: the cluster's RayService CRD predates KubeRay 1.5.1 and the API server "
+                    "dropped the field (helm upgrade does not update CRDs; apply the operator version's CRDs)")
+                return False
+        status = service.get("status") or {}
+        active = (status.get("activeServiceStatus") or {}).get("rayClusterName") or ""
+        self.active_cluster = active
+        pods = self.kube.pods(c.namespace, {wire.RAY_CLUSTER_LABEL: active}) if active else []
+        stale = sorted({objects.annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
+        if not c.rollout and active and stale:
+            self.report.fail(f"the running pods of {active} carry cluster spec {', '.join(stale)}, the deployed spec is "
+                             f"{c.cluster_spec_hash}: the pods were not rolled out (the deploy's gate Job does that; "
+                             "this run does not)")
+            return False
+        if c.rollout and active and stale and active not in deleted:
+            self.log(f"active RayCluster {active} runs cluster spec {stale}; deleting it so KubeRay recreates it "
+                     f"from spec {c.cluster_spec_hash}")
+            try:
+                self.kube.delete_ray_cluster(c.namespace, active)
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+            deleted.append(active)
+        ready = objects.condition_true(service, READY_CONDITION)
+        current = [p for p in pods if objects.annotation(p, c.hash_annotation) == c.cluster_spec_hash]
+        enough, counts = self._enough_ready(pods, current)
+        state = (f"Ready={ready}, active cluster {active or '(none)'}, pods ready on spec {c.cluster_spec_hash}: "
+                 f"{counts}")
+        # KubeRay 1.4.0 keeps a deleted cluster as active until it promotes the new one.
+        if not (ready and active and active not in deleted and not stale and enough):
+            waiting = self._pods_waiting(c.namespace)
+            return active, state + (f"; {waiting}" if waiting else "")
+        serve = self._serve_state()
+        if serve is False:
+            return False
+        if serve is not None:
+            return active, f"{state}; {serve}"
+        return active, None
+
+    def _enough_ready(self, pods: list[dict[str, Any]], current: list[dict[str, Any]]) -> tuple[bool, str]:
+        """Per role: a fixed role has exactly its pods, all ready; an autoscaled one at least one and
+        at most its maximum ready, and a pod still starting (Pending while Cluster Autoscaler adds
+        its node) is not waited for. The head: one, ready."""
+        c, ok, parts = self.config, True, []
+        groups = {"head": [p for p in pods if objects.label(p, wire.RAY_NODE_TYPE_LABEL) == "head"]}
+        groups.update({role: [p for p in pods if objects.label(p, wire.RAY_GROUP_LABEL) == role] for role in c.roles})
+        for group, members in groups.items():
+            low, high = (1, 1) if group == "head" else c.roles[group].pod_range
+            fixed = group == "head" or not c.roles[group].autoscaled
+            ready = [p for p in members if p in current and objects.pod_ready(p)]
+            ok = ok and (low <= len(ready) <= high if not fixed else len(ready) == low and len(members) == low)
+            parts.append(f"{group} {len(ready)}/{low if low == high else f'{low} to {high}'}")
+        return ok, ", ".join(parts)
+
+    def _serve_state(self) -> str | bool | None:
+        """None when the application runs the rendered config; a state to wait on; False on a failed deploy."""
+        c = self.config
+        url = c.dashboard_url.rstrip("/") + "/api/serve/applications/"
+        try:
+            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace),
+                                                    headers=self._dashboard_headers()))
+        except Exception as error:  # noqa: BLE001 - the dashboard may still be starting
+            return f"the Ray dashboard does not answer yet ({error})"
+        app = (details.get("applications") or {}).get(c.application)
+        if app is None:
+            return f"Serve application {c.application!r} is not deployed yet"
+        self.application = app
+        differing = differences(c.serve_args, (app.get("deployed_app_config") or {}).get("args") or {})
+        status = app.get("status")
+        if differing:
+            return f"Serve application {c.application!r} still runs another config (differs at {differing[0]})"
+        if status == "DEPLOY_FAILED":
+            # Serve's message names the deployments, not why their engines died: the workers' logs
+            # do (a LIBFABRIC plugin that cannot load libfabric, no EFA device for FI_PROVIDER=efa),
+            # so their root causes come first (seen on the local twin, docs/twin.md).
+            if c.disaggregated:
+                for reason in self._startup_failures():
+                    self.report.fail(reason)
+            self.report.fail(f"Serve application {c.application!r} failed to deploy the spec's config: "
+                             f"{(app.get('message') or '')[:500]}")
+            return False
+        if status != "RUNNING":
+            return f"Serve application {c.application!r} is {status}"
+        return None
+
+    def _startup_failures(self) -> list[str]:
+        """What the worker logs of the active cluster say went wrong since the Serve deploy: the
+        transport classifier's disqualifying lines only (a log without the startup lines proves
+        nothing here, the engines never started)."""
+        c = self.config
+        deployed = self.application.get("last_deployed_time_s")
+        since = objects.rfc3339(float(deployed) - LOG_SINCE_MARGIN_SECONDS) if deployed else None
+        try:
+            pods = self.kube.pods(c.namespace, {wire.RAY_CLUSTER_LABEL: self.active_cluster, wire.RAY_NODE_TYPE_LABEL: "worker"})
+            logs = {p["metadata"]["name"]: self.kube.pod_log(c.namespace, p["metadata"]["name"], c.worker_container,
+                                                            since=since) for p in pods}
+        except (ApiError, NoClusterAccess) as error:
+            return [f"cannot read the worker logs to say why the engines did not start: {error}"]
+        result = evidence.classify_logs(logs, c.expected_backend, c.expected_provider, require_startup=False)
+        return [r for r in result["reasons"] if r != "no worker logs to read"]
+
+    def job_running(self, name: str) -> bool:
+        """Whether Job ``name`` exists and has neither completed nor failed."""
+        try:
+            job = self.kube.job(self.config.namespace, name)
+        except ApiError as error:
+            if error.status == 404:
+                return False  # gone: a later deploy's prune, or never created
+            raise
+        status = job.get("status") or {}
+        finished = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+        return not (finished & {"Complete", "Failed"} or status.get("succeeded") or status.get("failed"))
+
+    def _dashboard_headers(self) -> dict[str, str]:
+        """With token auth, the active RayCluster's token: KubeRay 1.5.1 keeps it in a Secret named
+        after the cluster, key ``auth_token`` (``raycluster_controller.go``), and Ray accepts it as
+        ``X-Ray-Authorization`` ("for proxies and KubeRay"), which the API server's proxy passes on."""
+        if self.config.ray_auth != "token" or not self.active_cluster:
+            return {}
+        name = kuberay_check_name(self.active_cluster)
+        secret = self.kube.get(f"/api/v1/namespaces/{self.config.namespace}/secrets/{name}")
+        token = base64.b64decode((secret.get("data") or {}).get(RAY_AUTH_TOKEN_KEY, "")).decode()
+        return {"X-Ray-Authorization": f"Bearer {token}"} if token else {}
+
+    def _pods_waiting(self, namespace: str) -> str:
+        """Why Ray pods of this service are not running yet (Pending, image pull, crash), for the report."""
+        try:
+            pods = self.kube.pods(namespace, {wire.INSTANCE_LABEL: self.config.ray_service})
+        except (ApiError, NoClusterAccess):
+            return ""
+        reasons = []
+        for pod in pods:
+            if wire.RAY_CLUSTER_LABEL not in (pod.get("metadata") or {}).get("labels", {}):
+                continue  # not a Ray pod (the EFA counter readers carry the instance label too)
+            status = pod.get("status") or {}
+            why = [f"{w['reason']}" + (f": {w.get('message', '')[:120]}" if w.get("message") else "")
+                   for w in ((cs.get("state") or {}).get("waiting") or {} for cs in status.get("containerStatuses") or ())
+                   if w.get("reason")]
+            why += [f"{cond.get('reason')}: {cond.get('message', '')[:160]}" for cond in status.get("conditions") or ()
+                    if cond.get("type") == "PodScheduled" and cond.get("status") == "False"]
+            if why:
+                reasons.append(f"{pod['metadata']['name']} {status.get('phase', '')} ({'; '.join(why)})")
+        return "; ".join(reasons[:4])
+
+
+def differences(expected: Any, actual: Any, path: str = "args") -> list[str]:
+    """Paths where ``actual`` differs from ``expected``; keys only in ``actual`` are Ray's defaults and ignored."""
+    if isinstance(expected, Mapping):
+        if not isinstance(actual, Mapping):
+            return [path]
+        found: list[str] = []
+        for key, value in expected.items():
+            if key not in actual:
+                found.append(f"{path}.{key}")
+            else:
+                found.extend(differences(value, actual[key], f"{path}.{key}"))
+        return found
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [path]
+        return [d for i, (e, a) in enumerate(zip(expected, actual)) for d in differences(e, a, f"{path}[{i}]")]
+    return [] if expected == actual else [path]
+
+
+def kuberay_check_name(name: str) -> str:
+    """The name KubeRay gives an object derived from ``name`` (v1.5.1 ``utils.CheckName``, which
+    names the token Secret after the RayCluster): its last 50 characters, and an ``r`` for a
+    leading digit or punctuation."""
+    if len(name) > 50:
+        name = name[len(name) - 50:]
+    if name and (name[0].isdigit() or not name[0].isalnum()):
+        name = "r" + name[1:]
+    return name
+
+
+def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str, Any]:
+    """The gate settings of the spec the RayService now carries, from the ConfigMap the deploy applied.
+
+    Raises LookupError when the cluster holds none (not deployed by ray-llm-eks, or another name).
+    """
+    service = kube.ray_service(namespace, ray_service)
+    if service is None:
+        raise LookupError(f"no RayService {namespace}/{ray_service} in the cluster")
+    candidates = kube.config_maps(namespace, {wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT,
+                                            wire.INSTANCE_LABEL: ray_service})
+    # Newest first: two runs that changed only the Serve config share a cluster hash.
+    candidates.sort(key=lambda c: (c.get("metadata") or {}).get("creationTimestamp", ""), reverse=True)
+    settings = [json.loads((c.get("data") or {}).get(wire.GATE_SETTINGS_FILE, "{}")) for c in candidates]
+    for candidate in settings:
+        if {candidate.get("cluster_spec_hash")} == objects.template_hashes(service, candidate.get("hash_annotation", "")):
+            return candidate
+    raise LookupError(f"no gate settings in {namespace} match the RayService {ray_service} "
+                      f"({len(settings)} found): was it deployed by ray-llm-eks, and has its gate Job been applied?")
