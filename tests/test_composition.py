@@ -179,7 +179,7 @@ def test_a_construct_used_directly_says_what_the_configuration_says(scratch):
          "model.max_model_len"),
         ({"versions": {"ray": "2.59.0"}}, "versions.ray", serving(ray_version="2.59.0"), "ray_version"),
         ({"serving": {"service_name": "r" * 48}}, "serving.service_name",
-         serving(service=ServiceSettings(service_name="r" * 48)), "service_name"),
+         lambda: ServiceSettings(service_name="r" * 48), "service_name"),
         ({"strict": True, "image": {"digest": "sha256:" + "e" * 64}}, "model.revision", serving(strict=True),
          "model.revision"),
         ({"serving": {"ray_auth": "token"}}, "serving.ray_auth",
