@@ -36,7 +36,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from .config import ConfigError, DeploymentConfig, load_config
-from .spec.units import GIB
+from .base.units import GIB
 from .planning import CapacityPlan, Plan, PlanError, Workload, make_plan
 from .preflight import CHECK_TITLES, AwsUnreachable, NoCredentials, PreflightReport, run_preflight
 from .pricing import PriceBasis, PriceError
@@ -344,7 +344,7 @@ def verify(
     """
     from .kubeconfig import load_access
     from .verification.api_proxy import admitted, port_of
-    from .spec.wire import INSTANCE_LABEL, GateSettings, read_only_run
+    from .base.wire import INSTANCE_LABEL, GateSettings, read_only_run
     from .verification.gate import Gate
     from .verification.kube import ApiError, Endpoints, Kube, NoClusterAccess
     from .verification.rollout import deployed_settings

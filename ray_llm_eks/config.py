@@ -1,6 +1,6 @@
 """The YAML configuration of one deployment, loaded into the declared model.
 
-A configuration file is a :class:`~ray_llm_eks.spec.deployment.Deployment` written as YAML: its
+A configuration file is a :class:`~ray_llm_eks.base.deployment.Deployment` written as YAML: its
 sections are the model's parts, with the same names, defaults and docstrings (the reference is
 docs/configuration.md, generated from the model). Pydantic's ``TypeAdapter`` over the frozen
 dataclasses checks the shape (types, unknown keys); every semantic check is the model's own, run
@@ -22,10 +22,10 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from .spec.deployment import Deployment, Specs
-from .spec.errors import DoesNotFit, SpecError, SpecErrors
-from .spec.placement import WORKER_ROLES
-from .spec.serving import EndpointType, Leg, SecurityProfile, Topology
+from .base.deployment import Deployment, Specs
+from .base.errors import DoesNotFit, SpecError, SpecErrors
+from .base.placement import WORKER_ROLES
+from .base.serving import EndpointType, Leg, SecurityProfile, Topology
 
 __all__ = [
     "ConfigError", "Deployment", "DeploymentConfig", "EndpointType", "SecurityProfile", "Specs", "Topology",

@@ -7,7 +7,7 @@ computing (G5, G6, G6e) and general purpose (M7i), and the EFA supported-instanc
 G-series has no GPUDirect RDMA (aws-ofi-nccl #547: only P-series from p4d), so
 ``gpudirect_rdma`` is False for every type listed here.
 
-An instance type missing from this table is refused (``ray_llm_eks.spec.pools``): a wrong guess
+An instance type missing from this table is refused (``ray_llm_eks.base.pools``): a wrong guess
 about EFA or GPU memory costs a failed deploy, so unknown types must be added here with their facts.
 """
 

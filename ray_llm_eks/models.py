@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec.errors import Collector, problem
+from .base.errors import Collector, problem
 
 # Hugging Face organisation/name prefixes, matched case-insensitively against model_source.
 HYBRID_GATED_DELTANET_FAMILIES: tuple[str, ...] = (

@@ -1,6 +1,6 @@
 """What a deployment needs and costs, computed from its config before anything is deployed.
 
-Pure computation: no AWS calls. Inputs are the declared :class:`~ray_llm_eks.spec.deployment.Deployment` (or a composed deployment's :class:`Specs` and :class:`Footprint`),
+Pure computation: no AWS calls. Inputs are the declared :class:`~ray_llm_eks.base.deployment.Deployment` (or a composed deployment's :class:`Specs` and :class:`Footprint`),
 the model architecture table (:mod:`ray_llm_eks.models`, or ``model.architecture`` in the
 config), the instance facts (:mod:`ray_llm_eks.instance_types`) and the dated price table
 (:mod:`ray_llm_eks.pricing`). ``docs/plan.md`` works the reference deployment by hand.
@@ -16,14 +16,14 @@ from typing import Any
 
 from . import instance_types
 from .bench import cost as bench_cost
-from .spec.deployment import Deployment, Specs
+from .base.deployment import Deployment, Specs
 from .models import ModelArchitecture
 from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
-from .spec.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
-from .spec.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
-from .spec.units import GIB
-from .spec.placement import DECODE, PREFILL, WORKER_ROLES
-from .spec.serving import EndpointType, ServingSpec, Topology
+from .base.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
+from .base.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
+from .base.units import GIB
+from .base.placement import DECODE, PREFILL, WORKER_ROLES
+from .base.serving import EndpointType, ServingSpec, Topology
 
 MEBIBYTE = 2**20  # gp3 throughput is provisioned in MiB/s (EC2 CreateVolume / launch template "Throughput").
 GIGABIT = 10**9
@@ -477,7 +477,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     :class:`~ray_llm_eks.pricing.PriceError` (region/instance not in the price table).
 
     A model that does not fit never gets here: the model refuses it, as synthesis does
-    (``ConfigError.does_not_fit``), with the same figures and fixes (:mod:`ray_llm_eks.spec.memory`).
+    (``ConfigError.does_not_fit``), with the same figures and fixes (:mod:`ray_llm_eks.base.memory`).
     """
     if tokens_per_second is not None and tokens_per_second <= 0:
         raise PlanError(f"tokens per second must be positive; got {tokens_per_second}")

@@ -25,9 +25,9 @@ from .constructs.observability import InferenceObservability
 from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
 from .constructs.validation import ConstructValidationError
-from .spec.placement import DECODE, PREFILL, WORKER_ROLES
-from .spec.serving import Leg
-from .spec.wire import report_command
+from .base.placement import DECODE, PREFILL, WORKER_ROLES
+from .base.serving import Leg
+from .base.wire import report_command
 
 # Construct ids of the GPU node groups, by role (public API: logical ids derive from them).
 GPU_NODE_GROUP_IDS = {PREFILL: "PrefillNodes", DECODE: "DecodeNodes"}

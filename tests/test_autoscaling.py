@@ -94,7 +94,7 @@ def test_node_not_ready_counts_the_smallest_the_groups_may_be(autoscaled):
 def test_the_head_shares_the_system_node_with_the_autoscalers(autoscaled):
     """The Ray autoscaler sidecar (200m/512Mi) and Cluster Autoscaler (100m/600Mi) come out of the
     head's share, so what the head leaves on the node (the bench Job's room) stays the same."""
-    from ray_llm_eks.spec import sizing
+    from ray_llm_eks.base import sizing
 
     spec = autoscaled.stack.serving.spec
     fixed = sizing.head_resources(spec.system.instance)
@@ -106,7 +106,7 @@ def test_serving_without_a_node_autoscaler_is_refused_when_a_group_may_grow():
 
     from ray_llm_eks.constructs.serving import RayLlmServing
     from ray_llm_eks.constructs.validation import ConstructValidationError
-    from ray_llm_eks.spec.pools import WorkerPool
+    from ray_llm_eks.base.pools import WorkerPool
 
     app = cdk.App()
     stack = cdk.Stack(app, "S", env=cdk.Environment(account="123456789012", region="us-west-2"))

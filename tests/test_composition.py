@@ -24,9 +24,9 @@ from ray_llm_eks.constructs import (
     RayLlmServing,
     SystemNodeGroup,
 )
-from ray_llm_eks.spec import ModelSpec, WorkerPool, sizing
-from ray_llm_eks.spec.errors import SpecErrors
-from ray_llm_eks.spec.serving import ServiceSettings
+from ray_llm_eks.base import ModelSpec, WorkerPool, sizing
+from ray_llm_eks.base.errors import SpecErrors
+from ray_llm_eks.base.serving import ServiceSettings
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
 

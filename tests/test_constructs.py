@@ -12,7 +12,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 
 from ray_llm_eks.constructs import EfaFabric, EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
-from ray_llm_eks.spec import WorkerPool
+from ray_llm_eks.base import WorkerPool
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT
 
@@ -137,7 +137,7 @@ def _example_objects(stack) -> dict:
 def test_example_app_pods_match_its_node_groups(example):
     import yaml
 
-    from ray_llm_eks.spec import sizing
+    from ray_llm_eks.base import sizing
 
     stack, _, _ = example
     ray_service = _example_objects(stack)

@@ -23,11 +23,11 @@ from ray_llm_eks.constructs import (
 from ray_llm_eks.constructs.nodegroups import EfaFabric, EfaGpuNodeGroup
 from ray_llm_eks.constructs.validation import ConstructValidationError
 from ray_llm_eks.planning import Footprint, PlanError, make_plan
-from ray_llm_eks.spec.deployment import ClusterSettings, Deployment, Network, Specs, Versions
-from ray_llm_eks.spec.observability import AGENT_NAMESPACE, ObservabilitySpec
-from ray_llm_eks.spec.pools import RootVolume, SystemPool, WorkerPool
-from ray_llm_eks.spec.serving import Leg, ServiceSettings, ServingSpec
-from ray_llm_eks.spec.verification import VerificationSpec
+from ray_llm_eks.base.deployment import ClusterSettings, Deployment, Network, Specs, Versions
+from ray_llm_eks.base.observability import AGENT_NAMESPACE, ObservabilitySpec
+from ray_llm_eks.base.pools import RootVolume, SystemPool, WorkerPool
+from ray_llm_eks.base.serving import Leg, ServiceSettings, ServingSpec
+from ray_llm_eks.base.verification import VerificationSpec
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
 

@@ -26,7 +26,7 @@ from ray_llm_eks.constructs import (
 )
 from ray_llm_eks.constructs.addons import merge_helm_values
 from ray_llm_eks.constructs.autoscaler import EXTRA_ARGS, NodeAutoscaler
-from ray_llm_eks.spec.errors import SpecError
+from ray_llm_eks.base.errors import SpecError
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT, normalized_template
 
@@ -236,7 +236,7 @@ def test_helm_constructs_refuse_values_that_would_contradict_them(refusals, buil
 
 
 def test_device_plugins_refuse_an_empty_node_group_list_and_bad_keys(refusals):
-    from ray_llm_eks.spec import WorkerPool
+    from ray_llm_eks.base import WorkerPool
     stack, _, cluster = refusals
     with pytest.raises(ConstructValidationError, match=r"^Refusals/NoGroups: gpu_node_groups: empty \(got \[\]\)"):
         GpuDevicePlugins(stack, "NoGroups", cluster=cluster, gpu_node_groups=[])

@@ -7,7 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from ray_llm_eks.spec import GPU_TAINT_KEY
+from ray_llm_eks.base import GPU_TAINT_KEY
 
 
 def single(resources: dict) -> dict:

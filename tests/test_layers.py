@@ -40,9 +40,9 @@ def _uses(names: set[str], roots: tuple[str, ...]) -> set[str]:
     return {n for n in names if n.split(".")[0] in roots or any(n.startswith(r + ".") for r in roots)}
 
 
-@pytest.mark.parametrize("path", sorted(folder_imports("spec")))
+@pytest.mark.parametrize("path", sorted(folder_imports("base")))
 def test_the_spec_layer_imports_neither_half_nor_the_configuration(path):
-    names = folder_imports("spec")[path]
+    names = folder_imports("base")[path]
     assert not _uses(names, AWS_LIBRARIES + K8S_LIBRARIES), path
     assert not _uses(names, ("ray_llm_eks.constructs", "ray_llm_eks.cdk8s_charts", "ray_llm_eks.config",
                              "ray_llm_eks.stack", "pydantic")), path
@@ -84,7 +84,7 @@ def test_ray_llm_serving_is_exported_from_the_constructs_package():
 
 def test_the_import_reader_resolves_relative_imports():
     names = imports_of(PACKAGE / "cdk8s_charts" / "pod_templates.py")
-    assert {"ray_llm_eks.spec.scaling", "ray_llm_eks.spec.serving.ServingSpec", "cdk8s_plus_35.k8s"} <= names
+    assert {"ray_llm_eks.base.scaling", "ray_llm_eks.base.serving.ServingSpec", "cdk8s_plus_35.k8s"} <= names
 
 
 @pytest.mark.parametrize("path", sorted(folder_imports("verification")) + sorted(folder_imports("bench")))
@@ -119,13 +119,13 @@ def test_the_in_cluster_programs_import_only_the_standard_library_and_themselves
 
 
 def test_the_wire_contract_is_one_self_contained_file():
-    """``spec/wire.py`` travels in the gate's ConfigMap beside the gate's modules (``bundle.SHARED``)
+    """``base/wire.py`` travels in the gate's ConfigMap beside the gate's modules (``bundle.SHARED``)
     and is imported there as ``rayllmeks_gate.wire``: the standard library only, nothing relative."""
     import sys
 
     from ray_llm_eks.verification import bundle
 
-    source = PACKAGE / "spec" / "wire.py"
+    source = PACKAGE / "base" / "wire.py"
     assert source in bundle.SHARED
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -155,7 +155,7 @@ def test_the_charts_import_no_module_of_theirs_in_a_circle():
 
 def test_the_twin_sits_on_top_and_nothing_below_imports_it():
     """The local twin (``make twin``) renders through the application tier; no tier below may need it."""
-    for folder in ("spec", "constructs", "cdk8s_charts", "verification", "bench"):
+    for folder in ("base", "constructs", "cdk8s_charts", "verification", "bench"):
         for path, names in folder_imports(folder).items():
             assert not _uses(names, ("ray_llm_eks.twin",)), path
 
@@ -168,3 +168,18 @@ def test_the_twins_runtime_parts_need_no_cdk(module):
     assert not _uses(names, AWS_LIBRARIES + K8S_LIBRARIES + ("pydantic",)), module
     if module == "tiny_model.py":
         assert not _uses(names, ("ray_llm_eks",)), module
+
+
+def test_no_folder_of_the_package_has_a_name_test_tools_read_as_tests():
+    """RSpec-style tools (and the measurements built on them) skip ``spec/`` and ``test*/`` folders."""
+    folders = [p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")]
+    assert "base" in folders
+    assert not [name for name in folders if name in ("spec", "specs") or name.startswith("test")]
+
+
+def test_the_base_layer_s_former_import_path_still_imports():
+    import ray_llm_eks.base.serving as serving
+    from ray_llm_eks.spec import ModelSpec, WorkerPool  # noqa: F401 - the README's old imports
+    from ray_llm_eks.spec.serving import ServingSpec
+
+    assert ServingSpec is serving.ServingSpec

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ray_llm_eks.spec.observability import (
+from ray_llm_eks.base.observability import (
     LOG_METRICS,
     alarm_names,
     TRANSFER_FAILURE_LINES,

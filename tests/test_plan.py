@@ -8,7 +8,7 @@ from ray_llm_eks import instance_types
 from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
 from ray_llm_eks.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
-from ray_llm_eks.spec.memory import memory_budget
+from ray_llm_eks.base.memory import memory_budget
 from ray_llm_eks.pricing import PriceBasis, PriceError, load_price_table
 
 REQUIRED_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-northeast-1", "sa-east-1")

@@ -1,4 +1,4 @@
-"""The wire contract (``ray_llm_eks.spec.wire``): the gate's settings are typed, and the gate refuses
+"""The wire contract (``ray_llm_eks.base.wire``): the gate's settings are typed, and the gate refuses
 settings it cannot read with a message that names every problem."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ray_llm_eks.spec import wire
+from ray_llm_eks.base import wire
 
 ROLE = {"nodes": 1, "node_selector": {"role": "prefill"}, "gpus_per_node": 1}
 

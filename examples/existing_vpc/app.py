@@ -28,7 +28,7 @@ from ray_llm_eks.constructs import (
     RayLlmServing,
     SystemNodeGroup,
 )
-from ray_llm_eks.spec import ModelSpec
+from ray_llm_eks.base import ModelSpec
 
 REGION = "us-east-1"
 DATA_PLANE_AZ = "us-east-1a"

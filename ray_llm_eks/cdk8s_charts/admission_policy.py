@@ -51,10 +51,10 @@ from dataclasses import dataclass
 import cdk8s
 from cdk8s_plus_35 import k8s
 
-from ..spec.infrastructure import DAEMONSET_CONTROLLER_USERS, KUBERAY_OPERATOR_SERVICE_ACCOUNT
-from ..spec.placement import GPU_TAINT_KEY
-from ..spec.serving import ServingSpec
-from ..spec.wire import SERVING_INSTANCE_NAMESPACE_LABEL
+from ..base.infrastructure import DAEMONSET_CONTROLLER_USERS, KUBERAY_OPERATOR_SERVICE_ACCOUNT
+from ..base.placement import GPU_TAINT_KEY
+from ..base.serving import ServingSpec
+from ..base.wire import SERVING_INSTANCE_NAMESPACE_LABEL
 from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME, efa_counters_name
 
 ADMISSION_POLICY_CHART_ID = "serving-admission-policy"

@@ -28,9 +28,9 @@ from cdk8s_plus_35 import k8s
 
 from ..bench import bundle
 from ..bench.runner import AIPERF_VERSION
-from ..spec import sizing
-from ..spec.serving import SERVE_PORT, ServingSpec
-from ..spec.wire import BENCH_COMPONENT, COMPONENT_LABEL, INSTANCE_LABEL
+from ..base import sizing
+from ..base.serving import SERVE_PORT, ServingSpec
+from ..base.wire import BENCH_COMPONENT, COMPONENT_LABEL, INSTANCE_LABEL
 from .containers import guaranteed, locked_down, non_root
 from .serving import openai_service_name
 

@@ -7,7 +7,7 @@ from typing import Mapping
 
 from cdk8s_plus_35 import k8s
 
-from ..spec import sizing
+from ..base import sizing
 
 NOBODY = 65534
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import cdk8s
 from cdk8s_plus_35 import k8s
 
-from ..spec.serving import ServingSpec
-from ..spec.wire import INSTANCE_LABEL, RAY_ROLE_LABEL
+from ..base.serving import ServingSpec
+from ..base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL
 from .containers import NOBODY, locked_down
 from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cdk8s_plus_35 import k8s
 
-from ..spec.serving import ServingSpec
+from ..base.serving import ServingSpec
 from .containers import env_vars
 
 HF_TOKEN_VOLUME = "hf-token"

@@ -1,5 +1,5 @@
 """The charts' label and naming conventions (the keys the in-cluster programs read are in
-``ray_llm_eks.spec.wire``).
+``ray_llm_eks.base.wire``).
 
 Pod templates carry only this project's own keys (``wire.LABEL_PREFIX``), never
 ``app.kubernetes.io/*`` or ``ray.io/*`` (:data:`KUBERAY_OWNED_LABEL_PREFIXES`); top-level object
@@ -8,8 +8,8 @@ metadata carries ``app.kubernetes.io/name`` and ``app.kubernetes.io/instance``.
 
 from __future__ import annotations
 
-from ..spec.serving import ServingSpec
-from ..spec.wire import INSTANCE_LABEL, PROJECT, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+from ..base.serving import ServingSpec
+from ..base.wire import INSTANCE_LABEL, PROJECT, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
 
 KUBERAY_OWNED_LABEL_PREFIXES = ("app.kubernetes.io/", "ray.io/")
 """Label keys KubeRay sets on the pods it creates; pod templates must not set any of them.

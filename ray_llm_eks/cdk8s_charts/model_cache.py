@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cdk8s_plus_35 import k8s
 
-from ..spec.serving import ServingSpec
+from ..base.serving import ServingSpec
 
 HF_CACHE_HOST_PATH = "/var/lib/ray-llm-eks/hf-cache"
 """Node directory (hostPath, ``DirectoryOrCreate``) that holds the Hugging Face cache of workers.

@@ -33,9 +33,9 @@ import ipaddress
 import cdk8s
 from cdk8s_plus_35 import k8s
 
-from ..spec.infrastructure import KUBERAY_OPERATOR_POD_LABELS
-from ..spec.serving import SERVE_PORT, ServingSpec
-from ..spec.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+from ..base.infrastructure import KUBERAY_OPERATOR_POD_LABELS
+from ..base.serving import SERVE_PORT, ServingSpec
+from ..base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
 from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 
 NETWORK_POLICY_CHART_ID = "serving-network-policy"

@@ -1,10 +1,10 @@
 """The Ray head and worker pod templates, as typed ``cdk8s_plus_35.k8s`` objects.
 
-Placement (labels and taints of ``ray_llm_eks.spec.placement``, which the node groups put on
+Placement (labels and taints of ``ray_llm_eks.base.placement``, which the node groups put on
 their nodes): the head runs on the system node (``role=system``); each worker group runs on its
 own GPU node group (``role=prefill|decode``) and tolerates that pool's ``NoSchedule`` taint,
 which keeps every other pod off the GPU nodes. Every figure below derives from the pool the
-pods run on (:class:`ray_llm_eks.spec.ServingSpec`), never from a default of its own.
+pods run on (:class:`ray_llm_eks.base.ServingSpec`), never from a default of its own.
 
 Worker choices, each with its reason:
 
@@ -60,10 +60,10 @@ from typing import Any, Mapping
 
 from cdk8s_plus_35 import k8s
 
-from ..spec import scaling
-from ..spec.placement import ROLE_LABEL
-from ..spec.serving import SERVE_PORT, SecurityProfile, ServingSpec
-from ..spec.wire import EFA_RESOURCE, GPU_RESOURCE, METRICS_PORT, WORKER_CONTAINER
+from ..base import scaling
+from ..base.placement import ROLE_LABEL
+from ..base.serving import SERVE_PORT, SecurityProfile, ServingSpec
+from ..base.wire import EFA_RESOURCE, GPU_RESOURCE, METRICS_PORT, WORKER_CONTAINER
 from . import serve_config
 from .containers import env_vars, guaranteed
 from .gcs_redis import head_env as gcs_head_env

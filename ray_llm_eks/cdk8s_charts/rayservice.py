@@ -48,8 +48,8 @@ import cdk8s
 from cdk8s_plus_35 import k8s
 from constructs import Construct
 
-from ..spec.serving import RAY_SERVICE_NAME_MAX
-from ..spec.wire import CLUSTER_SPEC_HASH_ANNOTATION
+from ..base.serving import RAY_SERVICE_NAME_MAX
+from ..base.wire import CLUSTER_SPEC_HASH_ANNOTATION
 
 API_VERSION = "ray.io/v1"
 KIND = "RayService"

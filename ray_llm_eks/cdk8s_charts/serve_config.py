@@ -22,7 +22,7 @@ decode leg to 22000) plus ``replica rank * tensor_parallel_size``
 (``ray/llm/_internal/serve/engines/vllm/kv_transfer/nixl.py`` and ``base.py``). Ray's comment
 there says each TP worker adds its rank; vLLM 0.26 instead opens one listener per engine, on that
 port plus its data-parallel index (0 here), so there is one port per replica
-(:meth:`ray_llm_eks.spec.ServingSpec.nixl_side_channel_ports`). The bases are written out
+(:meth:`ray_llm_eks.base.ServingSpec.nixl_side_channel_ports`). The bases are written out
 explicitly so the ports the pods declare come from the same numbers.
 
 Pinning each leg to its worker group (Ray 2.58 ``ray/llm/_internal/common/placement.py``,
@@ -48,7 +48,7 @@ one unit per GPU of the node: :func:`worker_custom_resources`), and each P/D leg
 - A node advertises ``gpus`` units and a replica takes ``tensor_parallel_size`` of them, so
   custom resource and GPUs run out together: exactly ``gpus // tensor_parallel_size`` replicas of
   the role per node, ``desired_size`` times that per leg (the ``num_replicas`` written,
-  :meth:`ray_llm_eks.spec.ServingSpec.replicas`).
+  :meth:`ray_llm_eks.base.ServingSpec.replicas`).
 - ``deployment_config.ray_actor_options.resources`` was the alternative; it lands only in the
   first bundle, so under ``PACK`` the other tensor-parallel workers could still go elsewhere.
   ``placement_group_config`` is where Ray Serve LLM takes the engine's GPU bundles, so the
@@ -66,8 +66,8 @@ from typing import Any
 import yaml
 
 from ..instance_types import InstanceType
-from ..spec.placement import DECODE, PREFILL, require_worker_role
-from ..spec.serving import NIXL_SIDE_CHANNEL_PORT_BASE, SERVE_PORT, ServingSpec, Topology
+from ..base.placement import DECODE, PREFILL, require_worker_role
+from ..base.serving import NIXL_SIDE_CHANNEL_PORT_BASE, SERVE_PORT, ServingSpec, Topology
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 COLOCATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"

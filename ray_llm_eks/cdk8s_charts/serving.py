@@ -21,9 +21,9 @@ import cdk8s
 import cdk8s_plus_35 as kplus
 from cdk8s_plus_35 import k8s
 
-from ..spec.placement import WORKER_ROLES
-from ..spec.serving import SERVE_PORT, EndpointType, RayAuth, ServingSpec
-from ..spec.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL, SERVING_INSTANCE_NAMESPACE_LABEL
+from ..base.placement import WORKER_ROLES
+from ..base.serving import SERVE_PORT, EndpointType, RayAuth, ServingSpec
+from ..base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL, SERVING_INSTANCE_NAMESPACE_LABEL
 from . import gcs_redis, pod_templates, serve_config
 from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart

@@ -37,11 +37,11 @@ import cdk8s
 from cdk8s_plus_35 import k8s
 from constructs import Construct
 
-from ..spec import sizing
-from ..spec.placement import ROLE_LABEL, WORKER_ROLES
-from ..spec.serving import SERVE_PORT, RayAuth, ServingSpec, Topology
-from ..spec.verification import VerificationSpec
-from ..spec.wire import (
+from ..base import sizing
+from ..base.placement import ROLE_LABEL, WORKER_ROLES
+from ..base.serving import SERVE_PORT, RayAuth, ServingSpec, Topology
+from ..base.verification import VerificationSpec
+from ..base.wire import (
     COMPONENT_LABEL,
     DASHBOARD_PORT,
     EFA_COUNTER_PORT,

@@ -1,7 +1,7 @@
 """AWS CDK constructs of ray-llm-eks; each is importable alone.
 
 Lives inside the package so a top-level ``constructs/`` folder can never shadow the
-``constructs`` library. The constructs read the spec layer (:mod:`ray_llm_eks.spec`) and the
+``constructs`` library. The constructs read the spec layer (:mod:`ray_llm_eks.base`) and the
 cdk8s charts; the charts never import the constructs.
 """
 

@@ -13,10 +13,10 @@ from typing import Any, Mapping, Sequence
 from aws_cdk import Duration, aws_eks_v2 as eks
 from constructs import Construct
 
-from ..spec import infrastructure as infra
-from ..spec.errors import problem
-from ..spec.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
-from ..spec.pools import WorkerPool
+from ..base import infrastructure as infra
+from ..base.errors import problem
+from ..base.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
+from ..base.pools import WorkerPool
 from .cluster import ClusterLike, eks_cluster_of
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated

@@ -26,8 +26,8 @@ from aws_cdk import Duration, Stack, aws_iam as iam
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..spec import scaling
-from ..spec.placement import SYSTEM_LABELS
+from ..base import scaling
+from ..base.placement import SYSTEM_LABELS
 from .addons import HelmValues, merge_helm_values
 from .cluster import ClusterLike, eks_cluster_of
 from .identity import pod_identity

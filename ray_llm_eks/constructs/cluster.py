@@ -14,7 +14,7 @@ from aws_cdk import Fn, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam, aws_l
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
-from ..spec import infrastructure as infra
+from ..base import infrastructure as infra
 from .identity import associate_addon, pod_identity_role
 from .nag import acknowledge_cluster, acknowledge_cni_role, acknowledge_log_retention
 from .validation import validated

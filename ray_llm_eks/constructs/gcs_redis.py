@@ -18,7 +18,7 @@ from aws_cdk import aws_ec2 as ec2, aws_eks_v2 as eks, aws_elasticache as elasti
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from ..spec.serving import GcsFaultTolerance
+from ..base.serving import GcsFaultTolerance
 from .identity import pod_identity
 from .nag import acknowledge_gcs_redis
 

@@ -11,8 +11,8 @@ from typing import Sequence
 from aws_cdk import RemovalPolicy, Token, aws_ec2 as ec2, aws_logs as logs
 from constructs import Construct
 
-from ..spec import infrastructure as infra
-from ..spec.errors import problem
+from ..base import infrastructure as infra
+from ..base.errors import problem
 from .validation import ConstructValidationError, validated
 
 

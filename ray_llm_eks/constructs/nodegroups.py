@@ -22,10 +22,10 @@ from typing import Any, Mapping
 from aws_cdk import Tags, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
-from ..spec.errors import SpecError, SpecErrors, problem
-from ..spec.placement import Taint
-from ..spec.scaling import node_template_tags
-from ..spec.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
+from ..base.errors import SpecError, SpecErrors, problem
+from ..base.placement import Taint
+from ..base.scaling import node_template_tags
+from ..base.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
 from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
 from .validation import ConstructValidationError, validated
@@ -248,7 +248,7 @@ class SystemNodeGroup(Construct):
     ``InferenceCluster``, it waits for the networking add-ons and CoreDNS waits for it (CoreDNS
     is a Deployment: it reports healthy only once a node can run it).
 
-    Public attributes: ``pool`` (the :class:`~ray_llm_eks.spec.SystemPool` the Ray head is sized
+    Public attributes: ``pool`` (the :class:`~ray_llm_eks.base.SystemPool` the Ray head is sized
     from), ``nodegroup``, ``launch_template``, ``role``.
     """
 
@@ -348,7 +348,7 @@ class EfaGpuNodeGroup(Construct):
     - Joins the fabric's cluster placement group (``placement_group=False`` opts out).
     - Labels ``role=<role>`` and ``nvidia.com/gpu.present=true`` (the NVIDIA device plugin's
       node affinity looks for it); taint ``ray-llm-eks/gpu-role=<role>:NoSchedule`` keeps every
-      pod that does not tolerate it off these dedicated nodes (both from ``ray_llm_eks.spec.placement``).
+      pod that does not tolerate it off these dedicated nodes (both from ``ray_llm_eks.base.placement``).
     - Exactly one subnet: the data-plane subnet (EFA traffic cannot cross AZs).
     - Given an ``InferenceCluster``, waits for its networking add-ons.
 
@@ -375,7 +375,7 @@ class EfaGpuNodeGroup(Construct):
     of order and node-group options out of range, with the construct path and the field in the
     message.
 
-    Public attributes: ``pool`` (the :class:`~ray_llm_eks.spec.WorkerPool` that ``RayLlmServing``
+    Public attributes: ``pool`` (the :class:`~ray_llm_eks.base.WorkerPool` that ``RayLlmServing``
     and ``GpuDevicePlugins`` derive their pods from), ``nodegroup``, ``launch_template``,
     ``fabric``, ``efa_security_group``, ``placement_group`` (or None), ``role``, ``instance``,
     ``labels``, ``taint``, ``capacity_type``, ``nodegroup_options`` (the ``aws_eks_v2.Nodegroup``

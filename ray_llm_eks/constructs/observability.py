@@ -13,7 +13,7 @@ container logs) the add-on's agent publishes Container Insights metrics in the
 
 and its Fluent Bit ships every container's lines to ``/aws/containerinsights/<cluster>/application``,
 where two metric filters count the NIXL and vLLM lines the deployment gate fails on
-(``spec/observability.py``).
+(``base/observability.py``).
 
 KubeRay's pods are owned by a RayCluster, so Container Insights names each by its full pod name
 (``PodName`` is the owner's name only for ReplicaSets, DaemonSets, Jobs and the like): an alarm
@@ -30,11 +30,11 @@ from aws_cdk import aws_eks_v2 as eks, aws_iam as iam, aws_logs as logs, aws_sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from ..spec import infrastructure as infra
-from ..spec.errors import problem
-from ..spec.placement import WORKER_ROLES
-from ..spec.serving import Topology
-from ..spec.observability import (
+from ..base import infrastructure as infra
+from ..base.errors import problem
+from ..base.placement import WORKER_ROLES
+from ..base.serving import Topology
+from ..base.observability import (
     ObservabilitySpec,
     ADDON_NAME,
     AGENT_NAMESPACE,

@@ -2,7 +2,7 @@
 
 ``RayLlmServing`` takes the node pools it serves on (the ``EfaGpuNodeGroup``s and the
 ``SystemNodeGroup``, or their spec-layer pools) plus flat props, and builds one
-:class:`~ray_llm_eks.spec.ServingSpec` from them. Every pod figure (GPUs, CPU, memory, replicas,
+:class:`~ray_llm_eks.base.ServingSpec` from them. Every pod figure (GPUs, CPU, memory, replicas,
 NIXL ports, node selector, toleration) and the image's region derive from those pools and from
 the stack, so a pod that cannot fit its node cannot be synthesized.
 
@@ -38,19 +38,19 @@ from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
 from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart, monitor_name
-from ..spec.deployment import Specs
-from ..spec.errors import problem
-from ..spec.pools import SystemPool, WorkerPool
-from ..spec.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE
-from ..spec.observability import AGENT_NAMESPACE, ObservabilitySpec
-from ..spec.serving import DEFAULT_RAY_VERSION, ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
-from ..spec.verification import VerificationSpec
+from ..base.deployment import Specs
+from ..base.errors import problem
+from ..base.pools import SystemPool, WorkerPool
+from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE
+from ..base.observability import AGENT_NAMESPACE, ObservabilitySpec
+from ..base.serving import DEFAULT_RAY_VERSION, ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
+from ..base.verification import VerificationSpec
 from ..cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID, GcsRedisChart, sync_account_name
 from .addons import GpuDevicePlugins, KubeRayOperator
 from .autoscaler import NodeAutoscaler
 from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
-from ..spec.observability import METRIC_NAMESPACE
+from ..base.observability import METRIC_NAMESPACE
 from .identity import pod_identity
 from .nag import acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
@@ -78,7 +78,7 @@ class RayLlmServing(Construct):
 
     :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster.
     :param prefill: the prefill leg: its ``EfaGpuNodeGroup`` (or that group's ``pool``), or a
-        :class:`~ray_llm_eks.spec.serving.Leg` of that pool with settings of its own
+        :class:`~ray_llm_eks.base.serving.Leg` of that pool with settings of its own
         (``tensor_parallel_size``, ``target_ongoing_requests``). The prefill worker group gets one
         pod per node with all its GPUs, and ``desired_size x GPUs / tensor parallel`` replicas.
     :param decode: the decode leg, likewise.
@@ -96,7 +96,7 @@ class RayLlmServing(Construct):
         stack's own region (the stack needs an explicit ``env`` region, or give ``repository``).
     :param nixl: NIXL settings. Default: backends ``["LIBFABRIC"]`` (what uses EFA).
     :param topology: ``disaggregated`` (default) or ``colocated``; only the Serve config differs.
-    :param service: the Kubernetes side (:class:`~ray_llm_eks.spec.serving.ServiceSettings`):
+    :param service: the Kubernetes side (:class:`~ray_llm_eks.base.serving.ServiceSettings`):
         namespace (default ``inference``), service name (``ray-llm``), security profile, endpoint,
         client namespaces and CIDRs, egress, Ray auth, GCS fault tolerance, admission exemptions.
     :param ray_version: default ``2.58.0``, the image's Ray; checked against the DLC tag.

@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 
 from constructs import Construct
 
-from ..spec.errors import SpecError, SpecErrors
+from ..base.errors import SpecError, SpecErrors
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..spec.units import MIB
-from ..spec import wire
+from ..base.units import MIB
+from ..base import wire
 
 ROLES = ("prefill", "decode")
 TWIN_PROVIDER = "tcp"

@@ -21,6 +21,6 @@ from .shared import wire
 
 GateSettings = wire.GateSettings
 GateConfig = GateSettings
-"""The name the settings had before the wire contract (``ray_llm_eks.spec.wire``) held them."""
+"""The name the settings had before the wire contract (``ray_llm_eks.base.wire``) held them."""
 
 __all__ = ["Gate", "GateConfig", "GateSettings", "Report", "TransportEvidence", "classify", "classify_logs"]

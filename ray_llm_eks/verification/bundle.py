@@ -9,7 +9,7 @@ IN_CLUSTER_PACKAGE = "rayllmeks_gate"
 """The package name the files are mounted as in the pod (``python -m rayllmeks_gate``)."""
 
 
-SHARED = (PACKAGE_DIR.parent / "bench" / "histogram.py", PACKAGE_DIR.parent / "spec" / "wire.py")
+SHARED = (PACKAGE_DIR.parent / "bench" / "histogram.py", PACKAGE_DIR.parent / "base" / "wire.py")
 """Modules of other packages the gate uses (standard library only, no relative imports; :mod:`.shared`
 imports them): the histogram quantile the bench's report uses too, so the two compute percentiles
 alike, and the wire contract the charts render the gate's settings and names by."""

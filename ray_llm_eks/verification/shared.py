@@ -11,6 +11,6 @@ try:  # the in-cluster bundle: beside this module
     from . import histogram, wire  # type: ignore[attr-defined]
 except ImportError:  # the repository (exercised in the cluster's layout by the bundle tests)
     from ..bench import histogram  # type: ignore[no-redef]
-    from ..spec import wire  # type: ignore[no-redef]
+    from ..base import wire  # type: ignore[no-redef]
 
 __all__ = ["histogram", "wire"]

@@ -14,8 +14,8 @@ from conftest import render
 from netpol import selects
 
 from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID
-from ray_llm_eks.spec.placement import GPU_TAINT_KEY
-from ray_llm_eks.spec.serving import SERVING_INSTANCE_NAMESPACE_LABEL
+from ray_llm_eks.base.placement import GPU_TAINT_KEY
+from ray_llm_eks.base.serving import SERVING_INSTANCE_NAMESPACE_LABEL
 
 KUBERNETES_VERSION = "1.35.0"
 

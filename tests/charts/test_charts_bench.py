@@ -10,10 +10,10 @@ import yaml
 
 from ray_llm_eks.bench import bundle
 from ray_llm_eks.cdk8s_charts import bench as chart
-from ray_llm_eks.spec.wire import INSTANCE_LABEL
+from ray_llm_eks.base.wire import INSTANCE_LABEL
 from ray_llm_eks.config import DeploymentConfig
-from ray_llm_eks.spec import sizing
-from ray_llm_eks.spec.pools import DEFAULT_SYSTEM_INSTANCE_TYPE
+from ray_llm_eks.base import sizing
+from ray_llm_eks.base.pools import DEFAULT_SYSTEM_INSTANCE_TYPE
 from ray_llm_eks import instance_types
 
 KUBERNETES_VERSION = "1.35.0"

@@ -13,8 +13,8 @@ import pytest
 
 from netpol import Endpoint, allowed
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
-from ray_llm_eks.spec.infrastructure import KUBERAY_NAMESPACE, KUBERAY_OPERATOR_POD_LABELS
-from ray_llm_eks.spec.wire import COMPONENT_LABEL, INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+from ray_llm_eks.base.infrastructure import KUBERAY_NAMESPACE, KUBERAY_OPERATOR_POD_LABELS
+from ray_llm_eks.base.wire import COMPONENT_LABEL, INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
 
 KUBERNETES_VERSION = "1.35.0"
 GCS, DASHBOARD, SERVE, METRICS, EFA_COUNTERS = 6379, 8265, 8000, 8080, 9475

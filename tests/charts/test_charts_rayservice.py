@@ -6,7 +6,7 @@ import pytest
 
 from ray_llm_eks.cdk8s_charts import (ADMISSION_POLICY_CHART_ID, NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID,
                                      RAYSERVICE_CHART_ID)
-from ray_llm_eks.spec import GPU_TAINT_KEY
+from ray_llm_eks.base import GPU_TAINT_KEY
 
 from conftest import DIGEST, PINNED_REVISION, SCENARIOS, render
 

@@ -169,7 +169,7 @@ def test_impossible_ranges_are_refused_with_the_field(overrides, field, says):
 def test_scale_to_zero_and_continuous_verification_are_refused_together(monkeypatch):
     """A node that serves fast enough could scale to zero, but not with continuous verification
     probing it every period."""
-    from ray_llm_eks.spec import scaling
+    from ray_llm_eks.base import scaling
 
     monkeypatch.setattr(scaling, "NODE_READY_SECONDS", 30)
     monkeypatch.setattr(scaling, "IMAGE_PULL_MIBPS", 1000)

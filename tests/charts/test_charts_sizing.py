@@ -1,10 +1,10 @@
-"""The pod sizing arithmetic (ray_llm_eks/spec/sizing.py), checked by hand-worked figures."""
+"""The pod sizing arithmetic (ray_llm_eks/base/sizing.py), checked by hand-worked figures."""
 
 from __future__ import annotations
 
 import pytest
 
-from ray_llm_eks.spec import sizing
+from ray_llm_eks.base import sizing
 from ray_llm_eks.instance_types import INSTANCE_TYPES
 
 

@@ -14,9 +14,9 @@ from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.rayservice import CLUSTER_SPEC_HASH_ANNOTATION
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
 from ray_llm_eks.config import parse_config
-from ray_llm_eks.spec import sizing
-from ray_llm_eks.spec.verification import VerificationSpec
-from ray_llm_eks.spec import wire
+from ray_llm_eks.base import sizing
+from ray_llm_eks.base.verification import VerificationSpec
+from ray_llm_eks.base import wire
 from ray_llm_eks.verification import bundle
 
 SIGNAL_URL = "https://cloudformation-waitcondition-us-west-2.s3.amazonaws.com/signal"

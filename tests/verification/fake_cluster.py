@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from ray_llm_eks.spec import wire
+from ray_llm_eks.base import wire
 from ray_llm_eks.verification import bundle, efa
 
 PREFILL_IP, DECODE_IP, PREFILL_NODE_IP, DECODE_NODE_IP = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"

@@ -33,4 +33,4 @@ def test_the_bundle_carries_the_wire_contract_and_every_module_of_the_gate():
     files = bundle.files()
     assert {"wire.py", "histogram.py", "shared.py", "gate.py", "rollout.py", "checks.py", "report.py",
             "state.py", "objects.py", "__main__.py"} <= set(files)
-    assert files["wire.py"] == (bundle.PACKAGE_DIR.parent / "spec" / "wire.py").read_text()
+    assert files["wire.py"] == (bundle.PACKAGE_DIR.parent / "base" / "wire.py").read_text()

@@ -13,7 +13,7 @@ import time
 import pytest
 from fake_cluster import FakeDeployment, parse_selector
 
-from ray_llm_eks.spec import wire
+from ray_llm_eks.base import wire
 from ray_llm_eks.verification import rollout
 from ray_llm_eks.verification.kube import Kube, KubeAccess
 

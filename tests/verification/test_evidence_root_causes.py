@@ -14,7 +14,7 @@ These constants live here, not in ``test_evidence.py``: ``test_log_metric_filter
 every line constant of that module and requires a CloudWatch filter exactly for the lines that
 fail a healthy worker. A root-cause line next to a proven backend does not fail it (see
 ``test_a_root_cause_line_beside_a_proven_backend_is_recorded_not_failing``), and the consequence
-lines (``createBackend: ...``) have no filter (``spec/observability.py`` is not this change's).
+lines (``createBackend: ...``) have no filter (``base/observability.py`` is not this change's).
 """
 
 from __future__ import annotations

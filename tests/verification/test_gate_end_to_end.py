@@ -532,7 +532,7 @@ def test_an_autoscaled_deployment_passes_with_any_pod_count_in_its_range(in_clus
 
 
 def test_role_expectations_fixed_and_autoscaled():
-    from ray_llm_eks.spec.wire import RoleExpectation
+    from ray_llm_eks.base.wire import RoleExpectation
 
     fixed = RoleExpectation(nodes=2, node_selector={}, gpus_per_node=1)
     assert (fixed.autoscaled, fixed.pod_range, fixed.describe()) == (False, (2, 2), "2")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ray_llm_eks.spec.wire import GateSettings
+from ray_llm_eks.base.wire import GateSettings
 from ray_llm_eks.verification import metrics
 from ray_llm_eks.verification.gate import Gate
 from ray_llm_eks.verification.kube import Endpoints

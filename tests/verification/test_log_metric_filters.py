@@ -13,7 +13,7 @@ import pytest
 import test_evidence as lines
 from cwlogs_filter import PatternError, compile_pattern
 
-from ray_llm_eks.spec.observability import TRANSFER_FAILURE_LINES, TRANSPORT_FALLBACK_LINES, log_filter_pattern
+from ray_llm_eks.base.observability import TRANSFER_FAILURE_LINES, TRANSPORT_FALLBACK_LINES, log_filter_pattern
 from ray_llm_eks.verification.evidence import classify
 
 NAMESPACE = "inference"
@@ -48,8 +48,8 @@ def test_the_gates_own_report_quoting_a_phrase_is_not_a_worker_line():
     assert not FALLBACK(fluent_bit_event(report_line, container="verify"))
     assert not FALLBACK(fluent_bit_event(report_line, container="gate"))
 
-    from ray_llm_eks.spec.wire import WORKER_CONTAINER
-    from ray_llm_eks.spec.observability import WORKER_CONTAINER as WATCHED
+    from ray_llm_eks.base.wire import WORKER_CONTAINER
+    from ray_llm_eks.base.observability import WORKER_CONTAINER as WATCHED
 
     assert WATCHED == WORKER_CONTAINER
 
@@ -93,7 +93,7 @@ def test_syntax_outside_the_subset_is_refused(pattern):
 
 
 def test_the_patterns_fit_cloudwatchs_length_limit_with_the_longest_namespace():
-    from ray_llm_eks.spec.observability import FILTER_PATTERN_MAX
+    from ray_llm_eks.base.observability import FILTER_PATTERN_MAX
 
     for lines_ in (TRANSPORT_FALLBACK_LINES, TRANSFER_FAILURE_LINES):
         assert len(log_filter_pattern("n" * 63, lines_)) <= FILTER_PATTERN_MAX

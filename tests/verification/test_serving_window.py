@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from ray_llm_eks.spec import wire
+from ray_llm_eks.base import wire
 from ray_llm_eks.verification import serving_window
 from ray_llm_eks.verification.serving_window import published, window
 

@@ -30,7 +30,7 @@ def _is_int(value: object) -> bool:
 
 @dataclass(frozen=True)
 class VerificationSpec:
-    """Settings of the deployment gate. Raises :class:`~ray_llm_eks.spec.SpecErrors` when built wrong."""
+    """Settings of the deployment gate. Raises :class:`~ray_llm_eks.base.SpecErrors` when built wrong."""
 
     __pydantic_config__ = {"extra": "forbid"}
 

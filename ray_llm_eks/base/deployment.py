@@ -10,7 +10,7 @@ checks the rules that cross parts (the AZs of the region, the VPC's room for the
 the model, scale-to-zero against continuous verification) and builds the :class:`Specs` the
 constructs take, once.
 
-Every problem is a :class:`~ray_llm_eks.spec.errors.SpecError` whose field is the dotted path a
+Every problem is a :class:`~ray_llm_eks.base.errors.SpecError` whose field is the dotted path a
 user writes in the YAML file (``prefill.tensor_parallel_size``, ``serving.client_cidrs``).
 """
 

@@ -1,12 +1,18 @@
-"""The plain layer below both halves: what the AWS constructs and the cdk8s charts must agree on.
+"""The base layer, below both halves: the declared deployment and what the AWS constructs and the
+cdk8s charts must agree on. (Formerly ``ray_llm_eks.spec``, which still imports.)
 
 It imports no ``aws_cdk``, no ``cdk8s`` and no ``constructs``; ``ray_llm_eks.constructs`` and
 ``ray_llm_eks.cdk8s_charts`` both import it and never each other (a test walks the imports).
 It holds:
 
+- :mod:`.deployment`: :class:`Deployment`, the whole deployment as declared (what a YAML file
+  loads into), with the rules that cross its parts;
+- :mod:`.wire`: the names and settings the in-cluster programs share with the charts;
+- :mod:`.units`: byte units;
 - :mod:`.placement`: the worker roles, node labels and taints;
 - :mod:`.pools`: :class:`WorkerPool` and :class:`SystemPool`, what a node group creates;
-- :mod:`.serving`: :class:`ServingSpec` (model, image, topology, engine settings, on its pools)
+- :mod:`.serving`: :class:`Leg`, :class:`ServiceSettings` and :class:`ServingSpec` (model, image,
+  topology, engine settings, on its legs)
   and the facts both halves use (ports, the DLC account and tags);
 - :mod:`.infrastructure`: the checks and defaults of the AWS side;
 - :mod:`.memory` and :mod:`.sizing`: GPU memory and pod sizing, computed from the instance table;
@@ -35,9 +41,12 @@ from .serving import (
     SecurityProfile,
     RayAuth,
     GcsFaultTolerance,
+    Leg,
+    ServiceSettings,
     ServingSpec,
     Topology,
 )
+from .deployment import ClusterSettings, Deployment, Network, Specs, Versions
 
 __all__ = [
     "DECODE",
@@ -47,6 +56,13 @@ __all__ = [
     "ROLE_LABEL",
     "SYSTEM_LABELS",
     "WORKER_ROLES",
+    "ClusterSettings",
+    "Deployment",
+    "Leg",
+    "Network",
+    "ServiceSettings",
+    "Specs",
+    "Versions",
     "EndpointType",
     "ImageSpec",
     "ModelSpec",

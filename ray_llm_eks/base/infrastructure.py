@@ -1,6 +1,6 @@
 """Checks and defaults of the AWS side that the configuration and the constructs share.
 
-Each check raises :class:`~ray_llm_eks.spec.errors.SpecError` naming the field, the bad value
+Each check raises :class:`~ray_llm_eks.base.errors.SpecError` naming the field, the bad value
 and what is accepted. The configuration adapter calls them (so ``make synth`` and
 ``ray-llm-eks plan`` refuse the same files), and so does each construct for its own props (so a
 construct used directly refuses the same values).
