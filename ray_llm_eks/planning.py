@@ -1,8 +1,8 @@
 """What a deployment needs and costs, computed from its config before anything is deployed.
 
 Pure computation: no AWS calls. Inputs are the declared :class:`~ray_llm_eks.base.deployment.Deployment` (or a composed deployment's :class:`Specs` and :class:`Footprint`),
-the model architecture table (:mod:`ray_llm_eks.models`, or ``model.architecture`` in the
-config), the instance facts (:mod:`ray_llm_eks.instance_types`) and the dated price table
+the model architecture table (:mod:`ray_llm_eks.base.models`, or ``model.architecture`` in the
+config), the instance facts (:mod:`ray_llm_eks.base.instance_types`) and the dated price table
 (:mod:`ray_llm_eks.pricing`). ``docs/plan.md`` works the reference deployment by hand.
 
 Every assumption that is not a published fact is a named constant below with the reason.
@@ -14,10 +14,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import instance_types
+from .base import instance_types
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
-from .models import ModelArchitecture
+from .base.models import ModelArchitecture
 from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
 from .base.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
 from .base.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget

@@ -38,7 +38,7 @@ from botocore.exceptions import (
 # a failing credential_process, an expired or missing SSO token, a refresh that failed.
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, SSOError, TokenRetrievalError)
 
-from . import instance_types
+from .base import instance_types
 from .config import DeploymentConfig
 
 CDK_DEFAULT_QUALIFIER = "hnb659fds"

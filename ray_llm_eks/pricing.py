@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from . import instance_types
+from .base import instance_types
 
 
 class PriceError(LookupError):

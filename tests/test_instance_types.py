@@ -8,7 +8,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ray_llm_eks.instance_types import INSTANCE_TYPES
+from ray_llm_eks.base.instance_types import INSTANCE_TYPES
 
 
 @pytest.fixture(scope="module")

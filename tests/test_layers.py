@@ -183,3 +183,30 @@ def test_the_base_layer_s_former_import_path_still_imports():
     from ray_llm_eks.spec.serving import ServingSpec
 
     assert ServingSpec is serving.ServingSpec
+
+
+# The tiers, bottom up. The charts sit above the in-cluster programs because they carry the
+# programs' files (the gate's ConfigMap); the AWS constructs above the charts because
+# RayLlmServing applies them. The package root holds the application (configuration, stack, CLI,
+# plan, preflight) and three modules that only keep old import paths of the base layer.
+TIERS = {"base": 0, "verification": 1, "bench": 1, "cdk8s_charts": 2, "constructs": 3, "twin": 4}
+BASE_ALIASES = ("spec.py", "models.py", "instance_types.py")
+
+
+def _tier_of(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "ray_llm_eks" or len(parts) < 2:
+        return None
+    if parts[1] in TIERS:
+        return TIERS[parts[1]]
+    return 0 if f"{parts[1]}.py" in BASE_ALIASES else 4
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")))
+def test_no_module_imports_a_higher_tier(path):
+    source = PACKAGE / path
+    own = _tier_of(".".join(("ray_llm_eks", *Path(path).with_suffix("").parts)))
+    assert own is not None
+    higher = sorted(n for n in imports_of(source) if (_tier_of(n) or 0) > own
+                    and not n.startswith("ray_llm_eks.__init__"))
+    assert not higher, f"{path} (tier {own}) imports {higher}"

@@ -6,7 +6,7 @@ import pytest
 
 from ray_llm_eks import instance_types
 from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
-from ray_llm_eks.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
+from ray_llm_eks.base.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
 from ray_llm_eks.base.memory import memory_budget
 from ray_llm_eks.pricing import PriceBasis, PriceError, load_price_table

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import instance_types
-from ..instance_types import InstanceType
-from ..models import ModelArchitecture
+from . import instance_types
+from .instance_types import InstanceType
+from .models import ModelArchitecture
 
 from .units import GIB
 

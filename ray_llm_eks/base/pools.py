@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import instance_types
-from ..instance_types import InstanceType
+from . import instance_types
+from .instance_types import InstanceType
 from .errors import Collector, problem
 from .placement import SYSTEM_LABELS, Taint, require_worker_role, worker_labels, worker_taint
 
@@ -33,7 +33,7 @@ def _known(value: object, field: str, accepted: str) -> InstanceType:
     known = instance_types.INSTANCE_TYPES.get(name) if isinstance(name, str) else None
     if known is None:
         raise problem(field, name, "not in the library's instance table (a wrong guess about EFA or GPU memory "
-                      "costs a failed deploy: add the type's facts to ray_llm_eks/instance_types.py)", accepted)
+                      "costs a failed deploy: add the type's facts to ray_llm_eks/base/instance_types.py)", accepted)
     return known
 
 

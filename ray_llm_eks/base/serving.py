@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from ..models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
+from .models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
 from .infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, ipv4_network, region as check_region, semver
@@ -120,7 +120,7 @@ class ModelSpec:
     __pydantic_config__ = {"extra": "forbid"}
 
     source: str = "Qwen/Qwen3.5-9B"
-    """Hugging Face repository id (or a path the image can read); must be in the package's architecture table (``ray_llm_eks.models``) or come with ``architecture``."""
+    """Hugging Face repository id (or a path the image can read); must be in the package's architecture table (``ray_llm_eks.base.models``) or come with ``architecture``."""
     served_name: str = "qwen3.5-9b"
     """The OpenAI ``model`` id clients send (Ray's ``model_id``)."""
     revision: str | None = None
@@ -136,7 +136,7 @@ class ModelSpec:
     tensor_parallel_size: int = 1
     """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
     architecture: ModelArchitecture | None = None
-    """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.models``). Dense models leave the ``linear_*`` fields at 0."""
+    """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.base.models``). Dense models leave the ``linear_*`` fields at 0."""
     hf_token_secret: str | None = None
     """An AWS Secrets Manager secret (ARN, or name in the stack's region and account) whose
     string is a Hugging Face token, for gated models. The workers read it at start with their own
@@ -170,7 +170,7 @@ class ModelSpec:
             found.add(problem("tensor_parallel_size", self.tensor_parallel_size, "not a GPU count", "a whole number >= 1"))
         if self.architecture is not None and not isinstance(self.architecture, ModelArchitecture):
             found.add(problem("architecture", self.architecture, "not a ModelArchitecture",
-                              "a ray_llm_eks.models.ModelArchitecture, or none for a model in the table"))
+                              "a ray_llm_eks.base.models.ModelArchitecture, or none for a model in the table"))
         elif self.architecture is not None and not self.architecture.name and isinstance(self.source, str):
             object.__setattr__(self, "architecture", replace(self.architecture, name=self.source))
         found.raise_if_any()

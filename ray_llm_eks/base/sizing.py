@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..instance_types import InstanceType
+from .instance_types import InstanceType
 from .errors import problem
 
 MIB_PER_GIB = 1024

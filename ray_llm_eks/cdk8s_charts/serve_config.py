@@ -65,7 +65,7 @@ from typing import Any
 
 import yaml
 
-from ..instance_types import InstanceType
+from ..base.instance_types import InstanceType
 from ..base.placement import DECODE, PREFILL, require_worker_role
 from ..base.serving import NIXL_SIDE_CHANNEL_PORT_BASE, SERVE_PORT, ServingSpec, Topology
 

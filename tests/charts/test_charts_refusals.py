@@ -15,7 +15,7 @@ from ray_llm_eks.cdk8s_charts.rayservice import (
     WorkerGroupSpec,
 )
 from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
-from ray_llm_eks.instance_types import INSTANCE_TYPES
+from ray_llm_eks.base.instance_types import INSTANCE_TYPES
 from ray_llm_eks.base import SpecError, sizing
 
 

@@ -87,7 +87,7 @@ def test_accelerator_types_we_emit_are_the_ones_ray_accepts():
     from ray.llm._internal.serve.core.configs.accelerators import AcceleratorType
 
     from ray_llm_eks.cdk8s_charts.serve_config import RAY_ACCELERATOR_TYPES
-    from ray_llm_eks.instance_types import INSTANCE_TYPES
+    from ray_llm_eks.base.instance_types import INSTANCE_TYPES
 
     ray_values = {t.value for t in AcceleratorType}
     assert RAY_ACCELERATOR_TYPES <= ray_values

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ray_llm_eks.base import sizing
-from ray_llm_eks.instance_types import INSTANCE_TYPES
+from ray_llm_eks.base.instance_types import INSTANCE_TYPES
 
 
 @pytest.mark.parametrize(
