@@ -187,3 +187,12 @@ def test_the_stack_builds_each_leg_from_its_configured_leg():
     _, stack = build_app(deployment, context=FAST_SYNTH_CONTEXT, nag=False)
     assert stack.serving.spec == deployment.specs().serving
     assert stack.serving.spec.replicas("prefill") == 2
+
+
+def test_the_dtypes_the_model_accepts_are_the_ones_the_planner_sizes():
+    from typing import get_args
+
+    from ray_llm_eks.base.memory import DTYPE_BYTES
+    from ray_llm_eks.base.serving import Dtype
+
+    assert set(get_args(Dtype)) == set(DTYPE_BYTES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
@@ -81,8 +81,11 @@ NIXL_SIDE_CHANNEL_PORT_BASE = {PREFILL: 20000, DECODE: 22000}
 """Ray's defaults for the two legs (``experimental_configs.NIXL_SIDE_CHANNEL_PORT_BASE``;
 PDServingArgs defaults decode to 22000), written out so pods and Serve agree."""
 
-NIXL_BACKENDS = ("LIBFABRIC", "UCX")
-KV_BUFFER_DEVICES = ("cuda", "cpu")
+NixlBackend = Literal["LIBFABRIC", "UCX"]
+KvBufferDevice = Literal["cuda", "cpu"]
+Dtype = Literal["bfloat16", "float16", "auto"]
+NIXL_BACKENDS: tuple[str, ...] = get_args(NixlBackend)
+KV_BUFFER_DEVICES: tuple[str, ...] = get_args(KvBufferDevice)
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -125,7 +128,7 @@ class ModelSpec:
     """The OpenAI ``model`` id clients send (Ray's ``model_id``)."""
     revision: str | None = None
     """A 40-hex commit id pins the weights (and the tokenizer); anything else gives a warning (an error with ``strict``)."""
-    dtype: str = "bfloat16"
+    dtype: Dtype = "bfloat16"
     """vLLM weight and activation dtype (the reference uses bfloat16)."""
     max_model_len: int = 4096
     """Longest prompt plus output, in tokens; one such sequence must fit in the KV pool of every leg (the memory check of ``plan``, enforced by synth)."""
@@ -238,9 +241,9 @@ class NixlSpec:
 
     __pydantic_config__ = {"extra": "forbid"}
 
-    backends: tuple[str, ...] = ("LIBFABRIC",)
+    backends: tuple[NixlBackend, ...] = ("LIBFABRIC",)
     """LIBFABRIC is what uses EFA; NIXL's default UCX silently runs at TCP speed on EFA nodes."""
-    kv_buffer_device: str | None = None
+    kv_buffer_device: KvBufferDevice | None = None
     """None keeps vLLM's default; ``cpu`` is the documented fallback without GPUDirect RDMA."""
 
     def __post_init__(self) -> None:
