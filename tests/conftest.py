@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 from aws_cdk import assertions  # noqa: E402
 
 from ray_llm_eks.config import DeploymentConfig, parse_config  # noqa: E402
+from ray_llm_eks.constructs import nag_rules  # noqa: E402
+from ray_llm_eks.constructs.nag_rules import RayLlmEksChecks  # noqa: E402
 from ray_llm_eks.stack import RayLlmEksStack, build_app  # noqa: E402
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT  # noqa: E402
 
@@ -33,6 +35,8 @@ class Synthesized:
     template: assertions.Template
     template_json: dict[str, Any]
     outdir: Path
+    validation_runs: list[dict[str, Any]] = field(default_factory=list)
+    """Each call CDK made to the project's nag plugin during the synth (``nag=True`` only)."""
 
     def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
         return {
@@ -49,6 +53,25 @@ class Synthesized:
         return self.stack.get_logical_id(element)
 
 
+class RecordingChecks(RayLlmEksChecks):
+    """The project's nag plugin, recording each validation CDK runs: a plugin that passed is left
+    out of validation-report.json, so only this shows that it ran, and on what."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[dict[str, Any]] = []
+
+    def validate(self, context):
+        report = super().validate(context)
+        templates = list(context.template_paths)
+        clusters = [logical_id for path in templates
+                    for logical_id, resource in json.loads(Path(path).read_text()).get("Resources", {}).items()
+                    if resource.get("Type") == "AWS::EKS::Cluster"]
+        self.runs.append({"templates": templates, "clusters": clusters, "success": report.success,
+                          "violations": [v.rule_name for v in report.violations]})
+        return report
+
+
 _cache: dict[tuple[str, bool], Synthesized] = {}
 
 
@@ -56,7 +79,10 @@ def synthesize(config: DeploymentConfig, outdir: Path, *, nag: bool = False) -> 
     """Synthesize the default stack for ``config`` (cached: one synth per scenario per session)."""
     key = (config.model_dump_json(), nag)
     if key not in _cache:
-        app, stack = build_app(config, outdir=str(outdir), context=TEST_CONTEXT, nag=nag)
+        recorder = RecordingChecks()
+        with pytest.MonkeyPatch.context() as patch:  # build_app imports the plugin when nag is on
+            patch.setattr(nag_rules, "RayLlmEksChecks", lambda: recorder)
+            app, stack = build_app(config, outdir=str(outdir), context=TEST_CONTEXT, nag=nag)
         assembly = app.synth()
         template_json = json.loads((Path(assembly.directory) / f"{stack.artifact_id}.template.json").read_text())
         _cache[key] = Synthesized(
@@ -65,6 +91,7 @@ def synthesize(config: DeploymentConfig, outdir: Path, *, nag: bool = False) -> 
             template=assertions.Template.from_json(template_json),
             template_json=template_json,
             outdir=Path(assembly.directory),
+            validation_runs=recorder.runs,
         )
     return _cache[key]
 
