@@ -96,6 +96,23 @@ def synthesize(config: DeploymentConfig, outdir: Path, *, nag: bool = False) -> 
     return _cache[key]
 
 
+SHARED_FIXTURES = {"synth": "synth", "default": "synth", "scenario": "charts",
+                   "mock_servers": "bench", "tokenizer_dir": "bench", "sweep": "bench"}
+"""Session fixtures that are expensive to build (CDK synths, the chart scenarios, AIPerf against the
+mock servers), and the xdist group of the tests that use them: under ``--dist loadgroup`` (`make
+test`) each group runs on one worker, so each scenario is still built once per run."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {SHARED_FIXTURES[name] for name in item.fixturenames if name in SHARED_FIXTURES}
+        if len(groups) > 1:
+            raise pytest.UsageError(f"{item.nodeid} uses the fixtures of two xdist groups: {sorted(groups)}")
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups.pop()))
+
+
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory):
     """``synth(overrides: dict | None, nag=False) -> Synthesized``; the same scenario synthesizes once."""
