@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,14 +105,59 @@ mock servers), and the xdist group of the tests that use them: under ``--dist lo
 test`) each group runs on one worker, so each scenario is still built once per run."""
 
 
+GROUPS_DIR = "xdist_groups_dir"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
+    grouped = {}
     for item in items:
         groups = {SHARED_FIXTURES[name] for name in item.fixturenames if name in SHARED_FIXTURES}
         if len(groups) > 1:
             raise pytest.UsageError(f"{item.nodeid} uses the fixtures of two xdist groups: {sorted(groups)}")
         if groups:
-            item.add_marker(pytest.mark.xdist_group(groups.pop()))
+            grouped[item.nodeid] = groups.pop()
+            item.add_marker(pytest.mark.xdist_group(grouped[item.nodeid]))
+    directory = getattr(config, "workerinput", {}).get(GROUPS_DIR)
+    if directory:  # an xdist worker: tell the controller's scheduler (below)
+        (Path(directory) / f"{config.workerinput['workerid']}.json").write_text(json.dumps(grouped))
+
+
+def _groups_dir(config) -> Path:
+    if not hasattr(config, "_xdist_groups_dir"):
+        config._xdist_groups_dir = Path(tempfile.mkdtemp(prefix="xdist-groups-"))
+    return config._xdist_groups_dir
+
+
+def pytest_configure_node(node):
+    node.workerinput[GROUPS_DIR] = str(_groups_dir(node.config))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups the workers wrote. xdist 3.8 marks a group by appending
+    ``@group`` to ``item._nodeid``, but pytest 9.2 derives ``nodeid`` from ``Node._id``, so the
+    suffix never reaches xdist's scheduler and every group was split across the workers (each then
+    built the same session fixtures). The scope of a test is its group, or the test itself."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    directory = _groups_dir(config)
+
+    class ByGroup(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # every worker has collected (and written) before scheduling
+                self.groups = {k: v for f in sorted(directory.glob("*.json")) for k, v in json.loads(f.read_text()).items()}
+            return self.groups.get(nodeid, nodeid)
+
+    return ByGroup(config, log)
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "_xdist_groups_dir"):
+        shutil.rmtree(config._xdist_groups_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
