@@ -107,7 +107,7 @@ def test_log_rule_names_the_missing_types():
 def test_the_project_s_own_stack_passes_its_rules(default):
     """The default synthesis ran our plugin once, over the stack's template and its one cluster, and
     it passed: CDK leaves a plugin that passed out of the report, so the report alone cannot show
-    that it ran (the synth records each plugin's validate call: tests/conftest.py)."""
+    that it ran (the synth records each validate call: tests/helpers/synthesis.py)."""
     (run,) = default.validation_runs
     assert [Path(t).name for t in run["templates"]] == [f"{default.stack.artifact_id}.template.json"]
     assert run["clusters"] == list(default.resources("AWS::EKS::Cluster")) and len(run["clusters"]) == 1
