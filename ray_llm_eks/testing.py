@@ -124,7 +124,41 @@ def _parse_embedded_json(value: Any) -> Any:
     return value
 
 
-def normalized_template(stack_or_template: Any) -> dict[str, Any]:
+PROGRAM_FILE_STAND_IN = "<in-cluster program file, as in the package>"
+"""What :func:`stand_in_program_files` writes for a file of the library's own in-cluster programs."""
+
+
+def _program_files() -> set[tuple[str, str]]:
+    """(ConfigMap key, text) of every file the library's in-cluster programs (the deployment gate,
+    the bench) carry into the cluster."""
+    from .bench import bundle as bench_bundle
+    from .verification import bundle as gate_bundle
+
+    return {item for bundle in (gate_bundle, bench_bundle) for item in bundle.files().items()}
+
+
+def stand_in_program_files(objects: list[Any]) -> list[Any]:
+    """Kubernetes objects with each ConfigMap file that is one of the library's in-cluster program
+    files, byte for byte, replaced by :data:`PROGRAM_FILE_STAND_IN` (its key kept).
+
+    The gate's program travels in a ConfigMap of some thousand lines of Python, so a snapshot that
+    embeds it changes with every edit of the gate, and the diff buries what else changed. With the
+    stand-in, a snapshot shows which files a ConfigMap carries, not their text; the files are
+    checked against the package's source by their own tests. A file that differs from the
+    package's (a stale or hand-edited copy) is kept in full, so the snapshot shows it.
+    """
+    program = _program_files()
+    result = []
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") == "ConfigMap" and isinstance(obj.get("data"), dict):
+            data = {key: PROGRAM_FILE_STAND_IN if (key, value) in program else value
+                    for key, value in obj["data"].items()}
+            obj = {**obj, "data": data}
+        result.append(obj)
+    return result
+
+
+def normalized_template(stack_or_template: Any, *, program_files: bool = False) -> dict[str, Any]:
     """The stack's CloudFormation template, changed only where infrastructure changes.
 
     - Asset hashes (64 hex characters) are masked, and asset metadata dropped.
@@ -132,6 +166,9 @@ def normalized_template(stack_or_template: Any) -> dict[str, Any]:
     - Every embedded Kubernetes manifest (``Manifest`` of ``Custom::AWSCDK-EKS-KubernetesResource``)
       and Helm ``Values`` string is parsed back into JSON, and a RayService's ``serveConfigV2``
       YAML into a mapping, so a diff shows the changed field rather than one long line.
+    - The library's in-cluster program files in those manifests (the deployment gate's Python
+      modules) are replaced by a stand-in (:func:`stand_in_program_files`), unless
+      ``program_files`` is true: an upgrade that edits the gate does not change your snapshot.
 
     Accepts a ``Stack`` (synthesized here) or a template already loaded as a dict.
     """
@@ -151,6 +188,8 @@ def normalized_template(stack_or_template: Any) -> dict[str, Any]:
         properties = resource.get("Properties", {})
         if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "Manifest" in properties:
             properties["Manifest"] = _parse_embedded_json(properties["Manifest"])
+            if not program_files and isinstance(properties["Manifest"], list):
+                properties["Manifest"] = stand_in_program_files(properties["Manifest"])
         if resource["Type"] == "Custom::AWSCDK-EKS-HelmChart" and "Values" in properties:
             properties["Values"] = _parse_embedded_json(properties["Values"])
     return _mask_hashes(template)

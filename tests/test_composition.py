@@ -201,14 +201,23 @@ def test_a_construct_used_directly_says_what_the_configuration_says(scratch):
         assert _construct_sentence(build, prop) == _config_sentence(overrides, config_field), config_field
 
 
-def test_readme_python_snippets_run_as_written(tmp_path, monkeypatch):
+PRINTED = re.compile(r"^\s*print\(.*\)\s*#\s*(?P<shown>.+?)\s*$", re.M)
+"""A ``print(...)`` line with what it prints in its trailing comment (``print(a, b)  # 2 4``)."""
+
+
+def test_readme_python_snippets_run_as_written(tmp_path, monkeypatch, capsys):
     readme = (ROOT / "README.md").read_text()
     snippets = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert snippets, "the README shows how to compose the constructs"
+    assert any(PRINTED.search(snippet) for snippet in snippets), "the README shows what the snippet prints"
     monkeypatch.chdir(tmp_path)
     for snippet in snippets:
         namespace: dict = {"__name__": "readme_snippet"}
+        capsys.readouterr()
         exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+        # What the README says each print shows is what it prints, line for line.
+        shown = [match["shown"] for match in PRINTED.finditer(snippet)]
+        assert capsys.readouterr().out.splitlines() == shown
 
 
 def test_the_stack_hands_every_serving_setting_to_the_construct():

@@ -15,7 +15,17 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from ray_llm_eks.config import parse_config
 from ray_llm_eks.manifests import render_chart, write_manifests
 from ray_llm_eks.stack import build_app
-from ray_llm_eks.testing import FAST_SYNTH_CONTEXT, REPLACING_PROPERTIES, normalized_template, replaced_resources
+from ray_llm_eks.testing import (
+    ASSET_HASH,
+    ASSET_HASH_MASK,
+    FAST_SYNTH_CONTEXT,
+    PROGRAM_FILE_STAND_IN,
+    REPLACING_PROPERTIES,
+    normalized_template,
+    replaced_resources,
+    stand_in_program_files,
+)
+from ray_llm_eks.verification import bundle as gate_bundle
 
 TOPOLOGIES = ("disaggregated", "colocated")
 
@@ -39,10 +49,42 @@ def test_default_template(default, json_snapshot):
     assert normalized_template(default.template_json) == json_snapshot
 
 
+class _StoodIn:
+    """A chart's objects with the in-cluster program files stood in, for :func:`render_chart`
+    (which reads ``to_json()``), so the snapshot is what `make synth` writes but for those files."""
+
+    def __init__(self, chart) -> None:
+        self.chart = chart
+
+    def to_json(self) -> list:
+        return stand_in_program_files(list(self.chart.to_json()))
+
+
 def test_charts(synth, yaml_snapshot):
     for topology in TOPOLOGIES:
         for chart in synth({"topology": topology}).stack.charts:
-            assert render_chart(chart) == yaml_snapshot(name=f"{topology}-{chart.node.id}")
+            assert render_chart(_StoodIn(chart)) == yaml_snapshot(name=f"{topology}-{chart.node.id}")
+
+
+def test_the_snapshots_stand_in_only_for_the_package_s_own_program_files(default):
+    """The template carries the gate's program as the package has it; the normalized template and the
+    chart snapshots name its files and stand in for their text (a copy that differs stays in full)."""
+    def program_config_maps(template: dict) -> list[dict]:
+        return [o for r in template["Resources"].values() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+                and isinstance(r["Properties"]["Manifest"], list) for o in r["Properties"]["Manifest"]
+                if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-gate-program")]
+
+    (full,) = program_config_maps(normalized_template(default.template_json, program_files=True))
+    assert full["data"] == {name: ASSET_HASH.sub(ASSET_HASH_MASK, text) for name, text in gate_bundle.files().items()}
+    (stood_in,) = program_config_maps(normalized_template(default.template_json))
+    assert stood_in["data"] == dict.fromkeys(gate_bundle.files(), PROGRAM_FILE_STAND_IN)
+    assert {k: v for k, v in stood_in.items() if k != "data"} == {k: v for k, v in full.items() if k != "data"}
+    edited = {**full, "data": {**gate_bundle.files(), "gate.py": "# not the package's gate\n"}}
+    (kept,) = stand_in_program_files([edited])
+    assert kept["data"]["gate.py"] == "# not the package's gate\n"
+    assert kept["data"]["kube.py"] == PROGRAM_FILE_STAND_IN
+    other = {"kind": "Secret", "data": gate_bundle.files()}  # only ConfigMaps
+    assert stand_in_program_files([other]) == [other]
 
 
 def test_normalized_template_parses_embedded_manifests_and_masks_assets(default):

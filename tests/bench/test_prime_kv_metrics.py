@@ -3,8 +3,8 @@ after a replica's first transfer, at its next metrics export)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ray_llm_eks.bench.runner import BenchSettings, prime_kv_metrics
@@ -12,12 +12,15 @@ from ray_llm_eks.bench.runner import BenchSettings, prime_kv_metrics
 EXPORTED = 'ray_vllm_nixl_xfer_time_seconds_count{ReplicaId="a"} 1.0\n'
 
 
-def serve(after_seconds: float):
-    started = time.monotonic()
+def serve(after_scrapes: int | None):
+    """A /metrics endpoint that exports the histogram from its ``after_scrapes``-th scrape on (never
+    with None): counted in scrapes, not seconds, so a loaded machine cannot move the moment."""
+    scrapes = itertools.count(1)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            body = (EXPORTED if time.monotonic() - started >= after_seconds else "ray_vllm_num_requests_running 0\n")
+            exported = after_scrapes is not None and next(scrapes) >= after_scrapes
+            body = EXPORTED if exported else "ray_vllm_num_requests_running 0\n"
             data = body.encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
@@ -38,10 +41,11 @@ def settings(url: str) -> BenchSettings:
 
 
 def test_it_returns_once_the_histogram_is_exported():
-    server, url = serve(after_seconds=1.5)
+    server, url = serve(after_scrapes=2)  # the first scrape finds nothing: the bench waits and reads again
     sent = []
     try:
-        line = prime_kv_metrics(settings(url), wait_seconds=20, send=lambda: sent.append(1))
+        # A deadline no machine reaches before the second scrape: it only bounds a broken run.
+        line = prime_kv_metrics(settings(url), wait_seconds=60, send=lambda: sent.append(1))
     finally:
         server.shutdown()
     assert sent == [1]
@@ -49,7 +53,7 @@ def test_it_returns_once_the_histogram_is_exported():
 
 
 def test_it_gives_up_without_failing_the_run():
-    server, url = serve(after_seconds=3600)
+    server, url = serve(after_scrapes=None)
     try:
         line = prime_kv_metrics(settings(url), wait_seconds=1.5, send=lambda: None)
     finally:

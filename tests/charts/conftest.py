@@ -1,119 +1,13 @@
 """Fixtures for the cdk8s chart tests: every scenario is built and synthesized once per session.
 
-The checkers are the upstream ones: the KubeRay v1.4.0 CRD schema (closed, as
-``kubectl apply --validate=strict`` would be), Ray 2.58's ``LLMConfig`` and
-``ServeDeploySchema``, and kubernetes-validate's Kubernetes 1.35 schemas.
+The scenarios, their rendering and the checkers are in :mod:`helpers.charts`.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterator
-
-import cdk8s
 import pytest
-import yaml
 
-from ray_llm_eks.cdk8s_charts import ServingCharts, build_serving_charts
-from ray_llm_eks.config import DeploymentConfig, parse_config
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-CRD_FILE = DATA / "ray.io_rayservices.yaml"
-CRD_FILE_V1_5_1 = DATA / "kuberay-v1.5.1" / "ray.io_rayservices.yaml"
-
-# kubernetes-validate 1.37 ships schemas for 1.32 .. 1.37; EKS here runs 1.35, the newest <= 1.35.
-KUBERNETES_VERSION = "1.35.0"
-
-PINNED_REVISION = "0123456789abcdef0123456789abcdef01234567"
-DIGEST = "sha256:" + "ab" * 32
-
-SCENARIOS: dict[str, dict[str, Any]] = {
-    "disaggregated": {},
-    "colocated": {"topology": "colocated"},
-    # Everything optional switched on: pinned revision and digest, ipc-lock, internal NLB, CPU KV buffer.
-    "hardened": {
-        "model": {"revision": PINNED_REVISION},
-        "image": {"digest": DIGEST},
-        "serving": {"security_profile": "ipc-lock", "endpoint": "internal-nlb", "namespace": "llm", "service_name": "qwen",
-                    "client_cidrs": ["10.50.0.0/16"], "client_namespaces": ["apps"]},
-        "nixl": {"kv_buffer_device": "cpu"},
-        "strict": True,
-    },
-    # Four L4s per node, two tensor-parallel replicas per node, two nodes per leg, a non-hybrid model.
-    "multi_gpu": {
-        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b", "tensor_parallel_size": 2},
-        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-        "decode": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-    },
-    "multi_gpu_colocated": {
-        "topology": "colocated",
-        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b", "tensor_parallel_size": 2},
-        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-        "decode": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-    },
-}
-
-
-@dataclass
-class Rendered:
-    """One scenario: its config, its charts, and the synthesized objects of each chart."""
-
-    config: DeploymentConfig
-    charts: ServingCharts
-    objects: dict[str, list[dict[str, Any]]]  # chart id -> synthesized objects
-
-    def all_objects(self) -> Iterator[dict[str, Any]]:
-        for objects in self.objects.values():
-            yield from objects
-
-    def one(self, kind: str) -> dict[str, Any]:
-        found = [o for o in self.all_objects() if o["kind"] == kind]
-        assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-        return found[0]
-
-    @property
-    def ray_service(self) -> dict[str, Any]:
-        return self.one("RayService")
-
-    @property
-    def serve_config(self) -> dict[str, Any]:
-        return yaml.safe_load(self.ray_service["spec"]["serveConfigV2"])
-
-    @property
-    def application(self) -> dict[str, Any]:
-        (application,) = self.serve_config["applications"]
-        return application
-
-    @property
-    def cluster(self) -> dict[str, Any]:
-        return self.ray_service["spec"]["rayClusterConfig"]
-
-    def worker_group(self, name: str) -> dict[str, Any]:
-        (group,) = [g for g in self.cluster["workerGroupSpecs"] if g["groupName"] == name]
-        return group
-
-    def worker_container(self, name: str) -> dict[str, Any]:
-        (container,) = self.worker_group(name)["template"]["spec"]["containers"]
-        return container
-
-    @property
-    def head_group(self) -> dict[str, Any]:
-        return self.cluster["headGroupSpec"]
-
-    @property
-    def head_container(self) -> dict[str, Any]:
-        (container,) = self.head_group["template"]["spec"]["containers"]
-        return container
-
-
-def render(overrides: dict[str, Any]) -> Rendered:
-    config = parse_config(copy.deepcopy(overrides), "test scenario")
-    charts = build_serving_charts(cdk8s.App(), config.specs().serving)
-    objects = {chart.node.id: list(cdk8s.Testing.synth(chart)) for chart in charts.charts}
-    return Rendered(config=config, charts=charts, objects=objects)
-
+from helpers.charts import CRD_FILE, SCENARIOS, Rendered, render, strict_validator
 
 _rendered: dict[str, Rendered] = {}
 
@@ -138,34 +32,6 @@ def disaggregated(scenario) -> Rendered:
 @pytest.fixture(scope="session")
 def colocated(scenario) -> Rendered:
     return scenario("colocated")
-
-
-def _close(schema: Any) -> None:
-    """Reject unknown fields like ``kubectl --validate=strict``: every object schema that lists
-    properties and does not preserve unknown fields gets ``additionalProperties: false``."""
-    if isinstance(schema, dict):
-        if (
-            "properties" in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")
-            and "additionalProperties" not in schema
-        ):
-            schema["additionalProperties"] = False
-        for value in schema.values():
-            _close(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            _close(item)
-
-
-def strict_validator(crd_file: Path):
-    """The CRD's ``v1`` schema, closed like ``kubectl --validate=strict``."""
-    import jsonschema
-
-    crd = yaml.load(crd_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
-    _close(schema)
-    return jsonschema.Draft7Validator(schema)
 
 
 @pytest.fixture(scope="session")

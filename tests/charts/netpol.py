@@ -6,6 +6,11 @@ concept page "Network Policies":
 - A pod is isolated for ingress (egress) when at least one policy in its namespace selects it and
   lists ``Ingress`` (``Egress``) in ``policyTypes``; then a connection is allowed only if some
   rule of some such policy allows it (policies are additive). A pod no policy isolates allows all.
+- A policy without ``policyTypes`` (or with an empty list) has the API server's default (field
+  reference: "If this field is not specified, it will default based on the existence of ingress
+  or egress rules; policies that contain an egress section are assumed to affect egress, and all
+  policies (whether or not they contain an ingress section) are assumed to affect ingress"):
+  ``Ingress`` always, plus ``Egress`` when its ``egress`` list is not empty.
 - A connection between two pods needs both the source's egress and the destination's ingress.
 - A peer with ``podSelector`` alone means pods of the policy's namespace; with
   ``namespaceSelector`` alone, every pod of the matching namespaces; with both, the matching pods
@@ -93,11 +98,19 @@ def _port_matches(ports: list[dict[str, Any]] | None, port: int, protocol: str) 
     return False
 
 
+def policy_types(policy: dict[str, Any]) -> list[str]:
+    """``spec.policyTypes``, or the API server's default when it is absent or empty."""
+    spec = policy["spec"]
+    if spec.get("policyTypes"):
+        return list(spec["policyTypes"])
+    return ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
+
+
 def _side_allows(policies: list[dict[str, Any]], pod: Endpoint, other: Endpoint, port: int, protocol: str,
                  direction: str) -> bool:
     kind, peers_key, rules_key = ("Ingress", "from", "ingress") if direction == "ingress" else ("Egress", "to", "egress")
     isolating = [p for p in policies if p["metadata"]["namespace"] == pod.namespace
-                 and kind in p["spec"].get("policyTypes", ["Ingress"])
+                 and kind in policy_types(p)
                  and selects(p["spec"].get("podSelector") or {}, pod.labels)]
     if not isolating:
         return True

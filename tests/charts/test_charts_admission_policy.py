@@ -10,7 +10,7 @@ import copy
 
 import celpy
 import pytest
-from conftest import render
+from helpers.charts import render
 from netpol import selects
 
 from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import render as render_scenario
+from helpers.charts import render as render_scenario
 from netpol import selects
 
 KUBERNETES_VERSION = "1.35.0"

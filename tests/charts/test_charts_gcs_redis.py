@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import cdk8s
 import pytest
-from conftest import render
+from helpers.charts import render
 from netpol import Endpoint, allowed
 
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID

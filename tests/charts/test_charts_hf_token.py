@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from conftest import render
+from helpers.charts import render
 
 from ray_llm_eks.cdk8s_charts import hf_token, model_cache
 from ray_llm_eks.config import ConfigError, parse_config

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from netpol import Endpoint, allowed
+from netpol import Endpoint, allowed, policy_types
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
 from ray_llm_eks.base.infrastructure import KUBERAY_NAMESPACE, KUBERAY_OPERATOR_POD_LABELS
 from ray_llm_eks.base.wire import COMPONENT_LABEL, INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
@@ -188,3 +188,38 @@ def test_an_operator_installed_elsewhere_is_admitted_from_its_own_namespace_only
     ours = Endpoint("10.0.1.20", KUBERAY_NAMESPACE, dict(KUBERAY_OPERATOR_POD_LABELS))
     assert allowed(rules, theirs, head, DASHBOARD)
     assert not allowed(rules, ours, head, DASHBOARD)
+
+
+def _policy(**spec) -> dict:
+    return {"kind": "NetworkPolicy", "metadata": {"name": "p", "namespace": "team"},
+            "spec": {"podSelector": {"matchLabels": {"app": "api"}}, **spec}}
+
+
+@pytest.mark.parametrize(("spec", "types"), [
+    ({}, ["Ingress"]),
+    ({"policyTypes": []}, ["Ingress"]),  # an empty list is unspecified too
+    ({"ingress": [{}]}, ["Ingress"]),
+    ({"egress": []}, ["Ingress"]),  # an empty egress section has no egress rule
+    ({"egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}, ["Ingress", "Egress"]),
+    ({"policyTypes": ["Egress"], "ingress": [{}]}, ["Egress"]),  # given: taken as written
+])
+def test_the_evaluator_defaults_policy_types_as_the_api_server_does(spec, types):
+    """No ``policyTypes``: Ingress always, Egress only when the policy has egress rules."""
+    assert policy_types(_policy(**spec)) == types
+
+
+def test_a_policy_without_policy_types_isolates_egress_only_when_it_has_egress_rules():
+    api = Endpoint("10.0.2.10", "team", {"app": "api"})
+    peer = Endpoint("10.0.2.11", "team", {"app": "db"})
+    outside = Endpoint("198.51.100.7")
+    # Ingress rules only: the pod is isolated for ingress, and its egress stays open.
+    ingress_only = [_policy(ingress=[{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}])]
+    assert not allowed(ingress_only, peer, api, 8080)
+    assert allowed(ingress_only, api, outside, 443) and allowed(ingress_only, api, peer, 5432)
+    # An egress rule and no policyTypes: egress is isolated too (the old Ingress-only default let this out).
+    with_egress = [_policy(egress=[{"to": [{"podSelector": {"matchLabels": {"app": "db"}}}],
+                                    "ports": [{"port": 5432, "protocol": "TCP"}]}])]
+    assert allowed(with_egress, api, peer, 5432)
+    assert not allowed(with_egress, api, outside, 443)
+    assert not allowed(with_egress, api, peer, 6379)
+    assert not allowed(with_egress, peer, api, 8080)  # and ingress, which it lists no rule for

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SCENARIOS
+from helpers.charts import SCENARIOS
 from ray_llm_eks.cdk8s_charts import pod_templates, serve_config
 
 ROLES = ("prefill", "decode")

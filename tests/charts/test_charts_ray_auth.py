@@ -5,7 +5,7 @@ from __future__ import annotations
 import cdk8s
 import pytest
 
-from conftest import CRD_FILE, CRD_FILE_V1_5_1, strict_validator
+from helpers.charts import CRD_FILE, CRD_FILE_V1_5_1, strict_validator
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
 from ray_llm_eks.config import ConfigError, parse_config

@@ -8,7 +8,7 @@ from ray_llm_eks.cdk8s_charts import (ADMISSION_POLICY_CHART_ID, NAMESPACE_CHART
                                      RAYSERVICE_CHART_ID)
 from ray_llm_eks.base import GPU_TAINT_KEY
 
-from conftest import DIGEST, PINNED_REVISION, SCENARIOS, render
+from helpers.charts import DIGEST, PINNED_REVISION, SCENARIOS, render
 
 ROLES = ("prefill", "decode")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import render
+from helpers.charts import render
 
 from ray_llm_eks.config import ConfigError, parse_config
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from conftest import CRD_FILE, KUBERNETES_VERSION, SCENARIOS
+from helpers.charts import CRD_FILE, KUBERNETES_VERSION, SCENARIOS
 
 ALL = sorted(SCENARIOS)
 

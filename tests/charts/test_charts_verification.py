@@ -8,7 +8,7 @@ from typing import Any
 
 import cdk8s
 import pytest
-from conftest import KUBERNETES_VERSION
+from helpers.charts import KUBERNETES_VERSION
 
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.rayservice import CLUSTER_SPEC_HASH_ANNOTATION

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import capture, chat, get, wait_until
+from helpers.twin import capture, chat, get, wait_until
 from ray_llm_eks.twin import tiny_model
 from ray_llm_eks.verification import efa, metrics
 

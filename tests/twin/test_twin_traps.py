@@ -18,7 +18,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import capture
+from helpers.twin import capture
 from ray_llm_eks.twin import netns
 
 pytestmark = pytest.mark.twin

