@@ -26,7 +26,7 @@ import json
 import re
 from enum import IntEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -38,8 +38,10 @@ from rich.table import Table
 from .config import ConfigError, DeploymentConfig, load_config
 from .base.units import GIB
 from .planning import CapacityPlan, Plan, PlanError, Workload, make_plan
-from .preflight import CHECK_TITLES, AwsUnreachable, NoCredentials, PreflightReport, run_preflight
 from .pricing import PriceBasis, PriceError
+
+if TYPE_CHECKING:  # preflight brings boto3: only the preflight command imports it
+    from .preflight import PreflightReport
 
 
 class ExitCode(IntEnum):
@@ -259,6 +261,8 @@ def preflight(
     import boto3  # imported here so `plan` never needs AWS libraries at startup
     from botocore.exceptions import ProfileNotFound
 
+    from .preflight import AwsUnreachable, NoCredentials, run_preflight
+
     try:
         session = boto3.Session(profile_name=profile, region_name=deployment.region)
     except ProfileNotFound as error:
@@ -282,6 +286,8 @@ def preflight(
 
 
 def _run_with_progress(deployment: DeploymentConfig, session: Any) -> PreflightReport:
+    from .preflight import CHECK_TITLES, run_preflight
+
     # Transient: the bar disappears once the results table is ready.
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), console=_error_console(), transient=True) as progress:

@@ -22,6 +22,10 @@ from ray_llm_eks.bench.agreement import PROMPTS
 from loopback import (ITL_MS, LEVELS, LOOP_CLOCK_MS, OUTPUT_TOKENS, REQUESTS, SLO_E2E_MS, SLO_TTFT_MS, TTFT_MS,
                       read_json)
 
+# AIPerf's start-up (its services, the tokenizer, the dataset) is most of each run's half minute:
+# these run in `make test-bench`, which CI runs after `make test`.
+pytestmark = pytest.mark.aiperf
+
 REQUIRED_KEYS = {"concurrency", "requests_ok", "requests_failed", "accepted_responses", "ttft_ms", "itl_ms", "e2e_ms",
                  "output_tokens_per_s", "kv_transfer_ms", "hourly_cost_usd", "cost_per_million_output_tokens_usd",
                  "cost_per_accepted_response_usd"}
