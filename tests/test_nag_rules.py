@@ -7,6 +7,7 @@ cluster open to the internet and without logs passing AwsSolutions, which is why
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -35,6 +36,9 @@ def consumer_app(tmp_path, *, acknowledge: tuple[str, ...] = (), aws_solutions: 
     return app
 
 
+REPORT_WRITTEN = re.compile(r"A copy of this report can be found in: (?P<path>\S*validation-report\.json)")
+
+
 def plugin_reports(app, tmp_path) -> dict[str, dict]:
     """The validation report's plugins; CDK leaves out a plugin that passed with nothing to say.
 
@@ -46,8 +50,11 @@ def plugin_reports(app, tmp_path) -> dict[str, dict]:
     try:
         app.synth()
     except RuntimeError as error:
-        # CDK's UnscopedValidationError: its code, the report, and where the report was written.
-        if not str(error).startswith("ValidationFailed: ") or str(report_file) not in str(error):
+        # CDK's UnscopedValidationError: its code, the report, and where the report was written
+        # (a path relative to the working directory where there is one).
+        written = REPORT_WRITTEN.search(str(error))
+        if not str(error).startswith("ValidationFailed: ") or written is None \
+                or Path(written["path"]).resolve() != report_file.resolve():
             raise
         failed_validation = True
     report = json.loads(report_file.read_text())
