@@ -13,6 +13,8 @@ a published interface, its command line and export files are (``profile_export_a
 - KV-transfer time is vLLM's ``nixl_xfer_time_seconds`` histogram (any of the spellings in
   :data:`METRIC_PREFIXES`), merged over every ``/metrics`` endpoint AIPerf scraped, as are the
   engines' own token counts, queue time, peak KV-cache use and failed transfers (``server``).
+  Ray's node endpoints are scraped through :mod:`.metrics_relay`, for ``metrics_flush_s`` after
+  each level, after a warm-up sent here: Ray exports the engines' metrics up to 10 s late.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from . import agreement, cost, histogram
+from .metrics_relay import MetricsRelay
 
 AIPERF_VERSION = "0.13.0"
 """The version the extra ``bench`` pins and the export format below was read from."""
@@ -37,10 +40,13 @@ SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
 AGREEMENT_FILE = "agreement.json"
 RAW_DIR = "raw"
+METRICS_RELAY_FILE = "metrics_relay.json"
 PERCENTILES = ("p50", "p95", "p99")
 METRIC_PREFIXES = ("vllm:", "ray_vllm_", "vllm_")
 """vLLM's own spelling, and Ray's re-export of it (``ray_`` prefix, ``:`` to ``_``)."""
 KV_TRANSFER_METRIC = "nixl_xfer_time_seconds"
+MAX_METRICS_FLUSH_S = 30.0
+"""AIPerf 0.13's bound on ``AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD`` (``common/environment.py``)."""
 
 
 class BenchError(Exception):
@@ -82,6 +88,12 @@ class BenchSettings:
     """With ``trace``: send at the trace's timestamps (one level) instead of at each concurrency."""
     metrics_urls: tuple[str, ...] = ()
     """Prometheus endpoints besides ``<url>/metrics`` (under Ray: each node's port 8080)."""
+    metrics_flush_s: float = 12.0
+    """Seconds AIPerf keeps scraping ``metrics_urls`` after a level's last response. Ray exports a
+    worker's metrics to its node's ``/metrics`` every 10 s (``metrics_report_interval_ms``, 10000
+    in Ray 2.58), so a level's last transfers show there up to 10 s late; AIPerf's own 2 s
+    (``AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD``, at most 30 s) lost every KV transfer of a
+    level shorter than one export on the local twin, and handed them to the next level."""
     warmup_requests: int | None = None
     """Default: one per concurrent slot, so the measured phase starts with warm connections."""
     ignore_eos: bool = True
@@ -117,6 +129,9 @@ class BenchSettings:
             problems.append(("replay_timestamps", "needs a trace to replay; accepted: with a trace file"))
         if self.replay_timestamps and len(self.concurrency) > 1:
             problems.append(("concurrency", f"a timestamp replay is one level, not a sweep (got {list(self.concurrency)})"))
+        if not 0 <= self.metrics_flush_s <= MAX_METRICS_FLUSH_S:
+            problems.append(("metrics_flush_s", f"between 0 and {MAX_METRICS_FLUSH_S:g} seconds, AIPerf's bound "
+                                                f"(got {self.metrics_flush_s!r})"))
         if not 0 <= self.agreement_prompts <= len(agreement.PROMPTS):
             problems.append(("agreement_prompts",
                              f"between 0 and {len(agreement.PROMPTS)} (got {self.agreement_prompts})"))
@@ -186,6 +201,15 @@ def aiperf_command(settings: BenchSettings, concurrency: int | None, artifact_di
     if settings.metrics_urls:
         command += ["--server-metrics", *settings.metrics_urls]
     return command
+
+
+def aiperf_environment(settings: BenchSettings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of one ``aiperf profile`` run: ``base`` (default: this process's), unbuffered,
+    and, with ``metrics_urls``, the scrape kept going ``metrics_flush_s`` after the last response."""
+    environment = {**(os.environ if base is None else base), "PYTHONUNBUFFERED": "1"}
+    if settings.metrics_urls:
+        environment["AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD"] = f"{settings.metrics_flush_s:g}"
+    return environment
 
 
 # --- reading AIPerf's output ----------------------------------------------------------------------
@@ -276,13 +300,14 @@ def _gauge_max(server_metrics: dict[str, Any] | None, name: str) -> float | None
     return max(values) if values else None
 
 
-def server_figures(server_metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+def server_figures(server_metrics: dict[str, Any] | None, endpoint_names: dict[str, str] | None = None) -> dict[str, Any] | None:
     """What the engines say about the same phase: tokens (to check the client's count), time
     queued before prefill, peak KV-cache use, and failed KV transfers."""
     if not server_metrics:
         return None
+    names = endpoint_names or {}
     return {
-        "endpoints": list((server_metrics.get("summary") or {}).get("endpoints_successful") or []),
+        "endpoints": [names.get(url, url) for url in (server_metrics.get("summary") or {}).get("endpoints_successful") or []],
         "generation_tokens": _counter_total(server_metrics, "generation_tokens"),
         "prompt_tokens": _counter_total(server_metrics, "prompt_tokens"),
         "queue_time_ms": histogram_ms(server_metrics, "request_queue_time_seconds"),
@@ -296,8 +321,9 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: int | None,
-                    aiperf_exit_code: int = 0) -> dict[str, Any]:
-    """One ``summary.json`` entry from one AIPerf artifact directory."""
+                    aiperf_exit_code: int = 0, endpoint_names: dict[str, str] | None = None) -> dict[str, Any]:
+    """One ``summary.json`` entry from one AIPerf artifact directory; ``endpoint_names`` names the
+    endpoints AIPerf scraped through the relay by the nodes behind it."""
     aggregate_file = artifact_dir / "profile_export_aiperf.json"
     aggregate = _read_json(aggregate_file) if aggregate_file.exists() or aiperf_exit_code == 0 else {}
     records = [r for r in _records(artifact_dir / "profile_export.jsonl")
@@ -330,7 +356,7 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
         "aiperf_goodput_per_s": goodput,
         "slo_ttft_ms": settings.slo_ttft_ms,
         "slo_e2e_ms": settings.slo_e2e_ms,
-        "server": server_figures(server),
+        "server": server_figures(server, endpoint_names),
         "raw": f"{RAW_DIR}/{level_name(concurrency)}",
         "aiperf_exit_code": aiperf_exit_code,
     }
@@ -339,6 +365,36 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
 # --- the run --------------------------------------------------------------------------------------
 
 KV_METRICS_WAIT_SECONDS = 60.0
+
+
+def chat(settings: BenchSettings, text: str, max_tokens: int) -> None:
+    """One chat completion outside AIPerf (the priming request, the warm-up under Ray)."""
+    import urllib.request
+
+    payload: dict[str, Any] = {"model": settings.model, "messages": [{"role": "user", "content": text}],
+                               "max_tokens": max_tokens}
+    if settings.ignore_eos:
+        payload["ignore_eos"] = True
+    request = urllib.request.Request(f"{settings.url.rstrip('/')}/v1/chat/completions",
+                                     data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=settings.request_timeout_s) as response:
+        response.read()
+
+
+def warm_up(settings: BenchSettings, requests: int, concurrency: int) -> int:
+    """``requests`` completions of about ``isl``/``osl`` tokens, ``concurrency`` at a time; returns
+    how many failed (AIPerf's measured phase then reports the endpoint's errors)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(_: int) -> bool:
+        try:
+            chat(settings, "warm up " * max(1, settings.isl // 2), max_tokens=settings.osl)
+            return True
+        except Exception:  # noqa: BLE001 - counted, not raised
+            return False
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return sum(1 for ok in pool.map(one, range(requests)) if not ok)
 
 
 def prime_kv_metrics(settings: BenchSettings, wait_seconds: float = KV_METRICS_WAIT_SECONDS,
@@ -354,12 +410,7 @@ def prime_kv_metrics(settings: BenchSettings, wait_seconds: float = KV_METRICS_W
     import urllib.request
 
     def default_send() -> None:
-        body = json.dumps({"model": settings.model, "messages": [{"role": "user", "content": "warm up " * 32}],
-                           "max_tokens": 2}).encode()
-        request = urllib.request.Request(f"{settings.url.rstrip('/')}/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as response:
-            response.read()
+        chat(settings, "warm up " * 32, max_tokens=2)
 
     started = time.monotonic()
     try:
@@ -398,28 +449,13 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
                                             "started_at": started}, indent=2) + "\n")
     if settings.metrics_urls and (settings.deployment or {}).get("topology") == "disaggregated":
         progress(prime_kv_metrics(settings))
-    entries = []
-    for index, concurrency in enumerate(levels, 1):
-        artifact_dir = out / RAW_DIR / level_name(concurrency)
-        artifact_dir.mkdir(parents=True)
-        command = aiperf_command(settings, concurrency, artifact_dir, ui=ui)
-        what = "trace timestamps" if concurrency is None else f"concurrency {concurrency}"
-        progress(f"[{index}/{len(levels)}] {what}: {settings.requests if concurrency else 'trace'} requests")
-        (artifact_dir / "command.txt").write_text(shlex.join(command) + "\n")
-        level_started = time.monotonic()
-        with open(artifact_dir / "aiperf.log", "w") as log:
-            code = subprocess.run(command, stdout=None if ui != "none" else log,
-                                  stderr=subprocess.STDOUT if ui == "none" else None,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False).returncode
-        log_file = artifact_dir / ("aiperf.log" if ui == "none" else "logs/aiperf.log")
-        if code != 0:
-            _check_failed_level(artifact_dir, settings, concurrency, code, what, log_file)
-        entry = summarize_level(artifact_dir, settings, concurrency, aiperf_exit_code=code)
-        entries.append(entry)
-        progress(f"[{index}/{len(levels)}] {what}: {entry['requests_ok']} ok, {entry['requests_failed']} failed, "
-                 f"{entry['accepted_responses']} accepted, TTFT p50 {_fmt(entry['ttft_ms']['p50'])} ms, "
-                 f"{entry['output_tokens_per_s']:.1f} output tokens/s ({time.monotonic() - level_started:.0f} s)")
-        _write_summary(out, entries)
+    with MetricsRelay(settings.metrics_urls) as relayed:
+        names = dict(zip(relayed, settings.metrics_urls))
+        if names:  # the command lines name the relay: this says which node each stands for
+            (out / RAW_DIR).mkdir(parents=True)
+            (out / RAW_DIR / METRICS_RELAY_FILE).write_text(json.dumps(names, indent=2) + "\n")
+        entries = _run_levels(replace(settings, metrics_urls=relayed), levels, out, endpoint_names=names,
+                              progress=progress, ui=ui)
     if settings.agreement_prompts:
         progress(f"agreement: {settings.agreement_prompts} greedy completions, one at a time")
         recorded = agreement.record(settings.url, settings.model, count=settings.agreement_prompts,
@@ -432,6 +468,47 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     if served_nothing:
         raise BenchIncomplete(f"no request succeeded at {', '.join(served_nothing)} (summary.json has the "
                               f"errors; first check --url and --model): {settings.url}")
+    return entries
+
+
+def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *, endpoint_names: dict[str, str],
+                progress: Callable[[str], None], ui: str) -> list[dict[str, Any]]:
+    """AIPerf once per level; ``settings.metrics_urls`` are the relay's (:mod:`.metrics_relay`), and
+    ``endpoint_names`` the nodes behind them."""
+    entries = []
+    for index, concurrency in enumerate(levels, 1):
+        artifact_dir = out / RAW_DIR / level_name(concurrency)
+        artifact_dir.mkdir(parents=True)
+        what = "trace timestamps" if concurrency is None else f"concurrency {concurrency}"
+        level_settings = settings
+        warmup = settings.warmup_requests if settings.warmup_requests is not None else concurrency
+        if settings.metrics_urls and concurrency is not None and warmup:
+            # Ray exports the engines' metrics up to 10 s late and AIPerf starts measuring right after
+            # its own warm-up: that warm-up would be counted in the level's server figures. Warm up
+            # here, let one export pass, and let AIPerf measure only.
+            failed = warm_up(settings, warmup, concurrency)
+            progress(f"[{index}/{len(levels)}] {what}: {warmup} warm-up requests ({failed} failed), then "
+                     f"{settings.metrics_flush_s:g} s for Ray's metrics export")
+            time.sleep(settings.metrics_flush_s)
+            level_settings = replace(settings, warmup_requests=0)
+        command = aiperf_command(level_settings, concurrency, artifact_dir, ui=ui)
+        progress(f"[{index}/{len(levels)}] {what}: {settings.requests if concurrency else 'trace'} requests")
+        (artifact_dir / "command.txt").write_text(shlex.join(command) + "\n")
+        level_started = time.monotonic()
+        with open(artifact_dir / "aiperf.log", "w") as log:
+            code = subprocess.run(command, stdout=None if ui != "none" else log,
+                                  stderr=subprocess.STDOUT if ui == "none" else None,
+                                  env=aiperf_environment(settings), check=False).returncode
+        log_file = artifact_dir / ("aiperf.log" if ui == "none" else "logs/aiperf.log")
+        if code != 0:
+            _check_failed_level(artifact_dir, settings, concurrency, code, what, log_file)
+        entry = summarize_level(artifact_dir, settings, concurrency, aiperf_exit_code=code,
+                                endpoint_names=endpoint_names)
+        entries.append(entry)
+        progress(f"[{index}/{len(levels)}] {what}: {entry['requests_ok']} ok, {entry['requests_failed']} failed, "
+                 f"{entry['accepted_responses']} accepted, TTFT p50 {_fmt(entry['ttft_ms']['p50'])} ms, "
+                 f"{entry['output_tokens_per_s']:.1f} output tokens/s ({time.monotonic() - level_started:.0f} s)")
+        _write_summary(out, entries)
     return entries
 
 

@@ -139,6 +139,23 @@ def test_the_command_uses_the_server_s_token_counts_and_the_slos_as_goodput():
     assert command[command.index("--extra-inputs") + 1] == "ignore_eos:true"
 
 
+def test_aiperf_scrapes_the_workers_until_ray_has_exported_the_level_s_last_transfers():
+    scraped = runner.aiperf_environment(settings(metrics_urls=("http://w:8080/metrics",)), base={"PATH": "/bin"})
+    assert scraped == {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD": "12"}
+    # Ray 2.58 exports every 10 s: the flush must outlast one export after the last response.
+    assert BenchSettings.__dataclass_fields__["metrics_flush_s"].default > 10.0
+    assert "AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD" not in runner.aiperf_environment(settings(), base={})
+
+
+def test_the_flush_knob_and_its_bound_are_aiperf_s_own():
+    from aiperf.common.environment import Environment
+
+    knob = type(Environment.SERVER_METRICS).model_fields["COLLECTION_FLUSH_PERIOD"]
+    assert type(Environment.SERVER_METRICS).model_config["env_prefix"] + "COLLECTION_FLUSH_PERIOD" \
+        == "AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD"
+    assert [m.le for m in knob.metadata if hasattr(m, "le")] == [runner.MAX_METRICS_FLUSH_S]
+
+
 def test_a_trace_replaces_the_synthetic_lengths():
     command = runner.aiperf_command(settings(trace="/t.jsonl", replay_timestamps=True, concurrency=(1,)), None, Path("/o"))
     assert "--isl" not in command and "--concurrency" not in command
@@ -156,6 +173,7 @@ def test_a_trace_replaces_the_synthetic_lengths():
     ({"replay_timestamps": True}, "replay_timestamps: needs a trace to replay"),
     ({"trace": "t", "replay_timestamps": True, "concurrency": (1, 2)}, "concurrency: a timestamp replay is one level"),
     ({"agreement_prompts": 99}, "agreement_prompts: between 0 and 16 (got 99)"),
+    ({"metrics_flush_s": 31.0}, "metrics_flush_s: between 0 and 30 seconds, AIPerf's bound (got 31.0)"),
 ])
 def test_bad_settings_are_refused_with_the_field_and_the_value(overrides, message):
     with pytest.raises(BenchError) as refused:

@@ -4,10 +4,11 @@ after a replica's first transfer, at its next metrics export)."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ray_llm_eks.bench.runner import BenchSettings, prime_kv_metrics
+from ray_llm_eks.bench.runner import BenchSettings, prime_kv_metrics, warm_up
 
 EXPORTED = 'ray_vllm_nixl_xfer_time_seconds_count{ReplicaId="a"} 1.0\n'
 
@@ -67,3 +68,46 @@ def test_a_failed_priming_request_is_reported_not_raised():
 
     line = prime_kv_metrics(settings("http://127.0.0.1:1/metrics"), wait_seconds=1, send=refuse)
     assert "priming request failed" in line
+
+
+def test_the_warm_up_sends_its_requests_at_most_concurrency_at_a_time():
+    """Under Ray the bench warms each level up itself (the engines' metrics export lags AIPerf's
+    phases): every request is the level's shape, and no more than the level's slots are in flight."""
+    lock, in_flight, peak, bodies = threading.Lock(), [0], [0], []
+    release = threading.Barrier(2, timeout=30)  # both slots are filled before either answers
+
+    class Chat(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                bodies.append(body)
+                in_flight[0] += 1
+                peak[0] = max(peak[0], in_flight[0])
+            release.wait()
+            with lock:
+                in_flight[0] -= 1
+            data = b'{"choices": []}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        level = BenchSettings(url=f"http://127.0.0.1:{server.server_address[1]}", model="tiny", tokenizer="tiny",
+                              concurrency=(2,), isl=64, osl=16)
+        failed = warm_up(level, requests=4, concurrency=2)
+    finally:
+        server.shutdown()
+    assert (failed, len(bodies), peak[0]) == (0, 4, 2)
+    assert {(b["model"], b["max_tokens"], b["ignore_eos"]) for b in bodies} == {("tiny", 16, True)}
+    assert all(b["messages"][0]["content"].count("warm up") == 32 for b in bodies)
+
+
+def test_a_warm_up_against_nothing_counts_its_failures():
+    level = BenchSettings(url="http://127.0.0.1:9", model="tiny", tokenizer="tiny", request_timeout_s=5.0)
+    assert warm_up(level, requests=3, concurrency=2) == 3
