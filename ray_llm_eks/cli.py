@@ -503,8 +503,9 @@ def bench(
                                                                                 "timestamps instead of at each concurrency.")] = False,
     metrics_url: Annotated[list[str] | None, typer.Option("--metrics-url", help="Prometheus endpoint to scrape "
                                                                                 "for vllm:nixl_* (repeatable; under Ray: each worker's :8080/metrics).")] = None,
-    metrics_flush_s: Annotated[float, typer.Option("--metrics-flush-s", min=0.0, help="Seconds to keep scraping "
-                                                   "--metrics-url after a level's last response (Ray exports every 10 s).")] = 12.0,
+    metrics_flush_s: Annotated[float | None, typer.Option("--metrics-flush-s", help="Seconds to keep scraping "
+                                                          "--metrics-url after a level's last response (Ray exports "
+                                                          "every 10 s); default: the bench's (docs/benchmark.md).")] = None,
     hourly_cost_usd: Annotated[float | None, typer.Option("--hourly-cost-usd", min=0.0, help="Override the "
                                                                                          "deployment's hourly cost from `plan`.")] = None,
     agreement_prompts: Annotated[int, typer.Option("--agreement-prompts", min=0, help="Fixed prompts to complete "
@@ -554,7 +555,8 @@ def bench(
             url=url, model=model or serving.model.served_name, tokenizer=tokenizer or serving.model.source,
             concurrency=levels, requests=requests, isl=isl, osl=osl, slo_ttft_ms=slo_ttft_ms, slo_e2e_ms=slo_e2e_ms,
             hourly_cost_usd=hourly, trace=str(trace) if trace else None, replay_timestamps=replay_timestamps,
-            metrics_urls=tuple(metrics_url or ()), metrics_flush_s=metrics_flush_s, agreement_prompts=agreement_prompts, ignore_eos=ignore_eos,
+            metrics_urls=tuple(metrics_url or ()), agreement_prompts=agreement_prompts, ignore_eos=ignore_eos,
+            **({} if metrics_flush_s is None else {"metrics_flush_s": metrics_flush_s}),
             tokenizer_revision=serving.model.revision if tokenizer is None else None,
             deployment=described, aiperf=aiperf)
     except BenchError as error:

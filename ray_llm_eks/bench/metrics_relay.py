@@ -38,9 +38,10 @@ class MetricsRelay:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    def original(self, url: str) -> str:
-        """The upstream endpoint a relayed URL stands for; any other URL unchanged."""
-        return dict(zip(self.urls, self.upstream)).get(url, url)
+    @property
+    def names(self) -> dict[str, str]:
+        """Each relayed URL -> the upstream endpoint it stands for (empty before ``with``)."""
+        return dict(zip(self.urls, self.upstream))
 
     def __enter__(self) -> tuple[str, ...]:
         if not self.upstream:

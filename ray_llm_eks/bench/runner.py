@@ -171,6 +171,11 @@ def level_name(concurrency: int | None) -> str:
     return "trace-timestamps" if concurrency is None else f"c{concurrency}"
 
 
+def level_warmup(settings: BenchSettings, concurrency: int) -> int:
+    """The warm-up of a concurrency level: ``warmup_requests``, by default one per slot."""
+    return settings.warmup_requests if settings.warmup_requests is not None else concurrency
+
+
 def aiperf_command(settings: BenchSettings, concurrency: int | None, artifact_dir: Path, *, ui: str = "none") -> list[str]:
     """The ``aiperf profile`` command line of one level (``concurrency`` None: replay the trace's timestamps)."""
     command = [find_aiperf(settings.aiperf), "profile",
@@ -189,7 +194,7 @@ def aiperf_command(settings: BenchSettings, concurrency: int | None, artifact_di
         command += ["--isl", str(settings.isl), "--osl", str(settings.osl)]
     if concurrency is not None:
         command += ["--concurrency", str(concurrency), "--request-count", str(settings.requests)]
-        warmup = settings.warmup_requests if settings.warmup_requests is not None else concurrency
+        warmup = level_warmup(settings, concurrency)
         if warmup:
             command += ["--warmup-request-count", str(warmup)]
     if settings.ignore_eos:
@@ -449,8 +454,9 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
                                             "started_at": started}, indent=2) + "\n")
     if settings.metrics_urls and (settings.deployment or {}).get("topology") == "disaggregated":
         progress(prime_kv_metrics(settings))
-    with MetricsRelay(settings.metrics_urls) as relayed:
-        names = dict(zip(relayed, settings.metrics_urls))
+    relay = MetricsRelay(settings.metrics_urls)
+    with relay as relayed:
+        names = relay.names
         if names:  # the command lines name the relay: this says which node each stands for
             (out / RAW_DIR).mkdir(parents=True)
             (out / RAW_DIR / METRICS_RELAY_FILE).write_text(json.dumps(names, indent=2) + "\n")
@@ -481,8 +487,8 @@ def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *,
         artifact_dir.mkdir(parents=True)
         what = "trace timestamps" if concurrency is None else f"concurrency {concurrency}"
         level_settings = settings
-        warmup = settings.warmup_requests if settings.warmup_requests is not None else concurrency
-        if settings.metrics_urls and concurrency is not None and warmup:
+        warmup = 0 if concurrency is None else level_warmup(settings, concurrency)
+        if settings.metrics_urls and warmup:
             # Ray exports the engines' metrics up to 10 s late and AIPerf starts measuring right after
             # its own warm-up: that warm-up would be counted in the level's server figures. Warm up
             # here, let one export pass, and let AIPerf measure only.

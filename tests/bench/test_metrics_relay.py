@@ -91,7 +91,6 @@ def test_an_upstream_that_fails_stays_a_failure_and_other_paths_are_not_relayed(
 def test_the_relay_names_each_node_and_starts_nothing_without_one(ray_node_metrics):
     relay = MetricsRelay([ray_node_metrics])
     with relay as (relayed,):
-        assert relay.original(relayed) == ray_node_metrics
-        assert relay.original("http://elsewhere/metrics") == "http://elsewhere/metrics"
+        assert relay.names == {relayed: ray_node_metrics}
     with MetricsRelay([]) as none:
         assert none == ()

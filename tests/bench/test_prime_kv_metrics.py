@@ -13,27 +13,38 @@ from ray_llm_eks.bench.runner import BenchSettings, prime_kv_metrics, warm_up
 EXPORTED = 'ray_vllm_nixl_xfer_time_seconds_count{ReplicaId="a"} 1.0\n'
 
 
+class Loopback(BaseHTTPRequestHandler):
+    """A loopback handler that answers 200 with a body and logs nothing."""
+
+    def reply(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        return
+
+
+def start(handler: type[Loopback]) -> tuple[ThreadingHTTPServer, str]:
+    """The server on a free loopback port, and its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def serve(after_scrapes: int | None):
     """A /metrics endpoint that exports the histogram from its ``after_scrapes``-th scrape on (never
     with None): counted in scrapes, not seconds, so a loaded machine cannot move the moment."""
     scrapes = itertools.count(1)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Loopback):
         def do_GET(self):  # noqa: N802
             exported = after_scrapes is not None and next(scrapes) >= after_scrapes
-            body = EXPORTED if exported else "ray_vllm_num_requests_running 0\n"
-            data = body.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply((EXPORTED if exported else "ray_vllm_num_requests_running 0\n").encode())
 
-        def log_message(self, *args):
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server, url = start(Handler)
+    return server, f"{url}/metrics"
 
 
 def settings(url: str) -> BenchSettings:
@@ -76,7 +87,7 @@ def test_the_warm_up_sends_its_requests_at_most_concurrency_at_a_time():
     lock, in_flight, peak, bodies = threading.Lock(), [0], [0], []
     release = threading.Barrier(2, timeout=30)  # both slots are filled before either answers
 
-    class Chat(BaseHTTPRequestHandler):
+    class Chat(Loopback):
         def do_POST(self):  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with lock:
@@ -86,19 +97,11 @@ def test_the_warm_up_sends_its_requests_at_most_concurrency_at_a_time():
             release.wait()
             with lock:
                 in_flight[0] -= 1
-            data = b'{"choices": []}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply(b'{"choices": []}')
 
-        def log_message(self, *args):
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Chat)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, url = start(Chat)
     try:
-        level = BenchSettings(url=f"http://127.0.0.1:{server.server_address[1]}", model="tiny", tokenizer="tiny",
+        level = BenchSettings(url=url, model="tiny", tokenizer="tiny",
                               concurrency=(2,), isl=64, osl=16)
         failed = warm_up(level, requests=4, concurrency=2)
     finally:
