@@ -199,3 +199,24 @@ def test_config_map_updates_need_the_current_resource_version(api):
     with pytest.raises(urllib.error.HTTPError) as conflict:
         call(url, path, stand_in.token, "PUT", {**current, "data": {"k": "stale"}})
     assert conflict.value.code == 409
+
+
+def test_the_twin_s_cleanup_is_not_cut_short_by_a_second_stop_signal():
+    """A second Ctrl-C during ``close`` once left the Ray nodes running and the namespaces behind."""
+    import os
+    import signal
+
+    from ray_llm_eks.twin.run import _stop_signals_held
+
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: received.append(number))
+    try:
+        with _stop_signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            held = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler is back once cleanup is done
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert held == (signal.SIG_IGN, signal.SIG_IGN)
+    assert received == [signal.SIGTERM]

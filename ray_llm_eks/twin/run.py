@@ -14,16 +14,18 @@ makes KubeRay do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..verification import bundle
 from . import cluster, kube_api, netns, render, twin_profile
@@ -41,6 +43,20 @@ def terminate_gracefully() -> None:
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, handler)
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM inside the block (the main thread only: elsewhere signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in held.items():
+            signal.signal(number, handler)
 
 
 @dataclass(frozen=True)
@@ -178,6 +194,13 @@ class TwinRun:
         return f"{cluster_name}-head" if group == "headgroup" else f"{cluster_name}-{group}-worker"
 
     def close(self) -> None:
+        """Stop everything the run started. A second Ctrl-C (or CI's SIGTERM after a first) while
+        this runs is held until it is done: interrupted, it left the Ray nodes running and the
+        namespaces behind."""
+        with _stop_signals_held():
+            self._close()
+
+    def _close(self) -> None:
         if self.api is not None:
             self.api.close()
             self.api = None
