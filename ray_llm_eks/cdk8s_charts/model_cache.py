@@ -13,7 +13,7 @@ HF_CACHE_HOST_PATH = "/var/lib/ray-llm-eks/hf-cache"
 Without it, vLLM downloads the checkpoint (18 GiB for Qwen3.5-9B) into the container's writable
 layer on every pod start, through the NAT gateway, and loses it when the pod restarts; the GPU
 node's root volume (sized and provisioned at 1000 MiB/s for the checkpoint, see
-``config.RootVolumeConfig``) was then never read. Under ``/var/lib`` it lives on that root
+``base.pools.RootVolume``) was then never read. Under ``/var/lib`` it lives on that root
 volume on the EKS AL2023 AMI. The first pod on a node downloads; later pods on the same node
 (restarts, RayService re-creation) load from disk. It is node-local and shared by the worker
 pods of that node; the GPU nodes are dedicated (taint), so only this deployment's workers

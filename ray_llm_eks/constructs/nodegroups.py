@@ -25,10 +25,14 @@ from constructs import Construct
 from ..base.errors import SpecError, SpecErrors, problem
 from ..base.placement import Taint
 from ..base.scaling import node_template_tags
+from ..base.wire import LABEL_PREFIX
 from ..base.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
 from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
 from .validation import ConstructValidationError, validated
+
+ROLE_TAG = f"{LABEL_PREFIX}role"
+"""The AWS tag naming a node group's role (prefill, decode, system) on everything it makes."""
 
 ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 EKS-optimized AMIs boot from /dev/xvda.
 
@@ -469,7 +473,7 @@ class EfaGpuNodeGroup(Construct):
             launch_template=self.launch_template,
             options=self.nodegroup_options,
         )
-        Tags.of(self).add("ray-llm-eks/role", self.pool.role)
+        Tags.of(self).add(ROLE_TAG, self.pool.role)
         if self.pool.autoscaled:
             # What a node of this group offers, for Cluster Autoscaler to scale it from zero
             # (constructs/autoscaler.py); read from the node group itself (eks:DescribeNodegroup).
