@@ -343,36 +343,23 @@ def verify(
     Read-only but for one object: unlike the gate Job after a deploy, it never deletes a stale
     RayCluster. Probes go through the API server's proxy, so their latencies include it (the
     Job's do not), and for the run a NetworkPolicy admits the API server's addresses to the
-    probed ports (deleted at the end; ``verification/api_proxy.py``).
+    probed ports (deleted at the end; ``verification/api_proxy.py``). A composed app calls the
+    same function, :func:`ray_llm_eks.verify.verify_deployment`.
 
     Exit codes: 0 pass, 1 fail (or no gate settings in the cluster), 2 bad --config, 3 no cluster
     access.
     """
-    from .kubeconfig import load_access
-    from .verification.api_proxy import admitted, port_of
-    from .base.wire import INSTANCE_LABEL, GateSettings, read_only_run
-    from .verification.gate import Gate
-    from .verification.kube import ApiError, Endpoints, Kube, NoClusterAccess
-    from .verification.rollout import deployed_settings
+    from .verification.kube import ApiError, NoClusterAccess
+    from .verify import verify_deployment
 
     deployment = _load(config, as_json)
-    serving = deployment.specs().serving
-    namespace = namespace or serving.namespace
-    service = service or serving.service_name
+    log = (lambda message: None) if as_json else (lambda message: _error_console().print(f"[dim]{escape(message)}[/]"))
     try:
-        kube = Kube(load_access(kubeconfig, context))
-        settings = deployed_settings(kube, namespace, service)
-        chosen = {"probes": probes, "expected_provider": expect_provider}
-        overrides = read_only_run(float(timeout), **{k: v for k, v in chosen.items() if v is not None})
-        gate_config = GateSettings.from_json({**settings, **overrides})
-        log = (lambda message: None) if as_json else (lambda message: _error_console().print(f"[dim]{escape(message)}[/]"))
         with _error_console().status("verifying (waiting for the service, then probing)", spinner="dots") \
                 if not as_json else _nothing():
-            # The gate probes these through the API server's proxy; the policies admit it only now.
-            ports = [port_of(gate_config.openai_url), port_of(gate_config.dashboard_url),
-                     gate_config.metrics_port, gate_config.efa_counter_port]
-            with admitted(kube, namespace, service, INSTANCE_LABEL, ports, log=log):
-                report = Gate(gate_config, kube, Endpoints(kube, via_api_proxy=True), log=log).run()
+            report = verify_deployment(deployment, kubeconfig=kubeconfig, context=context, namespace=namespace,
+                                       service=service, timeout_s=timeout, probes=probes,
+                                       expected_provider=expect_provider, log=log)
     except NoClusterAccess as error:
         _fail(ExitCode.NO_CREDENTIALS, f"no access to the cluster: {error}", as_json)
     except (LookupError, ApiError) as error:

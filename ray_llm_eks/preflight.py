@@ -39,7 +39,7 @@ from botocore.exceptions import (
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, SSOError, TokenRetrievalError)
 
 from .base import instance_types
-from .config import DeploymentConfig
+from .base.deployment import Deployment
 
 CDK_DEFAULT_QUALIFIER = "hnb659fds"
 # Templates synthesized by CDK v2 carry a CheckBootstrapVersion rule that rejects bootstrap
@@ -211,7 +211,7 @@ def quota_code_for(instance_type: str) -> str:
     raise ValueError(f"instance family {family!r} counts against neither the G/VT nor the Standard quota")
 
 
-def planned_vcpus_by_quota(config: DeploymentConfig) -> dict[str, _QuotaNeed]:
+def planned_vcpus_by_quota(config: Deployment) -> dict[str, _QuotaNeed]:
     """vCPUs each quota must cover: every node at its desired size (what the deploy starts)."""
     groups = [
         ("system", config.system.instance_type, config.system.count),
@@ -262,7 +262,7 @@ def _quota_value(quotas: Any, code: str) -> float:
     return quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
 
 
-def check_vcpu_quotas(ec2: Any, quotas: Any, config: DeploymentConfig) -> CheckResult:
+def check_vcpu_quotas(ec2: Any, quotas: Any, config: Deployment) -> CheckResult:
     name, title = "vcpu-quotas", "On-Demand vCPU quotas cover the planned nodes"
     needs = planned_vcpus_by_quota(config)
     try:
@@ -386,7 +386,7 @@ def caller_identity(session: boto3.Session) -> dict[str, str]:
         raise
 
 
-def run_preflight(config: DeploymentConfig, session: boto3.Session | None = None,
+def run_preflight(config: Deployment, session: boto3.Session | None = None,
                   on_check: Callable[[str], None] | None = None,
                   qualifier: str = CDK_DEFAULT_QUALIFIER) -> PreflightReport:
     """Run every check in the config's region. ``on_check(title)`` is called before each one

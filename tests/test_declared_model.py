@@ -10,6 +10,7 @@ import aws_cdk as cdk
 import cdk8s
 import pytest
 
+from helpers.composition import compose
 from ray_llm_eks.config import ConfigError, parse_config
 from ray_llm_eks.constructs import (
     GpuDevicePlugins,
@@ -20,14 +21,13 @@ from ray_llm_eks.constructs import (
     RayLlmServing,
     SystemNodeGroup,
 )
-from ray_llm_eks.constructs.nodegroups import EfaFabric, EfaGpuNodeGroup
+from ray_llm_eks.constructs.nodegroups import EfaGpuNodeGroup
 from ray_llm_eks.constructs.validation import ConstructValidationError
 from ray_llm_eks.planning import Footprint, PlanError, make_plan
 from ray_llm_eks.base.deployment import ClusterSettings, Deployment, Network, Specs, Versions
 from ray_llm_eks.base.observability import AGENT_NAMESPACE, ObservabilitySpec
 from ray_llm_eks.base.pools import RootVolume, SystemPool, WorkerPool
 from ray_llm_eks.base.serving import Leg, ServiceSettings, ServingSpec
-from ray_llm_eks.base.verification import VerificationSpec
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
 
@@ -121,22 +121,8 @@ def test_a_mistake_names_the_field_as_the_file_writes_it(data, line):
 @pytest.fixture(scope="module")
 def composed():
     """The reference deployment, composed from the constructs as a user's own app would."""
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Composed", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
-    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
-    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
-    legs = {role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet,
-                                  fabric=fabric, role=role) for role in ("prefill", "decode")}
-    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()))
-    kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
-    observability = ObservabilitySpec()
-    serving = RayLlmServing(stack, "Serving", cluster=cluster, prefill=legs["prefill"], decode=legs["decode"],
-                            system=system, kuberay=kuberay, device_plugins=plugins, observability=observability,
-                            verification=VerificationSpec(every_minutes=observability.verify_every_minutes))
-    watched = InferenceObservability(stack, "Observability", serving=serving, after=[system.nodegroup])
-    return stack, network, cluster, serving, watched
+    built = compose()
+    return built.stack, built.network, built.cluster, built.serving, built.observability
 
 
 def test_a_composed_serving_gets_the_rules_the_configuration_gets(composed):

@@ -180,3 +180,28 @@ def test_verify_expecting_tcp_passes_libfabric_on_tcp(fake: FakeDeployment, tmp_
     report = json.loads(done.stdout)
     assert done.returncode == 0, report.get("reasons") or done.stderr
     assert report["transport"]["provider"] == "tcp"
+
+
+def test_a_composed_deployment_is_verified_through_its_serving_spec(tmp_path):
+    """An app composed from the constructs has no YAML file: it verifies with the serving construct's
+    spec, and the gate reads the settings that app's own charts rendered (here in the namespace the
+    app chose, not the reference deployment's)."""
+    from helpers.composition import compose
+    from ray_llm_eks.base.serving import ServiceSettings
+    from ray_llm_eks.verify import verify_deployment
+
+    serving = compose(ServiceSettings(namespace="team-a")).serving
+    rayservice = next(o for o in serving.serving_charts.rayservice.to_json() if o["kind"] == "RayService")
+    settings = serving.gate.settings.to_json()
+    assert settings["namespace"] == "team-a"
+    fake = FakeDeployment(tmp_path, rayservice, settings, Scenario())
+    try:
+        fake.apply_gate_settings(_deployed_settings(fake))
+        report = verify_deployment(serving.spec, kubeconfig=_kubeconfig(tmp_path, fake.api_url), timeout_s=20)
+    finally:
+        fake.close()
+    assert report.verdict == "pass", report.reasons
+    document = report.to_json()
+    assert (document["namespace"], document["ray_service"]) == ("team-a", serving.spec.service_name)
+    assert document["probes"]["via_api_server_proxy"] is True
+    assert fake.deleted == [] and fake.network_policies == {}

@@ -1,0 +1,56 @@
+"""The reference deployment composed from the constructs, as a user's own app would compose it
+(``tests/test_declared_model.py`` checks it gets the configuration's rules; the verification tests
+verify it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+
+from ray_llm_eks.base.observability import ObservabilitySpec
+from ray_llm_eks.base.serving import ServiceSettings
+from ray_llm_eks.base.verification import VerificationSpec
+from ray_llm_eks.constructs import (
+    GpuDevicePlugins,
+    InferenceCluster,
+    InferenceObservability,
+    InferenceVpc,
+    KubeRayOperator,
+    RayLlmServing,
+    SystemNodeGroup,
+)
+from ray_llm_eks.constructs.nodegroups import EfaFabric, EfaGpuNodeGroup
+from ray_llm_eks.stack import default_context
+from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
+
+
+@dataclass(frozen=True)
+class Composed:
+    stack: cdk.Stack
+    network: InferenceVpc
+    cluster: InferenceCluster
+    serving: RayLlmServing
+    observability: InferenceObservability
+
+
+def compose(service: ServiceSettings | None = None) -> Composed:
+    """Every construct the stack composes, wired by hand; ``service`` as the user gives it (default:
+    the reference deployment's)."""
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, "Composed", env=cdk.Environment(region="us-west-2"))
+    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
+    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
+    legs = {role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet,
+                                  fabric=fabric, role=role) for role in ("prefill", "decode")}
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()))
+    kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
+    observability = ObservabilitySpec()
+    serving = RayLlmServing(stack, "Serving", cluster=cluster, prefill=legs["prefill"], decode=legs["decode"],
+                            system=system, kuberay=kuberay, device_plugins=plugins, observability=observability,
+                            verification=VerificationSpec(every_minutes=observability.verify_every_minutes),
+                            **({"service": service} if service is not None else {}))
+    watched = InferenceObservability(stack, "Observability", serving=serving, after=[system.nodegroup])
+    return Composed(stack, network, cluster, serving, watched)
