@@ -10,9 +10,10 @@ import copy
 
 import celpy
 import pytest
-from helpers.charts import render
+from helpers.charts import leg, render
 from netpol import selects
 
+from ray_llm_eks.base.deployment import Deployment
 from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID
 from ray_llm_eks.base.placement import GPU_TAINT_KEY
 from ray_llm_eks.base.serving import SERVING_INSTANCE_NAMESPACE_LABEL
@@ -94,9 +95,8 @@ def test_the_efa_counter_readers_are_admitted(vap):
 
     from ray_llm_eks.cdk8s_charts import build_serving_charts
     from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-    from ray_llm_eks.config import DeploymentConfig
 
-    specs = DeploymentConfig().specs()
+    specs = Deployment().specs()
     app = cdk8s.App()
     charts = build_serving_charts(app, specs.serving)
     chart = build_verification_chart(app, specs.serving, specs.verification,
@@ -230,13 +230,14 @@ def test_two_deployments_govern_their_own_namespaces_and_agree_elsewhere(scenari
 
 @pytest.mark.parametrize("namespace", ["kube-system", "agents"])
 def test_exempt_namespaces_are_configurable_but_never_the_serving_one(namespace):
-    from ray_llm_eks.config import ConfigError, parse_config
+    from ray_llm_eks.base.errors import SpecErrors
+    from ray_llm_eks.base.serving import ServiceSettings
 
-    vap = policy(render({"serving": {"admission_exempt_namespaces": ["kube-system", "agents"]}}))
+    vap = policy(render(Deployment(serving=ServiceSettings(admission_exempt_namespaces=("kube-system", "agents")))))
     assert admits(vap, namespace, _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
     assert not admits(vap, "default", _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
-    with pytest.raises(ConfigError, match=r"serving\.admission_exempt_namespaces.*the serving namespace itself"):
-        parse_config({"serving": {"admission_exempt_namespaces": ["inference"]}}).specs()
+    with pytest.raises(SpecErrors, match=r"^admission_exempt_namespaces: the serving namespace itself"):
+        ServiceSettings(admission_exempt_namespaces=("inference",))
 
 
 @pytest.mark.parametrize(("account", "user"), [
@@ -258,7 +259,7 @@ def test_an_autoscaled_head_with_kuberays_autoscaler_sidecar_is_admitted():
     """KubeRay adds the Ray autoscaler container to the head pod (its image, our
     ``autoscalerOptions``: no privilege, the projected API credentials); the pod as KubeRay builds
     it is admitted, and the workers with their Cluster Autoscaler annotation too."""
-    rendered = render({"decode": {"min_size": 1, "desired_size": 1, "max_size": 3}})
+    rendered = render(Deployment(decode=leg("decode", min_size=1, desired_size=1, max_size=3)))
     vap_autoscaled = policy(rendered)
     options = rendered.cluster["autoscalerOptions"]
     head = rendered.head_group["template"]

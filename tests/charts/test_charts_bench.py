@@ -11,7 +11,7 @@ import yaml
 from ray_llm_eks.bench import bundle
 from ray_llm_eks.cdk8s_charts import bench as chart
 from ray_llm_eks.base.wire import INSTANCE_LABEL
-from ray_llm_eks.config import DeploymentConfig
+from ray_llm_eks.base.deployment import Deployment
 from ray_llm_eks.base import sizing
 from ray_llm_eks.base.pools import DEFAULT_SYSTEM_INSTANCE_TYPE
 from ray_llm_eks import instance_types
@@ -21,7 +21,7 @@ KUBERNETES_VERSION = "1.35.0"
 
 @pytest.fixture(scope="module")
 def rendered():
-    spec = DeploymentConfig().specs().serving
+    spec = Deployment().specs().serving
     settings = {"url": chart.in_cluster_url(spec), "model": spec.model.served_name, "tokenizer": spec.model.source,
                 "concurrency": [1, 8], "hourly_cost_usd": 4.7}
     name, text = chart.render_bench_job(spec, settings)
@@ -99,7 +99,7 @@ def test_the_script_is_valid_shell_pins_aiperf_and_holds_for_the_copy(rendered):
 
 
 def test_other_settings_are_another_job():
-    spec = DeploymentConfig().specs().serving
+    spec = Deployment().specs().serving
     first, _ = chart.render_bench_job(spec, {"url": "u", "model": "m", "tokenizer": "t", "concurrency": [1]})
     second, _ = chart.render_bench_job(spec, {"url": "u", "model": "m", "tokenizer": "t", "concurrency": [2]})
     assert first != second

@@ -5,8 +5,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+from helpers.charts import leg
 from helpers.charts import render as render_scenario
 from netpol import selects
+
+from ray_llm_eks.base.deployment import Deployment
 
 KUBERNETES_VERSION = "1.35.0"
 
@@ -49,7 +52,7 @@ def test_an_autoscaled_legs_budget_follows_the_smallest_it_may_be():
     """Counted from desired_size, decode 1/3/6 would get minAvailable 2: once scaled in to one
     or two pods, no drain could ever proceed. From min_size, a leg that may shrink to one pod gets
     none, and one that keeps at least three keeps two through a drain."""
-    shrinks = budgets(render_scenario({"decode": {"min_size": 1, "desired_size": 3, "max_size": 6}}))
+    shrinks = budgets(render_scenario(Deployment(decode=leg("decode", min_size=1, desired_size=3, max_size=6))))
     assert "ray-llm-decode" not in shrinks
-    keeps = budgets(render_scenario({"decode": {"min_size": 3, "desired_size": 4, "max_size": 6}}))
+    keeps = budgets(render_scenario(Deployment(decode=leg("decode", min_size=3, desired_size=4, max_size=6))))
     assert keeps["ray-llm-decode"]["spec"]["minAvailable"] == 2

@@ -16,6 +16,8 @@ from netpol import Endpoint, allowed
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
 from ray_llm_eks.cdk8s_charts.admission_policy import ADMISSION_POLICY_CHART_ID
 from ray_llm_eks.cdk8s_charts.gcs_redis import SYNC_SCRIPT, GcsRedisChart
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.serving import GcsFaultTolerance, ServiceSettings
 from ray_llm_eks.base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL
 
 KUBERNETES_VERSION = "1.35.0"
@@ -24,7 +26,7 @@ ENDPOINT = "master.ray-gcs.abc123.usw2.cache.amazonaws.com"
 
 @pytest.fixture(scope="module")
 def rendered():
-    serving = render({"serving": {"gcs_fault_tolerance": {"enabled": True}}})
+    serving = render(Deployment(serving=ServiceSettings(gcs_fault_tolerance=GcsFaultTolerance(enabled=True))))
     spec = serving.config.specs().serving
     gcs = GcsRedisChart(cdk8s.App(), "serving-gcs-redis", spec=spec, endpoint=ENDPOINT, vpc_cidr="10.0.0.0/16",
                         secret_id="arn:aws:secretsmanager:us-west-2:111122223333:secret:gcs-AbCdEf", run_id="abc123")

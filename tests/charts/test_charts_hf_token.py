@@ -10,7 +10,9 @@ import pytest
 from helpers.charts import render
 
 from ray_llm_eks.cdk8s_charts import hf_token, model_cache
-from ray_llm_eks.config import ConfigError, parse_config
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.errors import SpecErrors
+from ray_llm_eks.base.serving import ModelSpec
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf/token-AbCdEf"
 
@@ -24,7 +26,7 @@ def test_without_a_secret_the_workers_are_unchanged(scenario):
 
 @pytest.fixture(scope="module")
 def with_secret():
-    return render({"model": {"hf_token_secret": SECRET_ARN}})
+    return render(Deployment(model=ModelSpec(hf_token_secret=SECRET_ARN)))
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
@@ -55,8 +57,8 @@ def test_the_head_carries_no_token(with_secret):
 
 @pytest.mark.parametrize("value", ["", "arn:aws:s3:::bucket/token", "has space", "x" * 513])
 def test_a_bad_secret_is_refused_with_the_field(value):
-    with pytest.raises(ConfigError, match=r"model\.hf_token_secret.*not a Secrets Manager secret ARN or name"):
-        parse_config({"model": {"hf_token_secret": value}}).specs()
+    with pytest.raises(SpecErrors, match=r"^hf_token_secret: not a Secrets Manager secret ARN or name"):
+        ModelSpec(hf_token_secret=value)
 
 
 def test_the_script_writes_the_secret_for_huggingface_hub_mode_0400(tmp_path, monkeypatch):

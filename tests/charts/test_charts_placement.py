@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 
 from helpers.charts import SCENARIOS
+from ray_llm_eks.base.serving import Topology
 from ray_llm_eks.cdk8s_charts import pod_templates, serve_config
 
 ROLES = ("prefill", "decode")
-DISAGGREGATED = sorted(name for name, overrides in SCENARIOS.items() if overrides.get("topology") != "colocated")
-COLOCATED = sorted(name for name, overrides in SCENARIOS.items() if overrides.get("topology") == "colocated")
+DISAGGREGATED = sorted(name for name, deployment in SCENARIOS.items() if deployment.topology != Topology.colocated)
+COLOCATED = sorted(name for name, deployment in SCENARIOS.items() if deployment.topology == Topology.colocated)
 
 
 def _advertised(rendered, role: str) -> dict[str, float]:

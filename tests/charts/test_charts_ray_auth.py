@@ -8,13 +8,16 @@ import pytest
 from helpers.charts import CRD_FILE, CRD_FILE_V1_5_1, strict_validator
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-from ray_llm_eks.config import ConfigError, parse_config
+from ray_llm_eks.base.deployment import Deployment, Versions
+from ray_llm_eks.base.errors import SpecErrors
+from ray_llm_eks.base.serving import ServiceSettings
 
-TOKEN = {"serving": {"ray_auth": "token"}, "versions": {"kuberay": "1.5.1"}}
+TOKEN_AUTH = ServiceSettings(ray_auth="token")
+TOKEN = Deployment(serving=TOKEN_AUTH, versions=Versions(kuberay="1.5.1"))
 
 
-def _render(overrides: dict) -> tuple[dict, list[dict]]:
-    specs = parse_config(overrides).specs()
+def _render(deployment: Deployment) -> tuple[dict, list[dict]]:
+    specs = deployment.specs()
     app = cdk8s.App()
     charts = build_serving_charts(app, specs.serving)
     (service,) = [o for o in cdk8s.Testing.synth(charts.rayservice) if o["kind"] == "RayService"]
@@ -50,13 +53,13 @@ def test_the_mode_is_part_of_the_cluster_spec_hash(token, scenario):
     assert hashed[annotation] != default[annotation]
 
 
-@pytest.mark.parametrize(("overrides", "accepted"), [
-    ({"serving": {"ray_auth": "token"}}, "KubeRay 1.5.1 or later"),  # the default operator is 1.4.0
-    ({"serving": {"ray_auth": "token"}, "versions": {"kuberay": "1.5.0"}}, "KubeRay 1.5.1 or later"),
+@pytest.mark.parametrize(("versions", "accepted"), [
+    (Versions(), "KubeRay 1.5.1 or later"),  # the default operator is 1.4.0
+    (Versions(kuberay="1.5.0"), "KubeRay 1.5.1 or later"),
 ])
-def test_token_mode_needs_kuberay_1_5_1(overrides, accepted):
-    with pytest.raises(ConfigError, match=r"serving\.ray_auth.*has no authOptions.*" + accepted):
-        parse_config(overrides).specs()
+def test_token_mode_needs_kuberay_1_5_1(versions, accepted):
+    with pytest.raises(SpecErrors, match=r"serving\.ray_auth.*has no authOptions.*" + accepted):
+        Deployment(serving=TOKEN_AUTH, versions=versions)
 
 
 def test_the_gate_may_read_the_token_only_when_token_mode_is_on(token):
@@ -68,6 +71,6 @@ def test_the_gate_may_read_the_token_only_when_token_mode_is_on(token):
     import json
 
     assert json.loads(config_map["data"]["gate.json"])["ray_auth"] == "token"
-    _, default_objects = _render({})
+    _, default_objects = _render(Deployment())
     (default_role,) = [o for o in default_objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-gate")]
     assert not [r for r in default_role["rules"] if "secrets" in r["resources"]]

@@ -9,6 +9,8 @@ from ray_llm_eks.cdk8s_charts import (ADMISSION_POLICY_CHART_ID, NAMESPACE_CHART
 from ray_llm_eks.base import GPU_TAINT_KEY
 
 from helpers.charts import DIGEST, PINNED_REVISION, SCENARIOS, render
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.serving import ImageSpec
 
 ROLES = ("prefill", "decode")
 
@@ -443,8 +445,8 @@ def test_no_worker_can_run_with_expandable_segments(scenario, name, role):
     assert env["NIXL_LOG_LEVEL"] == "INFO"
 
 
-def _init_command(overrides: dict) -> list[str]:
-    (init,) = render(overrides).worker_group("prefill")["template"]["spec"]["initContainers"]
+def _init_command(deployment: Deployment) -> list[str]:
+    (init,) = render(deployment).worker_group("prefill")["template"]["spec"]["initContainers"]
     return list(init["command"])
 
 
@@ -459,7 +461,7 @@ def test_the_model_cache_init_command_works_as_root_with_its_two_capabilities_on
 
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and util-linux setpriv to drop every capability but CHOWN and FOWNER")
-    command = _init_command({})
+    command = _init_command(Deployment())
     cache = tmp_path / "hf-cache"
     cache.mkdir(mode=0o755)
     as_init = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all,+chown,+fowner"]
@@ -479,7 +481,7 @@ def test_the_model_cache_owner_follows_the_image_user(tmp_path):
     import stat
     import subprocess
 
-    command = _init_command({"image": {"user_id": os.getuid(), "group_id": os.getgid()}})
+    command = _init_command(Deployment(image=ImageSpec(user_id=os.getuid(), group_id=os.getgid())))
     cache = tmp_path / "hf-cache"
     cache.mkdir(mode=0o777)
     subprocess.run([*command[:-1], str(cache)], check=True)

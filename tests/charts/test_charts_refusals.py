@@ -14,28 +14,30 @@ from ray_llm_eks.cdk8s_charts.rayservice import (
     RayServiceSpec,
     WorkerGroupSpec,
 )
-from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
+from helpers.charts import leg
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.errors import SpecErrors
+from ray_llm_eks.base.serving import ModelSpec, ServiceSettings, Topology
 from ray_llm_eks.base.instance_types import INSTANCE_TYPES
 from ray_llm_eks.base import SpecError, sizing
 
 
-def build(overrides: dict):
-    return build_serving_charts(cdk8s.App(), parse_config(overrides, "test").specs().serving)
+def build(deployment: Deployment):
+    return build_serving_charts(cdk8s.App(), deployment.specs().serving)
+
+
+LLAMA = ModelSpec(source="meta-llama/Llama-3.1-8B-Instruct")
 
 
 def test_hybrid_model_refuses_different_tensor_parallel_sizes():
-    with pytest.raises(ConfigError, match=r"decode.tensor_parallel_size: .*hybrid.*same tensor_parallel_size"):
-        parse_config(
-            {
-                "prefill": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
-                "decode": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 4},
-            }
-        )
+    with pytest.raises(SpecErrors, match=r"decode.tensor_parallel_size: .*hybrid.*same tensor_parallel_size"):
+        Deployment(prefill=leg("prefill", instance_type="g6.12xlarge", tensor_parallel_size=2),
+                   decode=leg("decode", instance_type="g6.12xlarge", tensor_parallel_size=4))
 
 
 def test_rayservice_name_over_47_characters_is_refused_by_config_and_by_the_object():
-    with pytest.raises(ConfigError, match="at most 47"):
-        parse_config({"serving": {"service_name": "r" * 48}})
+    with pytest.raises(SpecErrors, match="at most 47"):
+        ServiceSettings(service_name="r" * 48)
     template = k8s.PodTemplateSpec(spec=k8s.PodSpec(containers=[k8s.Container(name="ray", image="ray")]))
     spec = RayServiceSpec(
         serve_config_v2="applications: []",
@@ -56,38 +58,28 @@ def test_worker_group_replicas_outside_min_max_are_refused():
 
 
 def test_tensor_parallel_size_that_leaves_gpus_idle_is_refused():
-    with pytest.raises(ConfigError, match="model.tensor_parallel_size: .*does not divide the 4 GPUs"):
-        build(
-            {
-                "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "tensor_parallel_size": 3},
-                "prefill": {"instance_type": "g6.12xlarge"},
-                "decode": {"instance_type": "g6.12xlarge"},
-            }
-        )
+    with pytest.raises(SpecErrors, match="model.tensor_parallel_size: .*does not divide the 4 GPUs"):
+        Deployment(model=ModelSpec(source="meta-llama/Llama-3.1-8B-Instruct", tensor_parallel_size=3),
+                   prefill=leg("prefill", instance_type="g6.12xlarge"), decode=leg("decode", instance_type="g6.12xlarge"))
 
 
 def test_a_leg_without_nodes_is_refused():
-    with pytest.raises(ConfigError, match=r"prefill.desired_size: the prefill leg would have no GPU"):
-        build({"prefill": {"min_size": 0, "desired_size": 0}})
+    with pytest.raises(SpecErrors, match=r"prefill.desired_size: the prefill leg would have no GPU"):
+        Deployment(prefill=leg("prefill", min_size=0, desired_size=0))
 
 
 def test_colocated_refuses_legs_with_different_tensor_parallel_sizes():
-    with pytest.raises(ConfigError, match=r"decode.tensor_parallel_size: topology colocated .*same tensor_parallel_size"):
-        build(
-            {
-                "topology": "colocated",
-                "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
-                "prefill": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
-                "decode": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 4},
-            }
-        )
+    with pytest.raises(SpecErrors, match=r"decode.tensor_parallel_size: topology colocated .*same tensor_parallel_size"):
+        Deployment(topology=Topology.colocated, model=LLAMA,
+                   prefill=leg("prefill", instance_type="g6.12xlarge", tensor_parallel_size=2),
+                   decode=leg("decode", instance_type="g6.12xlarge", tensor_parallel_size=4))
 
 
 def test_colocated_refuses_different_gpu_models_but_disaggregated_accepts_them():
-    mixed = {"prefill": {"instance_type": "g6e.8xlarge"}, "decode": {"instance_type": "g6.8xlarge"}}
-    with pytest.raises(ConfigError, match=r"decode.instance_type: topology colocated .*one GPU model"):
-        build({"topology": "colocated", **mixed})
-    charts = build(mixed)
+    mixed = {"prefill": leg("prefill", instance_type="g6e.8xlarge"), "decode": leg("decode", instance_type="g6.8xlarge")}
+    with pytest.raises(SpecErrors, match=r"decode.instance_type: topology colocated .*one GPU model"):
+        Deployment(topology=Topology.colocated, **mixed)
+    charts = build(Deployment(**mixed))
     args = charts.rayservice.serve_config.applications[0].args
     assert args["prefill_config"]["accelerator_type"] == "L40S"
     assert args["decode_config"]["accelerator_type"] == "L4"
@@ -104,5 +96,5 @@ def test_a_system_node_too_small_for_the_head_is_refused():
 
 
 def test_reference_deployment_builds():
-    charts = build_serving_charts(cdk8s.App(), DeploymentConfig().specs().serving)
+    charts = build_serving_charts(cdk8s.App(), Deployment().specs().serving)
     assert len(charts.charts) == 4

@@ -7,20 +7,31 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.charts import render
+from helpers.charts import leg, render
 
-from ray_llm_eks.config import ConfigError, parse_config
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.errors import SpecErrors
+from ray_llm_eks.base.observability import ObservabilitySpec
+from ray_llm_eks.base.serving import Topology
+
+UNWATCHED = ObservabilitySpec(enabled=False)
+"""Scale to zero is refused with continuous verification on (the last test), so the others turn it off."""
 
 SHAPES = {"1P1D": (1, 1), "1P2D": (1, 2), "2P1D": (2, 1)}
 GROWTH = {"prefill": 2, "decode": 3}
 """Autoscaled: each leg may add this many nodes above its deploy-time size."""
 
 
-def _overrides(prefill: int, decode: int, autoscaled: bool) -> dict:
-    def sizes(role: str, n: int) -> dict:
-        return {"min_size": n, "desired_size": n, "max_size": n + (GROWTH[role] if autoscaled else 0)}
+def _legs(prefill: int, decode: int, autoscaled: bool) -> dict:
+    def sized(role: str, n: int):
+        return leg(role, min_size=n, desired_size=n, max_size=n + (GROWTH[role] if autoscaled else 0))
 
-    return {"prefill": sizes("prefill", prefill), "decode": sizes("decode", decode)}
+    return {"prefill": sized("prefill", prefill), "decode": sized("decode", decode)}
+
+
+def _deployment(legs: dict[str, dict], **parts) -> Deployment:
+    """A deployment whose legs are given as their fields, by role."""
+    return Deployment(**{role: leg(role, **fields) for role, fields in legs.items()}, **parts)
 
 
 _cache: dict[tuple[str, bool], object] = {}
@@ -28,7 +39,7 @@ _cache: dict[tuple[str, bool], object] = {}
 
 def _rendered(shape: str, autoscaled: bool):
     if (shape, autoscaled) not in _cache:
-        _cache[shape, autoscaled] = render(_overrides(*SHAPES[shape], autoscaled))
+        _cache[shape, autoscaled] = render(Deployment(**_legs(*SHAPES[shape], autoscaled)))
     return _cache[shape, autoscaled]
 
 
@@ -132,24 +143,27 @@ def test_serve_llm_defaults_do_not_override_the_target():
 
 
 def test_colocated_autoscales_one_deployment_over_both_groups():
-    rendered = render({"topology": "colocated", **_overrides(1, 2, autoscaled=True)})
+    rendered = render(Deployment(topology=Topology.colocated, **_legs(1, 2, autoscaled=True)))
     (llm,) = rendered.application["args"]["llm_configs"]
     assert llm["deployment_config"] == {"autoscaling_config": {
         "min_replicas": 3, "initial_replicas": 3, "max_replicas": 8, "target_ongoing_requests": 3.0}}
 
 
 def test_a_configured_target_is_written_as_given():
-    rendered = render({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 2, "target_ongoing_requests": 8},
-                       "decode": {"min_size": 1, "desired_size": 1, "max_size": 4, "target_ongoing_requests": 2.5}})
+    rendered = render(_deployment({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 2, "target_ongoing_requests": 8},
+                                   "decode": {"min_size": 1, "desired_size": 1, "max_size": 4,
+                                              "target_ongoing_requests": 2.5}}))
     args = rendered.application["args"]
     assert args["prefill_config"]["deployment_config"]["autoscaling_config"]["target_ongoing_requests"] == 8.0
     assert args["decode_config"]["deployment_config"]["autoscaling_config"]["target_ongoing_requests"] == 2.5
 
 
-@pytest.mark.parametrize(("overrides", "field", "says"), [
+# A rule of one pool or leg names the part's own field (the configuration adds the section,
+# tests/test_one_validation.py); a rule across the legs names the leg.
+@pytest.mark.parametrize(("legs", "field", "says"), [
     # Out of order, as before.
-    ({"decode": {"min_size": 3, "desired_size": 2, "max_size": 4}}, "decode.desired_size", "min_size <= desired_size"),
-    ({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 101}}, "prefill.max_size", "node count out of range"),
+    ({"decode": {"min_size": 3, "desired_size": 2, "max_size": 4}}, "desired_size", "min_size <= desired_size"),
+    ({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 101}}, "max_size", "node count out of range"),
     # Scale to zero where requests would time out: a new L4 node serves in about 573 s, Ray
     # Serve LLM answers 408 after 600 s (and 480 s is the margin).
     ({"prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}}, "prefill.min_size", "HTTP 408 after 600 s"),
@@ -159,11 +173,11 @@ def test_a_configured_target_is_written_as_given():
                                                                                  "max_size": 2}},
      "decode.min_size", "no endpoint"),
     ({"decode": {"min_size": 1, "desired_size": 1, "max_size": 2, "target_ongoing_requests": 0}},
-     "decode.target_ongoing_requests", "not a request count per replica"),
+     "target_ongoing_requests", "not a request count per replica"),
 ])
-def test_impossible_ranges_are_refused_with_the_field(overrides, field, says):
-    with pytest.raises(ConfigError, match=rf"{field}: [^\n]*{says}"):
-        parse_config({**overrides, "observability": {"enabled": False}}).specs()
+def test_impossible_ranges_are_refused_with_the_field(legs, field, says):
+    with pytest.raises(SpecErrors, match=rf"(^|\n){field}: [^\n]*{says}"):
+        _deployment(legs, observability=UNWATCHED)
 
 
 def test_scale_to_zero_and_continuous_verification_are_refused_together(monkeypatch):
@@ -175,13 +189,13 @@ def test_scale_to_zero_and_continuous_verification_are_refused_together(monkeypa
     monkeypatch.setattr(scaling, "IMAGE_PULL_MIBPS", 1000)
     monkeypatch.setattr(scaling, "MODEL_DOWNLOAD_MIBPS", 1000)
     zero = {"prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}}
-    assert parse_config({**zero, "observability": {"enabled": False}}).specs().serving.replica_range("prefill") == (0, 2)
-    with pytest.raises(ConfigError, match=r"prefill.min_size: continuous verification probes the endpoint every 15"):
-        parse_config(zero).specs()
+    assert _deployment(zero, observability=UNWATCHED).specs().serving.replica_range("prefill") == (0, 2)
+    with pytest.raises(SpecErrors, match=r"prefill.min_size: continuous verification probes the endpoint every 15"):
+        _deployment(zero)
 
 
 def test_colocated_may_let_one_group_reach_zero():
     """One model over both groups: the other group's replicas keep serving while one is empty."""
-    spec = parse_config({"topology": "colocated", "observability": {"enabled": False},
-                         "prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}}).specs().serving
+    spec = _deployment({"prefill": {"min_size": 0, "desired_size": 1, "max_size": 2}}, topology=Topology.colocated,
+                       observability=UNWATCHED).specs().serving
     assert spec.replica_range("prefill") == (0, 2)

@@ -8,12 +8,14 @@ from typing import Any
 
 import cdk8s
 import pytest
-from helpers.charts import KUBERNETES_VERSION
+from helpers.charts import KUBERNETES_VERSION, leg
 
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.rayservice import CLUSTER_SPEC_HASH_ANNOTATION
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-from ray_llm_eks.config import parse_config
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.observability import ObservabilitySpec
+from ray_llm_eks.base.serving import ImageSpec, ModelSpec, SecurityProfile, ServiceSettings, Topology
 from ray_llm_eks.base import sizing
 from ray_llm_eks.base.verification import VerificationSpec
 from ray_llm_eks.base import wire
@@ -23,8 +25,7 @@ SIGNAL_URL = "https://cloudformation-waitcondition-us-west-2.s3.amazonaws.com/si
 
 
 class Rendered:
-    def __init__(self, overrides: dict[str, Any], signal_url: str | None = SIGNAL_URL) -> None:
-        config = parse_config(overrides)
+    def __init__(self, config: Deployment, signal_url: str | None = SIGNAL_URL) -> None:
         self.spec = config.specs().serving
         self.verification = config.specs().verification
         app = cdk8s.App()
@@ -49,7 +50,7 @@ class Rendered:
 
 @pytest.fixture(scope="module")
 def default() -> Rendered:
-    return Rendered({})
+    return Rendered(Deployment())
 
 
 def test_every_object_passes_kubernetes_validate_strict(default):
@@ -90,7 +91,7 @@ def test_the_job_is_named_after_the_run_and_bounded_by_the_wait(default):
 
 def test_the_signal_url_lives_in_a_secret_and_only_when_cloudformation_waits(default):
     assert default.one("Secret")["stringData"] == {"url": SIGNAL_URL}
-    not_waiting = Rendered({"verification": {"wait": False}}, signal_url=None)
+    not_waiting = Rendered(Deployment(verification=VerificationSpec(wait=False)), signal_url=None)
     assert not [o for o in not_waiting.objects if o["kind"] == "Secret"]
     env = not_waiting.one("Job")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert not [e for e in env if e["name"] == "GATE_SIGNAL_URL"]
@@ -169,15 +170,15 @@ def test_the_gate_job_fits_the_room_the_system_node_keeps_for_small_pods():
 # --- item 4: every kind of serving-spec change reaches the pods ----------------------------------------------
 
 CLUSTER_CHANGES = {
-    "image digest": {"image": {"digest": "sha256:" + "ab" * 32}},
-    "security profile": {"serving": {"security_profile": "ipc-lock"}},
-    "node count": {"decode": {"desired_size": 2, "max_size": 2}},
-    "instance type": {"prefill": {"instance_type": "g6.12xlarge"}},
+    "image digest": Deployment(image=ImageSpec(digest="sha256:" + "ab" * 32)),
+    "security profile": Deployment(serving=ServiceSettings(security_profile=SecurityProfile.ipc_lock)),
+    "node count": Deployment(decode=leg("decode", desired_size=2, max_size=2)),
+    "instance type": Deployment(prefill=leg("prefill", instance_type="g6.12xlarge")),
 }
 SERVE_CONFIG_CHANGES = {
-    "model": {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b"}},
-    "engine settings": {"model": {"max_model_len": 2048, "gpu_memory_utilization": 0.92}},
-    "topology": {"topology": "colocated"},
+    "model": Deployment(model=ModelSpec(source="meta-llama/Llama-3.1-8B-Instruct", served_name="llama-8b")),
+    "engine settings": Deployment(model=ModelSpec(max_model_len=2048, gpu_memory_utilization=0.92)),
+    "topology": Deployment(topology=Topology.colocated),
 }
 
 
@@ -195,7 +196,7 @@ def test_a_cluster_change_renames_the_pods_spec_hash_so_the_gate_recreates_the_c
 
 
 def test_a_replica_only_change_still_changes_the_hash_although_kuberays_own_ignores_replicas(default):
-    changed = Rendered({"prefill": {"desired_size": 2, "max_size": 2}})
+    changed = Rendered(Deployment(prefill=leg("prefill", desired_size=2, max_size=2)))
     groups = {g["groupName"]: g for g in changed.cluster["workerGroupSpecs"]}
     assert groups["prefill"]["replicas"] == 2
     assert changed.template_hashes() != default.template_hashes()
@@ -212,19 +213,19 @@ def test_a_serve_config_change_is_applied_in_place_by_kuberay_and_reverified(def
 
 
 def test_an_unchanged_spec_keeps_its_run_id(default):
-    again = Rendered({})
+    again = Rendered(Deployment())
     assert again.plan.run_id == default.plan.run_id
     assert again.template_hashes() == default.template_hashes()
 
 
 def test_switching_the_wait_renames_the_job_whose_pod_template_changes(default):
     """A Job's pod template is immutable: the signal's env var comes and goes with ``wait``."""
-    relaxed = Rendered({"verification": {"wait": False}}, signal_url=None)
+    relaxed = Rendered(Deployment(verification=VerificationSpec(wait=False)), signal_url=None)
     assert relaxed.plan.run_id != default.plan.run_id
 
 
 def test_gate_settings_changes_rerun_the_gate_without_touching_the_pods(default):
-    changed = Rendered({"verification": {"probes": 8}})
+    changed = Rendered(Deployment(verification=VerificationSpec(probes=8)))
     assert changed.plan.run_id != default.plan.run_id
     assert changed.template_hashes() == default.template_hashes()
 
@@ -242,9 +243,7 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
 
     from ray_llm_eks.cdk8s_charts import build_serving_charts
     from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-    from ray_llm_eks.config import parse_config
-
-    specs = parse_config({"observability": {"verify_every_minutes": 10}}).specs()
+    specs = Deployment(observability=ObservabilitySpec(verify_every_minutes=10)).specs()
     app = cdk8s.App()
     charts = build_serving_charts(app, specs.serving)
     chart = build_verification_chart(app, specs.serving, specs.verification,
@@ -298,7 +297,7 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
 def test_autoscaled_roles_give_the_gate_their_bounds():
     from ray_llm_eks.cdk8s_charts.verification import GatePlan
 
-    specs = parse_config({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3}}).specs()
+    specs = Deployment(prefill=leg("prefill", min_size=1, desired_size=1, max_size=3)).specs()
     charts = build_serving_charts(cdk8s.App(), specs.serving)
     roles = GatePlan.of(specs.serving, specs.verification, charts).settings.to_json()["roles"]
     assert (roles["prefill"]["nodes"], roles["prefill"]["min_nodes"], roles["prefill"]["max_nodes"]) == (1, 1, 3)

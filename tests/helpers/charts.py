@@ -17,7 +17,19 @@ import cdk8s
 import yaml
 
 from ray_llm_eks.cdk8s_charts import ServingCharts, build_serving_charts
-from ray_llm_eks.config import DeploymentConfig, parse_config
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.placement import DECODE, PREFILL
+from ray_llm_eks.base.pools import WorkerPool
+from ray_llm_eks.base.serving import (
+    EndpointType,
+    ImageSpec,
+    Leg,
+    ModelSpec,
+    NixlSpec,
+    SecurityProfile,
+    ServiceSettings,
+    Topology,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CRD_FILE = DATA / "ray.io_rayservices.yaml"
@@ -29,38 +41,46 @@ KUBERNETES_VERSION = "1.35.0"
 PINNED_REVISION = "0123456789abcdef0123456789abcdef01234567"
 DIGEST = "sha256:" + "ab" * 32
 
-SCENARIOS: dict[str, dict[str, Any]] = {
-    "disaggregated": {},
-    "colocated": {"topology": "colocated"},
+def leg(role: str, *, tensor_parallel_size: int | None = None, target_ongoing_requests: float | None = None,
+        **pool: Any) -> Leg:
+    """A leg built directly from the model's parts: its pool's fields beside its own, as a test writes it."""
+    return Leg(WorkerPool(role, **pool), tensor_parallel_size, target_ongoing_requests)
+
+
+def pair(**pool: Any) -> dict[str, Leg]:
+    """Both legs on the same pool settings (``Deployment(**pair(min_size=2, ...))``)."""
+    return {role: leg(role, **pool) for role in (PREFILL, DECODE)}
+
+
+_LLAMA = ModelSpec(source="meta-llama/Llama-3.1-8B-Instruct", served_name="llama-8b", tensor_parallel_size=2)
+_TWO_G6_12XL = pair(instance_type="g6.12xlarge", min_size=2, desired_size=2, max_size=2)
+
+SCENARIOS: dict[str, Deployment] = {
+    "disaggregated": Deployment(),
+    "colocated": Deployment(topology=Topology.colocated),
     # Everything optional switched on: pinned revision and digest, ipc-lock, internal NLB, CPU KV buffer.
-    "hardened": {
-        "model": {"revision": PINNED_REVISION},
-        "image": {"digest": DIGEST},
-        "serving": {"security_profile": "ipc-lock", "endpoint": "internal-nlb", "namespace": "llm", "service_name": "qwen",
-                    "client_cidrs": ["10.50.0.0/16"], "client_namespaces": ["apps"]},
-        "nixl": {"kv_buffer_device": "cpu"},
-        "strict": True,
-    },
+    "hardened": Deployment(
+        model=ModelSpec(revision=PINNED_REVISION),
+        image=ImageSpec(digest=DIGEST),
+        serving=ServiceSettings(security_profile=SecurityProfile.ipc_lock, endpoint=EndpointType.internal_nlb,
+                                namespace="llm", service_name="qwen", client_cidrs=("10.50.0.0/16",),
+                                client_namespaces=("apps",)),
+        nixl=NixlSpec(kv_buffer_device="cpu"),
+        strict=True,
+    ),
     # Four L4s per node, two tensor-parallel replicas per node, two nodes per leg, a non-hybrid model.
-    "multi_gpu": {
-        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b", "tensor_parallel_size": 2},
-        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-        "decode": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-    },
-    "multi_gpu_colocated": {
-        "topology": "colocated",
-        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama-8b", "tensor_parallel_size": 2},
-        "prefill": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-        "decode": {"instance_type": "g6.12xlarge", "min_size": 2, "desired_size": 2, "max_size": 2},
-    },
+    "multi_gpu": Deployment(model=_LLAMA, **_TWO_G6_12XL),
+    "multi_gpu_colocated": Deployment(topology=Topology.colocated, model=_LLAMA, **_TWO_G6_12XL),
 }
+"""The chart scenarios, built directly from the model's parts (the YAML adapter is tested in
+tests/test_config.py)."""
 
 
 @dataclass
 class Rendered:
     """One scenario: its config, its charts, and the synthesized objects of each chart."""
 
-    config: DeploymentConfig
+    config: Deployment
     charts: ServingCharts
     objects: dict[str, list[dict[str, Any]]]  # chart id -> synthesized objects
 
@@ -108,8 +128,7 @@ class Rendered:
         return container
 
 
-def render(overrides: dict[str, Any]) -> Rendered:
-    config = parse_config(copy.deepcopy(overrides), "test scenario")
+def render(config: Deployment) -> Rendered:
     charts = build_serving_charts(cdk8s.App(), config.specs().serving)
     objects = {chart.node.id: list(cdk8s.Testing.synth(chart)) for chart in charts.charts}
     return Rendered(config=config, charts=charts, objects=objects)

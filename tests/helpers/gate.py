@@ -10,19 +10,19 @@ import cdk8s
 
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-from ray_llm_eks.config import DeploymentConfig
+from ray_llm_eks.base.deployment import Deployment
 
 
 @dataclass(frozen=True)
 class Deployed:
-    config: DeploymentConfig
+    config: Deployment
     rayservice: dict[str, Any]
     settings: dict[str, Any]
     settings_config_map: dict[str, Any]
     """The gate settings ConfigMap as the verification chart renders it (name, labels, data)."""
 
 
-def render_deployment(config: DeploymentConfig) -> Deployed:
+def render_deployment(config: Deployment) -> Deployed:
     specs = config.specs()
     spec = specs.serving
     app = cdk8s.App()

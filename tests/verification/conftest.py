@@ -10,18 +10,19 @@ import pytest
 
 from fake_cluster import FakeDeployment, Scenario
 from helpers.gate import Deployed, render_deployment
-from ray_llm_eks.config import DeploymentConfig, parse_config
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.serving import Topology
 from ray_llm_eks.verification import bundle
 
 
 @pytest.fixture(scope="session")
 def disaggregated() -> Deployed:
-    return render_deployment(DeploymentConfig())
+    return render_deployment(Deployment())
 
 
 @pytest.fixture(scope="session")
 def colocated() -> Deployed:
-    return render_deployment(parse_config({"topology": "colocated"}))
+    return render_deployment(Deployment(topology=Topology.colocated))
 
 
 @pytest.fixture(scope="session")
