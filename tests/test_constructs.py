@@ -11,6 +11,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
+from helpers.composition import cluster_stack
 from ray_llm_eks.constructs import EfaFabric, EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
 from ray_llm_eks.base import WorkerPool
 from ray_llm_eks.stack import default_context
@@ -22,10 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def base():
     """One stack with a VPC and a cluster; each test adds (and fails to add) one construct."""
-    app = cdk.App(context={**default_context(), **TEST_CONTEXT})
-    stack = cdk.Stack(app, "Refusals", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Refusals")
     return stack, network, cluster
 
 

@@ -10,7 +10,7 @@ import aws_cdk as cdk
 import cdk8s
 import pytest
 
-from helpers.composition import compose
+from helpers.composition import cluster_stack, compose
 from ray_llm_eks.config import ConfigError, parse_config
 from ray_llm_eks.constructs import (
     GpuDevicePlugins,
@@ -144,10 +144,7 @@ def _stack_of_the_configuration():
 
 
 def test_observability_refuses_a_serving_built_without_it():
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Composed", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Composed")
     bare = RayLlmServing(stack, "Bare", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
                          service=ServiceSettings(namespace="bare"))
     assert AGENT_NAMESPACE not in bare.spec.service.admission_exempt_namespaces

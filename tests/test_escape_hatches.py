@@ -14,21 +14,20 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions, aws_eks_v2 as eks
 from constructs import Construct
 
 import ray_llm_eks.constructs as constructs_package
+from helpers.composition import cluster_stack
 from ray_llm_eks.constructs import (
-    ConstructValidationError, EfaFabric, EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc,
+    ConstructValidationError, EfaFabric, EfaGpuNodeGroup, GpuDevicePlugins,
     KubeRayOperator, SystemNodeGroup,
 )
 from ray_llm_eks.constructs.addons import merge_helm_values
 from ray_llm_eks.constructs.autoscaler import EXTRA_ARGS, NodeAutoscaler
 from ray_llm_eks.base.errors import SpecError
-from ray_llm_eks.stack import default_context
-from ray_llm_eks.testing import FAST_SYNTH_CONTEXT, normalized_template
+from ray_llm_eks.testing import normalized_template
 
 CONSTRUCTS_DIR = Path(constructs_package.__file__).parent
 HELM = "Custom::AWSCDK-EKS-HelmChart"
@@ -88,10 +87,7 @@ def test_the_merge_refuses_what_helm_cannot_read_and_reserved_keys():
 
 @pytest.fixture(scope="module")
 def hatches():
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Hatches", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Hatches")
     system = SystemNodeGroup(stack, "SystemNodes", cluster=cluster, subnet=network.data_plane_subnet)
     fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
     subnet = network.data_plane_subnet
@@ -181,10 +177,7 @@ def test_node_group_options_reach_the_node_group(hatches):
 
 @pytest.fixture(scope="module")
 def refusals():
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Refusals", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Refusals")
     return stack, network, cluster
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from aws_cdk.assertions import Match
 
 from ray_llm_eks.base import GPU_TAINT_KEY
 

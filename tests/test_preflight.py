@@ -4,7 +4,7 @@ failing scenario each.
 Where moto 5.2.5 lacks the data or the API, the test says so and fills the gap at the
 narrowest level:
 * Service Quotas: moto implements GetServiceQuota only for the ``vpc`` service, so
-  :func:`ec2_quotas` seeds EC2 quota values into moto's backend; the boto3 call still goes
+  :func:`helpers.aws.ec2_quotas` seeds EC2 quota values into moto's backend; the boto3 call still goes
   through moto's request parsing and response serialisation.
 * EKS DescribeClusterVersions: not implemented by moto ("Not yet implemented"), so that one
   call is answered by botocore's Stubber, which validates request and response against the
@@ -16,12 +16,10 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
-from moto.servicequotas.models import ServiceQuotasBackend
 
+from helpers.aws import BOOTSTRAP_PARAMETER, MOTO_ACCOUNT, REGION, StubbedEksSession
 from ray_llm_eks.config import DeploymentConfig, parse_config
 from ray_llm_eks.preflight import (
-    CDK_DEFAULT_QUALIFIER,
     G_AND_VT_QUOTA,
     STANDARD_QUOTA,
     CheckStatus,
@@ -34,37 +32,6 @@ from ray_llm_eks.preflight import (
     planned_vcpus_by_quota,
     run_preflight,
 )
-
-REGION = "us-west-2"
-MOTO_ACCOUNT = "123456789012"
-BOOTSTRAP_PARAMETER = f"/cdk-bootstrap/{CDK_DEFAULT_QUALIFIER}/version"
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    """Fake credentials and moto for every AWS call in the test."""
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield
-
-
-@pytest.fixture
-def ec2_quotas(monkeypatch):
-    """Seed EC2 vCPU quotas into moto's Service Quotas backend (it only knows VPC quotas)."""
-    seeded: dict[str, float] = {}
-    original = ServiceQuotasBackend.get_service_quota
-
-    def get_service_quota(self, service_code, quota_code):
-        if service_code == "ec2" and quota_code in seeded:
-            return {"ServiceCode": "ec2", "QuotaCode": quota_code, "QuotaName": quota_code,
-                    "Value": seeded[quota_code], "Unit": "None", "Adjustable": True, "GlobalQuota": False}
-        return original(self, service_code, quota_code)
-
-    monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
-    return seeded
-
 
 def _eks_with_versions(versions: list[dict]) -> tuple[object, Stubber]:
     eks = boto3.client("eks", region_name=REGION)
@@ -230,20 +197,6 @@ def test_bootstrap_fails_when_the_caller_cannot_assume_the_deploy_role(aws):
 
 
 # --- the whole run ---------------------------------------------------------------------------
-
-class StubbedEksSession(boto3.Session):
-    """A boto3 session whose EKS client answers DescribeClusterVersions from a Stubber (moto cannot)."""
-
-    eks_versions: list[dict] = [{"clusterVersion": "1.35", "versionStatus": "STANDARD_SUPPORT"}]
-
-    def client(self, service_name, *args, **kwargs):
-        client = super().client(service_name, *args, **kwargs)
-        if service_name == "eks":
-            stubber = Stubber(client)
-            stubber.add_response("describe_cluster_versions", {"clusterVersions": self.eks_versions})
-            stubber.activate()
-        return client
-
 
 def test_run_preflight_all_pass_for_a_ready_account(aws, ec2_quotas):
     ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})

@@ -37,10 +37,7 @@ class Composed:
 def compose(service: ServiceSettings | None = None) -> Composed:
     """Every construct the stack composes, wired by hand; ``service`` as the user gives it (default:
     the reference deployment's)."""
-    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
-    stack = cdk.Stack(app, "Composed", env=cdk.Environment(region="us-west-2"))
-    network = InferenceVpc(stack, "Network", data_plane_az="us-west-2a", availability_zones=["us-west-2a", "us-west-2b"])
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    stack, network, cluster = cluster_stack("Composed")
     system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
     fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
     legs = {role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet,
@@ -54,3 +51,12 @@ def compose(service: ServiceSettings | None = None) -> Composed:
                             **({"service": service} if service is not None else {}))
     watched = InferenceObservability(stack, "Observability", serving=serving, after=[system.nodegroup])
     return Composed(stack, network, cluster, serving, watched)
+
+
+def cluster_stack(name: str, region: str = "us-west-2", *, agnostic: bool = False):
+    """A stack with the library's VPC (data plane in ``<region>a``) and cluster, as most composed
+    apps start; ``agnostic``: a stack with no environment. Returns ``(stack, network, cluster)``."""
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
+    stack = cdk.Stack(app, name) if agnostic else cdk.Stack(app, name, env=cdk.Environment(region=region))
+    network = InferenceVpc(stack, "Network", data_plane_az=f"{region}a", availability_zones=[f"{region}a", f"{region}b"])
+    return stack, network, InferenceCluster(stack, "Cluster", vpc=network.vpc)
