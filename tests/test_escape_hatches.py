@@ -30,6 +30,7 @@ from ray_llm_eks.base.errors import SpecError
 from ray_llm_eks.testing import normalized_template
 
 CONSTRUCTS_DIR = Path(constructs_package.__file__).parent
+CHARTS_DIR = CONSTRUCTS_DIR.parent / "cdk8s_charts"
 HELM = "Custom::AWSCDK-EKS-HelmChart"
 NODEGROUP = "AWS::EKS::Nodegroup"
 
@@ -250,8 +251,15 @@ def test_a_placement_group_the_fabric_lacks_is_a_construct_validation_error(refu
 
 
 def _construct_classes():
-    for module_info in pkgutil.iter_modules([str(CONSTRUCTS_DIR)]):
-        module = importlib.import_module(f"ray_llm_eks.constructs.{module_info.name}")
+    """Every construct class of the AWS constructs and of the charts (cdk8s builds on the same
+    ``constructs.Construct``)."""
+    for package, folder in (("ray_llm_eks.constructs", CONSTRUCTS_DIR), ("ray_llm_eks.cdk8s_charts", CHARTS_DIR)):
+        yield from _classes_of(package, folder)
+
+
+def _classes_of(package: str, folder: Path):
+    for module_info in pkgutil.iter_modules([str(folder)]):
+        module = importlib.import_module(f"{package}.{module_info.name}")
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, Construct) and cls.__module__ == module.__name__:
                 yield cls
@@ -259,7 +267,7 @@ def _construct_classes():
 
 def test_every_construct_takes_construct_id_second():
     classes = list(_construct_classes())
-    assert len(classes) >= 10
+    assert len(classes) >= 18
     for cls in classes:
         parameters = list(inspect.signature(cls.__init__).parameters.values())[1:3]
         assert [p.name for p in parameters] == ["scope", "construct_id"], cls.__qualname__

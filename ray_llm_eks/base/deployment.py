@@ -16,7 +16,7 @@ user writes in the YAML file (``prefill.tensor_parallel_size``, ``serving.client
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import infrastructure as infra
@@ -266,6 +266,4 @@ class Deployment:
 
 
 def _fields(instance: Any) -> dict[str, Any]:
-    from dataclasses import fields
-
     return {f.name: getattr(instance, f.name) for f in fields(instance) if f.init}

@@ -153,8 +153,8 @@ def _who(spec: ServingSpec, grant: Grant) -> str:
 class AdmissionPolicyChart(cdk8s.Chart):
     """The ValidatingAdmissionPolicy and its two bindings (cluster-scoped; see the module docstring)."""
 
-    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
-        super().__init__(scope, id, disable_resource_name_hashes=True)
+    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         name = policy_name(spec)
         labels = {APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: spec.service_name}
         variables = [k8s.Variable(name=f"{g.name}Allowed", expression=_allowed(spec, g)) for g in GRANTS]

@@ -87,9 +87,9 @@ def _script(hold_seconds: int) -> str:
 class BenchJobChart(cdk8s.Chart):
     """The ConfigMap and Job of one benchmark run (see the module docstring)."""
 
-    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec, settings: dict[str, Any],
+    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec, settings: dict[str, Any],
                  hold_seconds: int = DEFAULT_HOLD_SECONDS, trace_text: str | None = None) -> None:
-        super().__init__(scope, id, namespace=spec.namespace)
+        super().__init__(scope, construct_id, namespace=spec.namespace)
         settings = {**settings, "aiperf": AIPERF_IN_POD}
         extra = {}
         if trace_text is not None:

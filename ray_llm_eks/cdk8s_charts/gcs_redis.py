@@ -105,9 +105,9 @@ class GcsRedisChart(cdk8s.Chart):
     part of the cluster spec hash or the gate's run id.
     """
 
-    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec, endpoint: str, vpc_cidr: str,
+    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec, endpoint: str, vpc_cidr: str,
                  secret_id: str, run_id: str) -> None:
-        super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
+        super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = gcs_redis_name(spec.service_name)
         labels = {APP_NAME_LABEL: NAME,
                   APP_INSTANCE_LABEL: spec.service_name}

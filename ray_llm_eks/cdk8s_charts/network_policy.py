@@ -61,8 +61,8 @@ def _namespace(name: str) -> k8s.LabelSelector:
 class NetworkPolicyChart(cdk8s.Chart):
     """The serving namespace's NetworkPolicies (see the module docstring)."""
 
-    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
-        super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
+    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec) -> None:
+        super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
         deployment = k8s.LabelSelector(match_labels={INSTANCE_LABEL: name})
         labels = {APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: name}

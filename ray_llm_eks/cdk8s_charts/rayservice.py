@@ -182,7 +182,7 @@ class RayServiceSpec:
 class RayService(cdk8s.ApiObject):
     """A KubeRay ``RayService`` whose ``spec`` is a :class:`RayServiceSpec`."""
 
-    def __init__(self, scope: Construct, id: str, *, name: str, spec: RayServiceSpec,
+    def __init__(self, scope: Construct, construct_id: str, *, name: str, spec: RayServiceSpec,
                  labels: Mapping[str, str] | None = None) -> None:
         if len(name) > RAY_SERVICE_NAME_MAX:
             raise ValueError(
@@ -190,7 +190,7 @@ class RayService(cdk8s.ApiObject):
             )
         super().__init__(
             scope,
-            id,
+            construct_id,
             api_version=API_VERSION,
             kind=KIND,
             metadata=cdk8s.ApiObjectMetadata(name=name, labels=dict(labels or {})),

@@ -75,8 +75,8 @@ def openai_service_name(service_name: str) -> str:
 class ServingNamespaceChart(cdk8s.Chart):
     """Namespace ``spec.namespace`` and the ServiceAccount of the Ray pods."""
 
-    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec) -> None:
-        super().__init__(scope, id, disable_resource_name_hashes=True)
+    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         self.namespace_object = kplus.Namespace(self, "Namespace", metadata=cdk8s.ApiObjectMetadata(
             name=spec.namespace,
             labels={**POD_SECURITY_LABELS, SERVING_INSTANCE_NAMESPACE_LABEL: spec.service_name}))
@@ -107,8 +107,8 @@ class ServingNamespaceChart(cdk8s.Chart):
 class RayServiceChart(cdk8s.Chart):
     """The RayService (head + prefill + decode worker groups) and the OpenAI API Service."""
 
-    def __init__(self, scope: cdk8s.App, id: str, *, spec: ServingSpec, service_account_name: str) -> None:
-        super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
+    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec, service_account_name: str) -> None:
+        super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         # The 47-character limit is checked by the spec and, for use without one, by the RayService object.
         name = spec.service_name
         self.serving = spec

@@ -173,9 +173,9 @@ PYTHON_ENV = [k8s.EnvVar(name="PYTHONPATH", value=PROGRAM_DIR), k8s.EnvVar(name=
 class VerificationChart(cdk8s.Chart):
     """The gate of ``spec`` (see the module docstring); ``signal_url`` is the wait condition's URL, or None."""
 
-    def __init__(self, scope: Construct, id: str, *, spec: ServingSpec, plan: GatePlan,
+    def __init__(self, scope: Construct, construct_id: str, *, spec: ServingSpec, plan: GatePlan,
                  verification: VerificationSpec, signal_url: str | None) -> None:
-        super().__init__(scope, id, namespace=spec.namespace, disable_resource_name_hashes=True)
+        super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
         labels = {INSTANCE_LABEL: name}
         self.plan = plan
