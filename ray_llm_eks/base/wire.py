@@ -250,6 +250,11 @@ class GateSettings:
     wait began, not when this process started after its image pull), and the report is also kept in
     a ConfigMap that no later deploy prunes."""
     poll_seconds: float = 10.0
+    stuck_pod_seconds: float = 600.0
+    """A pod of the cluster being rolled out that waits this long on its image (``ErrImagePull``,
+    ``ImagePullBackOff``) or on a node (``Unschedulable``: Cluster Autoscaler brings a GPU node in a
+    few minutes, docs/scaling.md) fails the gate with the pod's reason, instead of at the deadline.
+    An image name that can never resolve (``InvalidImageName``) fails it at once."""
     metrics_settle_seconds: float = 15.0
     post_probe_reserve_seconds: float = 90.0
     """Kept after the probes for the counter, metrics and log reads (a few 15 s calls at most), so

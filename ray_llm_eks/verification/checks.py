@@ -26,7 +26,7 @@ class Checks(Phase):
         c = self.config
         nodes_report, pods_report, workers = [], [], []
         for role, expect in c.roles.items():
-            pods = self._kube(self.kube.pods, c.namespace, {wire.RAY_CLUSTER_LABEL: cluster, wire.RAY_GROUP_LABEL: role})
+            pods = self._kube(self.kube.ray_cluster_pods, c.namespace, cluster, {wire.RAY_GROUP_LABEL: role})
             nodes = self._kube(self.kube.nodes, expect.node_selector)
             if expect.autoscaled:
                 # Pods and nodes come and go: check the ready pods and the nodes they run on (a node
@@ -55,7 +55,7 @@ class Checks(Phase):
             for pod in pods:
                 workers.append(pod)
                 pods_report.append(self._check_pod(pod, role))
-        for head in self._kube(self.kube.pods, c.namespace, {wire.RAY_CLUSTER_LABEL: cluster, wire.RAY_NODE_TYPE_LABEL: "head"}):
+        for head in self._kube(self.kube.ray_cluster_pods, c.namespace, cluster, {wire.RAY_NODE_TYPE_LABEL: "head"}):
             pods_report.append(self._check_pod(head, "head"))
             if c.autoscaled and not objects.container_running(head, wire.AUTOSCALER_CONTAINER):
                 # KubeRay watches only the Ray container; a dead sidecar would stop autoscaling silently.

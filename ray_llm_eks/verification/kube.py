@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .shared import wire
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT_SECONDS = 15.0
 
@@ -145,8 +147,33 @@ class Kube:
                 return None
             raise
 
+    def ray_cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
     def delete_ray_cluster(self, namespace: str, name: str) -> None:
         self.delete(f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
+
+    def ray_cluster_pods(self, namespace: str, cluster: str, selector: Mapping[str, str] | None = None,
+                         *, found: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The pods KubeRay made for RayCluster ``cluster``: labelled ``ray.io/cluster=<cluster>`` *and*
+        controlled by that RayCluster's uid (KubeRay 1.4.0 sets it as each pod's controller,
+        ``raycluster_controller.go`` lines 1055 and 1082). A pod that only carries the label, created by
+        anyone who may create pods in the namespace, is not the cluster's: the gate neither counts,
+        probes, nor rolls out over it. ``found``: the RayCluster as already read. Empty when the
+        RayCluster is gone (its pods are being deleted with it)."""
+        found = found if found is not None else self.ray_cluster(namespace, cluster)
+        if found is None:
+            return []
+        uid = (found.get("metadata") or {}).get("uid")
+        pods = self.pods(namespace, {wire.RAY_CLUSTER_LABEL: cluster, **(selector or {})})
+        return [p for p in pods if uid and any(
+            ref.get("kind") == "RayCluster" and ref.get("uid") == uid and ref.get("controller")
+            for ref in (p.get("metadata") or {}).get("ownerReferences") or ())]
 
     def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=_selector(selector))["items"])

@@ -9,6 +9,19 @@ one from the RayService's current spec and promotes it once its Serve applicatio
 (``shouldPrepareNewCluster``: the nil/nil case comes before the upgrade-strategy check). The old
 pods go first, so no second set of GPUs is needed.
 
+A pending RayCluster built from another spec is deleted too. That is the rollback: a deploy whose
+new cluster never serves leaves it pending, and when CloudFormation rolls the RayService back to
+the previous spec, KubeRay 1.4.0 neither replaces nor re-specs a pending cluster whose hash differs
+(``rayservice_controller.go`` at v1.4.0: ``shouldUpdateCluster`` lines 631-657 and
+``shouldPrepareNewCluster`` 689-711), so the failed spec would keep its GPUs forever. Deleted, it is
+recreated under the same name from the current spec (``reconcileRayCluster``, 510-514).
+
+While it waits, the gate fails at once (not at its deadline) when the cluster built from its spec
+cannot serve: Serve reports ``DEPLOY_FAILED`` for the pending cluster, or a pod of it waits on its
+image or on a node for longer than ``stuck_pod_seconds``. Only pods controlled by the RayCluster's
+uid count (:meth:`~.kube.Kube.ray_cluster_pods`): a pod planted with the cluster's labels neither
+makes the gate delete a healthy cluster nor passes for one of its pods.
+
 Ready means: the RayService's ``Ready`` condition is True, its active cluster's pods all carry the
 expected hash and are Ready, one worker pod per GPU node of each role, and the Serve application
 runs the rendered config (Ray's ``GET /api/serve/applications/``).
@@ -44,6 +57,8 @@ class Rollout(Phase):
         """
         c = self.config
         deleted: list[str] = []
+        self.deleted_uids: set[str] = set()
+        self.stuck_since: dict[tuple[str, str], float] = {}
         state = "the RayService does not exist"
         started = self.clock()
         while True:
@@ -96,30 +111,57 @@ class Rollout(Phase):
                 return False
         status = service.get("status") or {}
         active = (status.get("activeServiceStatus") or {}).get("rayClusterName") or ""
+        pending_status = status.get("pendingServiceStatus") or {}
+        pending = pending_status.get("rayClusterName") or ""
         self.active_cluster = active
-        pods = self.kube.pods(c.namespace, {wire.RAY_CLUSTER_LABEL: active}) if active else []
+        active_object = self.kube.ray_cluster(c.namespace, active) if active else None
+        if active_object is not None and _uid(active_object) in self.deleted_uids:
+            active_object = None  # still terminating: KubeRay keeps naming it until it promotes another
+        pods = self.kube.ray_cluster_pods(c.namespace, active, found=active_object) if active_object else []
         stale = sorted({objects.annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
         if not c.rollout and active and stale:
             self.report.fail(f"the running pods of {active} carry cluster spec {', '.join(stale)}, the deployed spec is "
                              f"{c.cluster_spec_hash}: the pods were not rolled out (the deploy's gate Job does that; "
                              "this run does not)")
             return False
-        if c.rollout and active and stale and active not in deleted:
+        if c.rollout and active_object is not None and stale:
             self.log(f"active RayCluster {active} runs cluster spec {stale}; deleting it so KubeRay recreates it "
                      f"from spec {c.cluster_spec_hash}")
-            try:
-                self.kube.delete_ray_cluster(c.namespace, active)
-            except ApiError as error:
-                if error.status != 404:
-                    raise
-            deleted.append(active)
+            self._delete(active, active_object, deleted)
+        pending_object = self.kube.ray_cluster(c.namespace, pending) if pending else None
+        if pending_object is not None and _uid(pending_object) in self.deleted_uids:
+            pending_object = None
+        if pending_object is not None:
+            built_from = sorted(cluster_spec_hashes(pending_object, c.hash_annotation) or {"(none)"})
+            if built_from != [c.cluster_spec_hash]:
+                if not c.rollout:
+                    self.report.fail(f"the pending RayCluster {pending} was built from cluster spec "
+                                     f"{', '.join(built_from)}, the deployed spec is {c.cluster_spec_hash}: a failed "
+                                     "deploy's, which KubeRay 1.4.0 never replaces (this run does not roll out)")
+                    return False
+                self.log(f"pending RayCluster {pending} was built from cluster spec {built_from} (a deploy that did "
+                         "not become ready); deleting it so KubeRay rebuilds it from spec "
+                         f"{c.cluster_spec_hash}")
+                self._delete(pending, pending_object, deleted)
+            else:
+                failure = self._cannot_serve(pending, pending_object, pending_status)
+                if failure:
+                    for reason in failure:
+                        self.report.fail(reason)
+                    return False
+        elif active_object is not None and not stale:
+            failure = self._cannot_serve(active, active_object, None, pods)
+            if failure:
+                for reason in failure:
+                    self.report.fail(reason)
+                return False
         ready = objects.condition_true(service, READY_CONDITION)
         current = [p for p in pods if objects.annotation(p, c.hash_annotation) == c.cluster_spec_hash]
         enough, counts = self._enough_ready(pods, current)
         state = (f"Ready={ready}, active cluster {active or '(none)'}, pods ready on spec {c.cluster_spec_hash}: "
                  f"{counts}")
         # KubeRay 1.4.0 keeps a deleted cluster as active until it promotes the new one.
-        if not (ready and active and active not in deleted and not stale and enough):
+        if not (ready and active_object is not None and not stale and enough):
             waiting = self._pods_waiting(c.namespace)
             return active, state + (f"; {waiting}" if waiting else "")
         serve = self._serve_state()
@@ -128,6 +170,44 @@ class Rollout(Phase):
         if serve is not None:
             return active, f"{state}; {serve}"
         return active, None
+
+    def _delete(self, name: str, found: Mapping[str, Any], deleted: list[str]) -> None:
+        try:
+            self.kube.delete_ray_cluster(self.config.namespace, name)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+        self.deleted_uids.add(_uid(found))
+        deleted.append(name)
+
+    def _cannot_serve(self, cluster: str, found: Mapping[str, Any], pending_status: Mapping[str, Any] | None,
+                      pods: list[dict[str, Any]] | None = None) -> list[str]:
+        """Why the RayCluster built from this spec will never serve it (empty while it still may):
+        Serve failed on the pending cluster, or a pod has waited on its image or on a node too long."""
+        c = self.config
+        app = ((pending_status or {}).get("applicationStatuses") or {}).get(c.application) or {}
+        if app.get("status") == "DEPLOY_FAILED":
+            reasons = []
+            if c.disaggregated:
+                reasons += self._startup_failures(cluster)
+            return [*reasons, f"Serve application {c.application!r} failed to deploy on the RayCluster {cluster} "
+                              f"built from this spec: {(app.get('message') or '')[:500]}"]
+        if pods is None:
+            pods = self.kube.ray_cluster_pods(c.namespace, cluster, found=found)
+        now, reasons = self.clock(), []
+        stuck_keys = set()
+        for pod in pods:
+            for reason, message in pod_stuck_reasons(pod):
+                key = ((pod.get("metadata") or {}).get("uid") or pod["metadata"]["name"], reason)
+                stuck_keys.add(key)
+                since = self.stuck_since.setdefault(key, now)
+                if reason in NEVER_RESOLVES or now - since >= c.stuck_pod_seconds:
+                    waited = "" if reason in NEVER_RESOLVES else f" for {now - since:.0f} s"
+                    reasons.append(f"pod {pod['metadata']['name']} of the RayCluster {cluster} built from this spec "
+                                   f"has been {reason}{waited}: {message[:300]}")
+        for key in set(self.stuck_since) - stuck_keys:
+            del self.stuck_since[key]  # it moved on: a later wait starts its own count
+        return reasons
 
     def _enough_ready(self, pods: list[dict[str, Any]], current: list[dict[str, Any]]) -> tuple[bool, str]:
         """Per role: a fixed role has exactly its pods, all ready; an autoscaled one at least one and
@@ -175,15 +255,16 @@ class Rollout(Phase):
             return f"Serve application {c.application!r} is {status}"
         return None
 
-    def _startup_failures(self) -> list[str]:
-        """What the worker logs of the active cluster say went wrong since the Serve deploy: the
-        transport classifier's disqualifying lines only (a log without the startup lines proves
-        nothing here, the engines never started)."""
+    def _startup_failures(self, cluster: str | None = None) -> list[str]:
+        """What the worker logs of ``cluster`` (default: the active one) say went wrong since the Serve
+        deploy: the transport classifier's disqualifying lines only (a log without the startup lines
+        proves nothing here, the engines never started)."""
         c = self.config
         deployed = self.application.get("last_deployed_time_s")
         since = objects.rfc3339(float(deployed) - LOG_SINCE_MARGIN_SECONDS) if deployed else None
         try:
-            pods = self.kube.pods(c.namespace, {wire.RAY_CLUSTER_LABEL: self.active_cluster, wire.RAY_NODE_TYPE_LABEL: "worker"})
+            pods = self.kube.ray_cluster_pods(c.namespace, cluster or self.active_cluster,
+                                              {wire.RAY_NODE_TYPE_LABEL: "worker"})
             logs = {p["metadata"]["name"]: self.kube.pod_log(c.namespace, p["metadata"]["name"], c.worker_container,
                                                             since=since) for p in pods}
         except (ApiError, NoClusterAccess) as error:
@@ -233,6 +314,36 @@ class Rollout(Phase):
             if why:
                 reasons.append(f"{pod['metadata']['name']} {status.get('phase', '')} ({'; '.join(why)})")
         return "; ".join(reasons[:4])
+
+
+IMAGE_WAITS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+"""Container waiting reasons of a kubelet that cannot get the image (kubelet's ``images`` package)."""
+NEVER_RESOLVES = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+"""Of those, the ones no retry can fix: the name does not parse, or the pull policy forbids pulling."""
+
+
+def pod_stuck_reasons(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(reason, message) for each way ``pod`` is waiting that only time would tell apart from never:
+    a container waiting on its image, or the scheduler finding no node (``Unschedulable``)."""
+    status = pod.get("status") or {}
+    found = [(w["reason"], w.get("message") or "")
+             for w in (((cs.get("state") or {}).get("waiting") or {})
+                       for cs in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())])
+             if w.get("reason") in IMAGE_WAITS]
+    found += [("Unschedulable", cond.get("message") or "") for cond in status.get("conditions") or ()
+              if cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+              and cond.get("reason") == "Unschedulable"]
+    return found
+
+
+def cluster_spec_hashes(ray_cluster: Mapping[str, Any], key: str) -> set[str]:
+    """The values of annotation ``key`` on a RayCluster's head and worker pod templates: the cluster
+    spec it was built from (KubeRay copies the RayService's ``rayClusterConfig`` as its spec)."""
+    return objects.template_hashes({"spec": {"rayClusterConfig": ray_cluster.get("spec") or {}}}, key)
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
 
 
 def differences(expected: Any, actual: Any, path: str = "args") -> list[str]:

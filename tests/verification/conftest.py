@@ -11,13 +11,19 @@ import pytest
 from fake_cluster import FakeDeployment, Scenario
 from helpers.gate import Deployed, render_deployment
 from ray_llm_eks.base.deployment import Deployment
-from ray_llm_eks.base.serving import Topology
+from ray_llm_eks.base.serving import ImageSpec, Topology
 from ray_llm_eks.verification import bundle
 
 
 @pytest.fixture(scope="session")
 def disaggregated() -> Deployed:
     return render_deployment(Deployment())
+
+
+@pytest.fixture(scope="session")
+def another_spec() -> Deployed:
+    """The reference deployment with another image: a change that needs a new RayCluster."""
+    return render_deployment(Deployment(image=ImageSpec(digest="sha256:" + "ab" * 32)))
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,9 @@ HTTP server on its own loopback address, serving what the real one serves:
 - the Kubernetes API (``127.0.0.1``): the RayService rendered by the real chart, pods built from
   its real pod templates (labels and annotations as KubeRay 1.4.0 sets them), nodes with
   allocatable GPU and EFA, pod logs, ConfigMaps (stored with their labels; pods, nodes and
-  ConfigMaps listed by ``labelSelector`` as the API server filters them), ``DELETE`` of a
-  RayCluster (which, like KubeRay, replaces the active cluster with one built from the current
-  spec), and the API server proxy;
+  ConfigMaps listed by ``labelSelector`` as the API server filters them), the RayClusters and
+  their reconcile as KubeRay 1.4.0 does it under ``upgradeStrategy: None`` (:class:`FakeKubeRay`),
+  and the API server proxy;
 - the OpenAI Service and the Ray dashboard's Serve API (``127.0.0.1``);
 - each worker pod's Prometheus endpoint (``127.0.0.2``/``127.0.0.3``), exposed with
   ``prometheus_client`` under the names and in the shape Ray Serve LLM 2.58 gives vLLM's NIXL
@@ -72,6 +72,85 @@ RAY_LABELS = ("Component", "NodeAddress", "ReplicaId", "SessionName", "Version",
 Serve replica's, and vLLM's ``engine`` and ``model_name``)."""
 
 
+KUBERAY_HASH_ANNOTATION = "ray.io/hash-without-replicas-and-workers-to-delete"
+SPEC_HASH_ANNOTATION = "ray-llm-eks/cluster-spec-hash"
+CLUSTER_SUFFIXES = ("fghij", "klmno", "pqrst", "uvwxy", "zabcd", "efghi")
+"""The random suffixes KubeRay's ``GenerateRayClusterName`` would pick, in order."""
+
+
+@dataclass
+class FakeRayCluster:
+    name: str
+    uid: str
+    spec_hash: str
+    """The cluster spec hash of the RayService spec it was built from (on each of its pod templates)."""
+    config: dict[str, Any]
+    """``rayClusterConfig`` of that spec."""
+    reconciles: int = 0
+    """Reconciles since KubeRay created it."""
+
+
+class FakeKubeRay:
+    """KubeRay 1.4.0's RayService reconcile with ``upgradeStrategy: None``, one step per read of the
+    RayService (``controllers/ray/rayservice_controller.go`` at v1.4.0):
+
+    - a pending cluster named in the status but missing is created from the current spec
+      (``reconcileRayCluster``, lines 510-514), under the same name;
+    - a cluster whose spec differs is updated in place only when worker groups were appended at the
+      end (``shouldUpdateCluster``, 531-544 and 631-657), which no ray-llm-eks change does: never here;
+    - a new pending cluster is named only when neither an active nor a pending cluster exists
+      (``shouldPrepareNewCluster``, 689-711: other differences need a zero-downtime strategy), in
+      ``calculateStatus`` (274-279), and created at the next reconcile;
+    - a pending cluster whose Serve applications run is promoted to active (246-271); until then
+      the status keeps naming the active cluster, even a deleted one.
+    """
+
+    def __init__(self, service: str, rayservice: dict[str, Any], spec_hash: str) -> None:
+        self.service = service
+        self.rayservice = rayservice
+        self.spec_hash = spec_hash
+        self.clusters: dict[str, FakeRayCluster] = {}
+        self.active = self._create(f"{service}-abcde").name
+        self.pending = ""
+        self.names = iter(CLUSTER_SUFFIXES)
+        self.promote_after = 3
+        self.never_serving: set[str] = set()
+        """Spec hashes whose clusters never serve (their pods cannot start, or Serve fails)."""
+
+    def _create(self, name: str) -> FakeRayCluster:
+        uid = f"uid-{name}-{len(self.clusters)}-{time.monotonic_ns() % 100000}"
+        config = json.loads(json.dumps(self.rayservice["spec"]["rayClusterConfig"]))
+        self.clusters[name] = FakeRayCluster(name, uid, self.spec_hash, config)
+        return self.clusters[name]
+
+    def reconcile(self) -> None:
+        pending = self.clusters.get(self.pending) if self.pending else None
+        if self.pending and pending is None:
+            self._create(self.pending)  # :510-514
+            return
+        if pending is not None:
+            pending.reconciles += 1
+            if pending.reconciles > self.promote_after and pending.spec_hash not in self.never_serving:
+                self.active, self.pending = pending.name, ""  # :246-271
+            return
+        if self.active not in self.clusters:  # :689-711, named in :274-279
+            self.pending = f"{self.service}-{next(self.names)}"
+
+    def delete(self, name: str) -> bool:
+        return self.clusters.pop(name, None) is not None
+
+    def cluster_object(self, name: str, namespace: str) -> dict[str, Any] | None:
+        cluster = self.clusters.get(name)
+        if cluster is None:
+            return None
+        config = json.loads(json.dumps(cluster.config))
+        for template in [config["headGroupSpec"]["template"], *(g["template"] for g in config["workerGroupSpecs"])]:
+            template.setdefault("metadata", {}).setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = cluster.spec_hash
+        return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": config, "metadata": {
+            "name": name, "namespace": namespace, "uid": cluster.uid,
+            "annotations": {KUBERAY_HASH_ANNOTATION: f"kuberay-{cluster.spec_hash}"}}}
+
+
 def parse_selector(text: str) -> dict[str, str]:
     """An equality-based label selector as the API server parses it: terms split on commas, each
     ``key=value`` or ``key==value`` (set-based terms and ``!=`` are refused, as nothing here sends them)."""
@@ -121,8 +200,12 @@ class Scenario:
     """What the dashboard answers on successive reads: (status, runs the deployed args); then RUNNING, True."""
     serve_final: tuple[str, bool] = ("RUNNING", True)
     promote_after_polls: int = 3
-    """RayService reads after a DELETE before KubeRay promotes the new cluster (until then the status
-    still names the deleted one, as in KubeRay 1.4.0)."""
+    """RayService reads after KubeRay creates a pending cluster before it promotes it (until then the
+    status still names the active one, even deleted, as in KubeRay 1.4.0)."""
+    failing_specs: dict[str, str] = field(default_factory=dict)
+    """Cluster spec hash -> how a cluster built from it fails: ``ImagePullBackOff`` (every pod),
+    ``Unschedulable`` (the GPU workers), ``InvalidImageName`` (every pod) or ``DEPLOY_FAILED`` (the pods
+    run, Serve fails). Such a cluster never serves, so it is never promoted."""
     job_age_seconds: float = 1.0
     job_status: dict = field(default_factory=dict)
     """The gate Job's ``status`` as the API returns it ({}: still running)."""
@@ -177,10 +260,9 @@ class FakeDeployment:
         self.signals: list[tuple[dict[str, str], bytes]] = []
         self.requests_served = 0
         self.lock = threading.Lock()
-        self.active = f"{self.name}-abcde"
-        self.pod_hash = self.hash
-        self.pending: str | None = None
-        self.polls_since_delete = 0
+        self.kuberay = FakeKubeRay(self.name, rayservice, self.hash)
+        self.planted: list[dict[str, Any]] = []
+        """Pods someone created by hand with the cluster's labels (no ownerReference to it)."""
         self.deployed_at = time.time() - 30
         self.created_config_maps: list[dict[str, Any]] = []
         self.ray_auth_token: str | None = None
@@ -318,10 +400,32 @@ class FakeDeployment:
             labels = {wire.INSTANCE_LABEL: self.name, wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT, wire.GATE_RUN_LABEL: run}
         return self.apply_config_map(name, labels, {wire.GATE_SETTINGS_FILE: json.dumps(settings)}, created)
 
+    @property
+    def active(self) -> str:
+        return self.kuberay.active
+
+    @property
+    def pending(self) -> str:
+        return self.kuberay.pending
+
+    @property
+    def pod_hash(self) -> str:
+        """The cluster spec the active cluster's pods were built from."""
+        return self.kuberay.clusters[self.active].spec_hash
+
+    @pod_hash.setter
+    def pod_hash(self, value: str) -> None:
+        self.kuberay.clusters[self.active].spec_hash = value
+
+    def deploy(self, rayservice: dict[str, Any], settings: dict[str, Any]) -> None:
+        """A CloudFormation update (or its rollback) applies another RayService spec and gate settings."""
+        self.rayservice, self.settings, self.hash = rayservice, settings, settings["cluster_spec_hash"]
+        self.kuberay.rayservice, self.kuberay.spec_hash = rayservice, self.hash
+
     # --- Kubernetes API --------------------------------------------------------------------------
 
-    def _pod(self, cluster: str, name: str, ip: str, role: str, node: str) -> dict[str, Any]:
-        config = self.rayservice["spec"]["rayClusterConfig"]
+    def _pod(self, cluster: FakeRayCluster, name: str, ip: str, role: str, node: str) -> dict[str, Any]:
+        config = cluster.config
         if role == "head":
             template = config["headGroupSpec"]["template"]
         else:
@@ -330,30 +434,52 @@ class FakeDeployment:
         if self.scenario.image:
             for container in containers:
                 container["image"] = self.scenario.image
-        labels = {**template["metadata"].get("labels", {}), "ray.io/cluster": cluster,
+        labels = {**template["metadata"].get("labels", {}), "ray.io/cluster": cluster.name,
                   "ray.io/group": "headgroup" if role == "head" else role,
                   "ray.io/node-type": "head" if role == "head" else "worker"}
-        annotations = {**template["metadata"].get("annotations", {}), "ray-llm-eks/cluster-spec-hash": self.pod_hash}
+        annotations = {**template["metadata"].get("annotations", {}), SPEC_HASH_ANNOTATION: cluster.spec_hash}
         image = containers[0]["image"]
         statuses = [{"name": containers[0]["name"], "state": {"running": {}},
                      "imageID": f"{image.split('@')[0].split(':')[0]}@sha256:{'cd' * 32}"}]
         if role == "head" and self.scenario.autoscaler_running is not None:
             statuses.append({"name": "autoscaler", "state": {"running": {}} if self.scenario.autoscaler_running
                              else {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}})
+        owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster.name, "uid": cluster.uid,
+                 "controller": True, "blockOwnerDeletion": True}  # raycluster_controller.go@v1.4.0:1055, :1082
+        status: dict[str, Any] = {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
+                                  "containerStatuses": statuses}
+        failure = self.scenario.failing_specs.get(cluster.spec_hash)
+        if failure in ("ImagePullBackOff", "InvalidImageName") or (failure == "Unschedulable" and role != "head"):
+            status = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+            if failure == "Unschedulable":
+                status["conditions"].append({
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+                               "2 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
+                               "3 No preemption victims found for incoming pod."})
+            else:
+                message = (f'Back-off pulling image "{image}"' if failure == "ImagePullBackOff"
+                           else f'Failed to apply default image tag "{image}": couldn\'t parse image name')
+                status["containerStatuses"] = [{"name": containers[0]["name"], "ready": False,
+                                                "state": {"waiting": {"reason": failure, "message": message}}}]
         return {
-            "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "annotations": annotations},
+            "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "annotations": annotations,
+                         "ownerReferences": [owner], "uid": f"{cluster.uid}-{role}"},
             "spec": {"nodeName": node, "containers": containers},
-            "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
-                       "containerStatuses": statuses},
+            "status": status,
         }
 
     def pods(self) -> list[dict[str, Any]]:
-        cluster = self.pending or self.active
-        pods = [
-            self._pod(cluster, f"{cluster}-head-x1", "127.0.0.9", "head", "ip-10-0-1-10.system"),
-            self._pod(cluster, f"{cluster}-prefill-worker-p1", PREFILL_IP, "prefill", PREFILL_NODE),
-            self._pod(cluster, f"{cluster}-decode-worker-d1", DECODE_IP, "decode", DECODE_NODE),
-        ]
+        pods = list(self.planted)
+        for name in dict.fromkeys([self.active, self.pending]):
+            cluster = self.kuberay.clusters.get(name)
+            if cluster is None:
+                continue
+            pods += [
+                self._pod(cluster, f"{name}-head-x1", "127.0.0.9", "head", "ip-10-0-1-10.system"),
+                self._pod(cluster, f"{name}-prefill-worker-p1", PREFILL_IP, "prefill", PREFILL_NODE),
+                self._pod(cluster, f"{name}-decode-worker-d1", DECODE_IP, "decode", DECODE_NODE),
+            ]
         for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
             pods.append({
                 "metadata": {"name": f"{self.name}-efa-counters-{node.rsplit('.', 1)[-1]}", "namespace": self.namespace,
@@ -369,11 +495,10 @@ class FakeDeployment:
                 for node, role in ((PREFILL_NODE, "prefill"), (DECODE_NODE, "decode"))]
 
     def rayservice_object(self) -> dict[str, Any]:
-        if self.pending is not None:
-            self.polls_since_delete += 1
-            if self.polls_since_delete > self.scenario.promote_after_polls:
-                self.active, self.pending = self.pending, None  # promoted once its Serve apps run
-        ready = self.scenario.ready and self.pending is None
+        self.kuberay.promote_after = self.scenario.promote_after_polls
+        self.kuberay.never_serving = set(self.scenario.failing_specs)
+        self.kuberay.reconcile()
+        ready = self.scenario.ready and not self.pending
         service = self.rayservice
         if self.stored_auth_options is not None:
             spec = {**service["spec"], "rayClusterConfig": {**service["spec"]["rayClusterConfig"],
@@ -382,7 +507,22 @@ class FakeDeployment:
         return {**service, "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False",
                             "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints"}],
-            "activeServiceStatus": {"rayClusterName": self.active}}}
+            "activeServiceStatus": {"rayClusterName": self.active},
+            **({"pendingServiceStatus": self._pending_status()} if self.pending else {})}}
+
+    def _pending_status(self) -> dict[str, Any]:
+        """What KubeRay 1.4.0 reports of the pending cluster: its name, and its Serve applications once
+        its head answers (``calculateStatus``, rayservice_controller.go:242-244)."""
+        status: dict[str, Any] = {"rayClusterName": self.pending}
+        cluster = self.kuberay.clusters.get(self.pending)
+        if cluster is not None:
+            app = self.settings["application"]
+            if self.scenario.failing_specs.get(cluster.spec_hash) == "DEPLOY_FAILED":
+                status["applicationStatuses"] = {app: {"status": "DEPLOY_FAILED", "message": (
+                    "Deploying application llm failed: The deployments ['PDDecode'] are UNHEALTHY.")}}
+            elif cluster.spec_hash not in self.scenario.failing_specs:
+                status["applicationStatuses"] = {app: {"status": "DEPLOYING", "message": ""}}
+        return status
 
     def route_api(self, handler: Handler, method: str) -> None:
         url = urllib.parse.urlsplit(handler.path)
@@ -419,16 +559,15 @@ class FakeDeployment:
                 return handler.reply(200, {"kind": "Status", "status": "Success"})
         if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayservices/{self.name}":
             return handler.reply(200, self.rayservice_object())
-        if method == "DELETE" and path.startswith(f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/"):
-            name = path.rsplit("/", 1)[1]
-            if name != self.active:
+        clusters = f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/"
+        if method == "GET" and path.startswith(clusters):
+            found = self.kuberay.cluster_object(path[len(clusters):], self.namespace)
+            return handler.reply(200, found) if found else handler.reply(404, {"kind": "Status", "reason": "NotFound"})
+        if method == "DELETE" and path.startswith(clusters):
+            name = path[len(clusters):]
+            if not self.kuberay.delete(name):
                 return handler.reply(404, {"kind": "Status", "reason": "NotFound"})
-            # KubeRay 1.4.0: no active and no pending cluster -> a new one from the current spec, promoted
-            # to active once serving; until then the status still names the deleted cluster.
-            self.deleted.append(name)
-            self.pending = f"{self.name}-fghij"
-            self.polls_since_delete = 0
-            self.pod_hash = self.hash
+            self.deleted.append(name)  # FakeKubeRay's next reconciles rebuild what it must
             return handler.reply(200, {"kind": "Status", "status": "Success"})
         if method == "GET" and path == f"{ns}/pods":
             return handler.reply(200, {"kind": "PodList", "items": selected(self.pods(), query)})
