@@ -220,3 +220,20 @@ def test_the_twin_s_cleanup_is_not_cut_short_by_a_second_stop_signal():
         signal.signal(signal.SIGTERM, previous)
     assert held == (signal.SIG_IGN, signal.SIG_IGN)
     assert received == [signal.SIGTERM]
+
+
+def test_the_gate_finds_the_twins_pods_as_those_of_its_ray_cluster(api, rendered, tmp_path):
+    """The gate counts only pods the RayCluster controls (by uid): the stand-in serves the RayCluster
+    and owns its pods as KubeRay does, so the gate on the twin sees them."""
+    from ray_llm_eks.verification.kube import Kube, KubeAccess
+
+    stand_in, url = api
+    (_, service) = rendered_serve(rendered, "disaggregated")
+    template = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
+    stand_in.add_pod("head", template=template, group="headgroup", node="n", ip="127.0.0.1", env={}, created=1.0)
+    token = tmp_path / "token"
+    token.write_text(stand_in.token)
+    kube = Kube(KubeAccess.with_token_file(url, str(token)))
+    found = kube.ray_cluster("inference", stand_in.cluster)
+    assert found["spec"] == service["spec"]["rayClusterConfig"]
+    assert [p["metadata"]["name"] for p in kube.ray_cluster_pods("inference", stand_in.cluster)] == ["head"]

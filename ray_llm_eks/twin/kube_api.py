@@ -4,8 +4,8 @@ No API server, kubelet or KubeRay runs here, so this loopback server answers the
 (:mod:`ray_llm_eks.verification.kube`) as they would for the twin's processes:
 
 - the RayService as rendered, with the status KubeRay sets once the Serve app runs (``Ready``,
-  ``activeServiceStatus.rayClusterName``);
-- a pod per Ray node, built from the rendered pod template as KubeRay labels it, with the
+  ``activeServiceStatus.rayClusterName``), and its RayCluster (spec and uid) as KubeRay builds it;
+- a pod per Ray node, built from the rendered pod template as KubeRay labels and owns it, with the
   environment the twin's node really runs, the node's address as ``podIP``, and the node's
   stamped output as its log (``sinceTime`` as the kubelet applies it);
 - the EFA counter reader of each worker node (labels of the rendered DaemonSet);
@@ -68,6 +68,7 @@ class KubeApi:
         self.rayservice = copy.deepcopy(dict(rayservice))
         self.name = self.rayservice["metadata"]["name"]
         self.cluster = f"{self.name}-{CLUSTER_SUFFIX}"
+        self.cluster_uid = secrets.token_hex(8)
         self.ready = False
         self.pods: list[dict[str, Any]] = []
         self.nodes: list[dict[str, Any]] = []
@@ -103,10 +104,13 @@ class KubeApi:
         head = group == "headgroup"
         labels = {**(template.get("metadata") or {}).get("labels", {}), "ray.io/cluster": self.cluster,
                   "ray.io/group": group, "ray.io/node-type": "head" if head else "worker"}
+        # KubeRay sets the RayCluster as each pod's controller (raycluster_controller.go@v1.4.0:1055, :1082).
+        owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": self.cluster, "uid": self.cluster_uid,
+                 "controller": True, "blockOwnerDeletion": True}
         self.pods.append({
             "metadata": {"name": name, "namespace": self.namespace, "labels": labels,
                          "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                         "creationTimestamp": _stamp(created)},
+                         "creationTimestamp": _stamp(created), "ownerReferences": [owner]},
             "spec": {"nodeName": node, "containers": containers},
             "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
                        "containerStatuses": [{"name": containers[0]["name"], "state": {"running": {}},
@@ -125,6 +129,13 @@ class KubeApi:
         self.jobs[name] = {"kind": "Job", "metadata": {"name": name, "namespace": self.namespace,
                                                        "creationTimestamp": _stamp(created)},
                            "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
+
+    def ray_cluster_object(self) -> dict[str, Any]:
+        """The RayCluster KubeRay builds from the RayService: its ``rayClusterConfig`` as the spec."""
+        return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                "metadata": {"name": self.cluster, "namespace": self.namespace, "uid": self.cluster_uid,
+                             "labels": {"ray.io/originated-from-cr-name": self.name}},
+                "spec": copy.deepcopy(self.rayservice["spec"]["rayClusterConfig"])}
 
     def rayservice_object(self) -> dict[str, Any]:
         status = {"conditions": [{"type": "Ready", "status": "True" if self.ready else "False"}],
@@ -193,6 +204,8 @@ class KubeApi:
         with self.lock:
             if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayservices/{self.name}":
                 return 200, self.rayservice_object(), json_type
+            if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{self.cluster}":
+                return 200, self.ray_cluster_object(), json_type
             if method == "GET" and path == f"{ns}/pods":
                 return 200, {"kind": "PodList", "items": [p for p in self.pods if matches(p, selector)]}, json_type
             if method == "GET" and path == "/api/v1/nodes":
