@@ -42,7 +42,7 @@ TWIN_DIR := .twin
 TWIN_REQUIREMENTS := ray_llm_eks/twin/requirements.txt
 TWIN_DEBIAN := iproute2 libhwloc15 libnl-3-200 libnl-route-3-200 libibverbs1 librdmacm1 ibverbs-providers
 
-.PHONY: synth test test-bench test-slow test-twin twin twin-install bootstrap clean snapshot-update docs
+.PHONY: synth test test-bench test-slow test-twin twin twin-install bootstrap clean snapshot-update docs generate
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -122,6 +122,12 @@ test-twin: twin-install
 
 snapshot-update: bootstrap
 	$(BIN)/python -m pytest --snapshot-update
+
+# Generated data (ray_llm_eks/data/generated/): the create-only properties of the resource types
+# ray_llm_eks.testing watches, from cfn-lint's bundled CloudFormation schemas. Run after a cfn-lint
+# upgrade; tests/test_replacement_table.py fails until then.
+generate: bootstrap
+	$(BIN)/python tools/generate_create_only_properties.py
 
 # docs/configuration.md is generated from ray_llm_eks/config.py; a test fails when it is stale.
 docs: bootstrap

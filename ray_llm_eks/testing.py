@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -32,39 +33,20 @@ FAST_SYNTH_CONTEXT: dict[str, Any] = {"aws:cdk:disable-asset-staging": True}
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 ASSET_HASH_MASK = "<asset-hash>"
 
-# Properties whose change makes CloudFormation replace the resource ("Update requires:
-# Replacement" in the CloudFormation resource reference), for the resources a platform team
-# must never lose by accident. Dotted paths reach into nested properties.
+CREATE_ONLY_FILE = Path(__file__).resolve().parent / "data" / "generated" / "create_only_properties.json"
+"""Generated from cfn-lint's bundled CloudFormation resource provider schemas (``make generate``)."""
+
 REPLACING_PROPERTIES: dict[str, tuple[str, ...]] = {
-    "AWS::EC2::VPC": ("CidrBlock", "InstanceTenancy", "Ipv4IpamPoolId", "Ipv4NetmaskLength"),
-    "AWS::EC2::Subnet": ("AvailabilityZone", "AvailabilityZoneId", "CidrBlock", "VpcId", "Ipv6Native"),
-    "AWS::EKS::Cluster": (
-        "Name",
-        "RoleArn",
-        "EncryptionConfig",
-        "KubernetesNetworkConfig",
-        "BootstrapSelfManagedAddons",
-        "AccessConfig.BootstrapClusterCreatorAdminPermissions",
-        "ResourcesVpcConfig.SubnetIds",
-        "ResourcesVpcConfig.SecurityGroupIds",
-    ),
-    "AWS::EKS::Nodegroup": (
-        "AmiType",
-        "CapacityType",
-        "ClusterName",
-        "DiskSize",
-        "InstanceTypes",
-        "NodeRole",
-        "NodegroupName",
-        "RemoteAccess",
-        "Subnets",
-        "LaunchTemplate.Id",
-        "LaunchTemplate.Name",
-    ),
-    "AWS::EC2::LaunchTemplate": ("LaunchTemplateName",),
-    "AWS::EC2::PlacementGroup": ("Strategy", "PartitionCount", "SpreadLevel"),
-    "AWS::EC2::SecurityGroup": ("GroupDescription", "GroupName", "VpcId"),
+    resource_type: tuple(paths)
+    for resource_type, paths in json.loads(CREATE_ONLY_FILE.read_text())["properties"].items()
 }
+"""Properties whose change makes CloudFormation replace the resource: each type's
+``createOnlyProperties`` in its resource provider schema, for the resources a platform team must
+never lose by accident (the network, the cluster, its node groups, their launch templates,
+placement and security groups). Dotted paths reach into nested properties. Taken from the schemas
+CloudFormation's handlers declare, not written by hand: a hand-written table missed, for example,
+``AWS::EC2::PlacementGroup.Tags``, so a ``Tags.of(app)`` change could replace the placement group
+and roll every GPU node unnoticed."""
 
 
 def _template_json(stack_or_template: Any) -> dict[str, Any]:
