@@ -75,3 +75,26 @@ def test_the_report_command_is_a_stack_output(default):
     output = default.template_json["Outputs"]["GateReportCommand"]
     job = default.stack.serving.gate_job_name
     assert output["Value"] == f"kubectl -n inference get configmap {job}-report -o jsonpath='{{.data.report\\.json}}'"
+
+
+def test_the_rayservice_and_so_the_gate_wait_for_the_node_groups(default):
+    """A node-group update that replaces nodes finishes before the RayService manifest is applied,
+    and so before the gate runs: the gate cannot pass minutes before a drain. What CloudFormation
+    re-applies first on a rollback is not documented; the template states the forward order only
+    (gate after RayService after node groups), and the gate is right under either rollback order
+    (tests/verification/test_gate_rollback.py)."""
+    stack = default.stack
+    resources = default.template_json["Resources"]
+    rayservice_id = default.logical_id(stack.serving.manifests[RAYSERVICE_CHART_ID])
+    verification_id = default.logical_id(stack.serving.manifests[VERIFICATION_CHART_ID])
+    groups = {default.logical_id(group.nodegroup) for group in (*stack.gpu_node_groups.values(), stack.system_nodes)}
+    assert len(groups) == 3 and groups <= set(resources[rayservice_id]["DependsOn"])
+    assert rayservice_id in resources[verification_id]["DependsOn"]
+
+
+def test_a_change_that_rolls_the_nodes_gives_the_gate_a_new_run(default, synth):
+    """The pool's node identity (what its launch template is built from) is on every pod template,
+    so the cluster spec hash, the gate's run and its wait condition change with it."""
+    bigger = synth({"prefill": {"root_volume": {"size_gib": 300}}})
+    assert bigger.stack.serving.gate.run_id != default.stack.serving.gate.run_id
+    assert bigger.stack.serving.gate.settings.cluster_spec_hash != default.stack.serving.gate.settings.cluster_spec_hash

@@ -7,7 +7,9 @@ GPUs, CPU, memory, replicas, node selector and toleration all derive from the no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 
 from . import instance_types
 from .instance_types import InstanceType
@@ -144,6 +146,15 @@ class WorkerPool:
         return instance_types.INSTANCE_TYPES[self.instance_type]
 
     @property
+    def node_identity(self) -> str:
+        """What the group's nodes are built from (instance type, root volume, placement group), as 12
+        hex digits: a change gives the launch template a new version and rolls every node, so the
+        pods' template carries it (``ray-llm-eks/node-pool``) and the deployment gate runs again
+        after the roll. Sizes are left out: they change no node."""
+        return _digest({"instance_type": self.instance_type, "root_volume": asdict(self.root_volume),
+                        "placement_group": self.placement_group})
+
+    @property
     def autoscaled(self) -> bool:
         """The group may grow or shrink (``min_size < max_size``): Cluster Autoscaler resizes it and
         Ray Serve autoscales the leg's replicas (docs/scaling.md)."""
@@ -191,5 +202,15 @@ class SystemPool:
         return instance_types.INSTANCE_TYPES[self.instance_type]
 
     @property
+    def node_identity(self) -> str:
+        """What the system nodes are built from (instance type, root volume), as 12 hex digits (see
+        :attr:`WorkerPool.node_identity`); the head's pod template carries it."""
+        return _digest({"instance_type": self.instance_type, "root_volume_size_gib": self.root_volume_size_gib})
+
+    @property
     def labels(self) -> dict[str, str]:
         return dict(SYSTEM_LABELS)
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]

@@ -250,6 +250,11 @@ class GateSettings:
     wait began, not when this process started after its image pull), and the report is also kept in
     a ConfigMap that no later deploy prunes."""
     poll_seconds: float = 10.0
+    replaced_grace_seconds: float = 300.0
+    """The deploy's Job: how long a RayService carrying another cluster spec is waited for before
+    "a newer deploy replaced it" fails the run. On a rollback, CloudFormation may re-apply this
+    gate's manifest before the RayService's (its order is not documented): the RayService then
+    comes back to this spec within a few minutes. Other runs (``verify``) fail at once."""
     stuck_pod_seconds: float = 600.0
     """A pod of the cluster being rolled out that waits this long on its image (``ErrImagePull``,
     ``ImagePullBackOff``) or on a node (``Unschedulable``: Cluster Autoscaler brings a GPU node in a

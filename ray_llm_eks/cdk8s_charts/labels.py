@@ -9,7 +9,12 @@ metadata carries ``app.kubernetes.io/name`` and ``app.kubernetes.io/instance``.
 from __future__ import annotations
 
 from ..base.serving import ServingSpec
-from ..base.wire import INSTANCE_LABEL, PROJECT, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+from ..base.wire import INSTANCE_LABEL, LABEL_PREFIX, PROJECT, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+
+NODE_POOL_ANNOTATION = f"{LABEL_PREFIX}node-pool"
+"""On each pod template: the node identity of the pool it runs on (``WorkerPool.node_identity``).
+Part of the cluster spec hash, so a change that rolls the nodes (a new launch template version)
+also gives the gate a new run, which the stack orders after the node groups."""
 
 KUBERAY_OWNED_LABEL_PREFIXES = ("app.kubernetes.io/", "ray.io/")
 """Label keys KubeRay sets on the pods it creates; pod templates must not set any of them.

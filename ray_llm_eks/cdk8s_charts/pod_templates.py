@@ -68,7 +68,7 @@ from . import serve_config
 from .containers import env_vars, guaranteed
 from .gcs_redis import head_env as gcs_head_env
 from .hf_token import HF_TOKEN_DIR, HF_TOKEN_FILE, HF_TOKEN_VOLUME, hf_token_init_container
-from .labels import pod_labels
+from .labels import NODE_POOL_ANNOTATION, pod_labels
 from .model_cache import HF_CACHE_MOUNT_PATH, HF_CACHE_VOLUME, hf_cache_init_container, hf_cache_volume
 
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
@@ -210,7 +210,8 @@ def autoscaler_options() -> dict[str, Any]:
 
 def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpec:
     return k8s.PodTemplateSpec(
-        metadata=k8s.ObjectMeta(labels=pod_labels(spec, "head", serves_http=False)),
+        metadata=k8s.ObjectMeta(labels=pod_labels(spec, "head", serves_http=False),
+                                annotations={NODE_POOL_ANNOTATION: spec.system.node_identity}),
         spec=k8s.PodSpec(
             service_account_name=service_account,
             automount_service_account_token=False,  # the account's own setting, stated on the pod too
@@ -253,7 +254,8 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
             labels=pod_labels(spec, role, serves_http=True),
             # Cluster Autoscaler never drains a serving node: the Ray autoscaler removes idle
             # worker pods itself, and Cluster Autoscaler then removes the empty node.
-            annotations={SAFE_TO_EVICT_ANNOTATION: "false"} if spec.autoscaling else None),
+            annotations={NODE_POOL_ANNOTATION: pool.node_identity,
+                         **({SAFE_TO_EVICT_ANNOTATION: "false"} if spec.autoscaling else {})}),
         spec=k8s.PodSpec(
             service_account_name=service_account,
             automount_service_account_token=False,  # the account's own setting, stated on the pod too

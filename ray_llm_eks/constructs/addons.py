@@ -137,7 +137,7 @@ class GpuDevicePlugins(Construct):
     instance types known at its release, which a newer type would miss.
 
     Public attributes: ``nvidia``, ``efa`` (the ``HelmChart`` constructs), ``charts``, ``pools``,
-    ``instance_types`` (what the EFA plugin covers), ``nvidia_values``, ``efa_values`` (what each
+    ``node_groups`` (the ``EfaGpuNodeGroup``s among ``gpu_node_groups``), ``instance_types`` (what the EFA plugin covers), ``nvidia_values``, ``efa_values`` (what each
     chart is installed with, after the merge).
     """
 
@@ -160,6 +160,8 @@ class GpuDevicePlugins(Construct):
             raise ConstructValidationError(self, [problem(
                 "gpu_node_groups", [], "empty", "the EfaGpuNodeGroups (or their pools) whose nodes need the device plugins")])
         self.pools: tuple[WorkerPool, ...] = tuple(_pool(group) for group in gpu_node_groups)
+        self.node_groups: tuple[EfaGpuNodeGroup, ...] = tuple(
+            group for group in gpu_node_groups if isinstance(group, EfaGpuNodeGroup))
         self.instance_types: tuple[str, ...] = tuple(sorted({pool.instance_type for pool in self.pools}))
         taint_keys = sorted({pool.taint.key for pool in self.pools})
         effects = {pool.taint.key: pool.taint.effect for pool in self.pools}

@@ -273,10 +273,19 @@ class RayLlmServing(Construct):
         if device_plugins is not None:
             after.extend(device_plugins.charts)
         after.extend(depends_on)
+        # The RayService (and so the gate after it) is applied once the node groups it runs on are
+        # done: a node-group update that replaces nodes finishes before the gate starts, instead of
+        # draining them minutes after it passed (their identity is in the pods' hash, so it reruns).
+        given = [prefill, decode, system, *(device_plugins.node_groups if device_plugins is not None else ())]
+        node_groups = list(dict.fromkeys(group.nodegroup for group in given
+                                         if isinstance(group, (EfaGpuNodeGroup, SystemNodeGroup))))
         self.manifests: dict[str, eks.KubernetesManifest] = {}
         previous: eks.KubernetesManifest | None = None
         for chart in self.charts:
             manifest = target.add_cdk8s_chart(chart.node.id, chart)
+            if chart is self.serving_charts.rayservice:
+                for group in node_groups:
+                    manifest.node.add_dependency(group)
             for dependency in after:
                 if namespace_first and chart is self.serving_charts.namespace and kuberay is not None \
                         and dependency is kuberay.chart:

@@ -59,6 +59,7 @@ class Rollout(Phase):
         deleted: list[str] = []
         self.deleted_uids: set[str] = set()
         self.stuck_since: dict[tuple[str, str], float] = {}
+        self.replaced_since: float | None = None
         state = "the RayService does not exist"
         started = self.clock()
         while True:
@@ -97,10 +98,15 @@ class Rollout(Phase):
             return "the RayService does not exist"
         applied = objects.template_hashes(service, c.hash_annotation)
         if applied and applied != {c.cluster_spec_hash}:
-            self.report.fail(f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster spec hash "
-                             f"{sorted(applied)}, not {c.cluster_spec_hash}: a newer deploy replaced it, or it was "
-                             "edited by hand")
+            carried = (f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster spec hash "
+                       f"{sorted(applied)}, not {c.cluster_spec_hash}")
+            first_seen = self.replaced_since = self.replaced_since if self.replaced_since is not None else self.clock()
+            if c.as_deploy_job and self.clock() - first_seen < c.replaced_grace_seconds:
+                return (f"{carried}; waiting up to {c.replaced_grace_seconds:.0f} s for it to come back (a rollback "
+                        "may apply this gate before the RayService)")
+            self.report.fail(f"{carried}: a newer deploy replaced it, or it was edited by hand")
             return False
+        self.replaced_since = None
         if c.ray_auth == "token":
             stored = ((service.get("spec") or {}).get("rayClusterConfig") or {}).get("authOptions") or {}
             if stored.get("mode") != "token":

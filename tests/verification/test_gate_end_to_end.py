@@ -216,8 +216,10 @@ def test_a_rerun_replaces_its_own_report(in_cluster_copy, fake: FakeDeployment):
     assert json.loads(fake.created_config_maps[-1]["data"]["report.json"])["verdict"] == "fail"
 
 
-def test_a_newer_rayservice_is_not_verified_against_old_settings(in_cluster_copy, fake: FakeDeployment):
-    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(cluster_spec_hash="123456789abc")))
+@pytest.mark.parametrize("run", [{"replaced_grace_seconds": 1}, {"as_deploy_job": False}],
+                         ids=["deploy-job-after-its-grace", "verify-at-once"])
+def test_a_newer_rayservice_is_not_verified_against_old_settings(in_cluster_copy, fake: FakeDeployment, run):
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(cluster_spec_hash="123456789abc", **run)))
     assert any("a newer deploy replaced it" in r for r in report["reasons"]), report["reasons"]
     assert fake.deleted == []
 

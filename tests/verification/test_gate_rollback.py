@@ -122,3 +122,38 @@ def test_a_read_only_run_reports_a_pending_cluster_of_another_spec_and_deletes_n
     assert code == 1 and fake.deleted == []
     assert any("was built from cluster spec" in r and "never replaces" in r for r in report["reasons"]), \
         report["reasons"]
+
+
+def test_a_rollback_that_applies_the_gate_before_the_rayservice_still_rolls_back(
+        in_cluster_copy, fake: FakeDeployment, disaggregated, another_spec):
+    """CloudFormation does not document its rollback order. If it re-applies the old gate's
+    manifest first, the old gate sees the failed deploy's RayService for a while: it waits for its
+    own spec to come back (``replaced_grace_seconds``) instead of failing at once."""
+    import threading
+
+    a, b = disaggregated, another_spec
+    fake.scenario = Scenario(promote_after_polls=2, failing_specs={b.settings["cluster_spec_hash"]: "ImagePullBackOff"})
+    fake.deploy(b.rayservice, b.settings)
+    fake.kuberay.delete(fake.active)
+    for _ in range(3):
+        fake.rayservice_object()  # B's cluster is pending, never serving
+    old_gate = _old_gate_settings(fake, a.settings)
+    restore = threading.Timer(2.0, fake.deploy, (a.rayservice, a.settings))
+    restore.start()
+    try:
+        result = run_gate(in_cluster_copy, fake, old_gate)
+    finally:
+        restore.cancel()
+    report = _report(result)
+    assert result.returncode == 0, report["reasons"]
+    assert fake.pending == "" and _hashes(fake, fake.active) == {a.settings["cluster_spec_hash"]}
+
+
+def _old_gate_settings(fake: FakeDeployment, settings: dict[str, Any]) -> dict[str, Any]:
+    """The old gate's settings (A's spec) with the fake's loopback endpoints."""
+    current = fake.settings
+    fake.settings = settings
+    try:
+        return fake.gate_settings()
+    finally:
+        fake.settings = current
