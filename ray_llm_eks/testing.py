@@ -116,7 +116,10 @@ def _program_files() -> set[tuple[str, str]]:
     from .bench import bundle as bench_bundle
     from .verification import bundle as gate_bundle
 
-    return {item for bundle in (gate_bundle, bench_bundle) for item in bundle.files().items()}
+    import base64
+
+    archive = (gate_bundle.ARCHIVE, base64.b64encode(gate_bundle.archive()).decode())
+    return {archive, *(item for bundle in (gate_bundle, bench_bundle) for item in bundle.files().items())}
 
 
 def stand_in_program_files(objects: list[Any]) -> list[Any]:
@@ -132,10 +135,11 @@ def stand_in_program_files(objects: list[Any]) -> list[Any]:
     program = _program_files()
     result = []
     for obj in objects:
-        if isinstance(obj, dict) and obj.get("kind") == "ConfigMap" and isinstance(obj.get("data"), dict):
-            data = {key: PROGRAM_FILE_STAND_IN if (key, value) in program else value
-                    for key, value in obj["data"].items()}
-            obj = {**obj, "data": data}
+        if isinstance(obj, dict) and obj.get("kind") == "ConfigMap":
+            for section in ("data", "binaryData"):  # the gate's program is one archive in binaryData
+                if isinstance(obj.get(section), dict):
+                    obj = {**obj, section: {key: PROGRAM_FILE_STAND_IN if (key, value) in program else value
+                                            for key, value in obj[section].items()}}
         result.append(obj)
     return result
 

@@ -5,6 +5,8 @@ Update snapshots with `make snapshot-update` (see CONTRIBUTING.md for when that 
 
 from __future__ import annotations
 
+import base64
+
 import json
 from pathlib import Path
 
@@ -75,11 +77,17 @@ def test_the_snapshots_stand_in_only_for_the_package_s_own_program_files(default
                 if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-gate-program")]
 
     (full,) = program_config_maps(normalized_template(default.template_json, program_files=True))
-    assert full["data"] == {name: ASSET_HASH.sub(ASSET_HASH_MASK, text) for name, text in gate_bundle.files().items()}
+    archive = base64.b64encode(gate_bundle.archive()).decode()
+    assert "data" not in full and full["binaryData"] == {gate_bundle.ARCHIVE: archive}
+    assert gate_bundle.unpack(base64.b64decode(full["binaryData"][gate_bundle.ARCHIVE])) == gate_bundle.files()
     (stood_in,) = program_config_maps(normalized_template(default.template_json))
-    assert stood_in["data"] == dict.fromkeys(gate_bundle.files(), PROGRAM_FILE_STAND_IN)
-    assert {k: v for k, v in stood_in.items() if k != "data"} == {k: v for k, v in full.items() if k != "data"}
-    edited = {**full, "data": {**gate_bundle.files(), "gate.py": "# not the package's gate\n"}}
+    assert stood_in["binaryData"] == {gate_bundle.ARCHIVE: PROGRAM_FILE_STAND_IN}
+    assert {k: v for k, v in stood_in.items() if k != "binaryData"} == {k: v for k, v in full.items() if k != "binaryData"}
+    # An archive, or a file, that differs from the package's stays in full.
+    stale = base64.b64encode(b"PK not the package's archive").decode()
+    (kept,) = stand_in_program_files([{**full, "binaryData": {gate_bundle.ARCHIVE: stale}}])
+    assert kept["binaryData"][gate_bundle.ARCHIVE] == stale
+    edited = {"kind": "ConfigMap", "data": {**gate_bundle.files(), "gate.py": "# not the package's gate\n"}}
     (kept,) = stand_in_program_files([edited])
     assert kept["data"]["gate.py"] == "# not the package's gate\n"
     assert kept["data"]["kube.py"] == PROGRAM_FILE_STAND_IN

@@ -237,3 +237,14 @@ def test_the_gate_finds_the_twins_pods_as_those_of_its_ray_cluster(api, rendered
     found = kube.ray_cluster("inference", stand_in.cluster)
     assert found["spec"] == service["spec"]["rayClusterConfig"]
     assert [p["metadata"]["name"] for p in kube.ray_cluster_pods("inference", stand_in.cluster)] == ["head"]
+
+
+def test_the_twin_runs_the_gate_program_the_chart_rendered(rendered, twins):
+    """The twin unpacks the program ConfigMap's archive (what the Job imports from) into its folder."""
+    import types
+
+    from ray_llm_eks.twin.run import TwinRun
+    from ray_llm_eks.verification import bundle
+
+    stand_in = types.SimpleNamespace(rendered=rendered)
+    assert TwinRun._gate_program_files(stand_in, twins["disaggregated"]) == bundle.files()

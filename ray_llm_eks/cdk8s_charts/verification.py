@@ -2,8 +2,9 @@
 
 Applied after the RayService, once per change of the serving spec (``serving-verification``):
 
-- ConfigMap ``<service>-gate-program``: the modules of :mod:`ray_llm_eks.verification`, mounted
-  as the package ``rayllmeks_gate`` and run with the serving image's Python, which the system and
+- ConfigMap ``<service>-gate-program``: the modules of :mod:`ray_llm_eks.verification` as one
+  zip archive (``binaryData``, :func:`~ray_llm_eks.verification.bundle.archive`), imported from as
+  the package ``rayllmeks_gate`` and run with the serving image's Python, which the system and
   GPU nodes pull anyway for the Ray pods (no other image, nothing downloaded at run time).
 - ConfigMap ``<service>-gate-<run>``: ``gate.json``, what the deployed spec says (image, cluster
   spec hash, worker environment, Serve arguments, node counts, predicted KV bytes, thresholds).
@@ -27,6 +28,8 @@ Job's stdout and, so that a rollback's prune cannot take it, in the ConfigMap
 """
 
 from __future__ import annotations
+
+import base64
 
 import hashlib
 import json
@@ -161,12 +164,12 @@ def _python_command(*args: str) -> list[str]:
 
 
 def _program_volume(config_map: str) -> k8s.Volume:
-    files = sorted(bundle.files())
     return k8s.Volume(name="program", config_map=k8s.ConfigMapVolumeSource(
-        name=config_map, items=[k8s.KeyToPath(key=f, path=f"{bundle.IN_CLUSTER_PACKAGE}/{f}") for f in files]))
+        name=config_map, items=[k8s.KeyToPath(key=bundle.ARCHIVE, path=bundle.ARCHIVE)]))
 
 
-PYTHON_ENV = [k8s.EnvVar(name="PYTHONPATH", value=PROGRAM_DIR), k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
+# Python imports the package from the archive itself (zipimport), with -S and without site-packages.
+PYTHON_ENV = [k8s.EnvVar(name="PYTHONPATH", value=f"{PROGRAM_DIR}/{bundle.ARCHIVE}"), k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
               k8s.EnvVar(name="PYTHONUNBUFFERED", value="1")]
 
 
@@ -184,7 +187,7 @@ class VerificationChart(cdk8s.Chart):
         program_name = f"{gate_name(name)}-program"
 
         k8s.KubeConfigMap(self, "Program", metadata=k8s.ObjectMeta(name=program_name, labels=labels),
-                          data=bundle.files())
+                          binary_data={bundle.ARCHIVE: base64.b64encode(bundle.archive()).decode()})
         k8s.KubeConfigMap(self, "Settings", metadata=k8s.ObjectMeta(
             name=self.settings_name, labels={**labels, COMPONENT_LABEL: GATE_SETTINGS_COMPONENT, GATE_RUN_LABEL: plan.run_id}),
             immutable=True, data={GATE_SETTINGS_FILE: json.dumps(plan.settings.to_json(), indent=2, sort_keys=True)})

@@ -14,6 +14,8 @@ makes KubeRay do.
 
 from __future__ import annotations
 
+import base64
+
 import contextlib
 import json
 import os
@@ -158,10 +160,11 @@ class TwinRun:
         self._start_api(first)
 
     def _gate_program_files(self, deployment: twin_profile.TwinDeployment) -> dict[str, str]:
-        """The gate program as the verification chart renders it (the ConfigMap the Job mounts)."""
+        """The gate program as the verification chart renders it: the files of the archive the Job
+        imports from (the ConfigMap's ``binaryData``), unpacked into a folder here."""
         for obj in self.rendered[deployment.topology][render.VERIFICATION_CHART]:
             if obj.get("kind") == "ConfigMap" and obj["metadata"]["name"].endswith("-gate-program"):
-                return dict(obj["data"])
+                return bundle.unpack(base64.b64decode(obj["binaryData"][bundle.ARCHIVE]))
         raise cluster.TwinError("the rendered verification chart has no gate program ConfigMap")
 
     def _start_api(self, deployment: twin_profile.TwinDeployment) -> None:

@@ -98,9 +98,21 @@ def test_the_signal_url_lives_in_a_secret_and_only_when_cloudformation_waits(def
 
 
 def test_the_program_config_map_carries_the_package(default):
+    import base64
+
     program = default.one("ConfigMap", "ray-llm-gate-program")
-    assert program["data"] == bundle.files()
-    assert {"__main__.py", "gate.py", "evidence.py", "efa.py", "metrics.py", "kube.py", "probe.py"} <= set(program["data"])
+    assert "data" not in program and set(program["binaryData"]) == {bundle.ARCHIVE}
+    files = bundle.unpack(base64.b64decode(program["binaryData"][bundle.ARCHIVE]))
+    assert files == bundle.files()
+    assert {"__main__.py", "gate.py", "evidence.py", "efa.py", "metrics.py", "kube.py", "probe.py"} <= set(files)
+    # Every pod that runs the program mounts the archive and imports from it.
+    for kind in ("Job", "CronJob", "DaemonSet"):
+        for obj in [o for o in default.objects if o["kind"] == kind]:
+            pod = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"] if kind == "CronJob" else obj["spec"]["template"]["spec"]
+            (volume,) = [v for v in pod["volumes"] if v["name"] == "program"]
+            assert volume["configMap"]["items"] == [{"key": bundle.ARCHIVE, "path": bundle.ARCHIVE}]
+            env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
+            assert env["PYTHONPATH"].endswith("/" + bundle.ARCHIVE), (kind, env.get("PYTHONPATH"))
 
 
 def test_the_settings_say_what_the_deployed_spec_says(default):

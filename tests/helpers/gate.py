@@ -10,6 +10,7 @@ import cdk8s
 
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
+from ray_llm_eks.verification import bundle
 from ray_llm_eks.base.deployment import Deployment
 
 
@@ -20,6 +21,8 @@ class Deployed:
     settings: dict[str, Any]
     settings_config_map: dict[str, Any]
     """The gate settings ConfigMap as the verification chart renders it (name, labels, data)."""
+    program_archive: str
+    """The program ConfigMap's archive, base64, as rendered."""
 
 
 def render_deployment(config: Deployment) -> Deployed:
@@ -32,4 +35,6 @@ def render_deployment(config: Deployment) -> Deployed:
     verification = build_verification_chart(app, spec, specs.verification, plan, charts, signal_url=None)
     settings_map = next(o for o in verification.to_json()
                         if o["kind"] == "ConfigMap" and o["metadata"]["name"] == verification.settings_name)
-    return Deployed(config, rayservice, plan.settings.to_json(), settings_map)
+    (program,) = [o for o in verification.to_json()
+                  if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-gate-program")]
+    return Deployed(config, rayservice, plan.settings.to_json(), settings_map, program["binaryData"][bundle.ARCHIVE])

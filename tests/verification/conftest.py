@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Iterator
 
@@ -32,13 +33,11 @@ def colocated() -> Deployed:
 
 
 @pytest.fixture(scope="session")
-def in_cluster_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The package as the gate's ConfigMap mounts it: the bundle's files in ``rayllmeks_gate/``."""
+def in_cluster_copy(tmp_path_factory: pytest.TempPathFactory, disaggregated: Deployed) -> Path:
+    """The program as the gate's pods get it: the rendered ConfigMap's archive, alone in a folder
+    (``run_gate`` and :func:`fake_cluster.program_env` put it on ``PYTHONPATH``, as the chart does)."""
     root = tmp_path_factory.mktemp("program")
-    package = root / bundle.IN_CLUSTER_PACKAGE
-    package.mkdir()
-    for name, text in bundle.files().items():
-        (package / name).write_text(text)
+    (root / bundle.ARCHIVE).write_bytes(base64.b64decode(disaggregated.program_archive))
     return root
 
 

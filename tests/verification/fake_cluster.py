@@ -744,11 +744,18 @@ class FakeDeployment:
 def run_gate(program: Path, fake: FakeDeployment, settings: dict[str, Any], *extra: str,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The in-cluster program in its own process: ``python -S`` (no site-packages, so only the
-    standard library can be imported) ``-m rayllmeks_gate run``, as the Job runs it."""
+    standard library can be imported) ``-m rayllmeks_gate run`` from the rendered archive, as the
+    Job runs it."""
     config = fake.tmp / "gate.json"
     config.write_text(json.dumps(settings))
     return subprocess.run(
         [sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, "run", "--config", str(config),
          "--kube-api", fake.api_url, "--kube-token-file", str(fake.token_file), *extra],
-        cwd=program, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **(env or {})},
+        cwd=fake.tmp, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", **program_env(program), **(env or {})},
     )
+
+
+def program_env(program: Path) -> dict[str, str]:
+    """The environment the chart gives the gate's pods for the program: the archive on ``PYTHONPATH``."""
+    return {"PYTHONPATH": str(program / bundle.ARCHIVE)}

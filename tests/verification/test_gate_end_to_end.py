@@ -13,8 +13,9 @@ import sys
 from typing import Any
 
 import pytest
-from fake_cluster import EFA_LINES, FakeDeployment, Scenario, run_gate
+from fake_cluster import EFA_LINES, FakeDeployment, Scenario, program_env, run_gate
 
+from ray_llm_eks.cdk8s_charts.verification import PROGRAM_DIR
 from ray_llm_eks.verification import evidence
 
 
@@ -183,8 +184,9 @@ def test_unreadable_settings_still_signal_failure(in_cluster_copy, fake: FakeDep
     config = fake.tmp / "broken.json"
     config.write_text("{not json")
     done = subprocess.run([sys.executable, "-S", "-m", "rayllmeks_gate", "run", "--config", str(config)],
-                          cwd=in_cluster_copy, capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "GATE_SIGNAL_URL": fake.signal_url})
+                          cwd=fake.tmp, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "GATE_SIGNAL_URL": fake.signal_url,
+                               **program_env(in_cluster_copy)})
     assert done.returncode == 1
     signal = json.loads(fake.signals[0][1])
     assert signal["Status"] == "FAILURE" and "cannot read the gate settings" in signal["Reason"]
@@ -294,7 +296,9 @@ def test_the_jobs_own_command_line_runs_on_a_plain_interpreter(in_cluster_copy, 
     line = line.replace("/etc/rayllmeks-gate/gate.json", str(config))
     line += f" --kube-api {fake.api_url} --kube-token-file {fake.token_file}"
     done = subprocess.run([shell, flag, line], capture_output=True, text=True, timeout=120,
-                          env={**env, "PYTHONPATH": str(in_cluster_copy), "PATH": "/usr/bin:/bin"})
+                          env={**env, "PATH": "/usr/bin:/bin",
+                               # The chart's own PYTHONPATH, its mount point replaced by the local copy's folder.
+                               "PYTHONPATH": env["PYTHONPATH"].replace(PROGRAM_DIR, str(in_cluster_copy))})
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["verdict"] == "pass"
 

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 from urllib.request import Request, urlopen
 
-from fake_cluster import DECODE_IP, EFA_LINES, PREFILL_IP, TCP_LINES, FakeDeployment, Scenario, run_gate
+from fake_cluster import DECODE_IP, EFA_LINES, PREFILL_IP, TCP_LINES, FakeDeployment, Scenario, program_env, run_gate
 
 from ray_llm_eks.verification import bundle
 from ray_llm_eks.verification.metrics import NixlTotals
@@ -112,7 +112,7 @@ def _classify(program, tmp_path, lines: list[str], *args: str) -> subprocess.Com
     log = tmp_path / "decode.log"
     log.write_text("\n".join(lines) + "\n")
     return subprocess.run([sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, "classify", str(log), *args],
-                          cwd=program, capture_output=True, text=True, timeout=60)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, env=program_env(program))
 
 
 def test_the_in_cluster_classifier_takes_the_expected_provider(in_cluster_copy, tmp_path):
@@ -121,8 +121,8 @@ def test_the_in_cluster_classifier_takes_the_expected_provider(in_cluster_copy, 
     assert done.returncode == 1
     assert json.loads(done.stdout)["expected"] == {"backend": "LIBFABRIC", "provider": "tcp"}
     missing = subprocess.run([sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, "classify",
-                              str(tmp_path / "absent.log")], cwd=in_cluster_copy, capture_output=True, text=True,
-                             timeout=60)
+                              str(tmp_path / "absent.log")], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60, env=program_env(in_cluster_copy))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 
 
