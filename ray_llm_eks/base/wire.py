@@ -256,9 +256,10 @@ class GateSettings:
     gate's manifest before the RayService's (its order is not documented): the RayService then
     comes back to this spec within a few minutes. Other runs (``verify``) fail at once."""
     stuck_pod_seconds: float = 600.0
-    """A pod of the cluster being rolled out that waits this long on its image (``ErrImagePull``,
-    ``ImagePullBackOff``) or on a node (``Unschedulable``: Cluster Autoscaler brings a GPU node in a
-    few minutes, docs/scaling.md) fails the gate with the pod's reason, instead of at the deadline.
+    """A pod of the cluster the gate waits for that waits this long on its image (``ErrImagePull``
+    and ``ImagePullBackOff``, which the kubelet alternates, count as one wait) or on a node
+    (``Unschedulable``, for the head and fixed-size roles: an autoscaled role's extra pods are
+    Cluster Autoscaler's to place) fails the gate with the pod's reason, instead of at the deadline.
     An image name that can never resolve (``InvalidImageName``) fails it at once."""
     metrics_settle_seconds: float = 15.0
     post_probe_reserve_seconds: float = 90.0

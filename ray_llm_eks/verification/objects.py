@@ -31,12 +31,13 @@ def rfc3339(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def template_hashes(service: Mapping[str, Any], key: str) -> set[str]:
-    """The values of annotation ``key`` on a RayService's head and worker pod templates."""
+def template_hashes(service: Mapping[str, Any], key: str, missing: str | None = None) -> set[str]:
+    """The values of annotation ``key`` on a RayService's head and worker pod templates; a template
+    without it counts as ``missing`` (left out when None)."""
     config = (service.get("spec") or {}).get("rayClusterConfig") or {}
     templates = [((config.get("headGroupSpec") or {}).get("template") or {})]
     templates += [(g.get("template") or {}) for g in config.get("workerGroupSpecs") or ()]
-    return {((t.get("metadata") or {}).get("annotations") or {}).get(key) for t in templates} - {None}
+    return {((t.get("metadata") or {}).get("annotations") or {}).get(key, missing) for t in templates} - {None}
 
 
 def annotation(obj: Mapping[str, Any], key: str) -> str | None:

@@ -60,6 +60,7 @@ class Rollout(Phase):
         self.deleted_uids: set[str] = set()
         self.stuck_since: dict[tuple[str, str], float] = {}
         self.replaced_since: float | None = None
+        self.deploy_failed_uid: str | None = None
         state = "the RayService does not exist"
         started = self.clock()
         while True:
@@ -96,8 +97,8 @@ class Rollout(Phase):
         service = self.kube.ray_service(c.namespace, c.ray_service)
         if service is None:
             return "the RayService does not exist"
-        applied = objects.template_hashes(service, c.hash_annotation)
-        if applied and applied != {c.cluster_spec_hash}:
+        applied = objects.template_hashes(service, c.hash_annotation, missing="(none)")
+        if applied != {c.cluster_spec_hash}:
             carried = (f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster spec hash "
                        f"{sorted(applied)}, not {c.cluster_spec_hash}")
             first_seen = self.replaced_since = self.replaced_since if self.replaced_since is not None else self.clock()
@@ -191,26 +192,39 @@ class Rollout(Phase):
         """Why the RayCluster built from this spec will never serve it (empty while it still may):
         Serve failed on the pending cluster, or a pod has waited on its image or on a node too long."""
         c = self.config
+        if pods is None:
+            pods = self.kube.ray_cluster_pods(c.namespace, cluster, found=found)
         app = ((pending_status or {}).get("applicationStatuses") or {}).get(c.application) or {}
-        if app.get("status") == "DEPLOY_FAILED":
+        # KubeRay fills applicationStatuses only once the cluster's head is ready, and keeps the
+        # last ones until then (a recreated pending cluster inherits its predecessor's): believe
+        # DEPLOY_FAILED only from a cluster whose own head is ready, on two reads in a row.
+        head_ready = any(objects.label(p, wire.RAY_NODE_TYPE_LABEL) == "head" and objects.pod_ready(p) for p in pods)
+        failed_twice = app.get("status") == "DEPLOY_FAILED" and head_ready and self.deploy_failed_uid == _uid(found)
+        self.deploy_failed_uid = _uid(found) if app.get("status") == "DEPLOY_FAILED" and head_ready else None
+        if failed_twice:
             reasons = []
             if c.disaggregated:
                 reasons += self._startup_failures(cluster)
             return [*reasons, f"Serve application {c.application!r} failed to deploy on the RayCluster {cluster} "
                               f"built from this spec: {(app.get('message') or '')[:500]}"]
-        if pods is None:
-            pods = self.kube.ray_cluster_pods(c.namespace, cluster, found=found)
         now, reasons = self.clock(), []
         stuck_keys = set()
+        autoscaled = {role for role, expect in c.roles.items() if expect.autoscaled}
         for pod in pods:
             for reason, message in pod_stuck_reasons(pod):
-                key = ((pod.get("metadata") or {}).get("uid") or pod["metadata"]["name"], reason)
+                if reason == "Unschedulable" and objects.label(pod, wire.RAY_GROUP_LABEL) in autoscaled:
+                    continue  # Cluster Autoscaler's to place, and the wait counts only the ready pods
+                # The kubelet alternates ErrImagePull and ImagePullBackOff: one wait, whichever it shows.
+                kind = "image" if reason in IMAGE_WAITS else reason
+                key = ((pod.get("metadata") or {}).get("uid") or pod["metadata"]["name"], kind)
                 stuck_keys.add(key)
                 since = self.stuck_since.setdefault(key, now)
                 if reason in NEVER_RESOLVES or now - since >= c.stuck_pod_seconds:
-                    waited = "" if reason in NEVER_RESOLVES else f" for {now - since:.0f} s"
+                    waited = f"has been {reason}" if reason in NEVER_RESOLVES else (
+                        f"has been waiting for its image for {now - since:.0f} s ({reason})" if kind == "image"
+                        else f"has been {reason} for {now - since:.0f} s")
                     reasons.append(f"pod {pod['metadata']['name']} of the RayCluster {cluster} built from this spec "
-                                   f"has been {reason}{waited}: {message[:300]}")
+                                   f"{waited}: {message[:300]}")
         for key in set(self.stuck_since) - stuck_keys:
             del self.stuck_since[key]  # it moved on: a later wait starts its own count
         return reasons

@@ -88,6 +88,12 @@ class FakeRayCluster:
     """``rayClusterConfig`` of that spec."""
     reconciles: int = 0
     """Reconciles since KubeRay created it."""
+    head_ready_after: int = 1
+    """Reconciles until its head pod is Ready (the first cluster of a fake deployment starts ready)."""
+
+    @property
+    def head_ready(self) -> bool:
+        return self.reconciles >= self.head_ready_after
 
 
 class FakeKubeRay:
@@ -110,17 +116,21 @@ class FakeKubeRay:
         self.rayservice = rayservice
         self.spec_hash = spec_hash
         self.clusters: dict[str, FakeRayCluster] = {}
-        self.active = self._create(f"{service}-abcde").name
+        self.active = self._create(f"{service}-abcde", head_ready_after=0).name
         self.pending = ""
+        self.pending_apps: dict[str, Any] | None = None
+        """``pendingServiceStatus.applicationStatuses`` as last written: KubeRay updates it only once the
+        pending cluster's head is ready (its reconcile returns early before, rayservice_controller.go
+        :140-141 and :1061-1062), so a recreated pending cluster shows its predecessor's for a while."""
         self.names = iter(CLUSTER_SUFFIXES)
         self.promote_after = 3
         self.never_serving: set[str] = set()
         """Spec hashes whose clusters never serve (their pods cannot start, or Serve fails)."""
 
-    def _create(self, name: str) -> FakeRayCluster:
+    def _create(self, name: str, head_ready_after: int = 1) -> FakeRayCluster:
         uid = f"uid-{name}-{len(self.clusters)}-{time.monotonic_ns() % 100000}"
         config = json.loads(json.dumps(self.rayservice["spec"]["rayClusterConfig"]))
-        self.clusters[name] = FakeRayCluster(name, uid, self.spec_hash, config)
+        self.clusters[name] = FakeRayCluster(name, uid, self.spec_hash, config, head_ready_after=head_ready_after)
         return self.clusters[name]
 
     def reconcile(self) -> None:
@@ -131,7 +141,7 @@ class FakeKubeRay:
         if pending is not None:
             pending.reconciles += 1
             if pending.reconciles > self.promote_after and pending.spec_hash not in self.never_serving:
-                self.active, self.pending = pending.name, ""  # :246-271
+                self.active, self.pending, self.pending_apps = pending.name, "", None  # :246-271
             return
         if self.active not in self.clusters:  # :689-711, named in :274-279
             self.pending = f"{self.service}-{next(self.names)}"
@@ -261,6 +271,7 @@ class FakeDeployment:
         self.requests_served = 0
         self.lock = threading.Lock()
         self.kuberay = FakeKubeRay(self.name, rayservice, self.hash)
+        self.pod_reads = 0
         self.planted: list[dict[str, Any]] = []
         """Pods someone created by hand with the cluster's labels (no ownerReference to it)."""
         self.deployed_at = time.time() - 30
@@ -449,7 +460,11 @@ class FakeDeployment:
         status: dict[str, Any] = {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
                                   "containerStatuses": statuses}
         failure = self.scenario.failing_specs.get(cluster.spec_hash)
-        if failure in ("ImagePullBackOff", "InvalidImageName") or (failure == "Unschedulable" and role != "head"):
+        if failure == "ImagePullBackOff" and self.pod_reads % 3 == 0:
+            failure = "ErrImagePull"  # the kubelet shows it for a while after each failed pull, then backs off
+        if role == "head" and not cluster.head_ready and failure is None:
+            status = {**status, "conditions": [{"type": "Ready", "status": "False"}]}
+        if failure in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName") or (failure == "Unschedulable" and role != "head"):
             status = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
             if failure == "Unschedulable":
                 status["conditions"].append({
@@ -458,8 +473,9 @@ class FakeDeployment:
                                "2 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
                                "3 No preemption victims found for incoming pod."})
             else:
-                message = (f'Back-off pulling image "{image}"' if failure == "ImagePullBackOff"
-                           else f'Failed to apply default image tag "{image}": couldn\'t parse image name')
+                message = {"ImagePullBackOff": f'Back-off pulling image "{image}"',
+                           "ErrImagePull": f'failed to pull and unpack image "{image}": not found'}.get(
+                    failure, f'Failed to apply default image tag "{image}": couldn\'t parse image name')
                 status["containerStatuses"] = [{"name": containers[0]["name"], "ready": False,
                                                 "state": {"waiting": {"reason": failure, "message": message}}}]
         return {
@@ -470,6 +486,7 @@ class FakeDeployment:
         }
 
     def pods(self) -> list[dict[str, Any]]:
+        self.pod_reads += 1
         pods = list(self.planted)
         for name in dict.fromkeys([self.active, self.pending]):
             cluster = self.kuberay.clusters.get(name)
@@ -515,13 +532,15 @@ class FakeDeployment:
         its head answers (``calculateStatus``, rayservice_controller.go:242-244)."""
         status: dict[str, Any] = {"rayClusterName": self.pending}
         cluster = self.kuberay.clusters.get(self.pending)
-        if cluster is not None:
+        if cluster is not None and cluster.head_ready:
             app = self.settings["application"]
             if self.scenario.failing_specs.get(cluster.spec_hash) == "DEPLOY_FAILED":
-                status["applicationStatuses"] = {app: {"status": "DEPLOY_FAILED", "message": (
+                self.kuberay.pending_apps = {app: {"status": "DEPLOY_FAILED", "message": (
                     "Deploying application llm failed: The deployments ['PDDecode'] are UNHEALTHY.")}}
             elif cluster.spec_hash not in self.scenario.failing_specs:
-                status["applicationStatuses"] = {app: {"status": "DEPLOYING", "message": ""}}
+                self.kuberay.pending_apps = {app: {"status": "DEPLOYING", "message": ""}}
+        if self.kuberay.pending_apps is not None:
+            status["applicationStatuses"] = self.kuberay.pending_apps
         return status
 
     def route_api(self, handler: Handler, method: str) -> None:

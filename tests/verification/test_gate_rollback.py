@@ -43,10 +43,11 @@ def test_a_failed_deploy_rolls_back_to_pods_on_the_old_spec_and_the_old_gate_pas
     first = fake.active
 
     fake.deploy(b.rayservice, b.settings)  # deploy B: its cluster never serves
-    code, report = _gate(in_cluster_copy, fake, deadline_seconds=60, stuck_pod_seconds=1)
+    # 2 s: the fake's kubelet shows ErrImagePull on every third read, ImagePullBackOff between.
+    code, report = _gate(in_cluster_copy, fake, deadline_seconds=60, stuck_pod_seconds=2)
     assert code == 1
     assert report["duration_s"] < 30, "failed at the deadline, not at once"
-    said = {"ImagePullBackOff": "has been ImagePullBackOff for", "Unschedulable": "has been Unschedulable for",
+    said = {"ImagePullBackOff": "waiting for its image", "Unschedulable": "has been Unschedulable for",
             "DEPLOY_FAILED": "failed to deploy on the RayCluster"}[failure]
     assert any(said in r and "built from this spec" in r for r in report["reasons"]), report["reasons"]
     failed = fake.pending
@@ -92,7 +93,7 @@ def test_a_pod_that_waits_less_than_the_limit_is_waited_for(in_cluster_copy, fak
     code, report = _gate(in_cluster_copy, fake, deadline_seconds=3)
     assert code == 1
     assert [r for r in report["reasons"] if "was not ready within" in r], report["reasons"]
-    assert not [r for r in report["reasons"] if "has been ImagePullBackOff" in r]
+    assert not [r for r in report["reasons"] if "waiting for its image" in r]
     assert "ImagePullBackOff" in report["service"]["last_state"]  # the reason is still reported
 
 
@@ -157,3 +158,14 @@ def _old_gate_settings(fake: FakeDeployment, settings: dict[str, Any]) -> dict[s
         return fake.gate_settings()
     finally:
         fake.settings = current
+
+
+def test_a_rayservice_without_the_hash_annotation_is_refused_not_rolled_out_forever(in_cluster_copy, fake):
+    """Every cluster KubeRay built from such a spec would read as stale: deleting them would never end."""
+    service = json.loads(json.dumps(fake.rayservice))
+    for group in [service["spec"]["rayClusterConfig"]["headGroupSpec"], *service["spec"]["rayClusterConfig"]["workerGroupSpecs"]]:
+        group["template"]["metadata"]["annotations"].pop("ray-llm-eks/cluster-spec-hash")
+    fake.rayservice = service
+    code, report = _gate(in_cluster_copy, fake, replaced_grace_seconds=0)
+    assert code == 1 and fake.deleted == []
+    assert any("carries cluster spec hash ['(none)']" in r for r in report["reasons"]), report["reasons"]
