@@ -90,11 +90,3 @@ def test_the_rayservice_and_so_the_gate_wait_for_the_node_groups(default):
     groups = {default.logical_id(group.nodegroup) for group in (*stack.gpu_node_groups.values(), stack.system_nodes)}
     assert len(groups) == 3 and groups <= set(resources[rayservice_id]["DependsOn"])
     assert rayservice_id in resources[verification_id]["DependsOn"]
-
-
-def test_a_change_that_rolls_the_nodes_gives_the_gate_a_new_run(default, synth):
-    """The pool's node identity (what its launch template is built from) is on every pod template,
-    so the cluster spec hash, the gate's run and its wait condition change with it."""
-    bigger = synth({"prefill": {"root_volume": {"size_gib": 300}}})
-    assert bigger.stack.serving.gate.run_id != default.stack.serving.gate.run_id
-    assert bigger.stack.serving.gate.settings.cluster_spec_hash != default.stack.serving.gate.settings.cluster_spec_hash

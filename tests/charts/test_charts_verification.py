@@ -15,6 +15,7 @@ from ray_llm_eks.cdk8s_charts.rayservice import CLUSTER_SPEC_HASH_ANNOTATION
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
 from ray_llm_eks.base.deployment import Deployment
 from ray_llm_eks.base.observability import ObservabilitySpec
+from ray_llm_eks.base.pools import RootVolume
 from ray_llm_eks.base.serving import ImageSpec, ModelSpec, SecurityProfile, ServiceSettings, Topology
 from ray_llm_eks.base import sizing
 from ray_llm_eks.base.verification import VerificationSpec
@@ -222,6 +223,15 @@ def test_a_serve_config_change_is_applied_in_place_by_kuberay_and_reverified(def
     assert changed.rayservice["spec"]["serveConfigV2"] != default.rayservice["spec"]["serveConfigV2"]
     assert changed.template_hashes() == default.template_hashes()  # pods stay: no needless downtime
     assert changed.plan.run_id != default.plan.run_id
+
+
+def test_a_change_that_rolls_the_nodes_gives_the_gate_a_new_run(default):
+    """The pool's node identity (what its launch template is built from) is on every pod template,
+    so the cluster spec hash and the gate's run (and so its wait condition) change with it."""
+    bigger = Rendered(Deployment(prefill=leg("prefill", root_volume=RootVolume(size_gib=300))))
+    assert bigger.plan.run_id != default.plan.run_id
+    assert bigger.plan.settings.cluster_spec_hash != default.plan.settings.cluster_spec_hash
+    assert bigger.rayservice["spec"]["serveConfigV2"] == default.rayservice["spec"]["serveConfigV2"]
 
 
 def test_an_unchanged_spec_keeps_its_run_id(default):

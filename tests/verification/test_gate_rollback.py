@@ -43,8 +43,9 @@ def test_a_failed_deploy_rolls_back_to_pods_on_the_old_spec_and_the_old_gate_pas
     first = fake.active
 
     fake.deploy(b.rayservice, b.settings)  # deploy B: its cluster never serves
-    # 2 s: the fake's kubelet shows ErrImagePull on every third read, ImagePullBackOff between.
-    code, report = _gate(in_cluster_copy, fake, deadline_seconds=60, stuck_pod_seconds=2)
+    # 1 s, five polls: the fake's kubelet shows ErrImagePull on every third read of the pods
+    # (several a poll), ImagePullBackOff between.
+    code, report = _gate(in_cluster_copy, fake, deadline_seconds=60, stuck_pod_seconds=1)
     assert code == 1
     assert report["duration_s"] < 30, "failed at the deadline, not at once"
     said = {"ImagePullBackOff": "waiting for its image", "Unschedulable": "has been Unschedulable for",
