@@ -22,7 +22,7 @@ def _report(result: Any) -> dict[str, Any]:
 
 
 def _gate(program, fake: FakeDeployment, **overrides: Any) -> tuple[int, dict[str, Any]]:
-    result = run_gate(program, fake, fake.gate_settings(**overrides))
+    result = run_gate(program, fake, fake.gate_settings(**{"poll_seconds": 0.1, **overrides}))
     return result.returncode, _report(result)
 
 
