@@ -139,21 +139,19 @@ class Kube:
 
     # --- the objects the gate reads ----------------------------------------------------------
 
-    def ray_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _get_or_none(self, path: str) -> dict[str, Any] | None:
         try:
-            return self.get(f"/apis/ray.io/v1/namespaces/{namespace}/rayservices/{name}")
+            return self.get(path)
         except ApiError as error:
             if error.status == 404:
                 return None
             raise
 
+    def ray_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_or_none(f"/apis/ray.io/v1/namespaces/{namespace}/rayservices/{name}")
+
     def ray_cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.get(f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            raise
+        return self._get_or_none(f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
 
     def delete_ray_cluster(self, namespace: str, name: str) -> None:
         self.delete(f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")

@@ -34,7 +34,12 @@ def rfc3339(seconds: float) -> str:
 def template_hashes(service: Mapping[str, Any], key: str, missing: str | None = None) -> set[str]:
     """The values of annotation ``key`` on a RayService's head and worker pod templates; a template
     without it counts as ``missing`` (left out when None)."""
-    config = (service.get("spec") or {}).get("rayClusterConfig") or {}
+    return cluster_template_hashes((service.get("spec") or {}).get("rayClusterConfig") or {}, key, missing)
+
+
+def cluster_template_hashes(config: Mapping[str, Any], key: str, missing: str | None = None) -> set[str]:
+    """:func:`template_hashes` of a cluster spec: a RayService's ``rayClusterConfig``, or a
+    RayCluster's ``spec`` (KubeRay copies the one into the other)."""
     templates = [((config.get("headGroupSpec") or {}).get("template") or {})]
     templates += [(g.get("template") or {}) for g in config.get("workerGroupSpecs") or ()]
     return {((t.get("metadata") or {}).get("annotations") or {}).get(key, missing) for t in templates} - {None}

@@ -101,8 +101,9 @@ class Rollout(Phase):
         if applied != {c.cluster_spec_hash}:
             carried = (f"the RayService {c.namespace}/{c.ray_service} in the cluster carries cluster spec hash "
                        f"{sorted(applied)}, not {c.cluster_spec_hash}")
-            first_seen = self.replaced_since = self.replaced_since if self.replaced_since is not None else self.clock()
-            if c.as_deploy_job and self.clock() - first_seen < c.replaced_grace_seconds:
+            if self.replaced_since is None:
+                self.replaced_since = self.clock()
+            if c.as_deploy_job and self.clock() - self.replaced_since < c.replaced_grace_seconds:
                 return (f"{carried}; waiting up to {c.replaced_grace_seconds:.0f} s for it to come back (a rollback "
                         "may apply this gate before the RayService)")
             self.report.fail(f"{carried}: a newer deploy replaced it, or it was edited by hand")
@@ -121,9 +122,7 @@ class Rollout(Phase):
         pending_status = status.get("pendingServiceStatus") or {}
         pending = pending_status.get("rayClusterName") or ""
         self.active_cluster = active
-        active_object = self.kube.ray_cluster(c.namespace, active) if active else None
-        if active_object is not None and _uid(active_object) in self.deleted_uids:
-            active_object = None  # still terminating: KubeRay keeps naming it until it promotes another
+        active_object = self._live_cluster(active)  # KubeRay keeps naming a deleted one until it promotes another
         pods = self.kube.ray_cluster_pods(c.namespace, active, found=active_object) if active_object else []
         stale = sorted({objects.annotation(p, c.hash_annotation) or "(none)" for p in pods} - {c.cluster_spec_hash})
         if not c.rollout and active and stale:
@@ -135,11 +134,11 @@ class Rollout(Phase):
             self.log(f"active RayCluster {active} runs cluster spec {stale}; deleting it so KubeRay recreates it "
                      f"from spec {c.cluster_spec_hash}")
             self._delete(active, active_object, deleted)
-        pending_object = self.kube.ray_cluster(c.namespace, pending) if pending else None
-        if pending_object is not None and _uid(pending_object) in self.deleted_uids:
-            pending_object = None
+        pending_object = self._live_cluster(pending)
+        failure: list[str] = []
         if pending_object is not None:
-            built_from = sorted(cluster_spec_hashes(pending_object, c.hash_annotation) or {"(none)"})
+            built_from = sorted(objects.cluster_template_hashes(pending_object.get("spec") or {}, c.hash_annotation)
+                                or {"(none)"})
             if built_from != [c.cluster_spec_hash]:
                 if not c.rollout:
                     self.report.fail(f"the pending RayCluster {pending} was built from cluster spec "
@@ -152,16 +151,12 @@ class Rollout(Phase):
                 self._delete(pending, pending_object, deleted)
             else:
                 failure = self._cannot_serve(pending, pending_object, pending_status)
-                if failure:
-                    for reason in failure:
-                        self.report.fail(reason)
-                    return False
         elif active_object is not None and not stale:
             failure = self._cannot_serve(active, active_object, None, pods)
-            if failure:
-                for reason in failure:
-                    self.report.fail(reason)
-                return False
+        if failure:
+            for reason in failure:
+                self.report.fail(reason)
+            return False
         ready = objects.condition_true(service, READY_CONDITION)
         current = [p for p in pods if objects.annotation(p, c.hash_annotation) == c.cluster_spec_hash]
         enough, counts = self._enough_ready(pods, current)
@@ -177,6 +172,11 @@ class Rollout(Phase):
         if serve is not None:
             return active, f"{state}; {serve}"
         return active, None
+
+    def _live_cluster(self, name: str) -> dict[str, Any] | None:
+        """RayCluster ``name`` unless it is missing, unnamed, or one this run deleted (still terminating)."""
+        found = self.kube.ray_cluster(self.config.namespace, name) if name else None
+        return None if found is None or _uid(found) in self.deleted_uids else found
 
     def _delete(self, name: str, found: Mapping[str, Any], deleted: list[str]) -> None:
         try:
@@ -354,12 +354,6 @@ def pod_stuck_reasons(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
               if cond.get("type") == "PodScheduled" and cond.get("status") == "False"
               and cond.get("reason") == "Unschedulable"]
     return found
-
-
-def cluster_spec_hashes(ray_cluster: Mapping[str, Any], key: str) -> set[str]:
-    """The values of annotation ``key`` on a RayCluster's head and worker pod templates: the cluster
-    spec it was built from (KubeRay copies the RayService's ``rayClusterConfig`` as its spec)."""
-    return objects.template_hashes({"spec": {"rayClusterConfig": ray_cluster.get("spec") or {}}}, key)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
