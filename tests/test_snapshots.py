@@ -18,8 +18,6 @@ from ray_llm_eks.config import parse_config
 from ray_llm_eks.manifests import render_chart, write_manifests
 from ray_llm_eks.stack import build_app
 from ray_llm_eks.testing import (
-    ASSET_HASH,
-    ASSET_HASH_MASK,
     FAST_SYNTH_CONTEXT,
     PROGRAM_FILE_STAND_IN,
     REPLACING_PROPERTIES,

@@ -7,11 +7,10 @@ GPUs, CPU, memory, replicas, node selector and toleration all derive from the no
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 
 from . import instance_types
+from .digest import canonical_digest
 from .instance_types import InstanceType
 from .errors import Collector, problem
 from .placement import SYSTEM_LABELS, Taint, require_worker_role, worker_labels, worker_taint
@@ -151,7 +150,7 @@ class WorkerPool:
         hex digits: a change gives the launch template a new version and rolls every node, so the
         pods' template carries it (``ray-llm-eks/node-pool``) and the deployment gate runs again
         after the roll. Sizes are left out: they change no node."""
-        return _digest({"instance_type": self.instance_type, "root_volume": asdict(self.root_volume),
+        return canonical_digest({"instance_type": self.instance_type, "root_volume": asdict(self.root_volume),
                         "placement_group": self.placement_group})
 
     @property
@@ -205,12 +204,8 @@ class SystemPool:
     def node_identity(self) -> str:
         """What the system nodes are built from (instance type, root volume), as 12 hex digits (see
         :attr:`WorkerPool.node_identity`); the head's pod template carries it."""
-        return _digest({"instance_type": self.instance_type, "root_volume_size_gib": self.root_volume_size_gib})
+        return canonical_digest({"instance_type": self.instance_type, "root_volume_size_gib": self.root_volume_size_gib})
 
     @property
     def labels(self) -> dict[str, str]:
         return dict(SYSTEM_LABELS)
-
-
-def _digest(value: object) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]

@@ -38,8 +38,6 @@ Commands: ``npx cdk8s import kuberay:=.../ray.io_rayservices.yaml --language pyt
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Sequence
@@ -48,6 +46,7 @@ import cdk8s
 from cdk8s_plus_35 import k8s
 from constructs import Construct
 
+from ..base.digest import canonical_digest
 from ..base.serving import RAY_SERVICE_NAME_MAX
 from ..base.wire import CLUSTER_SPEC_HASH_ANNOTATION
 
@@ -133,7 +132,7 @@ class RayClusterConfig:
     def to_json(self) -> dict[str, Any]:
         """The JSON KubeRay reads, every pod template annotated with :attr:`spec_hash`."""
         rendered = self._unannotated_json()
-        digest = _digest(rendered)
+        digest = canonical_digest(rendered)
         templates = [rendered["headGroupSpec"]["template"]]
         templates += [group["template"] for group in rendered["workerGroupSpecs"]]
         for template in templates:
@@ -144,7 +143,7 @@ class RayClusterConfig:
     @property
     def spec_hash(self) -> str:
         """12 hex digits of SHA-256 over the canonical JSON of the cluster spec (replicas included)."""
-        return _digest(self._unannotated_json())
+        return canonical_digest(self._unannotated_json())
 
     def _unannotated_json(self) -> dict[str, Any]:
         return {
@@ -158,9 +157,6 @@ class RayClusterConfig:
                if self.gcs_fault_tolerance_options is not None else {}),
         }
 
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
