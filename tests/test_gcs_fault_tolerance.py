@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from ray_llm_eks.cdk8s_charts import NAMESPACE_CHART_ID, RAYSERVICE_CHART_ID
+from ray_llm_eks.cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID
 from ray_llm_eks.config import ConfigError, parse_config
 
 GCS = {"serving": {"gcs_fault_tolerance": {"enabled": True}}}
@@ -125,3 +127,44 @@ def test_cfn_lint_finds_nothing_new_with_the_cache(with_cache):
     assert [f for f in findings if f[0].startswith("E")] == []
     assert [f for f in findings if f[0] not in ACCEPTED_CFN_LINT_WARNINGS] == []
     assert [f for f in findings if f[0] == "W3005" and not AWS_CDK_LIB_W3005.match(f[1])] == []
+
+
+def _deleted_after_the_rayservice(synthesized) -> set[str]:
+    """Everything the RayService manifest depends on, directly or not: CloudFormation deletes each of
+    them only once the RayService manifest's delete has returned."""
+    resources = synthesized.template_json["Resources"]
+    todo = [synthesized.logical_id(synthesized.stack.serving.manifests[RAYSERVICE_CHART_ID])]
+    seen: set[str] = set()
+    while todo:
+        for dependency in resources[todo.pop()].get("DependsOn", ()):
+            if dependency not in seen:
+                seen.add(dependency)
+                todo.append(dependency)
+    return seen
+
+
+@pytest.mark.parametrize("scenario", ["default", "with_cache"])
+def test_a_destroy_holds_the_rayservice_manifest_while_what_its_clusters_finalizer_needs_still_exists(scenario, request):
+    """``cdk destroy`` with GCS fault tolerance: KubeRay removes a RayCluster's Redis-cleanup
+    finalizer only once its cleanup Job finished (raycluster_controller.go@v1.4.0:198-296). The
+    RayService manifest's delete returns only when its teardown guard pod is gone, which its preStop
+    hook holds until the RayClusters are (tests/charts/test_charts_teardown_guard.py); the namespace
+    (where the Job runs), the Redis Service, password Secret and egress policy (the GCS chart), the
+    guard's own account and program, the operator, the device plugins and the nodes are deleted
+    after it. Without GCS fault tolerance the same order lets the Ray pods end on their nodes before
+    the node groups go."""
+    synthesized = request.getfixturevalue(scenario)
+    stack = synthesized.stack
+    after = _deleted_after_the_rayservice(synthesized)
+    needed = {stack.serving.manifests[NAMESPACE_CHART_ID], stack.kuberay.chart, *stack.device_plugins.charts,
+              stack.serving.pod_identity, stack.system_nodes.nodegroup,
+              *(group.nodegroup for group in stack.gpu_node_groups.values())}
+    if scenario == "with_cache":
+        needed |= {stack.serving.manifests[GCS_REDIS_CHART_ID], stack.serving.gcs_cache.copy_identity}
+    missing = {synthesized.logical_id(c) for c in needed} - after
+    assert not missing, missing
+    objects = synthesized.manifest_objects(synthesized.logical_id(stack.serving.manifests[RAYSERVICE_CHART_ID]))
+    order = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    guard = stack.serving.serving_charts.rayservice.teardown_guard.pod_name
+    # kubectl deletes in the manifest's order, the RayService before the guard, then waits for both.
+    assert order.index(("RayService", stack.serving.ray_service_name)) < order.index(("Pod", guard))

@@ -357,7 +357,7 @@ def test_kubernetes_manifests_are_applied_after_the_kuberay_crds(default):
     manifests = default.resources("Custom::AWSCDK-EKS-KubernetesResource")
     assert manifests, "the RayService chart must be applied through the cluster"
     for logical_id, manifest in manifests.items():
-        if "RayService" in json.dumps(manifest["Properties"].get("Manifest", "")):
+        if any(o["apiVersion"].startswith("ray.io/") for o in default.manifest_objects(logical_id)):
             assert kuberay in manifest.get("DependsOn", []), logical_id
 
 

@@ -87,10 +87,12 @@ def test_the_import_reader_resolves_relative_imports():
     assert {"ray_llm_eks.base.scaling", "ray_llm_eks.base.serving.ServingSpec", "cdk8s_plus_35.k8s"} <= names
 
 
-@pytest.mark.parametrize("path", sorted(folder_imports("verification")) + sorted(folder_imports("bench")))
+@pytest.mark.parametrize("path", sorted(folder_imports("verification")) + sorted(folder_imports("bench"))
+                         + sorted(folder_imports("teardown")))
 def test_the_in_cluster_programs_import_only_the_standard_library_and_themselves(path):
-    """The gate and the bench run in the cluster from a ConfigMap, with the serving image's Python:
-    nothing else exists there (the bench Job installs AIPerf, which it runs as a program).
+    """The gate, the bench and the teardown guard run in the cluster from a ConfigMap, with the
+    serving image's Python: nothing else exists there (the bench Job installs AIPerf, which it runs
+    as a program). The guard is one file (``teardown/guard.py``) and imports nothing of its own.
 
     Relative imports only, so each package works under the name it is mounted as
     (``rayllmeks_gate``, ``rayllmeks_bench``). The exceptions, each imported inside the one function
@@ -189,7 +191,7 @@ def test_the_base_layer_s_former_import_path_still_imports():
 # programs' files (the gate's ConfigMap); the AWS constructs above the charts because
 # RayLlmServing applies them. The package root holds the application (configuration, stack, CLI,
 # plan, preflight) and three modules that only keep old import paths of the base layer.
-TIERS = {"base": 0, "verification": 1, "bench": 1, "cdk8s_charts": 2, "constructs": 3, "twin": 4}
+TIERS = {"base": 0, "verification": 1, "bench": 1, "teardown": 1, "cdk8s_charts": 2, "constructs": 3, "twin": 4}
 BASE_ALIASES = ("spec.py", "models.py", "instance_types.py")
 
 

@@ -81,6 +81,9 @@ EFA_COUNTER_READER = PodResources(cpu_millis=50, memory_mib=64)
 """The deployment gate's EFA counter reader on each GPU node (a Python HTTP server reading sysfs)."""
 GATE_JOB = PodResources(cpu_millis=100, memory_mib=256)
 """The deployment gate's Job on the system node (stdlib Python: HTTP calls and JSON)."""
+TEARDOWN_GUARD = PodResources(cpu_millis=10, memory_mib=48)
+"""The teardown guard on the system node: a shell that sleeps, and during ``cdk destroy`` a
+preStop hook (stdlib Python polling the API: ~25 MiB resident)."""
 
 BENCH_JOB = PodResources(cpu_millis=600, memory_mib=3 * MIB_PER_GIB)
 """``ray-llm-eks bench --emit-job``: AIPerf on the system node, beside the Ray head. It is not in
@@ -104,7 +107,8 @@ SYSTEM_POD_BUDGET = PodResources(cpu_millis=700, memory_mib=1280)
 """Besides the Ray head, the system node runs CoreDNS (two replicas of 100m/70Mi), the KubeRay
 operator (its chart asks 100m/512Mi), after each deploy the gate Job (:data:`GATE_JOB`), and with
 ``observability`` the CloudWatch add-on's operator (100m/64Mi) and a continuous verification run
-(:data:`GATE_JOB` again, possibly beside the deploy's gate): 600m and 1228 MiB in all."""
+(:data:`GATE_JOB` again, possibly beside the deploy's gate), and the teardown guard
+(:data:`TEARDOWN_GUARD`): 610m and 1276 MiB in all."""
 
 HEAD_MINIMUM = PodResources(cpu_millis=500, memory_mib=2 * MIB_PER_GIB)
 """Below this the GCS, dashboard and Serve controller start too slowly to pass their probes."""

@@ -46,6 +46,7 @@ EFA_COUNTERS_COMPONENT = "efa-counters"
 MONITOR_COMPONENT = "continuous-verification"
 BENCH_COMPONENT = "bench"
 VERIFY_API_PROXY_COMPONENT = "verify-api-proxy"
+TEARDOWN_GUARD_COMPONENT = "teardown-guard"
 """The NetworkPolicy ``ray-llm-eks verify`` applies for its run."""
 
 # KubeRay's own pod labels and containers (v1.4.0 ``utils/constant.go``, ``common/pod.go``), which

@@ -26,6 +26,7 @@ from ..base.serving import SERVE_PORT, EndpointType, RayAuth, ServingSpec
 from ..base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL, SERVING_INSTANCE_NAMESPACE_LABEL
 from . import gcs_redis, pod_templates, serve_config
 from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
+from .teardown_guard import TeardownGuard, TeardownGuardAccess
 from .admission_policy import ADMISSION_POLICY_CHART_ID, AdmissionPolicyChart
 from .network_policy import NETWORK_POLICY_CHART_ID, NetworkPolicyChart
 from .rayservice import (
@@ -102,12 +103,15 @@ class ServingNamespaceChart(cdk8s.Chart):
                 metadata=cdk8s.ApiObjectMetadata(name=pod_templates.head_service_account(spec), namespace=spec.namespace),
                 automount_token=False)
             self.head_service_account.node.add_dependency(self.namespace_object)
+        self.teardown_guard = TeardownGuardAccess(self, "TeardownGuard", spec=spec)
+        self.teardown_guard.node.add_dependency(self.namespace_object)
 
 
 class RayServiceChart(cdk8s.Chart):
     """The RayService (head + prefill + decode worker groups) and the OpenAI API Service."""
 
-    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec, service_account_name: str) -> None:
+    def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec, service_account_name: str,
+                 teardown_guard: TeardownGuardAccess) -> None:
         super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         # The 47-character limit is checked by the spec and, for use without one, by the RayService object.
         name = spec.service_name
@@ -186,6 +190,10 @@ class RayServiceChart(cdk8s.Chart):
             role: disruption_budget(self, spec, role) for role in WORKER_ROLES
             if spec.pool(role).min_size >= MIN_REPLICAS_FOR_DISRUPTION_BUDGET
         }
+        # Last in the manifest: `kubectl delete -f` deletes it after the RayService and waits for it
+        # while KubeRay finishes with the RayClusters (docs/rayservice.md, "Delete order").
+        self.teardown_guard = TeardownGuard(self, "TeardownGuard", spec=spec, access=teardown_guard)
+        self.teardown_guard.node.add_dependency(self.ray_service)
 
 
 MIN_REPLICAS_FOR_DISRUPTION_BUDGET = 2
@@ -243,6 +251,7 @@ def build_serving_charts(app: cdk8s.App, spec: ServingSpec) -> ServingCharts:
         RAYSERVICE_CHART_ID,
         spec=spec,
         service_account_name=namespace_chart.service_account.name,
+        teardown_guard=namespace_chart.teardown_guard,
     )
     admission_chart = AdmissionPolicyChart(app, ADMISSION_POLICY_CHART_ID, spec=spec)
     admission_chart.add_dependency(policy_chart)

@@ -29,14 +29,23 @@ def ports_of(container: dict) -> dict[str, int]:
 def test_charts_in_apply_order_namespace_then_policies_then_pods(disaggregated):
     assert [c.node.id for c in disaggregated.charts.charts] == [NAMESPACE_CHART_ID, NETWORK_POLICY_CHART_ID,
                                                                 ADMISSION_POLICY_CHART_ID, RAYSERVICE_CHART_ID]
-    assert [o["kind"] for o in disaggregated.objects[NAMESPACE_CHART_ID]] == ["Namespace", "ServiceAccount"]
+    # The Ray pods' account, then what the teardown guard needs (deleted after its pod).
+    assert [o["kind"] for o in disaggregated.objects[NAMESPACE_CHART_ID]] == [
+        "Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"]
     assert {o["kind"] for o in disaggregated.objects[NETWORK_POLICY_CHART_ID]} == {"NetworkPolicy"}
-    assert sorted(o["kind"] for o in disaggregated.objects[RAYSERVICE_CHART_ID]) == ["RayService", "Service"]
+    assert sorted(o["kind"] for o in disaggregated.objects[RAYSERVICE_CHART_ID]) == ["Pod", "RayService", "Service"]
+
+
+def _ray_account(rendered) -> dict:
+    """The Ray pods' ServiceAccount (the namespace's chart also holds the teardown guard's)."""
+    (account,) = [o for o in rendered.objects[NAMESPACE_CHART_ID]
+                  if o["kind"] == "ServiceAccount" and not o["metadata"]["name"].endswith("-teardown-guard")]
+    return account
 
 
 def test_namespace_and_service_account_names_follow_config(disaggregated, scenario):
     namespace = disaggregated.one("Namespace")
-    account = disaggregated.one("ServiceAccount")
+    account = _ray_account(disaggregated)
     assert namespace["metadata"]["name"] == "inference"
     assert account["metadata"] == {"name": "ray-llm", "namespace": "inference"}
     hardened = scenario("hardened")
@@ -46,7 +55,7 @@ def test_namespace_and_service_account_names_follow_config(disaggregated, scenar
 
 
 def test_head_and_workers_run_as_the_service_account(disaggregated):
-    account = disaggregated.one("ServiceAccount")["metadata"]["name"]
+    account = _ray_account(disaggregated)["metadata"]["name"]
     assert disaggregated.head_group["template"]["spec"]["serviceAccountName"] == account
     for role in ROLES:
         assert disaggregated.worker_group(role)["template"]["spec"]["serviceAccountName"] == account

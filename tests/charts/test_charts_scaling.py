@@ -94,7 +94,7 @@ def test_autoscaled_xpyd_scales_each_leg_between_its_node_group_sizes(shape):
         "ray-llm"}
     accounts = [o for o in rendered.all_objects() if o["kind"] == "ServiceAccount"]
     assert {a["metadata"]["name"]: a.get("automountServiceAccountToken") for a in accounts} == {
-        "ray-llm": False, "ray-llm-head": False}
+        "ray-llm": False, "ray-llm-head": False, "ray-llm-teardown-guard": False}
     assert head["automountServiceAccountToken"] is False
     (volume,) = head["volumes"]
     assert options["volumeMounts"] == [{"name": volume["name"], "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",

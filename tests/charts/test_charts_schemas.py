@@ -103,8 +103,9 @@ def test_accelerator_types_we_emit_are_the_ones_ray_accepts():
 def test_core_objects_pass_kubernetes_validate_strict(scenario, name):
     import kubernetes_validate
 
-    core = [o for o in scenario(name).all_objects() if o["apiVersion"] == "v1"]
-    assert {o["kind"] for o in core} == {"Namespace", "ServiceAccount", "Service"}
+    core = [o for o in scenario(name).all_objects() if o["apiVersion"] in ("v1", "rbac.authorization.k8s.io/v1")]
+    assert {o["kind"] for o in core} == {"Namespace", "ServiceAccount", "Service", "ConfigMap", "Pod", "Role",
+                                         "RoleBinding"}
     for obj in core:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 

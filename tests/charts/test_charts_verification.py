@@ -174,8 +174,10 @@ def test_the_counter_reader_runs_on_every_gpu_node_read_only(default):
 
 
 def test_the_gate_job_fits_the_room_the_system_node_keeps_for_small_pods():
-    # CoreDNS 2 x 100m/70Mi + KubeRay 100m/512Mi (sizing.SYSTEM_POD_BUDGET's docstring) + the gate Job.
-    used = sizing.PodResources(300 + sizing.GATE_JOB.cpu_millis, 140 + 512 + sizing.GATE_JOB.memory_mib)
+    # CoreDNS 2 x 100m/70Mi + KubeRay 100m/512Mi (sizing.SYSTEM_POD_BUDGET's docstring), the gate
+    # Job and the teardown guard.
+    used = sizing.PodResources(300 + sizing.GATE_JOB.cpu_millis + sizing.TEARDOWN_GUARD.cpu_millis,
+                               140 + 512 + sizing.GATE_JOB.memory_mib + sizing.TEARDOWN_GUARD.memory_mib)
     assert used.cpu_millis <= sizing.SYSTEM_POD_BUDGET.cpu_millis
     assert used.memory_mib <= sizing.SYSTEM_POD_BUDGET.memory_mib
 

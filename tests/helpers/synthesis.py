@@ -39,6 +39,25 @@ class Synthesized:
             if resource["Type"] == resource_type
         }
 
+    def manifest_objects(self, logical_id: str) -> list[dict[str, Any]]:
+        """The Kubernetes objects of a kubectl manifest resource, in the order kubectl applies and
+        deletes them; a CloudFormation token in a value reads as ``"<token>"``."""
+        manifest = self.template_json["Resources"][logical_id]["Properties"]["Manifest"]
+        text, inside, escaped = "", False, False
+        for part in manifest["Fn::Join"][1] if isinstance(manifest, dict) else [manifest]:
+            if not isinstance(part, str):  # a token inside a JSON string, or a value of its own
+                text += "<token>" if inside else '"<token>"'
+                continue
+            for char in part:
+                if escaped:
+                    escaped = False
+                elif char == "\\" and inside:
+                    escaped = True
+                elif char == '"':
+                    inside = not inside
+            text += part
+        return json.loads(text)
+
     def logical_id(self, construct) -> str:
         """The logical ID of an L1, or of an L2's default child."""
         element = construct
