@@ -1,5 +1,6 @@
 """The ``ray-llm-eks`` command line: ``plan`` (no AWS calls), ``preflight`` (read-only AWS checks),
-``verify`` (the deployment gate against the current kubeconfig), ``verify-logs`` (its log
+``verify`` (the deployment gate against the current kubeconfig), ``drill`` (a fault under light
+load, measured), ``verify-logs`` (its log
 classifier on saved worker logs), ``bench`` (AIPerf against an endpoint, priced by ``plan``) and
 ``compare`` (two bench runs and the verdict).
 
@@ -11,11 +12,13 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
       same message) / at least one check failed (preflight)
  2    the configuration cannot be used: invalid file or values (the same refusals and messages
       as ``make synth``), or a region or instance type the price table does not cover
- 1    verify: the gate failed / verify-logs: the logs do not prove LIBFABRIC on the expected
+ 1    verify: the gate failed / drill: the deployment did not serve again or the gate did not pass
+      / verify-logs: the logs do not prove LIBFABRIC on the expected
       provider (``--expect-provider``, default efa) / bench: AIPerf failed or wrote nothing readable
  2    verify-logs: a log file cannot be read
  2    bench, compare: bad flags or run directories (the message names the flag and what is accepted)
- 3    preflight: no usable AWS credentials / verify: no access to the cluster
+ 2    drill: not a scenario
+ 3    preflight: no usable AWS credentials / verify, drill: no access to the cluster
  4    preflight only: AWS cannot be reached
 ====  ==========================================================================================
 """
@@ -73,6 +76,10 @@ def _provider(value: str | None) -> str | None:
     return value
 
 
+KubeconfigOption = Annotated[Path | None, typer.Option("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")]
+ContextOption = Annotated[str | None, typer.Option("--context", help="kubeconfig context; default: current")]
+NamespaceOption = Annotated[str | None, typer.Option("--namespace", help="default: serving.namespace of --config")]
+ServiceOption = Annotated[str | None, typer.Option("--service", help="RayService; default: serving.service_name")]
 ExpectProviderOption = Annotated[
     str | None,
     typer.Option("--expect-provider", metavar="PROVIDER", callback=_provider,
@@ -330,10 +337,10 @@ def _print_report(report: PreflightReport) -> None:
 def verify(
     config: ConfigOption = None,
     as_json: JsonOption = False,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")] = None,
-    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context; default: current")] = None,
-    namespace: Annotated[str | None, typer.Option("--namespace", help="default: serving.namespace of --config")] = None,
-    service: Annotated[str | None, typer.Option("--service", help="RayService; default: serving.service_name")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    namespace: NamespaceOption = None,
+    service: ServiceOption = None,
     timeout: Annotated[int, typer.Option("--timeout", min=10, help="seconds to wait for the service")] = 300,
     probes: Annotated[int | None, typer.Option("--probes", min=1, max=32, help="default: the deployed gate's")] = None,
     expect_provider: ExpectProviderOption = None,
@@ -373,6 +380,101 @@ def verify(
     raise typer.Exit(int(ExitCode.OK if report.verdict == "pass" else ExitCode.CHECK_FAILED))
 
 
+# --- drill -----------------------------------------------------------------------------------
+
+@app.command()
+def drill(
+    scenario: Annotated[str, typer.Argument(help="delete-decode-worker, delete-prefill-worker, delete-head or "
+                                                 "drain-gpu-node")],
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    namespace: NamespaceOption = None,
+    service: ServiceOption = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, max=60, help="seconds between the starts of "
+                                                                                "the load's requests")] = 1.0,
+    timeout: Annotated[int, typer.Option("--timeout", min=60, help="seconds the deployment may take to serve "
+                                                                   "again and pass the gate")] = 900,
+    cordon_seconds: Annotated[int, typer.Option("--cordon-seconds", min=0, help="drain-gpu-node: uncordon after "
+                                                                                "this long")] = 300,
+    expect_provider: ExpectProviderOption = None,
+) -> None:
+    """Apply one fault to the deployment under light load and measure what it cost.
+
+    One chat completion at a time goes to the endpoint; then the fault: a worker pod or the head pod
+    deleted, or the decode worker's node drained (cordon and evictions). Reported: the requests that
+    failed, the time to the first success after the outage, the time until the read-only gate
+    passes again, and vLLM's weight-load and engine-start figures from the workers that restarted.
+    It changes the cluster: it needs a cluster operator's RBAC (docs/verification.md, "Drills").
+
+    Exit codes: 0 the deployment served again and the gate passed, 1 it did not (or the drill could
+    not start), 2 bad --config or scenario, 3 no cluster access.
+    """
+    from .drill import SCENARIOS, DrillError, drill_deployment
+    from .verification.kube import ApiError, NoClusterAccess
+
+    if scenario not in SCENARIOS:
+        _fail(ExitCode.CONFIG_ERROR, f"scenario: {scenario!r} is not a drill; accepted: {', '.join(SCENARIOS)}",
+              as_json)
+    deployment = _load(config, as_json)
+    log = (lambda message: None) if as_json else (lambda message: _error_console().print(f"[dim]{escape(message)}[/]"))
+    try:
+        result = drill_deployment(deployment, scenario, kubeconfig=kubeconfig, context=context, namespace=namespace,
+                                  service=service, interval_s=interval, timeout_s=timeout,
+                                  cordon_seconds=cordon_seconds, expected_provider=expect_provider, log=log)
+    except NoClusterAccess as error:
+        _fail(ExitCode.NO_CREDENTIALS, f"no access to the cluster: {error}", as_json)
+    except (LookupError, ApiError, DrillError) as error:
+        _fail(ExitCode.CHECK_FAILED, str(error), as_json)
+    except ValueError as error:
+        _fail(ExitCode.CHECK_FAILED, f"cannot use the gate settings found in the cluster: {error}", as_json)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        _print_drill(result.to_json())
+    raise typer.Exit(int(ExitCode.OK if result.passed else ExitCode.CHECK_FAILED))
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:,.1f} s"
+
+
+def _print_drill(result: dict[str, Any]) -> None:
+    console = _console()
+    passed = result["first_success_s"] is not None and result["gate_pass_s"] is not None
+    console.print(f"drill {result['scenario']} on {result['target']}: "
+                  + ("[bold green]recovered[/]" if passed else "[bold red]not recovered[/]"))
+    reload = result["model_reload_s"]
+    rows = [
+        ("requests failed", f"{result['failed']} of {result['requests']} (after the fault)"),
+        ("first failure after the fault", _seconds(result["first_failure_s"]) if result["first_failure_s"] is not None
+         else "none"),
+        ("first success after the outage", _seconds(result["first_success_s"])),
+        ("replacement pod Ready", _seconds(result["pod_replaced_s"]) if result["pod_replaced_s"] is not None else "-"),
+        ("gate passes again", f"{_seconds(result['gate_pass_s'])} ({result['gate_runs']} runs)"),
+        ("model reload (vLLM weight load)", _seconds(reload) if reload is not None else "no reload logged"),
+    ]
+    for reload_row in result["reloads"]:
+        rows.append((f"  {reload_row['pod']} ({reload_row['role']})",
+                     f"weights {_seconds(reload_row['weights_load_s'])}, engine {_seconds(reload_row['engine_init_s'])}"))
+    _print_rows(console, rows)
+    for error in result["errors"]:
+        console.print(f"[red]-[/] {escape(error)}")
+    for reason in result["gate_reasons"]:
+        console.print(f"[red]gate:[/] {escape(reason)}")
+    for note in result["notes"]:
+        console.print(f"[dim]{escape(note)}[/]")
+
+
+def _print_rows(console: Any, rows: list[tuple[str, str]]) -> None:
+    """A two-column table of (name, value), the values escaped for rich."""
+    table = Table(show_header=False, title_justify="left")
+    for name, value in rows:
+        table.add_row(name, escape(value))
+    console.print(table)
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -386,7 +488,6 @@ def _print_gate_report(report: dict[str, Any]) -> None:
     verdict = "[bold green]PASS[/]" if report["verdict"] == "pass" else "[bold red]FAIL[/]"
     console.print(f"gate {verdict}: {report['namespace']}/{report['ray_service']} ({report['topology']}), "
                   f"{report['duration_s']} s")
-    table = Table(show_header=False, title_justify="left")
     probes = report.get("probes") or {}
     kv = report.get("kv") or {}
     transport = report.get("transport") or {}
@@ -399,9 +500,7 @@ def _print_gate_report(report: dict[str, Any]) -> None:
         ("NIXL bytes / mean transfer", f"{(kv.get('nixl') or {}).get('bytes_transferred', '-')} / "
                                        f"{(kv.get('nixl') or {}).get('mean_xfer_time_ms', '-')} ms"),
     ]
-    for name, value in rows:
-        table.add_row(name, escape(value))
-    console.print(table)
+    _print_rows(console, rows)
     for reason in report["reasons"]:
         console.print(f"[red]-[/] {escape(reason)}")
     for warning in report["warnings"]:

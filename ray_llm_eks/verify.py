@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any, ContextManager
 
 from .base.deployment import Deployment
 from .base.serving import ServingSpec
@@ -51,16 +52,30 @@ def verify_deployment(deployment: Deployment | ServingSpec, *,
     :raises ApiError: the API server refused a request.
     :raises ValueError: the settings in the cluster are ones this version cannot read.
     """
+    kube, gate_settings = deployed_gate(deployment, kubeconfig=kubeconfig, context=context, namespace=namespace,
+                                        service=service, timeout_s=timeout_s, probes=probes,
+                                        expected_provider=expected_provider)
+    with proxied(kube, gate_settings, log=log):
+        return Gate(gate_settings, kube, Endpoints(kube, via_api_proxy=True), log=log).run()
+
+
+def deployed_gate(deployment: Deployment | ServingSpec, *, kubeconfig: str | os.PathLike[str] | None = None,
+                  context: str | None = None, namespace: str | None = None, service: str | None = None,
+                  timeout_s: float = DEFAULT_TIMEOUT_S, **overrides: Any) -> tuple[Kube, GateSettings]:
+    """The API client for the cluster, and the gate settings the deployment was deployed with, as a
+    read-only run (:func:`~ray_llm_eks.base.wire.read_only_run`) with ``overrides`` (None: the deployed value)."""
     serving = deployment.specs().serving if isinstance(deployment, Deployment) else deployment
     namespace = namespace or serving.namespace
     service = service or serving.service_name
     kube = Kube(load_access(kubeconfig, context))
     settings = deployed_settings(kube, namespace, service)
-    chosen = {"probes": probes, "expected_provider": expected_provider}
-    overrides = read_only_run(float(timeout_s), **{k: v for k, v in chosen.items() if v is not None})
-    gate_settings = GateSettings.from_json({**settings, **overrides})
-    # The gate probes these through the API server's proxy; the policies admit it only now.
+    chosen = read_only_run(float(timeout_s), **{k: v for k, v in overrides.items() if v is not None})
+    return kube, GateSettings.from_json({**settings, **chosen})
+
+
+def proxied(kube: Kube, gate_settings: GateSettings, *, log: Callable[[str], None]) -> ContextManager[None]:
+    """While inside: the NetworkPolicy that admits the API server to the ports the gate reaches
+    through its proxy (the OpenAI and dashboard Services, the workers' metrics, the counter readers)."""
     ports = [port_of(gate_settings.openai_url), port_of(gate_settings.dashboard_url),
              gate_settings.metrics_port, gate_settings.efa_counter_port]
-    with admitted(kube, namespace, service, INSTANCE_LABEL, ports, log=log):
-        return Gate(gate_settings, kube, Endpoints(kube, via_api_proxy=True), log=log).run()
+    return admitted(kube, gate_settings.namespace, gate_settings.ray_service, INSTANCE_LABEL, ports, log=log)

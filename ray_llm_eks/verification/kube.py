@@ -97,14 +97,15 @@ class Kube:
             self.ssl_context = context
 
     def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
-                body: Any = None, accept: str = "application/json", timeout: float = REQUEST_TIMEOUT_SECONDS) -> bytes:
+                body: Any = None, accept: str = "application/json", timeout: float = REQUEST_TIMEOUT_SECONDS,
+                content_type: str = "application/json") -> bytes:
         url = self.access.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method, headers={"Accept": accept})
         if data is not None:
-            request.add_header("Content-Type", "application/json")
+            request.add_header("Content-Type", content_type)
         try:
             token = self.access.token()
         except OSError as error:

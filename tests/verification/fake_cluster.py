@@ -40,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from ray_llm_eks.base import wire
@@ -49,6 +50,10 @@ PREFILL_IP, DECODE_IP, PREFILL_NODE_IP, DECODE_NODE_IP = "127.0.0.2", "127.0.0.3
 API_SERVER_IPS = ("10.0.32.17", "10.0.96.201")
 """The control plane's interfaces in the VPC, as ``default/kubernetes`` lists them."""
 PREFILL_NODE, DECODE_NODE = "ip-10-0-1-11.prefill", "ip-10-0-1-12.decode"
+SYSTEM_NODE = "ip-10-0-1-10.system"
+RELOAD_LINES = ["(Worker pid=5188) INFO [default_loader.py:430] Loading weights took 2.50 seconds",
+                "(EngineCore pid=5149) INFO [core.py:355] init engine (profile, create kv cache, warmup model) took 4.00 s"]
+"""What a replacement worker's vLLM prints as its engine starts (tests/verification/fixtures/drill/, the twin's)."""
 
 EFA_LINES = [
     "I1130 21:03:46.100000 412 libfabric_topology.cpp:88] Discovered 1 EFA devices",
@@ -228,6 +233,11 @@ class Scenario:
     """KubeRay's autoscaler sidecar in the head pod: running, terminated, or absent (None)."""
     prefill_ttft_seconds: float = 0.05
     decode_ttft_seconds: float = 0.03
+    restart_reads: int = 6
+    """Pod reads a deleted or evicted Ray pod's replacement takes to be Ready (the kubelet and KubeRay
+    at work); the endpoint answers 503 while a role has no Ready pod, as Serve does without a replica."""
+    evictions_refused: int = 0
+    """Evictions a PodDisruptionBudget refuses (HTTP 429) before it admits one."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -242,6 +252,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:  # noqa: N802
         self.server.fake.route(self, "PUT")  # type: ignore[attr-defined]
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self.server.fake.route(self, "PATCH")  # type: ignore[attr-defined]
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -272,6 +285,15 @@ class FakeDeployment:
         self.lock = threading.Lock()
         self.kuberay = FakeKubeRay(self.name, rayservice, self.hash)
         self.pod_reads = 0
+        self.generation = {"head": 0, "prefill": 0, "decode": 0}
+        """Each role's pod incarnation: a delete or an eviction makes the next (a new name and uid)."""
+        self.down_until: dict[str, int] = {}
+        """Role -> the pod read at which its replacement is Ready (absent: Ready)."""
+        self.cordoned: set[str] = set()
+        self.replaced_at: dict[str, float] = {}
+        """Role -> when its pod was last taken (its replacement's log starts then)."""
+        self.evictions: list[tuple[str, int]] = []
+        """(pod, HTTP status) of every eviction asked for."""
         self.planted: list[dict[str, Any]] = []
         """Pods someone created by hand with the cluster's labels (no ownerReference to it)."""
         self.deployed_at = time.time() - 30
@@ -492,21 +514,61 @@ class FakeDeployment:
             cluster = self.kuberay.clusters.get(name)
             if cluster is None:
                 continue
-            pods += [
-                self._pod(cluster, f"{name}-head-x1", "127.0.0.9", "head", "ip-10-0-1-10.system"),
-                self._pod(cluster, f"{name}-prefill-worker-p1", PREFILL_IP, "prefill", PREFILL_NODE),
-                self._pod(cluster, f"{name}-decode-worker-d1", DECODE_IP, "decode", DECODE_NODE),
-            ]
+            pods += [self._faulted(self._pod(cluster, self.pod_name(name, role), ip, role, node), role)
+                     for role, ip, node in (("head", "127.0.0.9", SYSTEM_NODE), ("prefill", PREFILL_IP, PREFILL_NODE),
+                                            ("decode", DECODE_IP, DECODE_NODE))]
         for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
             pods.append({
                 "metadata": {"name": f"{self.name}-efa-counters-{node.rsplit('.', 1)[-1]}", "namespace": self.namespace,
-                             "labels": dict(self.settings["efa_counter_selector"])},
+                             "labels": dict(self.settings["efa_counter_selector"]),
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True,
+                                                  "name": f"{self.name}-efa-counters"}]},
                 "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip},
             })
         return pods
 
+    def pod_name(self, cluster: str, role: str) -> str:
+        generation = self.generation[role]
+        base = {"head": "head-x", "prefill": "prefill-worker-p", "decode": "decode-worker-d"}[role]
+        return f"{cluster}-{base}{generation + 1}" if generation else f"{cluster}-{base}1"
+
+    def _faulted(self, pod: dict[str, Any], role: str) -> dict[str, Any]:
+        """A replacement not Ready yet (Pending on a cordoned node, else starting), with its own uid."""
+        if self.generation[role]:
+            pod["metadata"]["uid"] += f"-{self.generation[role]}"
+        node = pod["spec"]["nodeName"]
+        if node in self.cordoned and role in self.down_until:
+            self.down_until[role] = self.pod_reads + self.scenario.restart_reads  # restarts once uncordoned
+            pod["spec"] = {"containers": pod["spec"]["containers"]}
+            pod["status"] = {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 1 node(s) were unschedulable."}]}
+        elif self.pod_reads < self.down_until.get(role, 0):
+            pod["status"] = {**pod["status"], "conditions": [{"type": "Ready", "status": "False"}],
+                             "containerStatuses": [{**pod["status"]["containerStatuses"][0], "ready": False}]}
+        else:
+            self.down_until.pop(role, None)
+        return pod
+
+    def serving(self) -> bool:
+        """Serve answers only while every role has a Ready pod."""
+        return not any(self.pod_reads < until for until in self.down_until.values())
+
+    def take_pod(self, name: str) -> bool:
+        """A DELETE or an admitted eviction of a Ray pod: KubeRay creates its replacement, under a new name."""
+        for role in self.generation:
+            if any(name == self.pod_name(cluster, role) for cluster in (self.active, self.pending) if cluster):
+                self.generation[role] += 1
+                self.down_until[role] = self.pod_reads + self.scenario.restart_reads
+                self.replaced_at[role] = time.time()
+                if role != "head":
+                    self.redeploy_replicas()
+                return True
+        return False
+
     def nodes(self) -> list[dict[str, Any]]:
         return [{"metadata": {"name": node, "labels": {"role": role}},
+                 "spec": {"unschedulable": True} if node in self.cordoned else {},
                  "status": {"allocatable": {"vpc.amazonaws.com/efa": self.scenario.efa_allocatable,
                                             "nvidia.com/gpu": "1", "cpu": "31", "memory": "120Gi"}}}
                 for node, role in ((PREFILL_NODE, "prefill"), (DECODE_NODE, "decode"))]
@@ -590,6 +652,28 @@ class FakeDeployment:
             return handler.reply(200, {"kind": "Status", "status": "Success"})
         if method == "GET" and path == f"{ns}/pods":
             return handler.reply(200, {"kind": "PodList", "items": selected(self.pods(), query)})
+        if method == "GET" and path == "/api/v1/pods":
+            node = query.pop("fieldSelector", "").removeprefix("spec.nodeName=")
+            items = [p for p in selected(self.pods(), query) if not node or p["spec"].get("nodeName") == node]
+            return handler.reply(200, {"kind": "PodList", "items": items})
+        if method == "DELETE" and path.startswith(f"{ns}/pods/") and path.count("/") == 6:
+            if not self.take_pod(path.rsplit("/", 1)[1]):
+                return handler.reply(404, {"kind": "Status", "reason": "NotFound"})
+            return handler.reply(200, {"kind": "Pod", "metadata": {"name": path.rsplit("/", 1)[1]}})
+        if method == "POST" and path.startswith(f"{ns}/pods/") and path.endswith("/eviction"):
+            pod = path.split("/")[6]
+            body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+            assert body["kind"] == "Eviction" and body["metadata"]["name"] == pod, body
+            refused = sum(1 for _, status in self.evictions if status == 429) < self.scenario.evictions_refused
+            status = 429 if refused else 201 if self.take_pod(pod) else 404
+            self.evictions.append((pod, status))
+            return handler.reply(status, {"kind": "Status", "code": status,
+                                          "reason": "TooManyRequests" if refused else "Created"})
+        if method == "PATCH" and path.startswith("/api/v1/nodes/"):
+            assert handler.headers["Content-Type"] == "application/merge-patch+json"
+            node, patch = path.rsplit("/", 1)[1], json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+            (self.cordoned.add if patch["spec"]["unschedulable"] else self.cordoned.discard)(node)
+            return handler.reply(200, {"kind": "Node", "metadata": {"name": node}})
         if method == "GET" and path == "/api/v1/nodes":
             return handler.reply(200, {"kind": "NodeList", "items": selected(self.nodes(), query)})
         if method == "GET" and path.startswith(f"{ns}/pods/") and path.endswith("/log"):
@@ -600,6 +684,13 @@ class FakeDeployment:
             if "sinceTime" in query:
                 since = datetime.datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00")).timestamp()
                 stamped = [(t, line) for t, line in stamped if t >= since]
+            role = next((r for r in ("prefill", "decode") if f"{r}-worker" in pod), None)
+            if role is not None and self.generation[role]:
+                # A replacement: its own log starts when it was created, and its engine loads the model.
+                started = self.replaced_at[role] + 0.5
+                stamped = [(started, line) for line in [*RELOAD_LINES, *self.scenario.worker_log]]
+                if "sinceTime" in query:
+                    stamped = [(t, line) for t, line in stamped if t >= since]
             lines = [line for _, line in stamped] if "worker" in pod else ["head log"]
             return handler.reply(200, "\n".join(lines) + "\n", "text/plain")
         if method == "GET" and path.startswith(f"/apis/batch/v1/namespaces/{self.namespace}/jobs/"):
@@ -702,6 +793,9 @@ class FakeDeployment:
         body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
         if self.scenario.completion_status != 200:
             return handler.reply(self.scenario.completion_status, {"error": {"message": "engine dead"}})
+        if not self.serving():
+            self.pods()  # time passes for the kubelet while clients retry
+            return handler.reply(503, {"error": {"message": "no replica of the deployment is running"}})
         prompt_tokens = len(body["messages"][0]["content"].split()) + 12  # + the chat template's tokens
         kv = prompt_tokens * self.settings["kv_bytes_per_token"] + self.settings["kv_bytes_per_sequence"]
         with self.lock:
@@ -778,3 +872,21 @@ def run_gate(program: Path, fake: FakeDeployment, settings: dict[str, Any], *ext
 def program_env(program: Path) -> dict[str, str]:
     """The environment the chart gives the gate's pods for the program: the archive on ``PYTHONPATH``."""
     return {"PYTHONPATH": str(program / bundle.ARCHIVE)}
+
+
+def kubeconfig_for(tmp: Path, server: str, token: str = "test-token", fail: bool = False) -> Path:
+    """A kubeconfig for ``server`` whose user is an ``exec`` credential plugin, as ``aws eks
+    update-kubeconfig`` writes one (here a Python one-liner printing an ``ExecCredential``)."""
+    credential = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+                  "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}}
+    code = "import sys; sys.exit('AccessDenied')" if fail else f"print({json.dumps(json.dumps(credential))})"
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "eks",
+        "clusters": [{"name": "eks", "cluster": {"server": server}}],
+        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "eks"}}],
+        "users": [{"name": "eks", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                                    "command": sys.executable, "args": ["-c", code]}}}],
+    }
+    path = tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path

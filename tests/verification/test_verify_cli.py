@@ -9,26 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-import yaml
-from fake_cluster import TCP_LINES, FakeDeployment, Scenario
-
-
-def _kubeconfig(tmp: Path, server: str, token: str = "test-token", fail: bool = False) -> Path:
-    credential = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
-                  "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}}
-    code = "import sys; sys.exit('AccessDenied')" if fail else f"print({json.dumps(json.dumps(credential))})"
-    config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "eks",
-        "clusters": [{"name": "eks", "cluster": {"server": server}}],
-        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "eks"}}],
-        "users": [{"name": "eks", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
-                                                    "command": sys.executable, "args": ["-c", code]}}}],
-    }
-    path = tmp / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
+from fake_cluster import TCP_LINES, FakeDeployment, Scenario, kubeconfig_for as _kubeconfig
 
 
 def _verify(*args: str) -> subprocess.CompletedProcess[str]:

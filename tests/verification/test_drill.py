@@ -1,0 +1,68 @@
+"""``ray-llm-eks drill``: what it reads off a request timeline and a worker's log, and what it refuses.
+
+The drills themselves run on the real stack in ``make test-twin`` (tests/twin/test_twin_under_faults.py);
+the log lines here are that stack's output (vLLM 0.27.1 on the twin, a decode engine started twice).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from ray_llm_eks.drill import REQUIRED_RBAC, SCENARIOS, Sample, engine_reloads, recovery
+
+FIXTURES = Path(__file__).parent / "fixtures" / "drill"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "verification.md"
+
+
+def timeline(*entries: tuple[float, float, bool]) -> list[Sample]:
+    return [Sample(start, end, ok, None if ok else "HTTP 503") for start, end, ok in entries]
+
+
+def test_the_outage_runs_from_the_first_failure_to_the_first_success_sent_after_it():
+    samples = timeline((0, 1, True), (9, 10, True), (10.5, 12, False), (13, 40, False), (41, 43, True), (44, 45, True))
+    assert recovery(samples, fault_s=10.2) == (1.8, 32.8)
+
+
+def test_a_request_in_flight_when_the_outage_starts_does_not_count_as_the_recovery():
+    # Sent before the first failure, answered after it: it was queued, not served by the recovered leg.
+    samples = timeline((10, 11, False), (9.5, 30, True), (31, 32, True))
+    assert recovery(samples, fault_s=9.8) == (1.2, 22.2)
+
+
+def test_without_a_failure_the_first_success_is_of_a_request_sent_after_the_fault():
+    samples = timeline((4, 6, True), (6, 8, True), (8, 9, True))
+    assert recovery(samples, fault_s=5.0) == (None, 3.0)
+
+
+def test_a_deployment_that_never_serves_again_has_no_recovery():
+    assert recovery(timeline((0, 1, True), (2, 3, False), (4, 5, False)), fault_s=1.5) == (1.5, None)
+
+
+def test_the_reload_figures_are_vllms_own_of_the_newest_engine():
+    log = (FIXTURES / "engine-restart-decode.log").read_text()
+    assert engine_reloads(log) == (0.01, 0.75)
+    assert engine_reloads("") == (None, None)
+
+
+def test_the_gpu_runner_figure_stands_in_when_the_loader_line_is_missing():
+    line = "(RayWorkerWrapper pid=77) INFO [gpu_model_runner.py:5406] Model loading took 15.21 GiB memory and 141.3 seconds"
+    assert engine_reloads(line) == (141.3, None)
+
+
+def test_an_unknown_scenario_is_refused_with_the_accepted_ones():
+    done = subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "drill", "kill-everything"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "scenario: 'kill-everything' is not a drill; accepted: " + ", ".join(SCENARIOS) in done.stderr
+
+
+def test_the_docs_list_every_grant_the_drill_needs():
+    section = DOCS.read_text().split("## Drills", 1)[1].split("\n## ", 1)[0]
+    for group, resources, verbs in REQUIRED_RBAC:
+        for resource in resources.split(", "):
+            assert re.search(rf"`{re.escape(resource)}`", section), resource
+    for name in SCENARIOS:
+        assert f"`{name}`" in section, name
