@@ -136,8 +136,8 @@ class DrillResult:
     first_failure_s: float | None
     """From the fault to the end of the first failed request; None: no request failed."""
     first_success_s: float | None
-    """From the fault to the first success after the outage (with no failure: the first success
-    of a request sent after the fault). None: none within the drill's timeout."""
+    """From the fault to the first success sent after the last failure: the outage's end (with no
+    failure: the first success of a request sent after the fault). None: none within the drill."""
     pod_replaced_s: float | None
     """From the fault until the target's replacement pod was Ready (None: the head drill, or never)."""
     gate_pass_s: float | None
@@ -148,6 +148,9 @@ class DrillResult:
     errors: list[str]
     """The distinct errors of the failed requests, the first few."""
     notes: list[str] = field(default_factory=list)
+    timeline: list[tuple[float, float, bool]] = field(default_factory=list)
+    """Every request as (sent, answered, succeeded), in seconds from the fault: the figures above
+    can be recomputed from it."""
 
     @property
     def model_reload_s(self) -> float | None:
@@ -167,15 +170,20 @@ class DrillResult:
 
 
 def recovery(samples: list[Sample], fault_s: float) -> tuple[float | None, float | None]:
-    """(first failure, first success after it) since ``fault_s``: the outage the fault caused. With no
-    failure, the first success is that of the first request sent after the fault."""
+    """(first failure, end of the outage) since ``fault_s``, each measured to the end of a request.
+
+    The outage ends with the first success sent after the last failure: a lone success in the
+    middle of an outage (a proxy that still answered while the head was gone) does not end it. With
+    no failure, it is the first success of a request sent after the fault. The load sends one
+    request at a time, so requests do not overlap."""
     after = sorted((s for s in samples if s.ended_s >= fault_s), key=lambda s: s.ended_s)
-    first_failure = next((s for s in after if not s.ok), None)
-    if first_failure is None:
+    failures = [s for s in after if not s.ok]
+    if not failures:
         success = next((s for s in after if s.ok and s.started_s >= fault_s), None)
         return None, (round(success.ended_s - fault_s, 3) if success else None)
-    success = next((s for s in after if s.ok and s.started_s >= first_failure.started_s), None)
-    return (round(first_failure.ended_s - fault_s, 3),
+    last = failures[-1]
+    success = next((s for s in after if s.ok and s.started_s >= last.ended_s), None)
+    return (round(failures[0].ended_s - fault_s, 3),
             round(success.ended_s - fault_s, 3) if success else None)
 
 
@@ -228,8 +236,9 @@ class Load:
         return self._wait(lambda: any(s.ok and s.started_s >= after_s for s in self.snapshot()), timeout_s)
 
     def wait_for_recovery(self, fault_s: float, timeout_s: float) -> bool:
-        """The first success after the outage the fault caused (:func:`recovery`): a success sent
-        after the fault but before its first failure (an eviction a budget delays) is not it."""
+        """A success after the outage the fault caused, so far (:func:`recovery`): a success sent
+        after the fault but before its first failure (an eviction a budget delays) is not it. A
+        later failure moves the outage's end; the figures are taken at the drill's end."""
         return self._wait(lambda: recovery(self.snapshot(), fault_s)[1] is not None, timeout_s)
 
     def _wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
@@ -295,7 +304,8 @@ class Drill:
             failed_before_fault=sum(not s.ok for s in samples if s.ended_s < fault_s),
             first_failure_s=first_failure, first_success_s=first_success, pod_replaced_s=replaced,
             gate_pass_s=gate_pass, gate_runs=runs, gate_reasons=reasons,
-            reloads=self._reloads(fault_epoch), errors=self._errors(samples), notes=notes)
+            reloads=self._reloads(fault_epoch), errors=self._errors(samples), notes=notes,
+            timeline=[(round(x.started_s - fault_s, 3), round(x.ended_s - fault_s, 3), x.ok) for x in samples])
 
     # --- the deployment ------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..verification.bundle import IN_CLUSTER_PACKAGE
 from . import netns
 from .twin_profile import DASHBOARD_PORT, TwinDeployment
 
@@ -100,6 +101,30 @@ class Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: StampedLog | None = None
+    restartable: bool = False
+    """A Ray node's container under the twin's kubelet stand-in, which restarts it when it exits."""
+
+
+def _signal(process: Process, number: int) -> None:
+    try:
+        os.killpg(process.popen.pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(process: Process, seconds: float) -> None:
+    try:
+        process.popen.wait(seconds)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _end(process: Process, grace_seconds: float) -> None:
+    if process.popen.poll() is None:
+        _signal(process, signal.SIGTERM)
+        _reap(process, grace_seconds)
+    _signal(process, signal.SIGKILL)
+    _reap(process, 5)
 
 
 @dataclass
@@ -117,14 +142,19 @@ class Twin:
     processes: list[Process] = field(default_factory=list)
     node_logs: dict[str, StampedLog] = field(default_factory=dict)
     started_at: dict[str, float] = field(default_factory=dict)
+    restarts_exited: bool = False
+    """A Ray node that exits is restarted (by :class:`~.run.TwinRun`'s kubelet stand-in), not an error."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Guards ``processes``: the twin's kubelet stand-in restarts nodes from its own thread."""
 
     # --- starting ------------------------------------------------------------------------------
 
     def _spawn(self, name: str, host: str, argv: list[str], env: Mapping[str, str], *,
-               logged: bool) -> Process:
+               logged: bool, log: StampedLog | None = None) -> Process:
         base = {"PATH": f"{self.ray_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.workdir / "home"),
                 "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
-        log = StampedLog(self.workdir / "logs" / f"{name}.log") if logged else None
+        if logged and log is None:
+            log = StampedLog(self.workdir / "logs" / f"{name}.log")
         out = subprocess.PIPE if logged else (self.workdir / "logs" / f"{name}.log").open("ab")
         popen = subprocess.Popen(self.network.exec_prefix(host) + ["env", "-i", *(f"{k}={v}" for k, v in
                                                                               {**base, **env}.items()), *argv],
@@ -133,24 +163,68 @@ class Twin:
         process = Process(name, popen, log)
         if log is not None and popen.stdout is not None:
             log.follow(popen.stdout)
-        self.processes.append(process)
+        with self.lock:
+            self.processes.append(process)
         return process
 
     def start_ray(self, timeout: float = 180.0) -> None:
         (self.workdir / "home").mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        head = self.deployment.head
-        for node in self.deployment.nodes.values():
-            args = node.ray_start(head.address) + [f"--temp-dir={self.ray_temp_dir(node.name)}"]
-            self.started_at[node.name] = time.time()
-            process = self._spawn(node.name, node.name, [str(self.ray_bin / "ray"), *args], node.env, logged=True)
-            self.node_logs[node.name] = process.log  # type: ignore[assignment]
-            if node.name == "head":
-                self._wait(lambda: self._get_json(f"http://{head.address}:{DASHBOARD_PORT}/api/version") is not None,
-                           timeout, "the Ray head's dashboard to answer")
+        for name in self.deployment.nodes:
+            self.start_node(name, timeout)
         expected = len(self.deployment.nodes)
         self._wait(lambda: self.alive_nodes() >= expected, timeout, f"{expected} Ray nodes to join")
         self.log(f"ray: {expected} nodes up")
+
+    def start_node(self, name: str, timeout: float = 180.0, *, log: StampedLog | None = None) -> Process:
+        """``ray start`` of node ``name``, as the kubelet starts a Ray pod's container. ``log``: the
+        container log to go on writing (a container restarted in its pod); default: a new one (a
+        new pod). The head's start returns once its dashboard answers."""
+        node = self.deployment.nodes[name]
+        args = node.ray_start(self.deployment.head.address) + [f"--temp-dir={self.ray_temp_dir(name)}"]
+        self.started_at[name] = time.time()
+        process = self._spawn(name, name, [str(self.ray_bin / "ray"), *args], node.env, logged=True, log=log)
+        process.restartable = self.restarts_exited
+        self.node_logs[name] = process.log  # type: ignore[assignment]
+        if name == "head":
+            self._wait(lambda: self._get_json(f"http://{node.address}:{DASHBOARD_PORT}/api/version") is not None,
+                       timeout, "the Ray head's dashboard to answer")
+        return process
+
+    def stop_node(self, name: str, grace_seconds: float = 30.0) -> None:
+        """End node ``name``'s processes as the kubelet ends a deleted pod's container: SIGTERM, then
+        SIGKILL after the grace period (KubeRay's pods keep Kubernetes' default of 30 s). Then,
+        as the container's cgroup goes, every Ray process left in the node's namespace (GCS,
+        raylet and workers run in sessions of their own, outside ``ray start``'s process group;
+        a head restarted over a surviving GCS finds its port taken), but the EFA counter reader,
+        another pod on the same node."""
+        with self.lock:
+            mine = [p for p in self.processes if p.name == name]
+            self.processes[:] = [p for p in self.processes if p.name != name]
+        for process in mine:
+            _end(process, grace_seconds)
+        self._end_container(name)
+
+    def _end_container(self, name: str) -> None:
+        """What the end of a container's cgroup does: every process of node ``name`` goes (but the
+        EFA counter reader's, another pod), and is gone before anything starts again."""
+        killed: list[int] = []
+        netns.kill_namespace_processes(self.network.namespace(name), spare=IN_CLUSTER_PACKAGE, pids=killed)
+        netns.wait_gone(killed)
+
+    def exited_nodes(self) -> list[str]:
+        """Ray nodes whose ``ray start --block`` has exited (a raylet that lost its GCS exits)."""
+        with self.lock:
+            return [p.name for p in self.processes if p.name in self.deployment.nodes and p.popen.poll() is not None]
+
+    def restart_node(self, name: str) -> Process:
+        """The kubelet restarting a container that exited, in the same pod: the container's other
+        processes go with it (a raylet that exits leaves its engine running, still holding the NIXL
+        side-channel port), and the same log goes on."""
+        with self.lock:
+            self.processes[:] = [p for p in self.processes if p.name != name]
+        self._end_container(name)
+        return self.start_node(name, log=self.node_logs.get(name))
 
     def alive_nodes(self) -> int:
         data = self._get_json(f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/nodes?view=summary")
@@ -171,7 +245,7 @@ class Twin:
                 link.symlink_to(f"/sys/class/net/{netns.DEVICE}/statistics/{name}")
         for role in self.worker_roles:
             self._spawn(f"efa-counters-{role}", role,
-                        [str(self.ray_bin / "python"), "-S", "-m", "rayllmeks_gate", "efa-counters", "--sysfs", str(tree),
+                        [str(self.ray_bin / "python"), "-S", "-m", IN_CLUSTER_PACKAGE, "efa-counters", "--sysfs", str(tree),
                          "--port", str(port)],
                         {"PYTHONPATH": str(self.gate_program), "NODE_NAME": self.node_name(role)}, logged=False)
         for role in self.worker_roles:
@@ -199,12 +273,8 @@ class Twin:
         Returns the application's details; raises :class:`TwinError` with Serve's message when the
         deploy fails or the wait runs out. ``require_running=False`` (a trap) also returns once
         the deploy has failed."""
-        config = dict(serve_config or self.deployment.serve_config)
+        config = self.submit(serve_config)
         url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
-        request = urllib.request.Request(url, data=json.dumps(config).encode(), method="PUT",
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            response.read()
         name = config["applications"][0]["name"]
         state: dict[str, Any] = {}
 
@@ -222,6 +292,16 @@ class Twin:
                    detail=lambda: f"status {state.get('status')}: {str(state.get('message', ''))[:500]}")
         self.log(f"serve: {name} {state.get('status')}")
         return state
+
+    def submit(self, serve_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``PUT /api/serve/applications/`` of ``serve_config`` (default: the deployment's), as KubeRay sends it."""
+        config = dict(serve_config or self.deployment.serve_config)
+        url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
+        request = urllib.request.Request(url, data=json.dumps(config).encode(), method="PUT",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+        return config
 
     def applications(self) -> dict[str, Any]:
         url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
@@ -249,7 +329,8 @@ class Twin:
         while True:
             if ready():
                 return
-            dead = [p.name for p in self.processes if p.popen.poll() is not None]
+            with self.lock:
+                dead = [p.name for p in self.processes if p.popen.poll() is not None and not p.restartable]
             if dead:
                 raise TwinError(f"waiting for {what}: {', '.join(dead)} exited; see {self.workdir / 'logs'}")
             if time.monotonic() > deadline:
@@ -257,27 +338,16 @@ class Twin:
             time.sleep(1.0)
 
     def close(self) -> None:
-        for process in reversed(self.processes):
+        with self.lock:
+            processes = list(self.processes)
+            self.processes.clear()
+        for process in reversed(processes):
             if process.popen.poll() is None:
-                try:
-                    os.killpg(process.popen.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                _signal(process, signal.SIGTERM)
         deadline = time.monotonic() + 20
-        for process in self.processes:
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                process.popen.wait(remaining)
-            except subprocess.TimeoutExpired:
-                pass
-        for process in self.processes:
-            try:
-                os.killpg(process.popen.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                process.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-        self.processes.clear()
+        for process in processes:
+            _reap(process, max(0.1, deadline - time.monotonic()))
+        for process in processes:
+            _signal(process, signal.SIGKILL)
+            _reap(process, 5)
         shutil.rmtree(Path("/tmp") / f"{netns.PREFIX}{self.network.run}", ignore_errors=True)

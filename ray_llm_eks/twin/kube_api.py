@@ -13,7 +13,11 @@ No API server, kubelet or KubeRay runs here, so this loopback server answers the
   ``nvidia.com/gpu`` the engine's core, one each;
 - ConfigMaps: the rendered ones (gate settings, the continuous-verification state) and what the
   gate writes, listed by label selector as the API server does (equality terms, comma-separated);
-- Jobs: the deploy gate's, finished.
+- Jobs: the deploy gate's, finished;
+- the faults a drill applies (``ray_llm_eks/drill.py``): a pod deleted or evicted (the run's
+  :attr:`KubeApi.on_pod_deleted` ends its Ray node and starts the replacement, as the kubelet and
+  KubeRay do) and a node cordoned (``spec.unschedulable``: a replacement pod stays Pending,
+  ``Unschedulable``, until it is uncordoned). No PodDisruptionBudget is applied to an eviction.
 
 Every request needs the bearer token of the file the twin writes. Standard library only.
 """
@@ -78,6 +82,8 @@ class KubeApi:
             self.put_config_map(config_map)
         self.logs = logs
         """Pod name -> a function giving its log since an epoch (None: all)."""
+        self.on_pod_deleted: Callable[[str], None] | None = None
+        """Called (in a thread of its own) with a pod's name once a DELETE or an eviction took it."""
         self.server: ThreadingHTTPServer | None = None
         self.requests: list[tuple[float, str, str]] = []
         """(time, method, path with query) of every call, in order: what the gate asked and when."""
@@ -96,7 +102,7 @@ class KubeApi:
         return stored
 
     def add_pod(self, name: str, *, template: Mapping[str, Any], group: str, node: str, ip: str,
-                env: Mapping[str, str], created: float) -> None:
+                env: Mapping[str, str], created: float, scheduled: bool = True) -> None:
         """A Ray pod as KubeRay 1.4.0 labels it (``ray.io/cluster``, ``ray.io/group``, ``ray.io/node-type``)."""
         containers = copy.deepcopy(template["spec"]["containers"])
         containers[0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
@@ -107,15 +113,37 @@ class KubeApi:
         # KubeRay sets the RayCluster as each pod's controller (raycluster_controller.go@v1.4.0:1055, :1082).
         owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": self.cluster, "uid": self.cluster_uid,
                  "controller": True, "blockOwnerDeletion": True}
-        self.pods.append({
-            "metadata": {"name": name, "namespace": self.namespace, "labels": labels,
-                         "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                         "creationTimestamp": _stamp(created), "ownerReferences": [owner]},
-            "spec": {"nodeName": node, "containers": containers},
-            "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
-                       "containerStatuses": [{"name": containers[0]["name"], "state": {"running": {}},
-                                              "imageID": image if "@" in image else ""}]},
-        })
+        running = {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}],
+                   "containerStatuses": [{"name": containers[0]["name"], "state": {"running": {}}, "restartCount": 0,
+                                          "imageID": image if "@" in image else ""}]}
+        pending = {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": f"0/1 nodes are available: 1 node(s) were unschedulable ({node} is cordoned)"}]}
+        with self.lock:
+            self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
+            self.pods.append({
+                "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "uid": secrets.token_hex(8),
+                             "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                             "creationTimestamp": _stamp(created), "ownerReferences": [owner]},
+                "spec": {"nodeName": node, "containers": containers} if scheduled else {"containers": containers},
+                "status": running if scheduled else pending,
+            })
+
+    def remove_pod(self, name: str) -> None:
+        with self.lock:
+            self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
+
+    def container_restarted(self, name: str) -> None:
+        with self.lock:
+            for pod in self.pods:
+                if pod["metadata"]["name"] == name:
+                    for status in pod["status"].get("containerStatuses") or ():
+                        status["restartCount"] = int(status.get("restartCount", 0)) + 1
+
+    def cordoned(self, node: str) -> bool:
+        with self.lock:
+            return any(n["metadata"]["name"] == node and (n.get("spec") or {}).get("unschedulable")
+                       for n in self.nodes)
 
     def add_counter_pod(self, name: str, labels: Mapping[str, str], node: str, ip: str) -> None:
         self.pods.append({"metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels)},
@@ -177,6 +205,9 @@ class KubeApi:
             def do_DELETE(self) -> None:  # noqa: N802
                 self._route("DELETE")
 
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._route("PATCH")
+
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
@@ -188,6 +219,18 @@ class KubeApi:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+    def _take_pod(self, name: str, json_type: str) -> tuple[int, Any, str]:
+        """A DELETE or an eviction (called with the lock held): the pod is Terminating at once, and the
+        run's kubelet stand-in ends it and starts its replacement."""
+        pod = next((p for p in self.pods if p["metadata"]["name"] == name), None)
+        if pod is None:
+            return 404, {"kind": "Status", "reason": "NotFound", "message": name}, json_type
+        pod["metadata"]["deletionTimestamp"] = _stamp(time.time())
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        if self.on_pod_deleted is not None:
+            threading.Thread(target=self.on_pod_deleted, args=(name,), daemon=True).start()
+        return 200, copy.deepcopy(pod), json_type
 
     def route(self, method: str, raw_path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, Any, str]:
         json_type = "application/json"
@@ -236,6 +279,20 @@ class KubeApi:
                 if new["metadata"]["name"] in self.config_maps:
                     return 409, {"kind": "Status", "reason": "AlreadyExists"}, json_type
                 return 201, self.put_config_map(new), json_type
+            if method in ("DELETE", "POST") and path.startswith(f"{ns}/pods/") and (
+                    method == "DELETE" and path.count("/") == 6 or path.endswith("/eviction")):
+                return self._take_pod(path.split("/")[6], json_type)
+            if method == "GET" and path == "/api/v1/pods":
+                node = query.get("fieldSelector", "").removeprefix("spec.nodeName=")
+                items = [p for p in self.pods if matches(p, selector) and (not node or p["spec"].get("nodeName") == node)]
+                return 200, {"kind": "PodList", "items": copy.deepcopy(items)}, json_type
+            if method == "PATCH" and path.startswith("/api/v1/nodes/"):
+                name, patch = path.rsplit("/", 1)[1], json.loads(body)
+                for node_object in self.nodes:
+                    if node_object["metadata"]["name"] == name:
+                        node_object.setdefault("spec", {}).update(patch.get("spec") or {})
+                        return 200, copy.deepcopy(node_object), json_type
+                return 404, {"kind": "Status", "reason": "NotFound", "message": name}, json_type
             if method == "GET" and path.startswith(f"/apis/batch/v1/namespaces/{self.namespace}/jobs/"):
                 job = self.jobs.get(path.rsplit("/", 1)[1])
                 return (200, job, json_type) if job else (404, {"kind": "Status", "reason": "NotFound"}, json_type)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -55,10 +56,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def kill_namespace_processes(name: str, match: str | None = None) -> int:
+def kill_namespace_processes(name: str, match: str | None = None, *, spare: str | None = None,
+                             pids: list[int] | None = None) -> int:
     """SIGKILL every process that lives in the network namespace ``name`` (Ray's daemons and
     workers outlive ``ray start`` in their own sessions, so a process group is not enough); with
-    ``match``, only those whose command line contains it."""
+    ``match``, only those whose command line contains it; with ``spare``, not those whose command
+    line contains that. ``pids`` collects the pids killed."""
     try:
         inode = os.stat(f"/run/netns/{name}").st_ino
     except OSError:
@@ -69,15 +72,41 @@ def kill_namespace_processes(name: str, match: str | None = None) -> int:
             continue
         try:
             if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
-                if match is not None:
+                if match is not None or spare is not None:
                     with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                        if match.encode() not in cmdline.read():
-                            continue
+                        text = cmdline.read()
+                    if match is not None and match.encode() not in text:
+                        continue
+                    if spare is not None and spare.encode() in text:
+                        continue
                 os.kill(int(entry), 9)
                 killed += 1
+                if pids is not None:
+                    pids.append(int(entry))
         except OSError:
             continue
     return killed
+
+
+def wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
+    """Wait until the processes ``pids`` have left the process table (a SIGKILLed process with
+    much memory takes a moment to exit, and Ray's ``ray start`` finds a GCS still listed as running);
+    returns those still there at the timeout."""
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if os.path.exists(f"/proc/{pid}") and not _zombie(pid)]
+        if left:
+            time.sleep(0.1)
+    return left
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
 
 
 def remove_stale() -> list[str]:

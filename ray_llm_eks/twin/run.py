@@ -19,6 +19,7 @@ import base64
 import contextlib
 import json
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -119,6 +120,13 @@ class TwinRun:
         self.deployed_at = 0.0
         """When the last Serve config was sent (epoch seconds)."""
         self._origin_fd: int | None = None
+        self.pod_of: dict[str, str] = {}
+        """Ray node -> the name of the pod that runs it now (a replacement has a new name)."""
+        self.kubelet_log: list[tuple[float, str]] = []
+        """(epoch, what the kubelet and KubeRay stand-in did) while :meth:`kubelet` was on."""
+        self._kubelet_on = threading.Event()
+        self._replacing: set[str] = set()
+        self._resubmit = False
 
     # --- up and down ---------------------------------------------------------------------------
 
@@ -177,6 +185,7 @@ class TwinRun:
                                logs=logs)
         for name, node in deployment.nodes.items():
             pod = self.pod_name(api.cluster, node.group)
+            self.pod_of[name] = pod
             logs[pod] = self.twin.node_logs[name].text
             api.add_pod(pod, template=node.template, group=node.group, node=self.twin.node_name(name),
                         ip=node.address, env=node.env, created=self.twin.started_at[name])
@@ -188,6 +197,7 @@ class TwinRun:
             api.add_node(self.twin.node_name(role), deployment.gate_settings["roles"][role]["node_selector"])
         for topology_deployment in self.deployments.values():
             api.finished_job(topology_deployment.gate_settings["job_name"], time.time())
+        api.on_pod_deleted = self._pod_deleted
         self.api = api
         self.api_url = api.serve("127.0.0.1")
         (self.workdir / "token").write_text(api.token + "\n")
@@ -217,6 +227,116 @@ class TwinRun:
         if self.network is not None:
             self.network.down()
             self.network = None
+
+    # --- the kubelet and KubeRay, for drills ---------------------------------------------------
+
+    @contextlib.contextmanager
+    def kubelet(self) -> Iterator[None]:
+        """Inside the block, the twin does what the kubelet and KubeRay 1.4.0 do after a fault:
+
+        - a pod deleted or evicted through the API: its Ray node gets SIGTERM (SIGKILL after 30 s),
+          and the RayCluster's replacement pod, under a new name, starts the node again (Pending
+          while the node is cordoned);
+        - a Ray node that exits (a raylet whose GCS went away exits): restarted in its pod, its
+          ``restartCount`` counted (``restartPolicy: Always``);
+        - after the head restarts: the Serve config resubmitted once the head has no application
+          (``rayservice_controller.go``@v1.4.0:804-809), and the RayService Ready again once it runs.
+
+        Outside it, a Ray node that exits stays down and fails any wait (a trap must show)."""
+        assert self.twin is not None
+        self.twin.restarts_exited = True
+        with self.twin.lock:
+            for process in self.twin.processes:
+                process.restartable = process.name in self.twin.deployment.nodes
+        self._kubelet_on.set()
+        thread = threading.Thread(target=self._supervise, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self._kubelet_on.clear()
+            thread.join(timeout=30)
+            self.twin.restarts_exited = False
+
+    def _note(self, what: str) -> None:
+        self.kubelet_log.append((time.time(), what))
+        self.log(f"kubelet: {what}")
+
+    def _pod_deleted(self, pod: str) -> None:
+        assert self.twin is not None and self.api is not None
+        node = next((n for n, p in self.pod_of.items() if p == pod), None)
+        if node is None or not self._kubelet_on.is_set():
+            self.api.remove_pod(pod)  # a pod the twin runs nothing for (a counter reader), or no kubelet on
+            return
+        self._replacing.add(node)
+        try:
+            if node == "head":
+                self.api.ready = False
+            self.twin.stop_node(node)
+            self.api.remove_pod(pod)
+            self._note(f"pod {pod} ended ({node})")
+            deployment = self.twin.deployment.nodes[node]
+            replacement = f"{self.pod_name(self.api.cluster, deployment.group)}-{secrets.token_hex(3)[:5]}"
+            host = self.twin.node_name(node)
+            while self.api.cordoned(host) and self._kubelet_on.is_set():
+                self.api.add_pod(replacement, template=deployment.template, group=deployment.group, node=host,
+                                 ip=deployment.address, env=deployment.env, created=time.time(), scheduled=False)
+                time.sleep(1.0)
+            while True:
+                try:
+                    self.twin.start_node(node)
+                    break
+                except cluster.TwinError as error:  # the kubelet restarts a failed container (back-off)
+                    self._note(f"start of {replacement} failed, retrying: {error}")
+                    self.twin.stop_node(node)
+                    time.sleep(5.0)
+                    if not self._kubelet_on.is_set():
+                        return
+            self.api.logs[replacement] = self.twin.node_logs[node].text
+            self.api.add_pod(replacement, template=deployment.template, group=deployment.group, node=host,
+                             ip=deployment.address, env=deployment.env, created=self.twin.started_at[node])
+            self.pod_of[node] = replacement
+            self._note(f"pod {replacement} started ({node})")
+            if node == "head":
+                self._resubmit = True
+        finally:
+            self._replacing.discard(node)
+
+    def _supervise(self) -> None:
+        assert self.twin is not None and self.api is not None
+        while self._kubelet_on.is_set():
+            for node in self.twin.exited_nodes():
+                if node in self._replacing:
+                    continue
+                try:
+                    self.twin.restart_node(node)
+                except cluster.TwinError as error:
+                    self._note(f"restart of {node} failed: {error}")
+                    continue
+                self.api.container_restarted(self.pod_of[node])
+                self._note(f"container of {self.pod_of[node]} restarted ({node} exited)")
+            if self._resubmit:
+                self._resubmit_when_empty()
+            self._kubelet_on.wait(1.0)
+
+    def _resubmit_when_empty(self) -> None:
+        assert self.twin is not None and self.api is not None
+        data = self.twin.applications()
+        applications = data.get("applications") if data else None
+        if applications is None:
+            return  # the dashboard does not answer yet
+        if not applications:
+            try:
+                self.twin.submit()
+            except OSError as error:
+                self._note(f"serve config resubmission failed: {error}")
+                return
+            self._note("serve config resubmitted (the head had no application)")
+            return
+        if all(app.get("status") == "RUNNING" for app in applications.values()):
+            self.api.ready = True
+            self._resubmit = False
+            self._note("Serve application RUNNING again")
 
     # --- serving -------------------------------------------------------------------------------
 

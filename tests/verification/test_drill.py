@@ -26,10 +26,17 @@ def test_the_outage_runs_from_the_first_failure_to_the_first_success_sent_after_
     assert recovery(samples, fault_s=10.2) == (1.8, 32.8)
 
 
-def test_a_request_in_flight_when_the_outage_starts_does_not_count_as_the_recovery():
-    # Sent before the first failure, answered after it: it was queued, not served by the recovered leg.
-    samples = timeline((10, 11, False), (9.5, 30, True), (31, 32, True))
-    assert recovery(samples, fault_s=9.8) == (1.2, 22.2)
+def test_a_lone_success_inside_the_outage_does_not_end_it():
+    # The head gone: a worker's proxy still answers once, then everything fails until Serve is back.
+    samples = timeline((0, 1, True), (10, 11, False), (11, 12, True), (12, 20, False), (21, 80, False),
+                       (81, 82, True), (83, 84, True))
+    assert recovery(samples, fault_s=9.5) == (1.5, 72.5)
+
+
+def test_a_success_before_the_first_failure_is_not_the_recovery():
+    # An eviction that a budget delays: requests still succeed after the fault, then fail.
+    samples = timeline((4, 5, True), (6, 7, True), (8, 9, False), (10, 11, True))
+    assert recovery(samples, fault_s=5.5) == (3.5, 5.5)
 
 
 def test_without_a_failure_the_first_success_is_of_a_request_sent_after_the_fault():
