@@ -77,7 +77,7 @@ def test_the_snapshots_stand_in_only_for_the_package_s_own_program_files(default
     (full,) = program_config_maps(normalized_template(default.template_json, program_files=True))
     archive = base64.b64encode(gate_bundle.archive()).decode()
     assert "data" not in full and full["binaryData"] == {gate_bundle.ARCHIVE: archive}
-    assert gate_bundle.unpack(base64.b64decode(full["binaryData"][gate_bundle.ARCHIVE])) == gate_bundle.files()
+    assert gate_bundle.unpack(base64.b64decode(full["binaryData"][gate_bundle.ARCHIVE])) == gate_bundle.shipped_files()
     (stood_in,) = program_config_maps(normalized_template(default.template_json))
     assert stood_in["binaryData"] == {gate_bundle.ARCHIVE: PROGRAM_FILE_STAND_IN}
     assert {k: v for k, v in stood_in.items() if k != "binaryData"} == {k: v for k, v in full.items() if k != "binaryData"}

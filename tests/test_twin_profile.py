@@ -247,4 +247,4 @@ def test_the_twin_runs_the_gate_program_the_chart_rendered(rendered, twins):
     from ray_llm_eks.verification import bundle
 
     stand_in = types.SimpleNamespace(rendered=rendered)
-    assert TwinRun._gate_program_files(stand_in, twins["disaggregated"]) == bundle.files()
+    assert TwinRun._gate_program_files(stand_in, twins["disaggregated"]) == bundle.shipped_files()

@@ -104,7 +104,7 @@ def test_the_program_config_map_carries_the_package(default):
     program = default.one("ConfigMap", "ray-llm-gate-program")
     assert "data" not in program and set(program["binaryData"]) == {bundle.ARCHIVE}
     files = bundle.unpack(base64.b64decode(program["binaryData"][bundle.ARCHIVE]))
-    assert files == bundle.files()
+    assert files == bundle.shipped_files()
     assert {"__main__.py", "gate.py", "evidence.py", "efa.py", "metrics.py", "kube.py", "probe.py"} <= set(files)
     # Every pod that runs the program mounts the archive and imports from it.
     for kind in ("Job", "CronJob", "DaemonSet"):
