@@ -136,8 +136,9 @@ class DrillResult:
     first_failure_s: float | None
     """From the fault to the end of the first failed request; None: no request failed."""
     first_success_s: float | None
-    """From the fault to the first success sent after the last failure: the outage's end (with no
-    failure: the first success of a request sent after the fault). None: none within the drill."""
+    """From the fault to the first success after the outage, the longest run of failed requests
+    (:func:`recovery`); with no failure, the first success of a request sent after the fault.
+    None: the outage had not ended when the drill did."""
     pod_replaced_s: float | None
     """From the fault until the target's replacement pod was Ready (None: the head drill, or never)."""
     gate_pass_s: float | None
@@ -172,18 +173,27 @@ class DrillResult:
 def recovery(samples: list[Sample], fault_s: float) -> tuple[float | None, float | None]:
     """(first failure, end of the outage) since ``fault_s``, each measured to the end of a request.
 
-    The outage ends with the first success sent after the last failure: a lone success in the
-    middle of an outage (a proxy that still answered while the head was gone) does not end it. With
-    no failure, it is the first success of a request sent after the fault. The load sends one
-    request at a time, so requests do not overlap."""
+    The outage is the longest run of consecutive failed requests after the fault (from the first
+    one's start to the last one's end); it ends with the success that follows it. A lone failure
+    before it (a request cut when the head went) or after it (one request of a still-loaded
+    deployment) is counted in ``failed``, not taken for the outage; a lone success inside it does
+    not end it. With no failure, the end is the first success of a request sent after the fault;
+    with an outage that never ended, None. The load sends one request at a time, so requests do
+    not overlap."""
     after = sorted((s for s in samples if s.ended_s >= fault_s), key=lambda s: s.ended_s)
-    failures = [s for s in after if not s.ok]
-    if not failures:
+    if not any(not s.ok for s in after):
         success = next((s for s in after if s.ok and s.started_s >= fault_s), None)
         return None, (round(success.ended_s - fault_s, 3) if success else None)
-    last = failures[-1]
-    success = next((s for s in after if s.ok and s.started_s >= last.ended_s), None)
-    return (round(failures[0].ended_s - fault_s, 3),
+    runs: list[list[Sample]] = []
+    for previous, sample in zip([None, *after], after):
+        if not sample.ok:
+            if previous is None or previous.ok:
+                runs.append([])
+            runs[-1].append(sample)
+    outage = max(runs, key=lambda run: run[-1].ended_s - run[0].started_s)
+    success = next((s for s in after if s.ok and s.started_s >= outage[-1].ended_s), None)
+    first_failure = next(s for s in after if not s.ok)
+    return (round(first_failure.ended_s - fault_s, 3),
             round(success.ended_s - fault_s, 3) if success else None)
 
 

@@ -33,6 +33,18 @@ def test_a_lone_success_inside_the_outage_does_not_end_it():
     assert recovery(samples, fault_s=9.5) == (1.5, 72.5)
 
 
+def test_lone_failures_before_and_after_the_outage_do_not_move_its_end():
+    # A request cut as the head goes, the outage, then one failure of a still-loaded deployment.
+    samples = timeline((0, 1, True), (10, 11, False), (12, 13, True), (14, 15, True), (16, 20, False),
+                       (21, 90, False), (91, 92, True), (93, 94, True), (95, 96, False), (97, 98, True))
+    assert recovery(samples, fault_s=9.0) == (2.0, 83.0)
+
+
+def test_an_outage_still_on_at_the_end_has_no_recovery_even_after_an_earlier_blip():
+    samples = timeline((10, 11, False), (12, 13, True), (14, 60, False), (61, 70, False))
+    assert recovery(samples, fault_s=9.0) == (2.0, None)
+
+
 def test_a_success_before_the_first_failure_is_not_the_recovery():
     # An eviction that a budget delays: requests still succeed after the fault, then fail.
     samples = timeline((4, 5, True), (6, 7, True), (8, 9, False), (10, 11, True))
