@@ -304,6 +304,8 @@ class Drill:
                 replaced = self._wait_for_replacement(target, scenario.role, load, fault_s)
             load.wait_for_recovery(fault_s, max(0.0, self.timeout_s - (load.now() - fault_s)))
             gate_pass, runs, reasons = self._gate_until_pass(load, fault_s)
+            # The gate's own probes may see the service back before the load's next request does.
+            load.wait_for_recovery(fault_s, max(0.0, self.timeout_s - (load.now() - fault_s)))
         finally:
             load.stop()
         samples = load.snapshot()
