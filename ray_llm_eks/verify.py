@@ -75,7 +75,8 @@ def deployed_gate(deployment: Deployment | ServingSpec, *, kubeconfig: str | os.
 
 def proxied(kube: Kube, gate_settings: GateSettings, *, log: Callable[[str], None]) -> ContextManager[None]:
     """While inside: the NetworkPolicy that admits the API server to the ports the gate reaches
-    through its proxy (the OpenAI and dashboard Services, the workers' metrics, the counter readers)."""
-    ports = [port_of(gate_settings.openai_url), port_of(gate_settings.dashboard_url),
+    through its proxy (the OpenAI Service, the workers' metrics, the counter readers; never Ray's
+    dashboard, which the gate does not call)."""
+    ports = [port_of(gate_settings.openai_url),
              gate_settings.metrics_port, gate_settings.efa_counter_port]
     return admitted(kube, gate_settings.namespace, gate_settings.ray_service, INSTANCE_LABEL, ports, log=log)

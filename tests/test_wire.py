@@ -16,7 +16,7 @@ def settings(**changes):
     values = {
         "namespace": "inference", "ray_service": "ray-llm", "topology": "disaggregated", "model": "qwen",
         "application": "llm", "openai_url": "http://ray-llm-openai.inference.svc:8000",
-        "dashboard_url": "http://ray-llm-head-svc.inference.svc:8265", "image": "ray:2.58", "image_digest": None,
+        "image": "ray:2.58", "image_digest": None,
         "cluster_spec_hash": "0123abcd", "hash_annotation": wire.CLUSTER_SPEC_HASH_ANNOTATION,
         "worker_container": wire.WORKER_CONTAINER, "worker_env": {"FI_PROVIDER": "efa"}, "serve_args": {"a": [1]},
         "roles": {"prefill": dict(ROLE), "decode": {**ROLE, "node_selector": {"role": "decode"},

@@ -102,7 +102,7 @@ class Versions:
     ray: str = DEFAULT_RAY_VERSION
     """Must equal the Ray inside the image (serve-llm-cuda-v1.0 ships Ray 2.58.0) unless ``image.repository`` names a custom image."""
     kuberay: str = infra.DEFAULT_KUBERAY_VERSION
-    """KubeRay operator chart version, semver (the RayService CRD schema the charts are tested against is 1.4.0)."""
+    """KubeRay operator chart version, semver. 1.5.1 (the default) runs Ray with token authentication; 1.4.0 (the AWS sample's) needs ``serving.ray_auth: disabled`` and leaves Ray's job and dashboard API open to whatever reaches 8265 (docs/threat-model.md, T1)."""
     nvidia_device_plugin: str = infra.DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION
     """0.19.0-0.19.2 default to MOFED mode, which breaks EFA; 0.20.x is the supported line."""
     efa_device_plugin: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION
@@ -164,7 +164,7 @@ def _deployment_path(spec_field: str) -> str:
 class Deployment:
     """A whole deployment. ``Deployment()`` is the reference deployment of the AWS sample (BRIEF
     section 1): ``Qwen/Qwen3.5-9B`` with prefill/decode disaggregation on two ``g6.8xlarge``
-    nodes plus one ``m7i.xlarge`` system node, in us-west-2, KubeRay 1.4.0, Ray 2.58.0, image
+    nodes plus one ``m7i.xlarge`` system node, in us-west-2, KubeRay 1.5.1 with Ray token authentication, Ray 2.58.0, image
     ``ray:serve-llm-cuda-v1.0``. Raises :class:`SpecErrors` naming each dotted field."""
 
     __pydantic_config__ = _FORBID

@@ -47,8 +47,9 @@ DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
 KUBERAY_NAMESPACE = "kuberay"
 KUBERAY_RELEASE = "kuberay-operator"
 KUBERAY_OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
-"""The operator pod's labels (kuberay-operator chart 1.4.0, ``templates/deployment.yaml``: the
-chart name); the serving namespace's NetworkPolicy admits it to the Ray dashboard with these."""
+"""The operator pod's labels (kuberay-operator chart, ``templates/deployment.yaml``: the chart
+name; the same at 1.4.0 and 1.5.1); the serving namespace's NetworkPolicy admits it to the Ray
+dashboard with these."""
 KUBERAY_OPERATOR_SERVICE_ACCOUNT = "kuberay-operator"
 """The operator's service account (kuberay-operator chart, ``serviceAccount.name``): it creates the
 Ray pods, and the admission policy grants their privileges only to pods it creates."""
@@ -56,8 +57,14 @@ DAEMONSET_CONTROLLER_USERS = ("system:serviceaccount:kube-system:daemon-set-cont
 """Who creates a DaemonSet's pods: the DaemonSet controller's own account when the controller
 manager uses per-controller credentials (``--use-service-account-credentials``), else the
 controller manager's identity."""
-DEFAULT_KUBERAY_VERSION = "1.4.0"
-"""The RayService CRD schema the charts are tested against (``tests/data``)."""
+DEFAULT_KUBERAY_VERSION = "1.5.1"
+"""The first KubeRay that runs Ray with token authentication (``rayClusterConfig.authOptions``,
+ray-project/kuberay ``ray-operator/apis/ray/v1/raycluster_types.go@v1.5.1``), which the serving
+side turns on by default. Its chart keeps the values this library sets (``nodeSelector``,
+``singleNamespaceInstall``, ``watchNamespace``: ``helm-chart/kuberay-operator/values.yaml@v1.5.1``),
+the pod label and the service account name; its ClusterRole adds ``secrets`` create/get/list/watch
+(the operator makes and reads each cluster's token Secret: ``templates/_helpers.tpl@v1.5.1``).
+1.4.0 stays selectable with ``ray_auth: disabled``. Both CRDs are in ``tests/data``."""
 DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"
 DEFAULT_EFA_DEVICE_PLUGIN_VERSION = "v0.5.20"
 BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS = frozenset({"0.19.0", "0.19.1", "0.19.2"})

@@ -353,8 +353,8 @@ class ServiceSettings:
     """Networks that may call the OpenAI API; with ``endpoint: internal-nlb`` also the NLB's source ranges (required there: without them the NLB's NodePort opens to 0.0.0.0/0)."""
     egress_cidrs: tuple[str, ...] = DEFAULT_EGRESS_CIDRS
     """Where the pods may open HTTPS (443): the model download (Hugging Face and its CDN through the NAT gateway), the Kubernetes API for the gate, CloudFormation's signal URL. Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
-    ray_auth: RayAuth = RayAuth.disabled
-    """Ray's token authentication (GCS, dashboard, Jobs API, Ray Client): disabled, or token (KubeRay 1.5.1+ makes a random token per RayCluster; Ray 2.52+ requires it). Not on the OpenAI port (8000) or the metrics port, which the NetworkPolicies govern."""
+    ray_auth: RayAuth = RayAuth.token
+    """Ray's token authentication (GCS, dashboard, Jobs API, Ray Client): token (the default; KubeRay 1.5.1+ makes a random token per RayCluster; Ray 2.52+), or disabled (what KubeRay 1.4.0 needs: then anything that reaches the head's 8265 may submit a job). Not on the OpenAI port (8000) or the metrics port, which the NetworkPolicies govern."""
     gcs_fault_tolerance: GcsFaultTolerance = field(default_factory=GcsFaultTolerance)
     """Ray's GCS state in ElastiCache for Valkey, so losing the head does not restart the models (off by default; ``plan`` shows its cost)."""
     admission_exempt_namespaces: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_NAMESPACES
@@ -490,10 +490,12 @@ class ServingSpec:
                 or self.service.ray_auth is not RayAuth.token:
             return
         if _version(self.kuberay_version) < RAY_AUTH_MIN_KUBERAY:
+            minimum = ".".join(map(str, RAY_AUTH_MIN_KUBERAY))
             found.add(problem("service.ray_auth", self.service.ray_auth.value,
-                              f"KubeRay {self.kuberay_version} has no authOptions: the API server would drop the field "
-                              "and Ray would run unauthenticated",
-                              f"disabled, or KubeRay {'.'.join(map(str, RAY_AUTH_MIN_KUBERAY))} or later"))
+                              f"KubeRay {self.kuberay_version} (versions.kuberay, or kuberay_version) has no "
+                              "authOptions: the API server would drop the field and Ray would run unauthenticated",
+                              f"ray_auth: disabled to keep KubeRay {self.kuberay_version} (Ray's job API then has no "
+                              f"authentication), or versions.kuberay {minimum} or later"))
         if isinstance(self.ray_version, str) and _SEMVER_TEXT.match(self.ray_version) and \
                 _version(self.ray_version) < RAY_AUTH_MIN_RAY:
             found.add(problem("service.ray_auth", self.service.ray_auth.value,

@@ -220,7 +220,6 @@ class GateSettings:
     model: str
     application: str
     openai_url: str
-    dashboard_url: str
     image: str
     image_digest: str | None
     cluster_spec_hash: str
@@ -243,7 +242,8 @@ class GateSettings:
     expected_provider: str
     ray_auth: str
     """``token``: the RayService must carry ``authOptions.mode: token`` as stored (a CRD older
-    than KubeRay 1.5.1 drops the field silently), and dashboard calls send the cluster's token."""
+    than KubeRay 1.5.1 drops the field silently). The gate never needs the token: it reads Serve's
+    state from the RayService, not from Ray's dashboard (``verification.rollout``)."""
     rollout: bool = True
     """Delete an active RayCluster whose pods run another cluster spec (the deploy's Job does; ``verify`` never)."""
     as_deploy_job: bool = True
@@ -262,6 +262,10 @@ class GateSettings:
     (``Unschedulable``, for the head and fixed-size roles: an autoscaled role's extra pods are
     Cluster Autoscaler's to place) fails the gate with the pod's reason, instead of at the deadline.
     An image name that can never resolve (``InvalidImageName``) fails it at once."""
+    serve_settle_seconds: float = 6.0
+    """How long KubeRay's status of the Serve application, for the current generation and active
+    cluster, must hold before the gate believes it: three of KubeRay's 2 s reconciles, the first
+    of which may report the previous config's status (``verification.rollout``)."""
     metrics_settle_seconds: float = 15.0
     post_probe_reserve_seconds: float = 90.0
     """Kept after the probes for the counter, metrics and log reads (a few 15 s calls at most), so

@@ -8,7 +8,7 @@ CRD schema (``tests/data/ray.io_rayservices.yaml``) is the guarantee that the re
 
 Field meanings (KubeRay v1.4.0 ``ray-operator/apis/ray/v1/rayservice_types.go`` and the CRD):
 
-- ``serveConfigV2`` is a YAML string, submitted by the operator to the Serve REST API.
+- ``serveConfigV2`` is a YAML string (rendered as JSON, a subset), submitted by the operator to the Serve REST API.
 - ``upgradeStrategy.type``: ``NewCluster`` builds a second RayCluster and switches traffic when
   it is ready (blue/green: twice the GPUs); ``None`` updates only the Serve config in place and
   never creates a second cluster, the only choice that fits a cluster sized for one copy.

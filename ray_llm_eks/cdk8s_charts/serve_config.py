@@ -63,7 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+import json
 
 from ..base.instance_types import InstanceType
 from ..base.placement import DECODE, PREFILL, require_worker_role
@@ -287,8 +287,11 @@ class ServeConfig:
             "applications": [application.to_dict() for application in self.applications],
         }
 
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+    def to_text(self) -> str:
+        """``serveConfigV2``'s text: JSON, which KubeRay reads as YAML (every JSON document is one),
+        so the gate, which has only the standard library, can read what the RayService carries
+        (``verification.rollout``)."""
+        return json.dumps(self.to_dict(), indent=2)
 
 
 # Derivations from the serving spec.

@@ -130,7 +130,7 @@ class RayServiceChart(cdk8s.Chart):
             for role in WORKER_ROLES
         ]
         self.spec = RayServiceSpec(
-            serve_config_v2=self.serve_config.to_yaml(),
+            serve_config_v2=self.serve_config.to_text(),
             upgrade_strategy=UpgradeStrategy.none,
             exclude_head_pod_from_serve_svc=True,
             ray_cluster_config=RayClusterConfig(

@@ -42,11 +42,10 @@ from constructs import Construct
 
 from ..base import sizing
 from ..base.placement import ROLE_LABEL, WORKER_ROLES
-from ..base.serving import SERVE_PORT, RayAuth, ServingSpec, Topology
+from ..base.serving import SERVE_PORT, ServingSpec, Topology
 from ..base.verification import VerificationSpec
 from ..base.wire import (
     COMPONENT_LABEL,
-    DASHBOARD_PORT,
     EFA_COUNTER_PORT,
     EFA_COUNTERS_COMPONENT,
     EXPECTED_BACKEND,
@@ -101,7 +100,6 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         model=spec.model.served_name,
         application=serve["name"],
         openai_url=f"http://{openai_service_name(name)}.{namespace}.svc:{SERVE_PORT}",
-        dashboard_url=f"http://{name}-head-svc.{namespace}.svc:{DASHBOARD_PORT}",
         image=spec.image_uri,
         image_digest=spec.image.digest,
         cluster_spec_hash=rayservice.spec.ray_cluster_config.spec_hash,
@@ -210,11 +208,9 @@ class VerificationChart(cdk8s.Chart):
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayservices"], verbs=["get"]),
             # delete: the rollout of a changed cluster spec (rayservice.CLUSTER_SPEC_HASH_ANNOTATION).
             k8s.PolicyRule(api_groups=["ray.io"], resources=["rayclusters"], verbs=["get", "delete"]),
-            # With Ray token auth, the active RayCluster's token for the dashboard: KubeRay names the
-            # Secret after the cluster, which changes with every rollout, so no resourceNames; get
-            # only (no list or watch), so the account must know a Secret's name to read it.
-            *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
-              if spec.service.ray_auth is RayAuth.token else []),
+            # When KubeRay last submitted the Serve config (its Events on the RayService). No Secret:
+            # Serve's state comes from the RayService, so the gate needs no Ray token (rollout).
+            k8s.PolicyRule(api_groups=[""], resources=["events"], verbs=["list"]),
         ])
         subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
         k8s.KubeRoleBinding(self, "RoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),
@@ -305,8 +301,7 @@ class VerificationChart(cdk8s.Chart):
             k8s.PolicyRule(api_groups=["batch"], resources=["jobs"], verbs=["get"], resource_names=[self.job_name]),
             # The previous run's reading of the metrics, for the window's serving figures.
             k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "update"], resource_names=[state]),
-            *([k8s.PolicyRule(api_groups=[""], resources=["secrets"], verbs=["get"])]
-              if spec.service.ray_auth is RayAuth.token else []),
+            k8s.PolicyRule(api_groups=[""], resources=["events"], verbs=["list"]),
         ])
         subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
         k8s.KubeRoleBinding(self, "MonitorRoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),

@@ -209,7 +209,7 @@ class GpuDevicePlugins(Construct):
 class KubeRayOperator(Construct):
     """The KubeRay operator (chart ``kuberay-operator``), on the system node.
 
-    Default settings: version 1.4.0, release ``kuberay-operator``, namespace ``kuberay``,
+    Default settings: version 1.5.1 (``infra.DEFAULT_KUBERAY_VERSION``), release ``kuberay-operator``, namespace ``kuberay``,
     node selector ``role=system`` (or ``system_nodes``' labels, after which it is then ordered);
     Helm waits (up to 10 minutes) for the operator to be ready, so a RayService applied after
     this chart finds both the CRDs and a running controller.
@@ -222,7 +222,7 @@ class KubeRayOperator(Construct):
     mappings merge, anything else replaces, yours win). Default: none. The library sets
     ``nodeSelector`` (``node_selector``, else ``system_nodes``' labels, else ``role=system``: the
     operator belongs on the system node, off the GPU nodes), and with ``watch_namespaces``
-    ``singleNamespaceInstall: true`` and ``watchNamespace`` (chart 1.4.0 ``values.yaml``;
+    ``singleNamespaceInstall: true`` and ``watchNamespace`` (chart 1.4.0 and 1.5.1 ``values.yaml``;
     ``templates/deployment.yaml`` passes ``--watch-namespace``, ``multiple_namespaces_role.yaml``
     makes the namespaced Roles). Those two are refused in ``values``: ``RayLlmServing`` reads
     ``watch_namespaces`` to check that its namespace is watched, so set them through that prop.
@@ -256,7 +256,7 @@ class KubeRayOperator(Construct):
             "nodeSelector": dict(node_selector or (system_nodes.labels if system_nodes else SYSTEM_LABELS))}
         if self.watch_namespaces:
             # Namespaced Roles in the watched namespaces instead of a ClusterRole, and
-            # --watch-namespace (chart 1.4.0, templates/deployment.yaml and
+            # --watch-namespace (chart 1.4.0 and 1.5.1, templates/deployment.yaml and
             # multiple_namespaces_role.yaml): the operator cannot touch pods elsewhere. The
             # namespaces must exist before the chart installs (RayLlmServing orders that).
             library.update(singleNamespaceInstall=True, watchNamespace=list(self.watch_namespaces))

@@ -102,7 +102,7 @@ class RayLlmServing(Construct):
     :param ray_version: default ``2.58.0``, the image's Ray; checked against the DLC tag.
     :param strict: refuse an image without a digest or a model without a commit revision.
     :param kuberay_version: the operator's version when ``kuberay`` is not given (default
-        ``1.4.0``); with ``kuberay`` it follows that operator.
+        ``1.5.1``, which token authentication needs); with ``kuberay`` it follows that operator.
     :param operator_namespace: where a KubeRay operator installed outside this library runs
         (default ``kuberay``); with ``kuberay`` it follows that operator.
     :param verification: the deployment gate's settings. Default: ``VerificationSpec()``, a

@@ -6,6 +6,12 @@ EFA counter reader of each GPU node (the gate program's own ``efa-counters``, as
 runs it, over a sysfs tree whose counters are the node veth's), and then deploys the Serve
 config through the dashboard's REST API as KubeRay does (``PUT /api/serve/applications/``).
 
+With ``authOptions.mode: token`` in the rendered RayService (the default), every Ray node runs
+with ``RAY_AUTH_MODE=token`` and one random ``RAY_AUTH_TOKEN``, as KubeRay 1.5.1 sets them on the
+Ray container from the cluster's Secret (``SetContainerTokenAuthEnvVars``, common/pod.go@v1.5.1),
+and the twin's own dashboard calls send ``x-ray-authorization: Bearer <token>`` as KubeRay's
+dashboard client does (``setAuthHeader``, dashboardclient/dashboard_httpclient.go@v1.5.1).
+
 The process that runs a twin moves itself into the ``client`` namespace (:func:`enter`), where
 the gate, the bench and the Kubernetes API stand-in run, so every request it sends crosses the
 twin's own links. Every wait is bounded; :meth:`Twin.close` ends every process it started
@@ -18,6 +24,7 @@ import ctypes
 import datetime
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -146,6 +153,20 @@ class Twin:
     """A Ray node that exits is restarted (by :class:`~.run.TwinRun`'s kubelet stand-in), not an error."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     """Guards ``processes``: the twin's kubelet stand-in restarts nodes from its own thread."""
+    ray_auth_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+    """The cluster's Ray token (KubeRay 1.5.1 makes 32 random bytes, base64: ``createAuthSecret``)."""
+
+    @property
+    def token_auth(self) -> bool:
+        """Whether the rendered RayService asks for Ray token authentication (``authOptions.mode``)."""
+        cluster = (self.deployment.rayservice.get("spec") or {}).get("rayClusterConfig") or {}
+        return (cluster.get("authOptions") or {}).get("mode") == "token"
+
+    def auth_env(self) -> dict[str, str]:
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.ray_auth_token} if self.token_auth else {}
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"x-ray-authorization": f"Bearer {self.ray_auth_token}"} if self.token_auth else {}
 
     # --- starting ------------------------------------------------------------------------------
 
@@ -183,7 +204,8 @@ class Twin:
         node = self.deployment.nodes[name]
         args = node.ray_start(self.deployment.head.address) + [f"--temp-dir={self.ray_temp_dir(name)}"]
         self.started_at[name] = time.time()
-        process = self._spawn(name, name, [str(self.ray_bin / "ray"), *args], node.env, logged=True, log=log)
+        process = self._spawn(name, name, [str(self.ray_bin / "ray"), *args], {**node.env, **self.auth_env()},
+                              logged=True, log=log)
         process.restartable = self.restarts_exited
         self.node_logs[name] = process.log  # type: ignore[assignment]
         if name == "head":
@@ -298,7 +320,7 @@ class Twin:
         config = dict(serve_config or self.deployment.serve_config)
         url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
         request = urllib.request.Request(url, data=json.dumps(config).encode(), method="PUT",
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **self.auth_headers()})
         with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
         return config
@@ -311,7 +333,8 @@ class Twin:
 
     def _get(self, url: str, timeout: float = 5.0) -> bytes | None:
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=self.auth_headers()),
+                                        timeout=timeout) as response:
                 return response.read()
         except (urllib.error.URLError, OSError, ValueError):
             return None

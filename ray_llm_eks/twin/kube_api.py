@@ -3,8 +3,13 @@
 No API server, kubelet or KubeRay runs here, so this loopback server answers the gate's calls
 (:mod:`ray_llm_eks.verification.kube`) as they would for the twin's processes:
 
-- the RayService as rendered, with the status KubeRay sets once the Serve app runs (``Ready``,
-  ``activeServiceStatus.rayClusterName``), and its RayCluster (spec and uid) as KubeRay builds it;
+- the RayService as rendered, carrying the Serve config the run submitted (``serveConfigV2``, a
+  new ``metadata.generation`` each time), with the status KubeRay sets (``Ready`` once the Serve
+  app runs, ``observedGeneration``, ``activeServiceStatus.rayClusterName`` and its
+  ``applicationStatuses`` as Ray's dashboard reports them: ``calculateStatus`` and
+  ``getAndCheckServeStatus``, rayservice_controller.go@v1.5.1), and its RayCluster (spec and uid)
+  as KubeRay builds it;
+- the ``UpdatedServeApplications`` Event KubeRay records on the RayService at each submission;
 - a pod per Ray node, built from the rendered pod template as KubeRay labels and owns it, with the
   environment the twin's node really runs, the node's address as ``podIP``, and the node's
   stamped output as its log (``sinceTime`` as the kubelet applies it);
@@ -84,6 +89,11 @@ class KubeApi:
         """Pod name -> a function giving its log since an epoch (None: all)."""
         self.on_pod_deleted: Callable[[str], None] | None = None
         """Called (in a thread of its own) with a pod's name once a DELETE or an eviction took it."""
+        self.generation = 1
+        self.serve_submitted: float | None = None
+        """When the run last submitted the Serve config (KubeRay's ``UpdatedServeApplications`` Event)."""
+        self.applications: Callable[[], Mapping[str, Any]] | None = None
+        """Ray's ``GET /api/serve/applications/`` on the head (with the token, as KubeRay 1.5.1 calls it)."""
         self.server: ThreadingHTTPServer | None = None
         self.requests: list[tuple[float, str, str]] = []
         """(time, method, path with query) of every call, in order: what the gate asked and when."""
@@ -165,10 +175,41 @@ class KubeApi:
                              "labels": {"ray.io/originated-from-cr-name": self.name}},
                 "spec": copy.deepcopy(self.rayservice["spec"]["rayClusterConfig"])}
 
-    def rayservice_object(self) -> dict[str, Any]:
+    def submitted(self, serve_config: Mapping[str, Any], when: float) -> None:
+        """The run submitted ``serve_config`` (KubeRay submits what the RayService carries): the
+        stored spec carries it, as JSON text like the chart's, under a new generation."""
+        with self.lock:
+            spec = {**self.rayservice["spec"], "serveConfigV2": json.dumps(dict(serve_config), indent=2)}
+            if spec != self.rayservice["spec"]:
+                self.generation += 1
+            self.rayservice = {**self.rayservice, "spec": spec}
+            self.serve_submitted = when
+
+    def application_statuses(self) -> dict[str, Any]:
+        """``applicationStatuses`` as KubeRay fills them from Ray's answer (status, message, and each
+        deployment's status and message); empty while the dashboard does not answer."""
+        data = (self.applications() if self.applications is not None else None) or {}
+        return {name: {"status": app.get("status", ""), "message": app.get("message", ""),
+                       "serveDeploymentStatuses": {d: {"status": v.get("status", ""), "message": v.get("message", "")}
+                                                   for d, v in (app.get("deployments") or {}).items()}}
+                for name, app in (data.get("applications") or {}).items()}
+
+    def rayservice_object(self, applications: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        active: dict[str, Any] = {"rayClusterName": self.cluster}
+        if applications:
+            active["applicationStatuses"] = dict(applications)
         status = {"conditions": [{"type": "Ready", "status": "True" if self.ready else "False"}],
-                  "activeServiceStatus": {"rayClusterName": self.cluster}}
-        return {**self.rayservice, "status": status}
+                  "observedGeneration": self.generation, "activeServiceStatus": active}
+        return {**self.rayservice, "metadata": {**self.rayservice["metadata"], "generation": self.generation},
+                "status": status}
+
+    def serve_events(self) -> list[dict[str, Any]]:
+        if self.serve_submitted is None:
+            return []
+        return [{"kind": "Event", "type": "Normal", "reason": "UpdatedServeApplications",
+                 "involvedObject": {"kind": "RayService", "name": self.name, "namespace": self.namespace},
+                 "message": f"Updated serve applications to the RayCluster {self.namespace}/{self.cluster}",
+                 "lastTimestamp": _stamp(self.serve_submitted)}]
 
     # --- HTTP ------------------------------------------------------------------------------------
 
@@ -244,9 +285,17 @@ class KubeApi:
             selector = parse_selector(query.get("labelSelector", ""))
         except ValueError as error:
             return 400, {"kind": "Status", "reason": "BadRequest", "message": str(error)}, json_type
+        rayservice = f"/apis/ray.io/v1/namespaces/{self.namespace}/rayservices/{self.name}"
+        # Ray is asked before the lock is taken: its answer may take seconds.
+        applications = self.application_statuses() if method == "GET" and path == rayservice else None
         with self.lock:
-            if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayservices/{self.name}":
-                return 200, self.rayservice_object(), json_type
+            if method == "GET" and path == rayservice:
+                return 200, self.rayservice_object(applications), json_type
+            if method == "GET" and path == f"{ns}/events":
+                wanted = (f"involvedObject.kind=RayService,involvedObject.name={self.name},"
+                          "reason=UpdatedServeApplications")
+                items = self.serve_events() if query.get("fieldSelector") == wanted else []
+                return 200, {"kind": "EventList", "items": items}, json_type
             if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{self.cluster}":
                 return 200, self.ray_cluster_object(), json_type
             if method == "GET" and path == f"{ns}/pods":

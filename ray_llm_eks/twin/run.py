@@ -198,6 +198,7 @@ class TwinRun:
         for topology_deployment in self.deployments.values():
             api.finished_job(topology_deployment.gate_settings["job_name"], time.time())
         api.on_pod_deleted = self._pod_deleted
+        api.applications = self.twin.applications
         self.api = api
         self.api_url = api.serve("127.0.0.1")
         (self.workdir / "token").write_text(api.token + "\n")
@@ -327,10 +328,11 @@ class TwinRun:
             return  # the dashboard does not answer yet
         if not applications:
             try:
-                self.twin.submit()
+                config = self.twin.submit()
             except OSError as error:
                 self._note(f"serve config resubmission failed: {error}")
                 return
+            self.api.submitted(config, time.time())
             self._note("serve config resubmitted (the head had no application)")
             return
         if all(app.get("status") == "RUNNING" for app in applications.values()):
@@ -350,6 +352,8 @@ class TwinRun:
         self.twin.deployment = deployment
         started = time.monotonic()
         self.deployed_at = time.time()
+        # What KubeRay submits is what the RayService carries: the stand-in's now carries this.
+        self.api.submitted(serve_config or deployment.serve_config, self.deployed_at)
         state = self.twin.deploy(serve_config or deployment.serve_config, timeout=timeout,
                                  require_running=require_running)
         self.api.ready = True

@@ -41,7 +41,7 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("env: LD_LIBRARY_PATH", "libfabric 2.x, the CUDA runtime and a libcuda.so.1 stub for NIXL's LIBFABRIC plugin"),
     ("env: HF_HOME, HF_HUB_CACHE", "the run's own folder instead of the node's host path"),
     ("env: VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND", "vLLM's CPU KV pool in GiB; one core per engine"),
-    ("gate: openai_url, dashboard_url", "the head node's address in the twin's network"),
+    ("gate: openai_url", "the head node's address in the twin's network"),
     ("gate: serve_args, worker_env", "what this profile changed, which the gate compares with what runs"),
     ("gate: expected_provider tcp", "the provider the twin's links offer"),
     ("gate: as_deploy_job false, deadline_seconds", "no Job, no wait condition; bounded for a local run"),
@@ -183,12 +183,14 @@ def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_ob
     application = serve["applications"][0]
     settings.update(
         openai_url=f"http://{head}:{serve.get('http_options', {}).get('port', 8000)}",
-        dashboard_url=f"http://{head}:{DASHBOARD_PORT}",
         serve_args=application["args"],
         worker_env=worker_env,
         expected_provider=TWIN_PROVIDER,
         as_deploy_job=False,
         deadline_seconds=GATE_DEADLINE_SECONDS,
     )
+    # The RayService the KubeRay stand-in serves carries the config it submits, as KubeRay's does:
+    # the gate compares the stored serveConfigV2 with its serve_args (verification.rollout).
+    service = {**service, "spec": {**service["spec"], "serveConfigV2": json.dumps(serve, indent=2)}}
     return TwinDeployment(topology=settings["topology"], nodes=nodes, serve_config=serve, gate_settings=settings,
                           rayservice=service)

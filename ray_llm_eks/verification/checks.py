@@ -91,16 +91,16 @@ class Checks(Phase):
         return entry
 
     def check_engine(self) -> None:
-        """Record the Serve application the wait loop found running the spec's config (Ray's
-        ``GET /api/serve/applications/``: its ``deployed_app_config.args`` against the rendered ones)."""
+        """Record the Serve application the wait loop found running the spec's config (as the
+        RayService reports it: the stored ``serveConfigV2`` args against the rendered ones, and
+        KubeRay's status of the application; :mod:`.rollout`)."""
         c = self.config
         app = self.application
-        deployed_args = ((app.get("deployed_app_config") or {}).get("args")) or {}
-        differences = rollout.differences(c.serve_args, deployed_args)
+        differences = rollout.differences(c.serve_args, app.get("args") or {})
         self.report.sections["engine"] = {
             "application": c.application, "status": app.get("status"), "matches_spec": not differences,
             "differences": differences[:20], "last_deployed_time_s": app.get("last_deployed_time_s"),
-            "deployments": {name: d.get("status") for name, d in (app.get("deployments") or {}).items()},
+            "deployments": {name: (d or {}).get("status") for name, d in (app.get("deployments") or {}).items()},
         }
         if app.get("status") != "RUNNING":
             self.report.fail(f"Serve application {c.application!r} is {app.get('status')}, not RUNNING")
@@ -210,7 +210,8 @@ class Checks(Phase):
         c = self.config
         # Only what the current replicas printed: after an in-place Serve redeploy the container log
         # still holds the previous replicas' lines (an old UCX warning, or an old EFA line that
-        # would vouch for replicas that printed none).
+        # would vouch for replicas that printed none). Since when: KubeRay's last submission of the
+        # config to this cluster (rollout._serve_submitted).
         deployed = self.application.get("last_deployed_time_s")
         since = objects.rfc3339(float(deployed) - rollout.LOG_SINCE_MARGIN_SECONDS) if deployed else None
         if c.log_window_seconds is not None:

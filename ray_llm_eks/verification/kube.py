@@ -206,6 +206,12 @@ class Kube:
     def config_maps(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v1/namespaces/{namespace}/configmaps", labelSelector=_selector(selector))["items"])
 
+    def events(self, namespace: str, *, kind: str, name: str, reason: str) -> list[dict[str, Any]]:
+        """The core Events about object ``kind``/``name`` with ``reason`` (field selectors the API
+        server supports for Events: ``involvedObject.*`` and ``reason``)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},reason={reason}"
+        return self.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector).get("items") or []
+
     def pod_log(self, namespace: str, pod: str, container: str, since: str | None = None) -> str:
         """The container's log; with ``since`` (RFC 3339), only lines the kubelet stamped at or after it."""
         query = {"container": container, **({"sinceTime": since} if since else {})}

@@ -24,7 +24,24 @@ makes the gate delete a healthy cluster nor passes for one of its pods.
 
 Ready means: the RayService's ``Ready`` condition is True, its active cluster's pods all carry the
 expected hash and are Ready, one worker pod per GPU node of each role, and the Serve application
-runs the rendered config (Ray's ``GET /api/serve/applications/``).
+runs the rendered config. The gate learns Serve's state from the RayService, through the
+Kubernetes API, never from Ray's dashboard (8265): KubeRay writes each application's status there
+(``activeServiceStatus.applicationStatuses``, ``calculateStatus`` in ``rayservice_controller.go``
+at v1.4.0 and v1.5.1), so the gate needs neither the head's port nor, with token authentication,
+the cluster's Ray token (which KubeRay keeps in a Secret named after a RayCluster whose name it
+makes up, so no RBAC rule could name it). What the gate gives up for it: Ray's own copy of the
+deployed arguments. Instead the RayService as stored must carry the rendered ``serveConfigV2``
+(JSON text, which KubeRay reads as YAML), KubeRay must have observed its generation
+(``status.observedGeneration``), and the application's status must hold for
+``serve_settle_seconds``: KubeRay reads Serve's status before it submits a changed config in the
+same reconcile (``reconcileServe``, v1.5.1 lines 1637-1645), so the first status written for a new
+generation is still the previous config's; the next reconcile, ``ServiceDefaultRequeueDuration``
+(2 s) later, reads the new one. When KubeRay last submitted the config (its
+``UpdatedServeApplications`` Event on the RayService) bounds the worker logs the gate reads.
+
+The rollout below holds for KubeRay 1.4.0 and 1.5.1 alike (``shouldPrepareNewCluster`` and
+``shouldUpdateCluster``: v1.5.1 lines 1009-1088 keep the nil/nil case first and, with
+``upgradeStrategy: None``, neither replace nor re-spec a pending cluster).
 
 Also here: the settings of the spec a RayService carries (:func:`deployed_settings`, which
 ``ray-llm-eks verify`` runs with).
@@ -32,7 +49,6 @@ Also here: the settings of the spec a RayService carries (:func:`deployed_settin
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any, Mapping
 
@@ -42,7 +58,9 @@ from .shared import wire
 from .state import Phase
 
 READY_CONDITION = "Ready"
-RAY_AUTH_TOKEN_KEY = "auth_token"
+SERVE_UPDATED_EVENT_REASON = "UpdatedServeApplications"
+"""The Event KubeRay records on the RayService each time it submits ``serveConfigV2`` to a
+RayCluster (``reconcileServe``, rayservice_controller.go@v1.4.0:1043, @v1.5.1:1649)."""
 LOG_SINCE_MARGIN_SECONDS = 5.0
 """Worker log lines are read from the current Serve deployment's time minus this (clock skew)."""
 
@@ -61,6 +79,8 @@ class Rollout(Phase):
         self.stuck_since: dict[tuple[str, str], float] = {}
         self.replaced_since: float | None = None
         self.deploy_failed_uid: str | None = None
+        self.serve_seen: tuple[tuple[Any, ...], float] | None = None
+        """(generation, active cluster, application status) as first read, and when."""
         state = "the RayService does not exist"
         started = self.clock()
         while True:
@@ -166,7 +186,7 @@ class Rollout(Phase):
         if not (ready and active_object is not None and not stale and enough):
             waiting = self._pods_waiting(c.namespace)
             return active, state + (f"; {waiting}" if waiting else "")
-        serve = self._serve_state()
+        serve = self._serve_state(service, active)
         if serve is False:
             return False
         if serve is not None:
@@ -244,24 +264,36 @@ class Rollout(Phase):
             parts.append(f"{group} {len(ready)}/{low if low == high else f'{low} to {high}'}")
         return ok, ", ".join(parts)
 
-    def _serve_state(self) -> str | bool | None:
-        """None when the application runs the rendered config; a state to wait on; False on a failed deploy."""
+    def _serve_state(self, service: Mapping[str, Any], active: str) -> str | bool | None:
+        """None when the application runs the rendered config (as the RayService reports it, see the
+        module docstring); a state to wait on; False on a failed deploy."""
         c = self.config
-        url = c.dashboard_url.rstrip("/") + "/api/serve/applications/"
-        try:
-            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace),
-                                                    headers=self._dashboard_headers()))
-        except Exception as error:  # noqa: BLE001 - the dashboard may still be starting
-            return f"the Ray dashboard does not answer yet ({error})"
-        app = (details.get("applications") or {}).get(c.application)
-        if app is None:
-            return f"Serve application {c.application!r} is not deployed yet"
-        self.application = app
-        differing = differences(c.serve_args, (app.get("deployed_app_config") or {}).get("args") or {})
-        status = app.get("status")
+        stored = _serve_config_args(service, c.application)
+        if stored is None:
+            return f"the RayService's serveConfigV2 has no application {c.application!r} in JSON"
+        differing = differences(c.serve_args, stored)
         if differing:
-            return f"Serve application {c.application!r} still runs another config (differs at {differing[0]})"
-        if status == "DEPLOY_FAILED":
+            return f"the RayService carries another Serve config (differs at {differing[0]})"
+        generation = (service.get("metadata") or {}).get("generation")
+        status = service.get("status") or {}
+        if generation is not None and status.get("observedGeneration") != generation:
+            return (f"KubeRay has not yet observed generation {generation} of the RayService "
+                    f"(status.observedGeneration {status.get('observedGeneration')})")
+        app = ((status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}).get(c.application)
+        if app is None:
+            self.serve_seen = None
+            return f"Serve application {c.application!r} is not deployed yet"
+        reading = (generation, active, app.get("status"))
+        now = self.clock()
+        if self.serve_seen is None or self.serve_seen[0] != reading:
+            self.serve_seen = (reading, now)
+        if now - self.serve_seen[1] < c.serve_settle_seconds:
+            return (f"Serve application {c.application!r} is {app.get('status')} (KubeRay's status of the "
+                    f"current generation, held for {c.serve_settle_seconds:.0f} s before it is believed)")
+        self.application = {"status": app.get("status"), "message": app.get("message") or "",
+                            "args": stored, "deployments": app.get("serveDeploymentStatuses") or {},
+                            "last_deployed_time_s": self._serve_submitted(active)}
+        if app.get("status") == "DEPLOY_FAILED":
             # Serve's message names the deployments, not why their engines died: the workers' logs
             # do (a LIBFABRIC plugin that cannot load libfabric, no EFA device for FI_PROVIDER=efa),
             # so their root causes come first (seen on the local twin, docs/twin.md).
@@ -271,9 +303,28 @@ class Rollout(Phase):
             self.report.fail(f"Serve application {c.application!r} failed to deploy the spec's config: "
                              f"{(app.get('message') or '')[:500]}")
             return False
-        if status != "RUNNING":
-            return f"Serve application {c.application!r} is {status}"
+        if app.get("status") != "RUNNING":
+            return f"Serve application {c.application!r} is {app.get('status')}"
         return None
+
+    def _serve_submitted(self, cluster: str) -> float | None:
+        """When KubeRay last submitted the Serve config to ``cluster`` (epoch seconds), from its
+        ``UpdatedServeApplications`` Events on the RayService; None when none is left (the API
+        server keeps Events an hour by default): the worker logs are then read whole."""
+        c = self.config
+        try:
+            events = self.kube.events(c.namespace, kind="RayService", name=c.ray_service,
+                                      reason=SERVE_UPDATED_EVENT_REASON)
+        except (ApiError, NoClusterAccess):
+            return None
+        times = []
+        for event in events:
+            if str(event.get("message") or "").endswith(f"/{cluster}"):
+                try:
+                    times.append(objects.epoch(str(event.get("lastTimestamp") or event.get("eventTime") or "")))
+                except ValueError:
+                    continue  # no readable time: it bounds nothing
+        return max(times, default=None)
 
     def _startup_failures(self, cluster: str | None = None) -> list[str]:
         """What the worker logs of ``cluster`` (default: the active one) say went wrong since the Serve
@@ -303,17 +354,6 @@ class Rollout(Phase):
         status = job.get("status") or {}
         finished = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
         return not (finished & {"Complete", "Failed"} or status.get("succeeded") or status.get("failed"))
-
-    def _dashboard_headers(self) -> dict[str, str]:
-        """With token auth, the active RayCluster's token: KubeRay 1.5.1 keeps it in a Secret named
-        after the cluster, key ``auth_token`` (``raycluster_controller.go``), and Ray accepts it as
-        ``X-Ray-Authorization`` ("for proxies and KubeRay"), which the API server's proxy passes on."""
-        if self.config.ray_auth != "token" or not self.active_cluster:
-            return {}
-        name = kuberay_check_name(self.active_cluster)
-        secret = self.kube.get(f"/api/v1/namespaces/{self.config.namespace}/secrets/{name}")
-        token = base64.b64decode((secret.get("data") or {}).get(RAY_AUTH_TOKEN_KEY, "")).decode()
-        return {"X-Ray-Authorization": f"Bearer {token}"} if token else {}
 
     def _pods_waiting(self, namespace: str) -> str:
         """Why Ray pods of this service are not running yet (Pending, image pull, crash), for the report."""
@@ -379,15 +419,20 @@ def differences(expected: Any, actual: Any, path: str = "args") -> list[str]:
     return [] if expected == actual else [path]
 
 
-def kuberay_check_name(name: str) -> str:
-    """The name KubeRay gives an object derived from ``name`` (v1.5.1 ``utils.CheckName``, which
-    names the token Secret after the RayCluster): its last 50 characters, and an ``r`` for a
-    leading digit or punctuation."""
-    if len(name) > 50:
-        name = name[len(name) - 50:]
-    if name and (name[0].isdigit() or not name[0].isalnum()):
-        name = "r" + name[1:]
-    return name
+def _serve_config_args(service: Mapping[str, Any], application: str) -> dict[str, Any] | None:
+    """The ``args`` of ``application`` in the RayService's ``serveConfigV2`` as stored (the chart
+    writes it as JSON text: the gate has no YAML parser); None when it is not JSON or lacks it."""
+    text = (service.get("spec") or {}).get("serveConfigV2")
+    try:
+        config = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    apps = config.get("applications") if isinstance(config, dict) else None
+    for app in apps if isinstance(apps, list) else ():
+        if isinstance(app, dict) and app.get("name") == application:
+            args = app.get("args")
+            return args if isinstance(args, dict) else {}
+    return None
 
 
 def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ class RunState:
     clock: Callable[[], float] = time.monotonic
     log: Callable[[str], None] = lambda message: None
     application: dict[str, Any] = field(default_factory=dict)
-    """The Serve application as last read from the dashboard (``ApplicationDetails``)."""
+    """The Serve application as the RayService reports it (``rollout.Rollout._serve_state``)."""
     active_cluster: str = ""
     """The RayService's active RayCluster as last read (its Secret holds the Ray token)."""
 

@@ -127,7 +127,7 @@ def test_the_settings_say_what_the_deployed_spec_says(default):
     assert settings["image"] == default.spec.image_uri
     assert settings["serve_args"] == default.charts.rayservice.serve_config.to_dict()["applications"][0]["args"]
     assert settings["openai_url"] == "http://ray-llm-openai.inference.svc:8000"
-    assert settings["dashboard_url"] == "http://ray-llm-head-svc.inference.svc:8265"
+    assert "dashboard_url" not in settings  # the gate reads Serve's state from the RayService
     assert settings["roles"] == {"prefill": {"nodes": 1, "node_selector": {"role": "prefill"}, "gpus_per_node": 1},
                                  "decode": {"nodes": 1, "node_selector": {"role": "decode"}, "gpus_per_node": 1}}
     assert settings["worker_env"]["NIXL_LOG_LEVEL"] == "INFO"
@@ -146,6 +146,7 @@ def test_the_gate_can_read_what_it_checks_and_delete_only_ray_clusters(default):
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"], "resourceNames": [default.chart.job_name]},
         {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get"]},
         {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},  # KubeRay's Serve submissions
     ]
     assert [r for r in rules if "delete" in r["verbs"]] == [
         {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]}]

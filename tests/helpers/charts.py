@@ -32,8 +32,10 @@ from ray_llm_eks.base.serving import (
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-CRD_FILE = DATA / "ray.io_rayservices.yaml"
+CRD_FILE_V1_4_0 = DATA / "ray.io_rayservices.yaml"
 CRD_FILE_V1_5_1 = DATA / "kuberay-v1.5.1" / "ray.io_rayservices.yaml"
+CRD_FILE = CRD_FILE_V1_5_1
+"""The default operator's (``infra.DEFAULT_KUBERAY_VERSION``) RayService CRD."""
 
 # kubernetes-validate 1.37 ships schemas for 1.32 .. 1.37; EKS here runs 1.35, the newest <= 1.35.
 KUBERNETES_VERSION = "1.35.0"

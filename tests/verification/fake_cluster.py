@@ -212,7 +212,8 @@ class Scenario:
     old_log: list[str] = field(default_factory=list)
     """Lines the previous replicas printed before the current Serve deployment (an in-place redeploy)."""
     serve_states: list[tuple[str, bool]] = field(default_factory=list)
-    """What the dashboard answers on successive reads: (status, runs the deployed args); then RUNNING, True."""
+    """What KubeRay reports of the Serve application on successive RayService reads: (status, whether
+    KubeRay has observed the current generation); then ``serve_final``."""
     serve_final: tuple[str, bool] = ("RUNNING", True)
     promote_after_polls: int = 3
     """RayService reads after KubeRay creates a pending cluster before it promotes it (until then the
@@ -299,13 +300,20 @@ class FakeDeployment:
         self.deployed_at = time.time() - 30
         self.created_config_maps: list[dict[str, Any]] = []
         self.ray_auth_token: str | None = None
-        """Ray token auth on: the dashboard wants this token; KubeRay keeps it in a Secret per RayCluster."""
+        """Ray token auth on: KubeRay keeps the token in a Secret per RayCluster (served to anyone who asks)."""
+        self.secret_reads: list[str] = []
         self.stored_auth_options: dict[str, Any] | None = None
         """``rayClusterConfig.authOptions`` as the API server stored it (None: pruned by an old CRD)."""
-        self.dashboard_headers: list[str | None] = []
+        self.dashboard_calls: list[str] = []
+        """Every call to the head's dashboard (through the proxy): the gate must make none."""
+        self.serve_config_text: str | None = None
+        """``serveConfigV2`` as stored; None: the rendered one with the settings' args."""
+        self.serve_events = True
+        """Whether KubeRay's ``UpdatedServeApplications`` Event for the active cluster is still kept."""
         self.network_policies: dict[str, dict[str, Any]] = {}
         """NetworkPolicies in the namespace now; the proxy forwards only what they admit from the API server."""
         self.policy_history: list[tuple[str, str]] = []
+        self.policy_history_bodies: list[dict[str, Any]] = []
         self.break_counters_until = 0
         """How many reads of each node's counters fail first (a reader not yet listening)."""
         self.counter_reads: dict[str, int] = {}
@@ -391,10 +399,10 @@ class FakeDeployment:
         return {
             **self.settings,
             "openai_url": f"{self.api_url}/openai",
-            "dashboard_url": f"{self.api_url}/dashboard",
             "metrics_port": self.metrics_port,
             "efa_counter_port": self.counter_port,
             "poll_seconds": 0.2,
+            "serve_settle_seconds": 0.3,  # two reads of the same status at least
             "metrics_settle_seconds": 0,
             "post_probe_reserve_seconds": 1,
             "deadline_seconds": 20,
@@ -579,14 +587,23 @@ class FakeDeployment:
         self.kuberay.reconcile()
         ready = self.scenario.ready and not self.pending
         service = self.rayservice
+        spec = {**service["spec"], "serveConfigV2": self.serve_config_text if self.serve_config_text is not None else
+                json.dumps({"applications": [{"name": self.settings["application"], "args": self.settings["serve_args"],
+                                              "import_path": "ray.serve.llm:build_pd_openai_app"}]})}
         if self.stored_auth_options is not None:
-            spec = {**service["spec"], "rayClusterConfig": {**service["spec"]["rayClusterConfig"],
-                                                            "authOptions": self.stored_auth_options}}
-            service = {**service, "spec": spec}
-        return {**service, "status": {
+            spec["rayClusterConfig"] = {**spec["rayClusterConfig"], "authOptions": self.stored_auth_options}
+        # What KubeRay writes (calculateStatus): the generation it reconciled, and the active
+        # cluster's Serve applications as it last read them from that cluster's dashboard.
+        status, observed = self.scenario.serve_states.pop(0) if self.scenario.serve_states else self.scenario.serve_final
+        app = self.settings["application"]
+        generation = 7
+        return {**service, "metadata": {**service["metadata"], "generation": generation}, "spec": spec, "status": {
+            "observedGeneration": generation if observed else generation - 1,
             "conditions": [{"type": "Ready", "status": "True" if ready else "False",
                             "reason": "NonZeroServeEndpoints" if ready else "ZeroServeEndpoints"}],
-            "activeServiceStatus": {"rayClusterName": self.active},
+            "activeServiceStatus": {"rayClusterName": self.active, "applicationStatuses": {app: {
+                "status": status, "message": "engine died: CUDA out of memory" if status != "RUNNING" else "",
+                "serveDeploymentStatuses": {"PDProxyServer": {"status": "HEALTHY"}}}}},
             **({"pendingServiceStatus": self._pending_status()} if self.pending else {})}}
 
     def _pending_status(self) -> dict[str, Any]:
@@ -618,9 +635,20 @@ class FakeDeployment:
         ns = f"/api/v1/namespaces/{self.namespace}"
         if "/proxy" in path:
             return self.route_proxy(handler, method, path)
-        if method == "GET" and path == f"{ns}/secrets/{self.active}" and self.ray_auth_token is not None:
-            return handler.reply(200, {"kind": "Secret", "metadata": {"name": self.active}, "data": {
-                "auth_token": base64.b64encode(self.ray_auth_token.encode()).decode()}})
+        if method == "GET" and path.startswith(f"{ns}/secrets/"):
+            self.secret_reads.append(path)
+            if path == f"{ns}/secrets/{self.active}" and self.ray_auth_token is not None:
+                return handler.reply(200, {"kind": "Secret", "metadata": {"name": self.active}, "data": {
+                    "auth_token": base64.b64encode(self.ray_auth_token.encode()).decode()}})
+        if method == "GET" and path == f"{ns}/events":
+            wanted = "involvedObject.kind=RayService,involvedObject.name=" + self.name + \
+                ",reason=UpdatedServeApplications"
+            items = [{"kind": "Event", "reason": "UpdatedServeApplications", "type": "Normal",
+                      "involvedObject": {"kind": "RayService", "name": self.name},
+                      "message": f"Updated serve applications to the RayCluster {self.namespace}/{self.active}",
+                      "lastTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.deployed_at))}]
+            return handler.reply(200, {"kind": "EventList", "items": items if self.serve_events and
+                                       query.get("fieldSelector") == wanted else []})
         if method == "GET" and path == "/api/v1/namespaces/default/endpoints/kubernetes":
             return handler.reply(200, {"kind": "Endpoints", "subsets": [
                 {"addresses": [{"ip": ip} for ip in API_SERVER_IPS], "ports": [{"name": "https", "port": 443}]}]})
@@ -633,6 +661,7 @@ class FakeDeployment:
                     return handler.reply(409, {"kind": "Status", "reason": "AlreadyExists"})
                 self.network_policies[body["metadata"]["name"]] = body
                 self.policy_history.append((method, body["metadata"]["name"]))
+                self.policy_history_bodies.append(body)
                 return handler.reply(201 if method == "POST" else 200, body)
             if method == "DELETE" and name in self.network_policies:
                 del self.network_policies[name]
@@ -766,22 +795,13 @@ class FakeDeployment:
     # --- the serving endpoints -----------------------------------------------------------------------
 
     def route_dashboard(self, handler: Handler, path: str) -> None:
-        if path != "/api/serve/applications/":
-            return handler.reply(404, {})
-        self.dashboard_headers.append(handler.headers.get("X-Ray-Authorization"))
+        """Ray's dashboard on the head: with token auth (as KubeRay 1.5.1 runs it) it refuses a
+        request without the cluster's token; every call is recorded (the gate makes none)."""
+        self.dashboard_calls.append(path)
         if self.ray_auth_token is not None and \
                 handler.headers.get("X-Ray-Authorization") != f"Bearer {self.ray_auth_token}":
             return handler.reply(401, {"error": "Unauthorized: missing or invalid authentication token"})
-        app = self.settings["application"]
-        status, current = self.scenario.serve_states.pop(0) if self.scenario.serve_states else self.scenario.serve_final
-        args = self.settings["serve_args"] if current else {**self.settings["serve_args"], "previous": True,
-                                                            "prefill_config": {"model_loading_config": {}}}
-        return handler.reply(200, {"applications": {app: {
-            "name": app, "status": status, "message": "engine died: CUDA out of memory" if status != "RUNNING" else "",
-            "last_deployed_time_s": self.deployed_at,
-            "deployed_app_config": {"name": app, "import_path": "ray.serve.llm:build_pd_openai_app", "args": args},
-            "deployments": {"PDProxyServer": {"status": "HEALTHY"}},
-        }}})
+        return handler.reply(404, {})
 
     def _bump(self, node: str, counter: str, amount: int) -> None:
         path = self.sysfs[node] / "class" / "infiniband" / "rdmap0s6" / "ports" / "1" / "hw_counters" / counter

@@ -18,8 +18,7 @@ from fake_cluster import DECODE_NODE, FakeDeployment, kubeconfig_for
 
 
 def _deployed_settings(fake: FakeDeployment) -> dict:
-    return {**fake.gate_settings(), "openai_url": fake.settings["openai_url"],
-            "dashboard_url": fake.settings["dashboard_url"]}
+    return {**fake.gate_settings(), "openai_url": fake.settings["openai_url"]}
 
 
 def _drill(fake: FakeDeployment, tmp_path, scenario: str, *extra: str, fail: bool = False):

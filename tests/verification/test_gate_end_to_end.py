@@ -303,40 +303,60 @@ def test_the_jobs_own_command_line_runs_on_a_plain_interpreter(in_cluster_copy, 
     assert json.loads(done.stdout)["verdict"] == "pass"
 
 
-def test_with_ray_token_auth_the_gate_sends_the_clusters_token_to_the_dashboard(in_cluster_copy, fake: FakeDeployment):
+def test_with_ray_token_auth_the_gate_reads_neither_a_secret_nor_the_dashboard(in_cluster_copy, fake: FakeDeployment):
+    """Serve's state comes from the RayService (KubeRay writes it), so the gate needs no Ray token."""
     fake.ray_auth_token = "s3cr3t-token"
     fake.stored_auth_options = {"mode": "token"}
     report = _report(result := run_gate(in_cluster_copy, fake, fake.gate_settings(ray_auth="token")))
     assert result.returncode == 0, report["reasons"]
-    assert set(fake.dashboard_headers) == {"Bearer s3cr3t-token"}
+    assert (fake.dashboard_calls, fake.secret_reads) == ([], [])
+    assert report["engine"]["matches_spec"] is True and report["engine"]["status"] == "RUNNING"
 
 
 def test_token_auth_pruned_by_an_old_crd_fails_the_gate(in_cluster_copy, fake: FakeDeployment):
     """KubeRay 1.4.0's CRD drops authOptions: the RayService runs, unauthenticated; the gate says so."""
     fake.ray_auth_token = "s3cr3t-token"
+    spec = fake.rayservice["spec"]  # shared by the session's tests: replaced, not changed
+    fake.rayservice = {**fake.rayservice, "spec": {**spec, "rayClusterConfig": {
+        k: v for k, v in spec["rayClusterConfig"].items() if k != "authOptions"}}}  # as the API server prunes it
     report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(ray_auth="token")))
     assert report["verdict"] == "fail"
     assert any("has no authOptions.mode token" in r and "predates KubeRay 1.5.1" in r for r in report["reasons"])
-    assert fake.dashboard_headers == []  # it stopped before calling the dashboard
 
 
-def test_without_token_auth_no_token_is_sent(in_cluster_copy, fake: FakeDeployment):
+def test_a_status_of_a_generation_kuberay_has_not_observed_is_not_believed(in_cluster_copy, fake: FakeDeployment):
+    """A DEPLOY_FAILED written before KubeRay saw this spec is the previous config's, not this one's."""
+    fake.scenario = Scenario(serve_states=[("DEPLOY_FAILED", False)] * 4 + [("DEPLOYING", True)] * 3)
+    report = _report(result := run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert result.returncode == 0, report["reasons"]
+    assert fake.scenario.serve_states == []
+
+
+def test_a_status_is_believed_only_once_it_has_held(in_cluster_copy, fake: FakeDeployment):
+    """KubeRay reads Serve before it submits a changed config: the first status of a new generation
+    may be the previous config's RUNNING; the DEPLOY_FAILED that follows is the one that counts."""
+    fake.scenario = Scenario(serve_states=[("RUNNING", True)], serve_final=("DEPLOY_FAILED", True))
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(serve_settle_seconds=1.0, deadline_seconds=60)))
+    assert any("failed to deploy the spec's config: engine died" in r for r in report["reasons"]), report["reasons"]
+
+
+def test_a_rayservice_carrying_another_serve_config_is_not_ready(in_cluster_copy, fake: FakeDeployment):
+    args = fake.settings["serve_args"]
+    first = sorted(args)[0]
+    fake.serve_config_text = json.dumps({"applications": [{"name": fake.settings["application"], "args": {
+        **args, first: "a previous deploy's"}}]})
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(deadline_seconds=3)))
+    assert report["verdict"] == "fail"
+    assert any("the RayService carries another Serve config" in r for r in report["reasons"]), report["reasons"]
+
+
+def test_without_kuberays_event_the_worker_logs_are_read_whole(in_cluster_copy, fake: FakeDeployment):
+    """Events expire (an hour by default): with none left, nothing bounds the log, and old lines count."""
+    fake.serve_events = False
+    fake.scenario = Scenario(old_log=UCX_ON_EFA)
     report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
-    assert report["verdict"] == "pass", report["reasons"]
-    assert set(fake.dashboard_headers) == {None}
-
-
-@pytest.mark.parametrize(("cluster", "secret"), [
-    ("ray-llm-x7k2p", "ray-llm-x7k2p"),
-    ("a" * 47 + "-x7k2p", "a" * 44 + "-x7k2p"),          # a 47-character service: the last 50 kept
-    ("9lives-x7k2p", "rlives-x7k2p"),                     # a leading digit becomes r
-    ("abcde-" + "c" * 43 + "-x7k2p", "r" + "c" * 43 + "-x7k2p"),  # cut to a leading '-', which becomes r
-])
-def test_the_token_secret_is_named_as_kuberay_names_it(cluster, secret):
-    """KubeRay v1.5.1 names the token Secret ``utils.CheckName(cluster)``."""
-    from ray_llm_eks.verification.rollout import kuberay_check_name
-
-    assert kuberay_check_name(cluster) == secret
+    assert report["transport"]["log_since"] is None
+    assert report["verdict"] == "fail"
 
 
 @pytest.mark.parametrize(("scenario_lines", "expected"), [(None, 1.0), ("tcp", 0.0)])

@@ -20,8 +20,7 @@ def _verify(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _deployed_settings(fake: FakeDeployment) -> dict:
     # What the ConfigMap in the cluster holds: in-cluster Service URLs, reached here through the proxy.
-    return {**fake.gate_settings(), "openai_url": fake.settings["openai_url"],
-            "dashboard_url": fake.settings["dashboard_url"]}
+    return {**fake.gate_settings(), "openai_url": fake.settings["openai_url"]}
 
 
 def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, tmp_path):
@@ -100,14 +99,18 @@ def test_without_the_policy_the_proxy_is_dropped_as_on_a_cluster(fake: FakeDeplo
     assert refused.value.code == 503
 
 
-def test_verify_with_ray_token_auth_sends_the_token_through_the_proxy(fake: FakeDeployment, tmp_path):
+def test_verify_with_ray_token_auth_needs_neither_the_token_nor_the_dashboard(fake: FakeDeployment, tmp_path):
     fake.ray_auth_token = "s3cr3t-token"
     fake.stored_auth_options = {"mode": "token"}
     fake.apply_gate_settings({**_deployed_settings(fake), "ray_auth": "token"})
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
     report = json.loads(done.stdout)
     assert done.returncode == 0, report.get("reasons") or done.stderr
-    assert set(fake.dashboard_headers) == {"Bearer s3cr3t-token"}
+    assert (fake.dashboard_calls, fake.secret_reads) == ([], [])
+    # Its temporary admission of the API server never opened the dashboard's port.
+    opened = {p.get("port") for policy in fake.policy_history_bodies for rule in policy["spec"].get("ingress") or []
+              for p in rule.get("ports") or []}
+    assert 8265 not in opened and opened
 
 
 def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, tmp_path):

@@ -1,0 +1,51 @@
+"""The twin's Kubernetes API stand-in (ray_llm_eks/twin/kube_api.py) answers what the gate now reads
+of Serve: the RayService's stored serveConfigV2, generation and applicationStatuses, and KubeRay's
+UpdatedServeApplications Event. Runs without the twin (no Ray, no namespaces)."""
+
+from __future__ import annotations
+
+import json
+
+from ray_llm_eks.twin.kube_api import KubeApi
+
+RAYSERVICE = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "ray-llm", "namespace": "inference"},
+              "spec": {"serveConfigV2": "{}", "rayClusterConfig": {"authOptions": {"mode": "token"}}}}
+SELECTOR = "involvedObject.kind=RayService,involvedObject.name=ray-llm,reason=UpdatedServeApplications"
+
+
+def _api() -> KubeApi:
+    api = KubeApi(namespace="inference", rayservice=RAYSERVICE, config_maps=[], logs={})
+    api.applications = lambda: {"applications": {"llm": {
+        "status": "RUNNING", "message": "", "deployments": {"PDProxyServer": {"status": "HEALTHY", "message": ""}}}}}
+    return api
+
+
+def _get(api: KubeApi, path: str):
+    status, body, _ = api.route("GET", path, {"Authorization": f"Bearer {api.token}"}, b"")
+    return status, body
+
+
+def test_the_rayservice_carries_the_submitted_config_under_a_new_generation():
+    api = _api()
+    config = {"applications": [{"name": "llm", "args": {"a": 1}}]}
+    api.submitted(config, 1_800_000_000.0)
+    status, service = _get(api, "/apis/ray.io/v1/namespaces/inference/rayservices/ray-llm")
+    assert status == 200
+    assert json.loads(service["spec"]["serveConfigV2"]) == config
+    assert service["metadata"]["generation"] == service["status"]["observedGeneration"] == 2
+    assert service["status"]["activeServiceStatus"]["applicationStatuses"] == {"llm": {
+        "status": "RUNNING", "message": "", "serveDeploymentStatuses": {"PDProxyServer": {"status": "HEALTHY",
+                                                                                        "message": ""}}}}
+    api.submitted(config, 1_800_000_100.0)  # the same config again: the spec, so the generation, unchanged
+    assert _get(api, "/apis/ray.io/v1/namespaces/inference/rayservices/ray-llm")[1]["metadata"]["generation"] == 2
+
+
+def test_kuberays_event_names_the_cluster_and_the_time_of_the_last_submission():
+    api = _api()
+    assert _get(api, f"/api/v1/namespaces/inference/events?fieldSelector={SELECTOR}")[1]["items"] == []
+    api.submitted({"applications": []}, 1_800_000_000.0)
+    (event,) = _get(api, f"/api/v1/namespaces/inference/events?fieldSelector={SELECTOR}")[1]["items"]
+    assert event["message"] == f"Updated serve applications to the RayCluster inference/{api.cluster}"
+    assert event["lastTimestamp"] == "2027-01-15T08:00:00Z"
+    other = SELECTOR.replace("UpdatedServeApplications", "FailedToUpdateServeApplications")
+    assert _get(api, f"/api/v1/namespaces/inference/events?fieldSelector={other}")[1]["items"] == []
