@@ -47,6 +47,7 @@ MONITOR_COMPONENT = "continuous-verification"
 BENCH_COMPONENT = "bench"
 VERIFY_API_PROXY_COMPONENT = "verify-api-proxy"
 TEARDOWN_GUARD_COMPONENT = "teardown-guard"
+GCS_REDIS_SECRET_COMPONENT = "gcs-redis-secret"
 """The NetworkPolicy ``ray-llm-eks verify`` applies for its run."""
 
 # KubeRay's own pod labels and containers (v1.4.0 ``utils/constant.go``, ``common/pod.go``), which

@@ -28,7 +28,7 @@ import cdk8s
 from cdk8s_plus_35 import k8s
 
 from ..base.serving import ServingSpec
-from ..base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL
+from ..base.wire import COMPONENT_LABEL, GCS_REDIS_SECRET_COMPONENT, INSTANCE_LABEL, RAY_ROLE_LABEL
 from .containers import NOBODY, locked_down
 from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 
@@ -141,7 +141,9 @@ class GcsRedisChart(cdk8s.Chart):
                     spec=k8s.JobSpec(
             backoff_limit=6, ttl_seconds_after_finished=3600,
             template=k8s.PodTemplateSpec(
-                metadata=k8s.ObjectMeta(labels={**labels, INSTANCE_LABEL: spec.service_name}),
+                # Its role for the serving namespace's NetworkPolicies: HTTPS out, nothing else.
+                metadata=k8s.ObjectMeta(labels={**labels, INSTANCE_LABEL: spec.service_name,
+                                                COMPONENT_LABEL: GCS_REDIS_SECRET_COMPONENT}),
                 spec=k8s.PodSpec(
                     service_account_name=account, restart_policy="Never",
                     node_selector=spec.system.labels,

@@ -14,10 +14,13 @@ import pytest
 from netpol import Endpoint, allowed, policy_types
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
 from ray_llm_eks.base.infrastructure import KUBERAY_NAMESPACE, KUBERAY_OPERATOR_POD_LABELS
+from ray_llm_eks.base import wire
 from ray_llm_eks.base.wire import COMPONENT_LABEL, INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
 
 KUBERNETES_VERSION = "1.35.0"
 GCS, DASHBOARD, SERVE, METRICS, EFA_COUNTERS = 6379, 8265, 8000, 8080, 9475
+RAY_ONLY_PORTS = (GCS, DASHBOARD, 10001, 52365)
+"""GCS, the dashboard and Jobs API, the Ray Client server, the dashboard agent."""
 
 
 def policies(rendered) -> list[dict]:
@@ -33,6 +36,12 @@ def pods(namespace: str, service: str) -> dict[str, Endpoint]:
         "decode": Endpoint("10.0.1.12", namespace, {**own, RAY_ROLE_LABEL: "decode", SERVES_HTTP_LABEL: "true"}),
         "gate": Endpoint("10.0.1.13", namespace, {**own, COMPONENT_LABEL: "gate"}),
         "efa-counters": Endpoint("10.0.1.14", namespace, {**own, COMPONENT_LABEL: "efa-counters"}),
+        "continuous-verification": Endpoint("10.0.1.15", namespace, {**own, COMPONENT_LABEL: "continuous-verification"}),
+        "bench": Endpoint("10.0.1.16", namespace, {**own, COMPONENT_LABEL: "bench"}),
+        "teardown-guard": Endpoint("10.0.1.17", namespace, {**own, COMPONENT_LABEL: "teardown-guard"}),
+        "gcs-redis-secret": Endpoint("10.0.1.18", namespace, {**own, COMPONENT_LABEL: "gcs-redis-secret"}),
+        # A pod someone else runs in the namespace carrying this deployment's instance label.
+        "stranger-with-instance-label": Endpoint("10.0.1.19", namespace, dict(own)),
         "operator": Endpoint("10.0.1.20", KUBERAY_NAMESPACE, dict(KUBERAY_OPERATOR_POD_LABELS)),
         "coredns": Endpoint("10.0.1.30", "kube-system", {"k8s-app": "kube-dns"}),
         # A pod someone else runs in the same namespace, and one in another namespace.
@@ -77,13 +86,57 @@ def test_the_operator_reaches_the_dashboard_and_nothing_else(case):
 @pytest.mark.parametrize(("source", "destination", "port"), [
     ("prefill", "head", GCS), ("decode", "head", GCS), ("head", "decode", 10005),
     ("prefill", "decode", 20000),  # NIXL's side channel (TCP) between the legs
-    ("decode", "prefill", 20001),
-    ("gate", "head", DASHBOARD), ("gate", "prefill", SERVE), ("gate", "decode", METRICS),
-    ("gate", "efa-counters", EFA_COUNTERS),
+    ("decode", "prefill", 20001), ("head", "prefill", 52365), ("prefill", "head", DASHBOARD),
 ])
-def test_the_deployment_s_own_pods_reach_each_other_on_any_port(case, source, destination, port):
+def test_the_ray_pods_reach_each_other_on_any_port(case, source, destination, port):
     rules, endpoints, _ = case
     assert allowed(rules, endpoints[source], endpoints[destination], port)
+
+
+NOT_RAY = ("gate", "continuous-verification", "efa-counters", "bench", "teardown-guard", "gcs-redis-secret",
+           "stranger-with-instance-label", "stranger-same-namespace", "neighbour", "impostor", "coredns")
+
+
+@pytest.mark.parametrize("source", NOT_RAY)
+def test_no_pod_but_the_ray_pods_reaches_a_ray_port(case, source):
+    """The acceptance: only the Ray pods (and the operator to 8265) reach 6379, 8265, 10001, 52365,
+    on the head or a worker; every role this library renders, and strangers."""
+    rules, endpoints, _ = case
+    reached = [(ray, port) for ray in ("head", "prefill", "decode") for port in RAY_ONLY_PORTS
+               if allowed(rules, endpoints[source], endpoints[ray], port)]
+    assert reached == []
+
+
+def test_every_role_label_this_library_renders_is_covered():
+    """A new component must be added to the acceptance test above (and given its own policy)."""
+    components = {v for k, v in vars(wire).items() if k.endswith("_COMPONENT") and isinstance(v, str)}
+    pod_components = components - {wire.GATE_SETTINGS_COMPONENT, wire.GATE_REPORT_COMPONENT,
+                                   wire.VERIFY_API_PROXY_COMPONENT}  # ConfigMaps and a policy, not pods
+    assert pod_components <= set(NOT_RAY)
+
+
+@pytest.mark.parametrize(("source", "destination", "port"), [
+    ("gate", "prefill", SERVE), ("gate", "decode", METRICS), ("gate", "efa-counters", EFA_COUNTERS),
+    ("continuous-verification", "decode", SERVE), ("continuous-verification", "prefill", METRICS),
+    ("continuous-verification", "efa-counters", EFA_COUNTERS),
+    ("bench", "prefill", SERVE), ("bench", "decode", METRICS),
+])
+def test_each_role_reaches_the_ports_it_uses(case, source, destination, port):
+    rules, endpoints, _ = case
+    assert allowed(rules, endpoints[source], endpoints[destination], port)
+
+
+@pytest.mark.parametrize(("source", "destination", "port"), [
+    ("gate", "head", METRICS), ("gate", "prefill", 20000), ("gate", "prefill", 10005),
+    ("bench", "efa-counters", EFA_COUNTERS), ("bench", "prefill", 20000),
+    ("efa-counters", "prefill", SERVE), ("efa-counters", "gate", 443), ("efa-counters", "head", METRICS),
+    ("teardown-guard", "prefill", SERVE), ("gcs-redis-secret", "prefill", METRICS),
+    ("stranger-with-instance-label", "prefill", SERVE), ("stranger-with-instance-label", "efa-counters", EFA_COUNTERS),
+    ("prefill", "efa-counters", EFA_COUNTERS), ("head", "gate", 8000),
+])
+def test_no_role_reaches_a_port_it_does_not_use(case, source, destination, port):
+    rules, endpoints, _ = case
+    assert not allowed(rules, endpoints[source], endpoints[destination], port)
 
 
 def test_every_pod_resolves_names_and_nothing_else_on_53(case):
@@ -97,14 +150,18 @@ def test_every_pod_resolves_names_and_nothing_else_on_53(case):
 def test_https_out_for_the_download_and_the_apis_but_no_instance_metadata(case):
     rules, endpoints, _ = case
     huggingface, api_server = Endpoint("18.239.50.1"), Endpoint("10.0.2.7")
-    for pod in ("prefill", "decode", "gate"):
+    for pod in ("head", "prefill", "decode", "gate", "continuous-verification", "bench", "teardown-guard",
+                "gcs-redis-secret"):
         assert allowed(rules, endpoints[pod], huggingface, 443)
         assert allowed(rules, endpoints[pod], api_server, 443)
         assert not allowed(rules, endpoints[pod], huggingface, 80)
         # IMDS would hand out the node role's credentials; the Pod Identity agent hands out the pod's own.
         assert not allowed(rules, endpoints[pod], Endpoint("169.254.169.254"), 80)
         assert allowed(rules, endpoints[pod], Endpoint("169.254.170.23"), 80)
-    assert not allowed(rules, endpoints["stranger-same-namespace"], huggingface, 443)
+    for pod in ("stranger-same-namespace", "stranger-with-instance-label", "efa-counters"):
+        assert not allowed(rules, endpoints[pod], huggingface, 443)
+        assert not allowed(rules, endpoints[pod], api_server, 443)
+        assert not allowed(rules, endpoints[pod], Endpoint("169.254.170.23"), 80)
 
 
 def test_clients_reach_the_openai_port_of_the_workers_only_from_where_the_config_says(scenario):
@@ -223,3 +280,62 @@ def test_a_policy_without_policy_types_isolates_egress_only_when_it_has_egress_r
     assert not allowed(with_egress, api, outside, 443)
     assert not allowed(with_egress, api, peer, 6379)
     assert not allowed(with_egress, peer, api, 8080)  # and ingress, which it lists no rule for
+
+
+def _pod_labels(obj: dict) -> dict | None:
+    """The labels of the pod an object makes (a Pod, or the template of a Job, DaemonSet, CronJob)."""
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "Pod":
+        return obj["metadata"].get("labels") or {}
+    if obj["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    template = spec.get("template")
+    return ((template or {}).get("metadata") or {}).get("labels") if obj["kind"] in ("Job", "DaemonSet", "CronJob") \
+        else None
+
+
+def test_the_rendered_pods_carry_the_labels_the_policies_are_evaluated_with():
+    """Every pod this library renders, with its real labels: the endpoints above are what renders."""
+    import cdk8s
+    import yaml
+
+    from ray_llm_eks.base.deployment import Deployment
+    from ray_llm_eks.cdk8s_charts import build_serving_charts
+    from ray_llm_eks.cdk8s_charts.bench import render_bench_job
+    from ray_llm_eks.cdk8s_charts.gcs_redis import GcsRedisChart
+    from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
+
+    specs = Deployment().specs()
+    spec = specs.serving
+    app = cdk8s.App()
+    charts = build_serving_charts(app, spec)
+    verification = build_verification_chart(app, spec, specs.verification,
+                                            GatePlan.of(spec, specs.verification, charts), charts, None)
+    objects = [o for chart in (*charts.charts, verification) for o in cdk8s.Testing.synth(chart)]
+    objects += cdk8s.Testing.synth(GcsRedisChart(cdk8s.App(), "g", spec=spec, endpoint="e.cache.amazonaws.com",
+                                                 vpc_cidr="10.0.0.0/16", secret_id="s", run_id="r"))
+    objects += [o for o in yaml.safe_load_all(render_bench_job(spec, {"url": "u", "model": "m", "tokenizer": "t",
+                                                                      "concurrency": [1]})[1]) if o]
+    rendered = [labels for o in objects if (labels := _pod_labels(o)) is not None]
+    ray = ray_pod_labels(charts)
+    endpoints = pods(spec.namespace, spec.service_name)
+    by_role = {labels.get(COMPONENT_LABEL) or labels[RAY_ROLE_LABEL]: labels for labels in [*rendered, *ray]}
+    assert set(by_role) == {"head", "prefill", "decode", "gate", "continuous-verification", "efa-counters",
+                            "bench", "teardown-guard", "gcs-redis-secret"}
+    for role, labels in by_role.items():
+        selected_by = (INSTANCE_LABEL, COMPONENT_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL)  # the policies' keys
+        ours = {k: v for k, v in labels.items() if k in selected_by}
+        assert ours == endpoints[role].labels, role
+
+
+def ray_pod_labels(charts) -> list[dict]:
+    service = next(o for o in cdk8s_synth(charts.rayservice) if o["kind"] == "RayService")
+    cluster = service["spec"]["rayClusterConfig"]
+    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    return [g["template"]["metadata"]["labels"] for g in groups]
+
+
+def cdk8s_synth(chart) -> list[dict]:
+    import cdk8s
+
+    return cdk8s.Testing.synth(chart)
