@@ -109,9 +109,40 @@ def test_the_kubectl_handler_runs_in_the_vpc_so_a_private_endpoint_is_reachable(
         assert props(handler)["VpcConfig"]["SubnetIds"] and props(handler)["VpcConfig"]["SecurityGroupIds"]
 
 
-def test_the_vpc_cni_enforces_network_policy(default):
+def test_the_vpc_cni_enforces_network_policy_in_strict_mode(default):
+    """Strict: a new pod starts denied until its policies are programmed, not open (constructs.cluster)."""
     (cni,) = [r for r in default.resources("AWS::EKS::Addon").values() if props(r)["AddonName"] == "vpc-cni"]
-    assert json.loads(props(cni)["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert json.loads(props(cni)["ConfigurationValues"]) == {
+        "enableNetworkPolicy": "true", "env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}
+
+
+def _manifests(default) -> dict[str, list[dict]]:
+    return {logical_id: default.manifest_objects(logical_id)
+            for logical_id in default.resources("Custom::AWSCDK-EKS-KubernetesResource")}
+
+
+def test_under_strict_mode_every_system_namespace_with_pods_has_a_policy_before_its_pods(default):
+    """kube-system (CoreDNS, device plugins, Cluster Autoscaler), the operator's and the CloudWatch
+    agent's namespaces: a policy admitting all, applied before what runs there."""
+    from ray_llm_eks.constructs.cluster import OPEN_NAMESPACE_POLICY
+
+    opened = {}
+    for logical_id, objects in _manifests(default).items():
+        for obj in objects:
+            if obj["kind"] == "NetworkPolicy" and obj["metadata"]["name"] == OPEN_NAMESPACE_POLICY:
+                assert obj["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+                                       "ingress": [{}], "egress": [{}]}
+                opened[obj["metadata"]["namespace"]] = logical_id
+    assert set(opened) == {"kube-system", "kuberay", "amazon-cloudwatch"}
+    resources = default.template_json["Resources"]
+    dns = next(i for i, r in default.resources("AWS::EKS::Addon").items() if props(r)["AddonName"] == "coredns")
+    assert opened["kube-system"] in resources[dns].get("DependsOn", [])
+    helm = [i for i, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+            and props(r).get("Chart") == "kuberay-operator"]
+    assert helm and opened["kuberay"] in resources[helm[0]].get("DependsOn", [])
+    cloudwatch = next(i for i, r in default.resources("AWS::EKS::Addon").items()
+                      if props(r)["AddonName"] == "amazon-cloudwatch-observability")
+    assert opened["amazon-cloudwatch"] in resources[cloudwatch].get("DependsOn", [])
 
 
 def test_the_cloudformation_role_does_not_become_cluster_admin(default):

@@ -17,7 +17,7 @@ from ..base import infrastructure as infra
 from ..base.errors import problem
 from ..base.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
 from ..base.pools import WorkerPool
-from .cluster import ClusterLike, eks_cluster_of
+from .cluster import ClusterLike, eks_cluster_of, open_namespace
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
 
@@ -280,3 +280,8 @@ class KubeRayOperator(Construct):
         if system_nodes is not None:
             # Helm's wait needs a node that can run the operator's pod.
             self.chart.node.add_dependency(system_nodes.nodegroup)
+        # The namespace and a policy admitting all before the operator's pod: under the VPC CNI's
+        # strict mode a pod no policy selects cannot reach the API server (cluster.ADDON_CONFIGURATION).
+        self.namespace_policy = open_namespace(self, "NamespacePolicy", cluster=eks_cluster_of(cluster),
+                                               namespace=self.NAMESPACE, create_namespace=True)
+        self.chart.node.add_dependency(self.namespace_policy)

@@ -39,14 +39,46 @@ NETWORKING_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 DNS_ADDON = "coredns"
 VPC_CNI_NAMESPACE, VPC_CNI_SERVICE_ACCOUNT = "kube-system", "aws-node"
 VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
+NETWORK_POLICY_ENFORCING_MODE = "strict"
 ADDON_CONFIGURATION = {
     # The VPC CNI enforces NetworkPolicy only when asked (its network policy agent, the second
     # container of aws-node; add-on v1.14.0-eksbuild.3 or later, EKS user guide
-    # "cni-network-policy-configure"). The value is the string "true". Standard mode: a namespace
-    # is open until a policy selects its pods, so CoreDNS and kube-system keep working; the
-    # serving namespace gets default-deny policies before any pod (serving-network-policy).
-    "vpc-cni": {"enableNetworkPolicy": "true"},
+    # "cni-network-policy-configure"). The value is the string "true".
+    # Strict mode (aws-node's NETWORK_POLICY_ENFORCING_MODE, VPC CNI 1.17.1+; the name and its
+    # default "standard" are in amazon-vpc-cni-k8s pkg/ipamd/ipamd.go): a new pod starts denied,
+    # ingress and egress, until the node agent has programmed the policies that select it (at
+    # once when the agent already holds them, as for a replica; else when the controller has
+    # reconciled them: aws-network-policy-agent PR #209). In standard mode it starts open until
+    # then, so a new Ray pod would be reachable on 8265 for those seconds. Strict mode also
+    # denies every pod that no policy ever selects: only host-network pods (aws-node,
+    # kube-proxy, the Pod Identity agent) are exempt (amazon-vpc-cni-k8s README,
+    # NETWORK_POLICY_ENFORCING_MODE). So each namespace this library puts other pods in carries a
+    # policy: the serving namespace its own (serving-network-policy), and kube-system, the
+    # operator's and the CloudWatch agent's namespaces one that admits everything
+    # (:func:`open_namespace`), as open as standard mode left them, but policed from a pod's start.
+    "vpc-cni": {"enableNetworkPolicy": "true", "env": {"NETWORK_POLICY_ENFORCING_MODE": NETWORK_POLICY_ENFORCING_MODE}},
 }
+OPEN_NAMESPACE_POLICY = "ray-llm-eks-open-namespace"
+
+
+def open_namespace(scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str,
+                   create_namespace: bool) -> eks.KubernetesManifest:
+    """A NetworkPolicy admitting all traffic to and from every pod of ``namespace`` (and, with
+    ``create_namespace``, the namespace itself, so the policy is there before its first pod).
+
+    Under the VPC CNI's strict mode a pod no policy selects can reach nothing and be reached by
+    nothing: a namespace of system components (CoreDNS, the device plugins, Cluster Autoscaler,
+    the KubeRay operator, the CloudWatch agent) keeps working with this. Harmless in standard
+    mode, where such a namespace is open anyway."""
+    objects: list[dict] = []
+    if create_namespace:
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    objects.append({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": OPEN_NAMESPACE_POLICY, "namespace": namespace},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}], "egress": [{}]},
+    })
+    return eks.KubernetesManifest(scope, construct_id, cluster=cluster, manifest=objects)
 
 
 class InferenceCluster(Construct):
@@ -63,7 +95,8 @@ class InferenceCluster(Construct):
       ``0.0.0.0/0``. The project's nag rule ``RayLlmEks-EKS1`` checks the template for it.
     - ``bootstrap_cluster_creator_admin_permissions`` False: the CloudFormation execution role
       does not become cluster admin (changing it later replaces the cluster).
-    - Managed add-ons vpc-cni (with NetworkPolicy enforcement on), kube-proxy,
+    - Managed add-ons vpc-cni (with NetworkPolicy enforcement on, in strict mode: see
+      ``ADDON_CONFIGURATION``; kube-system gets a policy admitting all, ``open_namespace``), kube-proxy,
       eks-pod-identity-agent and coredns, each at the default version for the cluster's
       Kubernetes version. EKS does not also install its
       self-managed copies (``bootstrap_self_managed_addons=False``), so exactly one owner
@@ -75,7 +108,7 @@ class InferenceCluster(Construct):
       groups of this cluster carry no CNI permissions.
 
     Public attributes: ``cluster`` (the ``aws_eks_v2.Cluster``), ``addons`` (name -> Addon),
-    ``vpc_cni_role``, ``admin_access_entry``.
+    ``vpc_cni_role``, ``admin_access_entry``, ``kube_system_policy``.
     """
 
     def __init__(
@@ -144,6 +177,11 @@ class InferenceCluster(Construct):
                             configuration_values=ADDON_CONFIGURATION.get(name))
             for name in (*NETWORKING_ADDONS, DNS_ADDON)
         }
+        # Strict mode: CoreDNS (and every other non-host-network pod of kube-system) needs a policy
+        # that selects it, there before it starts (ADDON_CONFIGURATION).
+        self.kube_system_policy = open_namespace(self, "KubeSystemNetworkPolicy", cluster=self.cluster,
+                                                 namespace="kube-system", create_namespace=False)
+        self.addons[DNS_ADDON].node.add_dependency(self.kube_system_policy)
         # The VPC CNI on a role of its own, not the node role (EKS user guide, "cni-iam-role"):
         # the add-on's Pod Identity association on kube-system/aws-node. The node groups of this
         # cluster then leave AmazonEKS_CNI_Policy off their roles.

@@ -47,7 +47,7 @@ from ..base.observability import (
     TRANSPORT_FALLBACK_LINES,
     log_filter_pattern,
 )
-from .cluster import ClusterLike, eks_cluster_of
+from .cluster import ClusterLike, eks_cluster_of, open_namespace
 from .identity import associate_addon, pod_identity_role
 from .nag import acknowledge_log_retention, acknowledge_observability
 from .serving import RayLlmServing
@@ -161,6 +161,11 @@ class InferenceObservability(Construct):
         self.addon = eks.Addon(self, "Addon", cluster=target, addon_name=ADDON_NAME, addon_version=addon_version,
                                configuration_values=ADDON_CONFIGURATION)
         associate_addon(self.addon, self.agent_role, AGENT_SERVICE_ACCOUNT)
+        # The namespace and a policy admitting all before the agent's pods: under the VPC CNI's
+        # strict mode a pod no policy selects reaches nothing (cluster.ADDON_CONFIGURATION).
+        self.namespace_policy = open_namespace(self, "NamespacePolicy", cluster=target, namespace=AGENT_NAMESPACE,
+                                               create_namespace=True)
+        self.addon.node.add_dependency(self.namespace_policy)
         for retention in self.log_retentions.values():
             self.addon.node.add_dependency(retention)
         for construct in after:
