@@ -351,7 +351,7 @@ def test_helm_charts_have_release_names_and_pinned_versions(default):
     assert {name: (c["Release"], c["Version"], c["Repository"]) for name, c in charts.items()} == {
         "nvidia-device-plugin": ("nvidia-device-plugin", "0.20.1", "https://nvidia.github.io/k8s-device-plugin"),
         "aws-efa-k8s-device-plugin": ("aws-efa-k8s-device-plugin", "v0.5.20", "https://aws.github.io/eks-charts"),
-        "kuberay-operator": ("kuberay-operator", "1.4.0", "https://ray-project.github.io/kuberay-helm/"),
+        "kuberay-operator": ("kuberay-operator", "1.5.1", "https://ray-project.github.io/kuberay-helm/"),
     }
 
 
