@@ -119,6 +119,33 @@ def test_device_plugins_that_miss_a_pool_are_refused():
                       decode=WorkerPool("decode", instance_type="g6e.8xlarge"), device_plugins=plugins)
 
 
+@pytest.mark.parametrize("client", ["10.0.0.0/16", "10.0.96.0/20"])
+def test_client_cidrs_over_the_clusters_own_vpc_are_refused(client):
+    """The same check as serving.client_cidrs against network.vpc_cidr, on the VPC the app made."""
+    from ray_llm_eks.base import ServiceSettings
+
+    stack, network, cluster = cluster_stack(f"Overlap{client.split('.')[2]}")
+    with pytest.raises(ConstructValidationError, match=r"service\.client_cidrs: .*overlaps the cluster's VPC 10\.0\.0\.0/16"):
+        RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
+                      service=ServiceSettings(client_cidrs=(client,)))
+
+
+def test_the_vpc_cidrs_known_at_synth_time():
+    from aws_cdk import aws_eks_v2 as eks
+
+    from ray_llm_eks.constructs.serving import known_vpc_cidrs
+
+    stack, network, cluster = cluster_stack("Known")
+    assert known_vpc_cidrs(cluster) == ["10.0.0.0/16"]
+    imported = ec2.Vpc.from_vpc_attributes(stack, "Imported", vpc_id="vpc-1234", availability_zones=["us-west-2a"],
+                                           vpc_cidr_block="10.9.0.0/16")
+    assert known_vpc_cidrs(eks.Cluster.from_cluster_attributes(stack, "C1", cluster_name="c", vpc=imported)) == [
+        "10.9.0.0/16"]
+    unknown = ec2.Vpc.from_vpc_attributes(stack, "NoCidr", vpc_id="vpc-5678", availability_zones=["us-west-2a"])
+    assert known_vpc_cidrs(eks.Cluster.from_cluster_attributes(stack, "C2", cluster_name="c", vpc=unknown)) == []
+    assert known_vpc_cidrs(eks.Cluster.from_cluster_attributes(stack, "C3", cluster_name="c")) == []
+
+
 def test_an_environment_agnostic_stack_needs_an_image_repository():
     stack, network, cluster = cluster_stack("Agnostic", agnostic=True)
     with pytest.raises(ConstructValidationError, match="image.repository: the region is not known at synth time"):
@@ -174,11 +201,13 @@ def test_a_construct_used_directly_says_what_the_configuration_says(scratch):
          lambda: ServiceSettings(service_name="r" * 48), "service_name"),
         ({"strict": True, "image": {"digest": "sha256:" + "e" * 64}}, "model.revision", serving(strict=True),
          "model.revision"),
-        ({"serving": {"ray_auth": "token"}}, "serving.ray_auth",
+        ({"versions": {"kuberay": "1.4.0"}}, "serving.ray_auth",
          lambda: RayLlmServing(stack, f"S{next(counter)}", cluster=cluster, prefill=WorkerPool("prefill"),
-                               decode=WorkerPool("decode"), service=ServiceSettings(ray_auth="token"),
-                               kuberay=KubeRayOperator(stack, f"K{next(counter)}", cluster=cluster)),
+                               decode=WorkerPool("decode"),
+                               kuberay=KubeRayOperator(stack, f"K{next(counter)}", cluster=cluster, version="1.4.0")),
          "service.ray_auth"),
+        ({"serving": {"client_cidrs": ["10.0.0.0/16"]}}, "serving.client_cidrs",
+         serving(service=ServiceSettings(client_cidrs=("10.0.0.0/16",))), "service.client_cidrs"),
         ({"cluster": {"control_plane_log_retention_days": 42}}, "cluster.control_plane_log_retention_days",
          lambda: InferenceCluster(stack, f"C{next(counter)}", vpc=network.vpc, control_plane_log_retention_days=42),
          "control_plane_log_retention_days"),

@@ -213,8 +213,12 @@ class Deployment:
         if found.check(infra.region, self.region) is not None:
             found.check(infra.availability_zones, self.region, self.control_plane_azs, self.data_plane_az)
         found.check(infra.stack_name, self.stack_name)
-        found.check(infra.vpc_cidr, self.network.vpc_cidr, len(self.control_plane_azs))
+        vpc_cidr = found.check(infra.vpc_cidr, self.network.vpc_cidr, len(self.control_plane_azs))
         found.check(infra.nat_gateways, self.network.nat_gateways, max(1, len(self.control_plane_azs)))
+        if isinstance(self.serving, ServiceSettings) and vpc_cidr is not None:
+            # The library makes the VPC: every subnet of it is the cluster's (public and private).
+            found.check(infra.client_cidrs_outside, self.serving.client_cidrs, [self.network.vpc_cidr],
+                        "the cluster's VPC")
         for role in WORKER_ROLES:
             leg = getattr(self, role)
             if isinstance(leg, Leg) and leg.role != role:

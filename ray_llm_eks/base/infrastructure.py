@@ -171,6 +171,25 @@ def vpc_cidr(value: str, az_count: int = len(DEFAULT_CONTROL_PLANE_AZS), field: 
     return value
 
 
+def client_cidrs_outside(client_cidrs: Sequence[str], cluster_cidrs: Sequence[str], where: str,
+                         field: str = "serving.client_cidrs") -> tuple[str, ...]:
+    """``client_cidrs`` when none overlaps the cluster's own networks (``cluster_cidrs``, named
+    ``where`` in the message). Under the VPC CNI every pod takes an address from the cluster's
+    subnets, and a NetworkPolicy ``ipBlock`` matches pod addresses: a client CIDR over them would
+    admit every pod of the cluster to the OpenAI port, and, with an internal NLB, every node's
+    NodePort to anything there. Pods of the cluster are named by namespace instead."""
+    networks = [ipv4_network("cluster CIDR", c, DEFAULT_VPC_CIDR) for c in cluster_cidrs]
+    for value in client_cidrs:
+        client = ipv4_network(field, value, "10.50.0.0/16")
+        overlapping = [str(n) for n in networks if client.overlaps(n)]
+        if overlapping:
+            raise problem(field, value, f"overlaps {where} {', '.join(overlapping)}, the cluster's own subnets: "
+                          "every pod there (the VPC CNI gives pods VPC addresses) could call the API",
+                          "the networks of callers outside the cluster, such as a peered VPC or a VPN range "
+                          "(10.50.0.0/16); name the cluster's own client pods by serving.client_namespaces")
+    return tuple(client_cidrs)
+
+
 def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways") -> int:
     if not isinstance(value, int) or not 1 <= value <= az_count:
         raise problem(field, value, "NAT gateways are one in the data-plane AZ, or one per AZ",

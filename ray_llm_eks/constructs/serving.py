@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import cdk8s
-from aws_cdk import ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, Stack, aws_eks_v2 as eks, aws_iam as iam
+from aws_cdk import ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, Stack, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
@@ -41,7 +41,7 @@ from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verif
 from ..base.deployment import Specs
 from ..base.errors import problem
 from ..base.pools import SystemPool, WorkerPool
-from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE
+from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, client_cidrs_outside
 from ..base.observability import AGENT_NAMESPACE, ObservabilitySpec
 from ..base.serving import DEFAULT_RAY_VERSION, ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
 from ..base.verification import VerificationSpec
@@ -170,6 +170,10 @@ class RayLlmServing(Construct):
             nixl=nixl or NixlSpec(), topology=topology, service=service, ray_version=ray_version, strict=strict,
             kuberay_version=kuberay_version, operator_namespace=operator_namespace,
         )
+        # Client CIDRs over the cluster's own VPC would admit every pod to the API (the check
+        # Deployment runs against network.vpc_cidr): here, the VPC CIDRs the app knows at synth time.
+        validated(self, client_cidrs_outside, self.spec.service.client_cidrs, known_vpc_cidrs(cluster),
+                  "the cluster's VPC", field="service.client_cidrs")
         if self.spec.autoscaling and node_autoscaler is None:
             grows = [f"{p.role} {p.min_size} to {p.max_size}" for p in self.spec.pools if p.autoscaled]
             raise ConstructValidationError(self, [problem(
@@ -311,3 +315,30 @@ class RayLlmServing(Construct):
         """What ``ray_llm_eks.planning.make_plan`` prices and sizes (with the network's ``Footprint``)."""
         return Specs(serving=self.spec, verification=self.verification,
                      observability=self.observability or ObservabilitySpec(enabled=False))
+
+
+def known_vpc_cidrs(cluster: ClusterLike) -> list[str]:
+    """The CIDR blocks of the cluster's VPC that are known at synth time: the literal of a VPC made
+    in this app (``ec2.Vpc``'s ``CfnVPC.cidr_block`` and each ``CfnVPCCidrBlock``, so secondary
+    blocks too), or the primary block of an imported one (``Vpc.from_lookup``, or
+    ``from_vpc_attributes`` given ``vpc_cidr_block``). An imported VPC's secondary blocks are not
+    known and not checked; nor is anything about a cluster imported without its ``vpc``."""
+    try:
+        vpc = eks_cluster_of(cluster).vpc
+    except Exception:  # noqa: BLE001 - an imported cluster given no vpc raises on access (jsii)
+        return []
+    if vpc is None:
+        return []
+    found: list[str] = []
+    for child in vpc.node.find_all():
+        value = child.cidr_block if isinstance(child, (ec2.CfnVPC, ec2.CfnVPCCidrBlock)) else None
+        if isinstance(value, str) and not Token.is_unresolved(value):
+            found.append(value)
+    if not found:
+        try:
+            primary = vpc.vpc_cidr_block
+        except Exception:  # noqa: BLE001 - an imported VPC given no CIDR raises on access (jsii)
+            return []
+        if isinstance(primary, str) and not Token.is_unresolved(primary):
+            found.append(primary)
+    return found
