@@ -17,6 +17,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from .config import ConfigError, DeploymentConfig
+from .cdk8s_charts import endpoint_command
 from .constructs.addons import GpuDevicePlugins, KubeRayOperator
 from .constructs.autoscaler import NodeAutoscaler
 from .constructs.cluster import InferenceCluster
@@ -168,8 +169,8 @@ class RayLlmEksStack(cdk.Stack):
         cdk.CfnOutput(
             self,
             "EndpointCommand",
-            description="Reach the OpenAI-compatible API on localhost:8000",
-            value=f"kubectl -n {self.serving.namespace} port-forward svc/{self.serving.openai_service_name} 8000:8000",
+            description="How a client reaches the OpenAI-compatible API (no port-forward: README, \"Call the API\")",
+            value=endpoint_command(self.serving.spec),
         )
         cdk.CfnOutput(
             self,

@@ -412,4 +412,7 @@ def test_subnets_are_tagged_for_kubernetes_load_balancers(default):
 def test_outputs_tell_how_to_reach_the_cluster_and_the_endpoint(default):
     outputs = default.template_json["Outputs"]
     assert "update-kubeconfig" in json.dumps(outputs["ConfigCommand"]["Value"])
-    assert outputs["EndpointCommand"]["Value"] == "kubectl -n inference port-forward svc/ray-llm-openai 8000:8000"
+    # No port-forward (it needs pods/portforward, which reaches the Ray head's every port: threat model, T1).
+    assert "port-forward" not in outputs["EndpointCommand"]["Value"]
+    assert "http://ray-llm-openai.inference.svc:8000/v1" in outputs["EndpointCommand"]["Value"]
+    assert "serving.client_namespaces" in outputs["EndpointCommand"]["Value"]

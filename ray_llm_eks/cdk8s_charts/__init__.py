@@ -16,6 +16,7 @@ from .serving import (
     ServingCharts,
     ServingNamespaceChart,
     build_serving_charts,
+    endpoint_command,
     openai_service_name,
 )
 from .verification import VERIFICATION_CHART_ID, GatePlan, VerificationChart, build_verification_chart
@@ -39,5 +40,6 @@ __all__ = [
     "build_verification_chart",
     "build_serve_config",
     "build_serving_charts",
+    "endpoint_command",
     "openai_service_name",
 ]

@@ -73,6 +73,23 @@ def openai_service_name(service_name: str) -> str:
     return f"{service_name}{OPENAI_SERVICE_SUFFIX}"
 
 
+def endpoint_command(spec: ServingSpec) -> str:
+    """How a client reaches the OpenAI API, as the stack's ``EndpointCommand`` output says it: never
+    a ``kubectl port-forward``, which needs ``pods/portforward`` in the serving namespace and so
+    reaches every port of the Ray head (docs/threat-model.md, T1). From a pod of a namespace in
+    ``client_namespaces`` (the ClusterIP Service), or through the internal NLB from ``client_cidrs``."""
+    service, namespace = openai_service_name(spec.service_name), spec.namespace
+    if spec.service.endpoint is EndpointType.internal_nlb:
+        return (f"kubectl -n {namespace} get svc {service} -o jsonpath='{{.status.loadBalancer.ingress[0].hostname}}'"
+                f"  # then http://<that name>:{SERVE_PORT}/v1 from {', '.join(spec.service.client_cidrs)}")
+    url = f"http://{service}.{namespace}.svc:{SERVE_PORT}/v1"
+    if spec.service.client_namespaces:
+        return (f"curl -s {url}/models  # from a pod in namespace {', '.join(spec.service.client_namespaces)} "
+                "(serving.client_namespaces)")
+    return (f"none yet: name the namespaces of your client pods in serving.client_namespaces (they call {url}), "
+            "or set serving.endpoint internal-nlb with serving.client_cidrs")
+
+
 class ServingNamespaceChart(cdk8s.Chart):
     """Namespace ``spec.namespace`` and the ServiceAccount of the Ray pods."""
 

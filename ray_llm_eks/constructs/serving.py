@@ -116,7 +116,7 @@ class RayLlmServing(Construct):
     ``observability``, ``cdk8s_app``, ``charts`` (apply order:
     ``serving-namespace``, ``serving-network-policy``, ``serving-admission-policy``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
     ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
-    ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``),
+    ``openai_service_name`` (``http://<openai>.<namespace>.svc:8000`` from ``client_namespaces``),
     ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
     ``gate_job_name``, ``gate_wait_condition`` and ``gate_handle`` (None when not waiting).
     """

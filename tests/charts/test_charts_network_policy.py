@@ -339,3 +339,22 @@ def cdk8s_synth(chart) -> list[dict]:
     import cdk8s
 
     return cdk8s.Testing.synth(chart)
+
+
+@pytest.mark.parametrize(("serving", "expected"), [
+    ({}, "none yet: name the namespaces of your client pods in serving.client_namespaces (they call "
+         "http://ray-llm-openai.inference.svc:8000/v1)"),
+    ({"client_namespaces": ("apps",)},
+     "curl -s http://ray-llm-openai.inference.svc:8000/v1/models  # from a pod in namespace apps"),
+    ({"endpoint": "internal-nlb", "client_cidrs": ("10.50.0.0/16",)},
+     "kubectl -n inference get svc ray-llm-openai -o jsonpath='{.status.loadBalancer.ingress[0].hostname}'"
+     "  # then http://<that name>:8000/v1 from 10.50.0.0/16"),
+])
+def test_the_endpoint_command_never_port_forwards(serving, expected):
+    from ray_llm_eks.base.deployment import Deployment
+    from ray_llm_eks.base.serving import ServiceSettings
+    from ray_llm_eks.cdk8s_charts import endpoint_command
+
+    command = endpoint_command(Deployment(serving=ServiceSettings(**serving)).specs().serving)
+    assert command.startswith(expected)
+    assert "port-forward" not in command
