@@ -346,11 +346,11 @@ class ServiceSettings:
     security_profile: SecurityProfile = SecurityProfile.privileged
     """Worker pod privilege: privileged (the reference; NIXL registers CUDA memory with EFA) or ipc-lock (experimental, unverified on real nodes)."""
     endpoint: EndpointType = EndpointType.cluster_ip
-    """How the OpenAI API on port 8000 is exposed: ClusterIP (port-forward) or internal-nlb."""
+    """How the OpenAI API on port 8000 is exposed: ClusterIP (called from pods in client_namespaces) or internal-nlb (from client_cidrs). Never a port-forward, which needs pods/portforward in the serving namespace (docs/threat-model.md)."""
     client_namespaces: tuple[str, ...] = ()
     """Namespaces whose pods may call the OpenAI API (port 8000). Nothing else in the cluster may: the serving namespace denies all other traffic (``serving-network-policy``)."""
     client_cidrs: tuple[str, ...] = ()
-    """Networks that may call the OpenAI API; with ``endpoint: internal-nlb`` also the NLB's source ranges (required there: without them the NLB's NodePort opens to 0.0.0.0/0)."""
+    """Networks outside the cluster that may call the OpenAI API; with ``endpoint: internal-nlb`` also the NLB's source ranges (required there: without them the NLB's NodePort opens to 0.0.0.0/0). One that overlaps the cluster's VPC is refused (every pod has an address there): name client pods by client_namespaces."""
     egress_cidrs: tuple[str, ...] = DEFAULT_EGRESS_CIDRS
     """Where the pods may open HTTPS (443): the model download (Hugging Face and its CDN through the NAT gateway), the Kubernetes API for the gate, CloudFormation's signal URL. Narrow it to the VPC CIDR once the model is in the node cache and the AWS APIs have VPC endpoints."""
     ray_auth: RayAuth = RayAuth.token
