@@ -249,3 +249,16 @@ def test_the_twin_runs_the_gate_program_the_chart_rendered(rendered, twins):
 
     stand_in = types.SimpleNamespace(rendered=rendered)
     assert TwinRun._gate_program_files(stand_in, twins["disaggregated"]) == bundle.shipped_files()
+
+
+def test_the_twin_runs_ray_with_the_token_kuberay_1_5_1_would_set(twins, tmp_path):
+    """The default renders authOptions.mode token: every Ray node gets RAY_AUTH_MODE and the token,
+    and the twin's own dashboard calls send it as KubeRay's client does (twin/cluster.py)."""
+    from ray_llm_eks.twin.cluster import Twin
+
+    twin = Twin(twins["disaggregated"], network=None, workdir=tmp_path, ray_bin=tmp_path, gate_program=tmp_path)
+    assert twin.token_auth
+    assert twin.auth_env() == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": twin.ray_auth_token}
+    assert twin.auth_headers() == {"x-ray-authorization": f"Bearer {twin.ray_auth_token}"}
+    assert len(twin.ray_auth_token) >= 40  # 32 random bytes, URL-safe base64
+    assert Twin(twins["disaggregated"], None, tmp_path, tmp_path, tmp_path).ray_auth_token != twin.ray_auth_token

@@ -324,6 +324,16 @@ def test_token_auth_pruned_by_an_old_crd_fails_the_gate(in_cluster_copy, fake: F
     assert any("has no authOptions.mode token" in r and "predates KubeRay 1.5.1" in r for r in report["reasons"])
 
 
+def test_with_kuberay_1_4_0_and_no_ray_auth_the_gate_passes_the_same_way(in_cluster_copy, fake: FakeDeployment):
+    """KubeRay 1.4.0 (ray_auth: disabled): no authOptions rendered, nothing to check about it."""
+    spec = fake.rayservice["spec"]  # shared by the session's tests: replaced, not changed
+    fake.rayservice = {**fake.rayservice, "spec": {**spec, "rayClusterConfig": {
+        k: v for k, v in spec["rayClusterConfig"].items() if k != "authOptions"}}}
+    report = _report(result := run_gate(in_cluster_copy, fake, fake.gate_settings(ray_auth="disabled")))
+    assert result.returncode == 0, report["reasons"]
+    assert (fake.dashboard_calls, fake.secret_reads) == ([], [])
+
+
 def test_a_status_of_a_generation_kuberay_has_not_observed_is_not_believed(in_cluster_copy, fake: FakeDeployment):
     """A DEPLOY_FAILED written before KubeRay saw this spec is the previous config's, not this one's."""
     fake.scenario = Scenario(serve_states=[("DEPLOY_FAILED", False)] * 4 + [("DEPLOYING", True)] * 3)
