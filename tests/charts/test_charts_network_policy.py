@@ -358,3 +358,31 @@ def test_the_endpoint_command_never_port_forwards(serving, expected):
     command = endpoint_command(Deployment(serving=ServiceSettings(**serving)).specs().serving)
     assert command.startswith(expected)
     assert "port-forward" not in command
+
+
+def test_the_readme_client_namespace_policy_reaches_the_api_and_no_ray_port():
+    """README, "Call the API": the policy a client namespace needs under strict mode, evaluated with
+    the rendered serving policies (a client in ``apps`` of the reference deployment)."""
+    import re
+    import textwrap
+    from pathlib import Path
+
+    import cdk8s
+    import yaml
+
+    from ray_llm_eks.base.deployment import Deployment
+    from ray_llm_eks.base.serving import ServiceSettings
+    from ray_llm_eks.cdk8s_charts.network_policy import NetworkPolicyChart
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "name: call-ray-llm" in b]
+    client_policy = yaml.safe_load(textwrap.dedent(block))
+    spec = Deployment(serving=ServiceSettings(client_namespaces=("apps",))).specs().serving
+    rules = [*cdk8s.Testing.synth(NetworkPolicyChart(cdk8s.App(), "p", spec=spec)), client_policy]
+    endpoints = pods(spec.namespace, spec.service_name)
+    client = Endpoint("10.0.3.5", "apps", {"app": "chat"})
+    assert allowed(rules, client, endpoints["prefill"], SERVE)
+    assert allowed(rules, client, endpoints["coredns"], 53, "UDP")
+    for port in RAY_ONLY_PORTS:
+        assert not allowed(rules, client, endpoints["head"], port)
+    assert not allowed(rules, client, Endpoint("18.239.50.1"), 443)  # its own rules add anything else
