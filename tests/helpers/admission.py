@@ -3,8 +3,8 @@ controllers would create them from the rendered templates.
 
 Kubernetes evaluates ``variables`` by name and each validation with ``object``, ``oldObject``,
 ``request`` and ``variables`` bound; :func:`admits` does that with the expressions as rendered, and
-picks the bindings by the namespace's ``kubernetes.io/metadata.name`` (the netpol module's selector
-semantics, which are Kubernetes').
+picks the bindings by the namespace's ``kubernetes.io/metadata.name`` (:func:`selects`, Kubernetes'
+label selector semantics).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
-from netpol import selects
 
 OPERATOR = "system:serviceaccount:kuberay:kuberay-operator"
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
@@ -33,6 +32,19 @@ DAEMONSET_TOLERATIONS = [
                               ("pid-pressure", "NoSchedule"), ("unschedulable", "NoSchedule"))]
 """What the DaemonSet controller adds to its pods (kubernetes ``pkg/controller/daemon/util``,
 ``AddOrUpdateDaemonPodTolerations``)."""
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    """A LabelSelector against a namespace's labels: every matchLabels pair and every expression."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        present, value = e["key"] in labels, labels.get(e["key"])
+        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
+              "Exists": present, "DoesNotExist": not present}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
 
 _environment = celpy.Environment()
 _programs: dict[str, Any] = {}
