@@ -60,8 +60,6 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     ({"serving": {"egress_cidrs": ["internet"]}}, "serving.egress_cidrs", "not an IPv4 CIDR"),
     ({"serving": {"admission_exempt_namespaces": ["agents"]}}, "serving.admission_exempt_namespaces",
      "replaced by serving.admission_exempt_agents"),
-    ({"serving": {"admission_exempt_agents": ["inference/default"]}}, "serving.admission_exempt_agents",
-     "an account in the serving namespace"),
     ({"cluster": {"control_plane_log_retention_days": 42}}, "cluster.control_plane_log_retention_days",
      "not a CloudWatch Logs retention period"),
     ({"cluster": {"endpoint_access": "internet"}}, "cluster.endpoint_access", "not an EKS endpoint access mode"),
