@@ -44,3 +44,17 @@ def test_every_rendered_pod_of_every_build_is_admitted(synth, build):
         assert [c["name"] for c in head["spec"]["containers"]][-1] == "autoscaler"
     for what, pod, namespace, user in pods:
         assert denials(policy, namespace, pod, user=user) == [], what
+
+
+def test_the_exempt_device_plugin_account_follows_the_release_the_stack_installs(synth):
+    """The NVIDIA chart names its account after the release (base.infrastructure); the stack's
+    release and the exempt account must agree, or the device plugin is refused on every GPU node."""
+    from ray_llm_eks.base.infrastructure import NVIDIA_DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT
+    from ray_llm_eks.base.serving import DEFAULT_ADMISSION_EXEMPT_AGENTS
+
+    built = synth(None)
+    releases = {r["Properties"]["Chart"]: r["Properties"]["Release"]
+                for r in built.resources("Custom::AWSCDK-EKS-HelmChart").values()}
+    assert releases["nvidia-device-plugin"] == NVIDIA_DEVICE_PLUGIN_RELEASE
+    assert f"kube-system/{NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT}" in DEFAULT_ADMISSION_EXEMPT_AGENTS
+    assert "kube-system/default" in DEFAULT_ADMISSION_EXEMPT_AGENTS  # the EFA device plugin names none

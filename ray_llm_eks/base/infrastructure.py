@@ -64,8 +64,10 @@ AGENT_CONTROLLER_USERS = (DAEMONSET_CONTROLLER_USER, REPLICASET_CONTROLLER_USER)
 """Who may create an exempt node agent's pods (``serving.admission_exempt_agents``)."""
 NVIDIA_DEVICE_PLUGIN_RELEASE = "nvidia-device-plugin"
 NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT = f"{NVIDIA_DEVICE_PLUGIN_RELEASE}-service-account"
-"""nvidia-device-plugin chart, ``templates/daemonset-device-plugin.yml``: ``serviceAccountName:
-<fullname>-service-account``; the fullname is the release name when it holds the chart's name."""
+"""nvidia-device-plugin chart (NVIDIA/k8s-device-plugin v0.20.0, the newest tag in the mirror,
+``deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml``):
+``serviceAccountName: <fullname>-service-account``, and ``_helpers.tpl`` makes the fullname the
+release name when it holds the chart's name. The release is ``constructs.addons``'."""
 DEFAULT_KUBERAY_VERSION = "1.4.0"
 """The RayService CRD schema the charts are tested against (``tests/data``)."""
 DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"

@@ -6,19 +6,19 @@ ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``, built into Kuber
 EKS 1.35 runs it without a webhook) grants, per service account of this deployment and only on
 pods its controller creates, exactly what the rendered pods use (:func:`profiles`):
 
-=====================  ============  ===================  =================================  ===============  ========
-pods (account)         created by    privileged, caps     host paths (exact)                 GPU tolerations  user
-=====================  ============  ===================  =================================  ===============  ========
-Ray workers            KubeRay       privileged (or       ``/var/lib/ray-llm-eks/hf-cache``  ``Equal`` on     root
-(``<svc>``)            operator      IPC_LOCK); CHOWN,    read-write                         each leg's
-                                     FOWNER (cache init)                                     taint
-Ray head (``<svc>``,   KubeRay       none                 none                               none             image
-``<svc>-head`` when    operator                                                                               user
-autoscaled)                                                                                                   only
-EFA counter readers    DaemonSet     none                 ``/sys`` read-only                 as the workers   65534
-(``<svc>-efa-...``)    controller                                                                             only
-anyone else            anyone        none                 none                               none             any
-=====================  ============  ===================  =================================  ===============  ========
+- the Ray workers (account ``<svc>``), created by the KubeRay operator
+  (``kuberay/kuberay-operator``, the same account in KubeRay 1.4.0 and 1.5.1, chart
+  ``values.yaml`` ``serviceAccount.name``): privileged containers and init containers (or
+  ``IPC_LOCK`` with the ``ipc-lock`` profile), ``CHOWN`` and ``FOWNER`` (the cache's init
+  container), the host path ``/var/lib/ray-llm-eks/hf-cache``, and ``operator: Equal``
+  tolerations of each leg's GPU taint; they may run as root (privileged);
+- the Ray head (``<svc>``, or ``<svc>-head`` when autoscaled; labelled ``ray.io/node-type: head``),
+  created by the KubeRay operator: nothing, and every container runs as the image's user
+  (``image.user_id``) with ``runAsNonRoot``, whoever creates it;
+- the EFA counter readers (``<svc>-efa-counters``), created by the DaemonSet controller: the host
+  path ``/sys``, mounted read-only by every container, the workers' GPU tolerations, and every
+  container as 65534 with ``runAsNonRoot``, whoever creates it;
+- anyone else, anywhere: none of it.
 
 Nobody outside the exempt agents gets ``hostNetwork``, ``hostPID``, ``hostIPC``, a ``hostPort``,
 ``spec.nodeName`` at creation (it skips the scheduler and every taint), or a privileged or
@@ -27,7 +27,7 @@ GPU taint's, or it has no key and ``operator: Exists`` (it tolerates every taint
 ones must equal a rendered toleration field by field. Tolerations of other keys (the
 ``node.kubernetes.io/*`` ones the DaemonSet controller and ``DefaultTolerationSeconds`` add) are
 not grants. A host path must be one of the account's, byte for byte, and every container that
-mounts a read-only one must mount it ``readOnly``. Where the table names a user, every
+mounts a read-only one must mount it ``readOnly``. Where a user is named above, every
 container (init and ephemeral too) must run with ``runAsNonRoot`` and that ``runAsUser``
 (container's or pod's), whoever creates the pod.
 
