@@ -10,7 +10,7 @@ evaluated with cel-python. The refusals are in tests/charts/test_charts_admissio
 from __future__ import annotations
 
 import pytest
-from helpers.admission import created_pods, denials, policy_of
+from helpers.admission import OPERATOR, created_pods, denials, policy_of
 
 BUILDS = {
     "default": None,  # observability on
@@ -44,6 +44,12 @@ def test_every_rendered_pod_of_every_build_is_admitted(synth, build):
         assert [c["name"] for c in head["spec"]["containers"]][-1] == "autoscaler"
     for what, pod, namespace, user in pods:
         assert denials(policy, namespace, pod, user=user) == [], what
+    # The RayCluster the operator makes of the RayService, as it makes it.
+    (service,) = [o for o in objects if o["kind"] == "RayService"]
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray-llm-abcde"},
+               "spec": service["spec"]["rayClusterConfig"]}
+    assert denials(policy_of(objects, resource="rayclusters"), service["metadata"]["namespace"], cluster,
+                   user=OPERATOR) == []
 
 
 def test_the_exempt_device_plugin_account_follows_the_release_the_stack_installs(synth):

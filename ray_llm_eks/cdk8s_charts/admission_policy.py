@@ -55,9 +55,16 @@ Scope. One policy per deployment, bound twice, by namespace name (the API server
   named in ``serving.other_serving_namespaces`` (which their own policies govern). kube-system is
   governed too: its agents are exempt by account, not the namespace.
 
+RayClusters. The operator turns a RayCluster in the serving namespace into pods of the granted
+accounts, so a second policy (``<name>-ray-clusters``, bound to the serving namespace by name)
+admits a RayCluster there only from the operator (its RayService controller creates them), and
+an UPDATE of one from anyone else only if it changes nothing but the worker groups' replica
+counts and ``scaleStrategy`` (what the Ray autoscaler patches, from the head's account) or
+leaves the spec alone (metadata).
+
 Not covered: ``pods/binding`` (a Binding carries no pod spec; only the scheduler holds that right
-by default), and RayCluster, RayJob or RayService objects in the serving namespace: the operator
-turns them into pods of the granted accounts, so those rights stay with the deploy.
+by default), and RayJob or RayService objects in the serving namespace: the operator turns them
+into RayClusters and pods of the granted accounts, so those rights stay with the deploy.
 """
 
 from __future__ import annotations
@@ -321,8 +328,46 @@ def _validations(spec: ServingSpec) -> list[k8s.Validation]:
     return validations
 
 
+RAY_CLUSTER_SCALING_FIELDS = ("replicas", "minReplicas", "maxReplicas", "scaleStrategy", "suspend")
+"""The worker group fields the Ray autoscaler may change (Ray ``autoscaler/_private/kuberay/node_provider.py``
+patches ``replicas`` and ``scaleStrategy.workersToDelete``; KubeRay's own fields for a group's size
+and suspension beside them)."""
+
+
+def ray_cluster_policy_name(spec: ServingSpec) -> str:
+    return f"{policy_name(spec)}-ray-clusters"
+
+
+def _ray_cluster_validations(spec: ServingSpec) -> list[k8s.Validation]:
+    operator = f"system:serviceaccount:{spec.operator_namespace}:{KUBERAY_OPERATOR_SERVICE_ACCOUNT}"
+    autoscaler = f"system:serviceaccount:{spec.namespace}:{head_service_account(spec)}"
+    scaling = _quoted(RAY_CLUSTER_SCALING_FIELDS)
+    only_scaling = (
+        "object.spec.all(k, k == 'workerGroupSpecs' || (k in oldObject.spec && object.spec[k] == oldObject.spec[k])) && "
+        "oldObject.spec.all(k, k in object.spec) && "
+        "(has(object.spec.workerGroupSpecs) ? object.spec.workerGroupSpecs : []).all(g, "
+        "(has(oldObject.spec.workerGroupSpecs) ? oldObject.spec.workerGroupSpecs : []).exists(o, "
+        f"o.groupName == g.groupName && g.all(k, k in {scaling} || (k in o && g[k] == o[k])) && "
+        f"o.all(k, k in {scaling} || k in g)))")
+    updaters = (f"(request.userInfo.username == '{autoscaler}' && {only_scaling})" if spec.autoscaling else "false")
+    return [
+        k8s.Validation(
+            expression=f"request.operation != 'CREATE' || request.userInfo.username == '{operator}'",
+            reason="Forbidden",
+            message=f"RayClusters in {spec.namespace} come from its RayService (the KubeRay operator creates them): "
+                    "here a RayCluster is privileged pods on the GPU nodes"),
+        k8s.Validation(
+            expression=(f"request.operation != 'UPDATE' || object.spec == oldObject.spec || "
+                        f"request.userInfo.username == '{operator}' || {updaters}"),
+            reason="Forbidden",
+            message=f"a RayCluster in {spec.namespace} changes only by the KubeRay operator" +
+                    (" (and its worker groups' size by the Ray autoscaler)" if spec.autoscaling else "")),
+    ]
+
+
 class AdmissionPolicyChart(cdk8s.Chart):
-    """The ValidatingAdmissionPolicy and its two bindings (cluster-scoped; see the module docstring)."""
+    """The pod policy and its two bindings, the RayCluster policy and its binding (cluster-scoped;
+    see the module docstring)."""
 
     def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
@@ -347,3 +392,16 @@ class AdmissionPolicyChart(cdk8s.Chart):
                 spec=k8s.ValidatingAdmissionPolicyBindingSpec(
                     policy_name=name, validation_actions=["Deny"],
                     match_resources=k8s.MatchResources(namespace_selector=selector)))
+        clusters = ray_cluster_policy_name(spec)
+        k8s.KubeValidatingAdmissionPolicy(self, "RayClusterPolicy", metadata=k8s.ObjectMeta(name=clusters, labels=labels),
+                                          spec=k8s.ValidatingAdmissionPolicySpec(
+            failure_policy="Fail",
+            match_constraints=k8s.MatchResources(resource_rules=[k8s.NamedRuleWithOperations(
+                api_groups=["ray.io"], api_versions=["*"], operations=["CREATE", "UPDATE"],
+                resources=["rayclusters"])]),
+            validations=_ray_cluster_validations(spec)))
+        k8s.KubeValidatingAdmissionPolicyBinding(
+            self, "RayClusterBinding", metadata=k8s.ObjectMeta(name=clusters, labels=labels),
+            spec=k8s.ValidatingAdmissionPolicyBindingSpec(
+                policy_name=clusters, validation_actions=["Deny"],
+                match_resources=k8s.MatchResources(namespace_selector=own)))

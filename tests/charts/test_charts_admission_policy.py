@@ -351,8 +351,10 @@ def test_the_policy_denies_and_applies_to_pods_and_their_ephemeral_containers(va
 def test_all_pass_kubernetes_validate_strict(scenario):
     import kubernetes_validate
 
-    policy_, bindings = policy(scenario("hardened"))
-    for obj in (policy_, *bindings):
+    objects = scenario("hardened").objects[ADMISSION_POLICY_CHART_ID]
+    assert sorted(o["kind"] for o in objects) == ["ValidatingAdmissionPolicy"] * 2 + \
+        ["ValidatingAdmissionPolicyBinding"] * 3
+    for obj in objects:
         kubernetes_validate.validate(copy.deepcopy(obj), KUBERNETES_VERSION, strict=True)
 
 
@@ -409,3 +411,53 @@ def test_agents_are_configurable_by_account():
 def test_the_settings_refuse_what_would_open_the_serving_namespace(settings, message):
     with pytest.raises(SpecErrors, match=message):
         ServiceSettings(**settings)
+
+
+# --- RayClusters in the serving namespace -------------------------------------------------------
+
+def _ray_cluster(rendered) -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray-llm-abcde"},
+            "spec": copy.deepcopy(rendered.cluster)}
+
+
+@pytest.fixture(scope="module")
+def autoscaled():
+    return render(Deployment(decode=leg("decode", min_size=1, desired_size=1, max_size=3)))
+
+
+def test_only_the_operator_creates_a_ray_cluster_in_the_serving_namespace(scenario):
+    rendered = scenario("disaggregated")
+    clusters = policy_of(rendered.objects[ADMISSION_POLICY_CHART_ID], resource="rayclusters")
+    (binding,) = clusters[1]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["inference"]}]}
+    cluster = _ray_cluster(rendered)
+    assert denials(clusters, "inference", cluster, user=OPERATOR) == []
+    for user in (TENANT, "system:serviceaccount:inference:ray-llm"):
+        assert not admits(clusters, "inference", cluster, user=user)
+    assert admits(clusters, "tenant", cluster, user=TENANT)  # elsewhere the operator ignores it (watchNamespace)
+
+
+def test_the_autoscaler_may_resize_a_worker_group_and_change_nothing_else(autoscaled):
+    clusters = policy_of(autoscaled.objects[ADMISSION_POLICY_CHART_ID], resource="rayclusters")
+    running = _ray_cluster(autoscaled)
+    autoscaler = "system:serviceaccount:inference:ray-llm-head"
+    resized = copy.deepcopy(running)
+    (decode,) = [g for g in resized["spec"]["workerGroupSpecs"] if g["groupName"] == "decode"]
+    decode["replicas"] = 2
+    decode["scaleStrategy"] = {"workersToDelete": ["ray-llm-abcde-decode-xyz"]}
+    assert denials(clusters, "inference", resized, operation="UPDATE", old=running, user=autoscaler) == []
+    relabelled = copy.deepcopy(running)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    assert admits(clusters, "inference", relabelled, operation="UPDATE", old=running, user=TENANT)
+    swapped = copy.deepcopy(resized)
+    swapped["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] = "evil"
+    started = copy.deepcopy(running)
+    started["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-cpus"] = "64"
+    head = copy.deepcopy(running)
+    head["spec"]["headGroupSpec"]["rayStartParams"]["block"] = "true"
+    for changed in (swapped, started, head):
+        for user in (autoscaler, TENANT):
+            assert not admits(clusters, "inference", changed, operation="UPDATE", old=running, user=user)
+        assert admits(clusters, "inference", changed, operation="UPDATE", old=running, user=OPERATOR)
+    assert not admits(clusters, "inference", resized, operation="UPDATE", old=running, user=TENANT)

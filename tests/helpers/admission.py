@@ -56,10 +56,13 @@ def _eval(expression: str, activation: dict):
     return _programs[expression].evaluate(activation)
 
 
-def policy_of(objects) -> tuple[dict, list[dict]]:
+def policy_of(objects, *, resource: str = "pods") -> tuple[dict, list[dict]]:
+    """The policy matching ``resource`` (``pods`` or ``rayclusters``) and its bindings."""
     objects = list(objects)
-    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    return vap, [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+              and resource in o["spec"]["matchConstraints"]["resourceRules"][0]["resources"]]
+    return vap, [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                 and o["spec"]["policyName"] == vap["metadata"]["name"]]
 
 
 def admits(policy_and_bindings, namespace: str, pod: dict, *, operation: str = "CREATE", old: dict | None = None,
@@ -76,12 +79,12 @@ def denials(policy_and_bindings, namespace: str, pod: dict, *, operation: str = 
     labels = {"kubernetes.io/metadata.name": namespace}
     if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):
         return []
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {}, **pod}
+    pod = {"metadata": {}, **pod}
     activation = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(old),
                   "request": celpy.json_to_cel({"namespace": namespace, "operation": operation,
                                                 "userInfo": {"username": user}})}
     variables = celtypes.MapType({})
-    for variable in vap["spec"]["variables"]:
+    for variable in vap["spec"].get("variables", []):
         value = _eval(variable["expression"], {**activation, "variables": variables})
         assert not isinstance(value, celpy.CELEvalError), (variable["name"], value)
         variables[celtypes.StringType(variable["name"])] = value
