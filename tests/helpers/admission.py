@@ -69,12 +69,13 @@ def admits(policy_and_bindings, namespace: str, pod: dict, *, operation: str = "
            user: str = OPERATOR) -> bool:
     """Whether the policy, through any of its bindings, lets ``pod`` be written in ``namespace``
     by ``user`` (an unbound request is admitted)."""
-    return not denials(policy_and_bindings, namespace, pod, operation=operation, old=old, user=user)
+    return not denials(policy_and_bindings, namespace, pod, operation=operation, old=old, user=user, first=True)
 
 
 def denials(policy_and_bindings, namespace: str, pod: dict, *, operation: str = "CREATE", old: dict | None = None,
-            user: str = OPERATOR) -> list[str]:
-    """The messages of the validations that fail (empty: admitted)."""
+            user: str = OPERATOR, first: bool = False) -> list[str]:
+    """The messages of the validations that fail (empty: admitted); with ``first``, only the
+    first (Kubernetes too stops at a denial)."""
     vap, bindings = policy_and_bindings
     labels = {"kubernetes.io/metadata.name": namespace}
     if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):
@@ -95,6 +96,8 @@ def denials(policy_and_bindings, namespace: str, pod: dict, *, operation: str = 
         assert not isinstance(result, celpy.CELEvalError), (validation["message"], result)
         if not bool(result):
             failed.append(validation["message"])
+            if first:
+                break
     return failed
 
 
