@@ -249,7 +249,8 @@ def test_the_stack_hands_every_serving_setting_to_the_construct():
     config = parse_config({
         "serving": {"namespace": "llm", "service_name": "qwen", "client_namespaces": ["apps"],
                     "client_cidrs": ["10.50.0.0/16"], "egress_cidrs": ["10.0.0.0/8"], "endpoint": "internal-nlb",
-                    "security_profile": "ipc-lock", "admission_exempt_namespaces": ["kube-system", "agents"]},
+                    "security_profile": "ipc-lock", "admission_exempt_agents": ["kube-system/aws-node", "agents/agent"],
+                    "other_serving_namespaces": ["llm-2"]},
         "topology": "colocated",
         "nixl": {"kv_buffer_device": "cpu"},
     })

@@ -25,7 +25,7 @@ from ray_llm_eks.constructs.nodegroups import EfaGpuNodeGroup
 from ray_llm_eks.constructs.validation import ConstructValidationError
 from ray_llm_eks.planning import Footprint, PlanError, make_plan
 from ray_llm_eks.base.deployment import ClusterSettings, Deployment, Network, Specs, Versions
-from ray_llm_eks.base.observability import AGENT_NAMESPACE, ObservabilitySpec
+from ray_llm_eks.base.observability import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, ObservabilitySpec
 from ray_llm_eks.base.pools import RootVolume, SystemPool, WorkerPool
 from ray_llm_eks.base.serving import Leg, ServiceSettings, ServingSpec
 from ray_llm_eks.stack import default_context
@@ -128,10 +128,11 @@ def composed():
 def test_a_composed_serving_gets_the_rules_the_configuration_gets(composed):
     _, _, _, serving, watched = composed
     assert serving.spec == Deployment().specs().serving  # the agent's namespace exempted by the construct itself
-    assert AGENT_NAMESPACE in serving.spec.service.admission_exempt_namespaces
+    assert f"{AGENT_NAMESPACE}/{AGENT_SERVICE_ACCOUNT}" in serving.spec.service.admission_exempt_agents
     policy = [o for chart in serving.charts for o in cdk8s.Testing.synth(chart)
-              if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert policy and AGENT_NAMESPACE in str(policy)
+              if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert policy and f"request.namespace == '{AGENT_NAMESPACE}' && variables.account == '{AGENT_SERVICE_ACCOUNT}'" \
+        in str(policy)
     assert watched.settings == ObservabilitySpec()
     assert set(watched.alarms) == set(_stack_of_the_configuration().observability.alarms)
 
@@ -147,7 +148,7 @@ def test_observability_refuses_a_serving_built_without_it():
     stack, network, cluster = cluster_stack("Composed")
     bare = RayLlmServing(stack, "Bare", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
                          service=ServiceSettings(namespace="bare"))
-    assert AGENT_NAMESPACE not in bare.spec.service.admission_exempt_namespaces
+    assert not [a for a in bare.spec.service.admission_exempt_agents if a.startswith(f"{AGENT_NAMESPACE}/")]
     with pytest.raises(ConstructValidationError, match="Composed/BareWatch: serving: built without observability"):
         InferenceObservability(stack, "BareWatch", serving=bare)
 

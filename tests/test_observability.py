@@ -69,8 +69,8 @@ def test_the_addons_log_groups_have_a_retention_and_survive_the_stack(default):
     assert not [k for k in default.resources("AWS::Logs::LogGroup") if k.startswith("Observability")]
 
 
-def test_the_admission_policy_leaves_the_agents_namespace_alone(default):
-    assert "amazon-cloudwatch" in default.stack.serving.spec.service.admission_exempt_namespaces
+def test_the_admission_policy_leaves_the_agents_accounts_alone(default):
+    assert "amazon-cloudwatch/cloudwatch-agent" in default.stack.serving.spec.service.admission_exempt_agents
 
 
 def test_two_metric_filters_count_the_gates_lines_in_the_serving_namespace(default):
@@ -198,7 +198,8 @@ def test_off_leaves_nothing_behind(synth):
     for kind in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard", "AWS::SNS::Topic", "AWS::Logs::MetricFilter"):
         assert off.resources(kind) == {}, kind
     assert "amazon-cloudwatch-observability" not in json.dumps(off.template_json)
-    assert "amazon-cloudwatch" not in off.stack.serving.spec.service.admission_exempt_namespaces
+    assert not [a for a in off.stack.serving.spec.service.admission_exempt_agents
+                if a.startswith("amazon-cloudwatch/")]
 
 
 @pytest.mark.parametrize(("settings", "field", "says"), [

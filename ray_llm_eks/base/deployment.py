@@ -21,7 +21,7 @@ from typing import Any
 
 from . import infrastructure as infra
 from .errors import Collector, SpecError, SpecErrors
-from .observability import AGENT_NAMESPACE, ObservabilitySpec
+from .observability import AGENT_EXEMPTIONS, ObservabilitySpec
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
 from .serving import (
@@ -254,7 +254,7 @@ class Deployment:
 
     def _service(self) -> ServiceSettings:
         # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
-        return self.serving.exempting(AGENT_NAMESPACE) if self.observability.enabled else self.serving
+        return self.serving.exempting(*AGENT_EXEMPTIONS) if self.observability.enabled else self.serving
 
     def specs(self) -> Specs:
         """The constructs' inputs, built (and so checked) once when the deployment was."""

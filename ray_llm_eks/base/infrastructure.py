@@ -53,10 +53,22 @@ dashboard with these."""
 KUBERAY_OPERATOR_SERVICE_ACCOUNT = "kuberay-operator"
 """The operator's service account (kuberay-operator chart, ``serviceAccount.name``): it creates the
 Ray pods, and the admission policy grants their privileges only to pods it creates."""
-DAEMONSET_CONTROLLER_USERS = ("system:serviceaccount:kube-system:daemon-set-controller", "system:kube-controller-manager")
-"""Who creates a DaemonSet's pods: the DaemonSet controller's own account when the controller
-manager uses per-controller credentials (``--use-service-account-credentials``), else the
-controller manager's identity."""
+DAEMONSET_CONTROLLER_USER = "system:serviceaccount:kube-system:daemon-set-controller"
+REPLICASET_CONTROLLER_USER = "system:serviceaccount:kube-system:replicaset-controller"
+"""Who creates a DaemonSet's (a Deployment's) pods: the controller's own account, as the controller
+manager runs with per-controller credentials (``--use-service-account-credentials``, kubeadm's
+default). The shared identity ``system:kube-controller-manager`` is not accepted: with it every
+controller (Job, ReplicaSet, DaemonSet) would be one requester, so a Job naming the EFA counter
+readers' account would get their grants. A control plane that used it would have the counter
+readers refused at admission, and the gate fails for want of them: loud, not open."""
+AGENT_CONTROLLER_USERS = (DAEMONSET_CONTROLLER_USER, REPLICASET_CONTROLLER_USER)
+"""Who may create an exempt node agent's pods (``serving.admission_exempt_agents``)."""
+NVIDIA_DEVICE_PLUGIN_RELEASE = "nvidia-device-plugin"
+NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT = f"{NVIDIA_DEVICE_PLUGIN_RELEASE}-service-account"
+"""nvidia-device-plugin chart (NVIDIA/k8s-device-plugin v0.20.0, the newest tag in the mirror,
+``deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml``):
+``serviceAccountName: <fullname>-service-account``, and ``_helpers.tpl`` makes the fullname the
+release name when it holds the chart's name. The release is ``constructs.addons``'."""
 DEFAULT_KUBERAY_VERSION = "1.5.1"
 """The first KubeRay that runs Ray with token authentication (``rayClusterConfig.authOptions``,
 ray-project/kuberay ``ray-operator/apis/ray/v1/raycluster_types.go@v1.5.1``), which the serving

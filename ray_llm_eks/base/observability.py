@@ -30,6 +30,16 @@ ADDON_NAME = "amazon-cloudwatch-observability"
 AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
 """Where the add-on runs its agent and Fluent Bit (hostNetwork, host paths, every taint tolerated),
 and the account both use (EKS user guide, "eks-add-ons": Pod Identity on amazon-cloudwatch/cloudwatch-agent)."""
+AGENT_EXEMPTIONS = tuple(f"{AGENT_NAMESPACE}/{account}" for account in (
+    AGENT_SERVICE_ACCOUNT, "dcgm-exporter-service-acct", "neuron-monitor-service-acct", "node-exporter-service-acct",
+    "kube-state-metrics-service-acct", "amazon-cloudwatch-observability-controller-manager"))
+"""The add-on's accounts the admission policy leaves alone when their controller creates the pod
+(``serving.admission_exempt_agents``): every component tolerates every taint (chart
+amazon-cloudwatch-observability 6.2.0, ``values.yaml`` ``tolerations: [{operator: Exists}]``), the
+agent and Fluent Bit use host paths and hostNetwork. The names are the chart's defaults
+(``templates/_helpers.tpl``: ``cloudwatch-agent.serviceAccountName``, ``dcgm-exporter-service-acct``,
+``neuron-monitor-service-acct``, ``node-exporter-service-acct``, ``kube-state-metrics-service-acct``;
+``templates/operator-deployment.yaml``: the manager's)."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,14 @@ from typing import Any, Literal, get_args
 from .models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
-from .infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, ipv4_network, region as check_region, semver
+from .infrastructure import (
+    DEFAULT_KUBERAY_VERSION,
+    KUBERAY_NAMESPACE,
+    NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT,
+    ipv4_network,
+    region as check_region,
+    semver,
+)
 from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
@@ -95,12 +102,21 @@ _CACHE_NODE_TYPE = re.compile(r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
 _SEMVER_TEXT = re.compile(r"^\d+\.\d+\.\d+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_EGRESS_CIDRS = ("0.0.0.0/0",)
-DEFAULT_ADMISSION_EXEMPT_NAMESPACES = ("kube-system",)
+DEFAULT_ADMISSION_EXEMPT_AGENTS = tuple(f"kube-system/{account}" for account in (
+    "aws-node", "kube-proxy", "eks-pod-identity-agent", NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT, "default"))
+"""The EKS node agents (host network, host paths, privileged, every taint tolerated) by account:
+aws-node and kube-proxy (the add-ons' own accounts); the Pod Identity agent, whose chart names no
+account in some versions (aws/eks-pod-identity-agent ``charts/.../daemonset.yaml``) and its own in
+others; the NVIDIA device plugin (its chart's ``<release>-service-account``); and ``default``, which
+the EFA device plugin runs as (aws/eks-charts ``stable/aws-efa-k8s-device-plugin/templates/daemonset.yaml``
+names no account) and the Pod Identity agent may. Each is exempt only when its controller creates
+the pod (``infrastructure.AGENT_CONTROLLER_USERS``)."""
+_AGENT = re.compile(r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$")
 DEFAULT_IMAGE_USER_ID, DEFAULT_IMAGE_GROUP_ID = 1000, 100
 DEFAULT_CACHE_NODE_TYPE = "cache.t4g.small"
 SERVING_INSTANCE_NAMESPACE_LABEL = f"{LABEL_PREFIX}serving-instance"
-"""On the serving namespace, valued with the service name: other deployments' admission
-policies leave a namespace so labelled to its own deployment's policy."""
+"""On the serving namespace, valued with the service name (which deployment owns it). No
+admission decision reads it: anyone who may create a namespace could set it."""
 
 
 
@@ -357,8 +373,12 @@ class ServiceSettings:
     """Ray's token authentication (GCS, dashboard, Jobs API, Ray Client): token (the default; KubeRay 1.5.1+ makes a random token per RayCluster; Ray 2.52+), or disabled (what KubeRay 1.4.0 needs: then anything that reaches the head's 8265 may submit a job). Not on the OpenAI port (8000) or the metrics port, which the NetworkPolicies govern."""
     gcs_fault_tolerance: GcsFaultTolerance = field(default_factory=GcsFaultTolerance)
     """Ray's GCS state in ElastiCache for Valkey, so losing the head does not restart the models (off by default; ``plan`` shows its cost)."""
-    admission_exempt_namespaces: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_NAMESPACES
-    """Namespaces the admission policy leaves alone (``serving-admission-policy``): node agents that need host access or tolerate every taint (aws-node, kube-proxy, the device plugins in ``kube-system``). With observability on, the CloudWatch agent's namespace is added. Never the serving namespace."""
+    admission_exempt_agents: tuple[str, ...] = DEFAULT_ADMISSION_EXEMPT_AGENTS
+    """Node agents the admission policy (``serving-admission-policy``) leaves alone, as ``namespace/service-account``: their pods may use host access and tolerate every taint, but only when the DaemonSet or ReplicaSet controller creates them (a Deployment or DaemonSet of that account). Default: aws-node, kube-proxy, the Pod Identity agent and the device plugins in kube-system; with observability on, the CloudWatch add-on's accounts are added. Never an account in the serving namespace."""
+    other_serving_namespaces: tuple[str, ...] = ()
+    """The serving namespaces of other ray-llm-eks deployments on the same cluster: this deployment's admission policy leaves them to their own (by name; a label could be forged). Every other namespace gets this policy's "nobody" row."""
+    admission_exempt_namespaces: tuple[str, ...] = ()
+    """Replaced by ``admission_exempt_agents``: a whole exempt namespace let any pod there run privileged on every node. Refused when set."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -381,7 +401,8 @@ class ServiceSettings:
         found.raise_if_any()
 
     def _check_access(self, found: Collector) -> None:
-        for name in ("client_namespaces", "client_cidrs", "egress_cidrs", "admission_exempt_namespaces"):
+        for name in ("client_namespaces", "client_cidrs", "egress_cidrs", "admission_exempt_agents",
+                     "other_serving_namespaces", "admission_exempt_namespaces"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
@@ -392,14 +413,28 @@ class ServiceSettings:
             if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
                 found.add(problem("client_namespaces", namespace, "not a namespace name",
                                   "lowercase letters, digits and '-', at most 63"))
-        for namespace in self.admission_exempt_namespaces:
+        if self.admission_exempt_namespaces:
+            found.add(problem("admission_exempt_namespaces", list(self.admission_exempt_namespaces),
+                              "replaced by serving.admission_exempt_agents: a whole exempt namespace let any pod "
+                              "there run privileged, on the host's network, on every node",
+                              "serving.admission_exempt_agents entries 'namespace/service-account' for each node "
+                              "agent, such as monitoring/node-exporter"))
+        for agent in self.admission_exempt_agents:
+            match = _AGENT.match(agent) if isinstance(agent, str) else None
+            if match is None:
+                found.add(problem("admission_exempt_agents", agent, "not 'namespace/service-account'",
+                                  "a namespace name, '/', a service account name, such as kube-system/aws-node"))
+            elif match.group(1) == self.namespace:
+                found.add(problem("admission_exempt_agents", agent,
+                                  "an account in the serving namespace: its pods could run privileged on the GPU nodes",
+                                  "accounts of node agents in their own namespaces, such as kube-system/aws-node"))
+        for namespace in self.other_serving_namespaces:
             if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
-                found.add(problem("admission_exempt_namespaces", namespace, "not a namespace name",
+                found.add(problem("other_serving_namespaces", namespace, "not a namespace name",
                                   "lowercase letters, digits and '-', at most 63"))
             elif namespace == self.namespace:
-                found.add(problem("admission_exempt_namespaces", namespace,
-                                  "the serving namespace itself: any pod there could run privileged on the GPU nodes",
-                                  f"namespaces of node agents, such as {', '.join(DEFAULT_ADMISSION_EXEMPT_NAMESPACES)}"))
+                found.add(problem("other_serving_namespaces", namespace, "this deployment's own serving namespace",
+                                  "the serving namespaces of other deployments on the cluster"))
         client_networks = [found.check(ipv4_network, "client_cidrs", c, "10.0.0.0/16") for c in self.client_cidrs]
         for cidr in self.egress_cidrs:
             found.check(ipv4_network, "egress_cidrs", cidr, "10.0.0.0/16")
@@ -412,11 +447,11 @@ class ServiceSettings:
                 found.add(problem("client_cidrs", list(self.client_cidrs), "0.0.0.0/0 is every source",
                                   "the CIDR blocks of the networks that call the API"))
 
-    def exempting(self, namespace: str) -> ServiceSettings:
-        """These settings with ``namespace`` also left alone by the admission policy (once)."""
-        if namespace in self.admission_exempt_namespaces:
-            return self
-        return replace(self, admission_exempt_namespaces=(*self.admission_exempt_namespaces, namespace))
+    def exempting(self, *agents: str) -> ServiceSettings:
+        """These settings with ``agents`` (``namespace/service-account``) also left alone by the
+        admission policy (each once, in order)."""
+        added = tuple(a for a in dict.fromkeys(agents) if a not in self.admission_exempt_agents)
+        return replace(self, admission_exempt_agents=(*self.admission_exempt_agents, *added)) if added else self
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ SERVES_HTTP_LABEL = f"{LABEL_PREFIX}serves-http"
 GATE_RUN_LABEL = f"{LABEL_PREFIX}gate-run"
 """The gate run (the hash of what it checks) of its Job and settings."""
 SERVING_INSTANCE_NAMESPACE_LABEL = f"{LABEL_PREFIX}serving-instance"
-"""On the serving namespace: which deployment owns it (the admission policy binds by it)."""
+"""On the serving namespace: which deployment owns it (informative; the admission policy binds by
+namespace name, which nobody can forge)."""
 CLUSTER_SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}cluster-spec-hash"
 """On every Ray pod template: the hash of the cluster spec it was rendered from; the gate rolls out
 by it (settings ``hash_annotation``)."""

@@ -41,14 +41,18 @@ def hf_cache_volume() -> k8s.Volume:
 
 
 HF_CACHE_MODE = "0750"
+HF_CACHE_CAPABILITIES = ("CHOWN", "FOWNER")
+"""All the init container adds (the admission policy grants the Ray pods these and no other)."""
 
 
 def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
     """Gives the node's model cache to the image's user, and only to it.
 
     The kubelet creates a ``DirectoryOrCreate`` hostPath as root, mode 0755, which a non-root
-    image user could not write. This container runs as root with every capability dropped but
-    CHOWN and FOWNER, and makes the directory ``<user_id>:<group_id>`` mode 0750: the Ray process writes the
+    image user could not write. This container runs as root (a non-root process gets no effective
+    capability from ``capabilities.add``: Kubernetes sets no ambient capabilities) with every
+    capability dropped but CHOWN and FOWNER, no privilege escalation, a read-only root filesystem
+    and the runtime's default seccomp profile, and makes the directory ``<user_id>:<group_id>`` mode 0750: the Ray process writes the
     weights, its group reads them, nobody else on the node does (the admission policy keeps other
     pods from mounting host paths at all). An image that runs as root writes there anyway. Same
     image as the Ray container, so nothing else is pulled. Requests equal limits, so the pod
@@ -71,7 +75,8 @@ def hf_cache_init_container(spec: ServingSpec) -> k8s.Container:
             privileged=False,
             allow_privilege_escalation=False,
             read_only_root_filesystem=True,
-            capabilities=k8s.Capabilities(drop=["ALL"], add=["CHOWN", "FOWNER"]),
+            capabilities=k8s.Capabilities(drop=["ALL"], add=list(HF_CACHE_CAPABILITIES)),
+            seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),
         ),
         volume_mounts=[k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH)],
     )

@@ -215,6 +215,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
         spec=k8s.PodSpec(
             service_account_name=service_account,
             automount_service_account_token=False,  # the account's own setting, stated on the pod too
+            security_context=head_pod_security_context(spec),
             volumes=[autoscaler_api_volume()] if spec.autoscaling else None,
             node_selector=spec.system.labels,
             containers=[
@@ -231,14 +232,24 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
     )
 
 
+def head_pod_security_context(spec: ServingSpec) -> k8s.PodSecurityContext:
+    """The head (and KubeRay's autoscaler container beside it) runs as the image's user
+    (``image.user_id``:``image.group_id``, 1000:100 by default, the user the workers' model cache
+    already belongs to), never as root: it holds the cluster's control plane (GCS, the dashboard
+    and Jobs API), so whoever breaks into it is not also root in its container. The admission
+    policy requires exactly this user of the head (``serving-admission-policy``)."""
+    return k8s.PodSecurityContext(run_as_non_root=True, run_as_user=spec.image.user_id,
+                                  run_as_group=spec.image.group_id,
+                                  seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
+
+
 def head_security_context() -> k8s.SecurityContext:
     """The head runs GCS, the dashboard and the Serve controller: no GPU, no EFA, no device, so
-    no capability and no syscall outside the runtime's default profile.
+    no capability and no syscall outside the runtime's default profile; it runs as the image's
+    user (:func:`head_pod_security_context`).
 
-    Not set, for want of a test on the deployed image (docs/threat-model.md): ``runAsNonRoot``
-    (the serving image's user is not known to this library; a root-user image would then refuse
-    to start) and a read-only root filesystem (Ray writes its session directory under /tmp and
-    its logs next to it)."""
+    Not set: a read-only root filesystem (Ray writes its session directory under /tmp and its
+    logs next to it)."""
     return k8s.SecurityContext(
         allow_privilege_escalation=False, privileged=False,
         capabilities=k8s.Capabilities(drop=["ALL"]), seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"),

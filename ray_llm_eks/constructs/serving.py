@@ -42,7 +42,7 @@ from ..base.deployment import Specs
 from ..base.errors import problem
 from ..base.pools import SystemPool, WorkerPool
 from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, client_cidrs_outside
-from ..base.observability import AGENT_NAMESPACE, ObservabilitySpec
+from ..base.observability import AGENT_EXEMPTIONS, ObservabilitySpec
 from ..base.serving import DEFAULT_RAY_VERSION, ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
 from ..base.verification import VerificationSpec
 from ..cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID, GcsRedisChart, sync_account_name
@@ -162,7 +162,7 @@ class RayLlmServing(Construct):
         service = service or ServiceSettings()
         if observability is not None and observability.enabled:
             # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
-            service = service.exempting(AGENT_NAMESPACE)
+            service = service.exempting(*AGENT_EXEMPTIONS)
         # Build (and so check) the spec first: a refused combination fails before any resource exists.
         self.spec: ServingSpec = validated(
             self, ServingSpec, region=Stack.of(self).region, prefill=_leg(prefill), decode=_leg(decode),

@@ -1,79 +1,45 @@
-"""The ValidatingAdmissionPolicy, its CEL evaluated on pods (cel-python: no API server here).
-
-Kubernetes evaluates ``variables`` by name and each validation with ``object``, ``request`` and
-``variables`` bound; that is what :func:`admits` does, with the expressions as rendered.
+"""The ValidatingAdmissionPolicy, its CEL evaluated case by case with cel-python on the rendered
+policy (helpers.admission): what a tenant who can create pods, Jobs, DaemonSets, RayClusters or
+namespaces, or patch pods, is refused; and that the pods this deployment renders are admitted as
+their controllers create them. Every option's full build is in tests/test_admission_every_build.py.
 """
 
 from __future__ import annotations
 
 import copy
 
-import celpy
+import cdk8s
 import pytest
+from helpers.admission import (
+    DAEMONSET_CONTROLLER,
+    DEFAULT_TOLERATION_SECONDS,
+    JOB_CONTROLLER,
+    OPERATOR,
+    REPLICASET_CONTROLLER,
+    admits,
+    created_pods,
+    daemonset_pod,
+    denials,
+    kuberay_pod,
+    pod,
+    policy_of,
+)
 from helpers.charts import leg, render
-from netpol import selects
 
 from ray_llm_eks.base.deployment import Deployment
-from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID
+from ray_llm_eks.base.errors import SpecErrors
 from ray_llm_eks.base.placement import GPU_TAINT_KEY
-from ray_llm_eks.base.serving import SERVING_INSTANCE_NAMESPACE_LABEL
+from ray_llm_eks.base.serving import ServiceSettings
+from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID
 
 KUBERNETES_VERSION = "1.35.0"
+TENANT = "tenant@example.com"
+GPU = {"key": GPU_TAINT_KEY, "operator": "Equal", "value": "decode", "effect": "NoSchedule"}
+EVERYTHING = {"operator": "Exists"}
 
 
 def policy(rendered) -> tuple[dict, list[dict]]:
-    objects = rendered.objects[ADMISSION_POLICY_CHART_ID]
-    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    return vap, [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-
-
-def _eval(expression: str, activation: dict):
-    environment = celpy.Environment()
-    return environment.program(environment.compile(expression)).evaluate(activation)
-
-
-def _namespace_labels(namespace: str, labels: dict[str, str] | None) -> dict[str, str]:
-    return {"kubernetes.io/metadata.name": namespace, **(labels or {})}
-
-
-OPERATOR = "system:serviceaccount:kuberay:kuberay-operator"
-DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
-
-
-def admits(policy_and_bindings, namespace: str, pod: dict, *, namespace_labels: dict[str, str] | None = None,
-           operation: str = "CREATE", old: dict | None = None, user: str = OPERATOR) -> bool:
-    """Whether the policy, through any of its bindings, lets ``pod`` be written in ``namespace``.
-
-    A binding applies when its namespace selector matches the namespace's labels (the netpol
-    module's selector semantics, which are Kubernetes'); an unbound request is admitted."""
-    vap, bindings = policy_and_bindings
-    labels = _namespace_labels(namespace, namespace_labels)
-    if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):
-        return True
-    activation = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(old),
-                  "request": celpy.json_to_cel({"namespace": namespace, "operation": operation,
-                                                "userInfo": {"username": user}})}
-    variables = {}
-    for variable in vap["spec"]["variables"]:
-        variables[variable["name"]] = _eval(variable["expression"], {**activation, "variables": celpy.json_to_cel(variables)})
-    activation["variables"] = celpy.json_to_cel({k: bool(v) for k, v in variables.items()})
-    return all(bool(_eval(v["expression"], activation)) for v in vap["spec"]["validations"])
-
-
-def pod(account: str | None = None, *, privileged: bool = False, toleration: dict | None = None,
-        init_privileged: bool = False) -> dict:
-    spec: dict = {"containers": [{"name": "c", "image": "i", **({"securityContext": {"privileged": True}} if privileged else {})}]}
-    if account:
-        spec["serviceAccountName"] = account
-    if toleration:
-        spec["tolerations"] = [toleration]
-    if init_privileged:
-        spec["initContainers"] = [{"name": "init", "image": "i", "securityContext": {"privileged": True}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
-
-
-GPU = {"key": GPU_TAINT_KEY, "operator": "Equal", "value": "decode", "effect": "NoSchedule"}
-EVERYTHING = {"operator": "Exists"}
+    return policy_of(rendered.objects[ADMISSION_POLICY_CHART_ID])
 
 
 @pytest.fixture(scope="module")
@@ -81,194 +47,418 @@ def vap(scenario):
     return policy(scenario("disaggregated"))
 
 
-def test_the_rendered_ray_workers_are_admitted(scenario, vap):
-    rendered = scenario("disaggregated")
-    for role in ("prefill", "decode"):
-        template = rendered.worker_group(role)["template"]
-        assert admits(vap, "inference", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": template["spec"]})
-    head = rendered.head_group["template"]
-    assert admits(vap, "inference", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": head["spec"]})
+@pytest.fixture(scope="module")
+def worker(scenario) -> dict:
+    return kuberay_pod(scenario("disaggregated").worker_group("decode")["template"], "worker")
 
 
-def test_the_efa_counter_readers_are_admitted(vap):
-    import cdk8s
+@pytest.fixture(scope="module")
+def head(scenario) -> dict:
+    return kuberay_pod(scenario("disaggregated").head_group["template"], "head")
 
+
+def _verification_objects(deployment: Deployment) -> list[dict]:
     from ray_llm_eks.cdk8s_charts import build_serving_charts
     from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
 
-    specs = Deployment().specs()
+    specs = deployment.specs()
     app = cdk8s.App()
     charts = build_serving_charts(app, specs.serving)
     chart = build_verification_chart(app, specs.serving, specs.verification,
                                      GatePlan.of(specs.serving, specs.verification, charts), charts, None)
-    daemonset = next(o for o in cdk8s.Testing.synth(chart) if o["kind"] == "DaemonSet")
-    spec = daemonset["spec"]["template"]["spec"]
-    assert spec["serviceAccountName"] == "ray-llm-efa-counters"
-    pod_ = {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec}
-    assert admits(vap, "inference", pod_, user=DAEMONSET_CONTROLLER)
-    assert admits(vap, "inference", pod_, user="system:kube-controller-manager")  # without per-controller accounts
+    return list(cdk8s.Testing.synth(chart))
 
 
-@pytest.mark.parametrize(("namespace", "candidate"), [
-    ("default", pod(privileged=True)),
-    ("default", pod(toleration=GPU)),
-    ("default", pod(toleration=EVERYTHING)),  # tolerates every taint
-    ("default", pod("ray-llm", privileged=True)),  # the right name in the wrong namespace
-    ("inference", pod("default", privileged=True)),  # the right namespace, another account
-    ("inference", pod(toleration=GPU)),
-    ("inference", pod("notebook", init_privileged=True)),
+@pytest.fixture(scope="module")
+def counters() -> dict:
+    (daemonset,) = [o for o in _verification_objects(Deployment()) if o["kind"] == "DaemonSet"]
+    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == "ray-llm-efa-counters"
+    return daemonset_pod(daemonset["spec"]["template"])
+
+
+def _changed(candidate: dict, path: str, value) -> dict:
+    """``candidate`` with ``spec.<path>`` (dotted, list indexes as numbers) set to ``value``."""
+    changed = copy.deepcopy(candidate)
+    *parents, last = path.split(".")
+    node = changed["spec"]
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[int(last) if last.isdigit() else last] = value
+    return changed
+
+
+def plain(account: str | None = None, **spec) -> dict:
+    return pod({"containers": [{"name": "c", "image": "i"}], **({"serviceAccountName": account} if account else {}),
+                **spec})
+
+
+# --- every pod the deployment renders, as its controller creates it -----------------------------
+
+@pytest.mark.parametrize("name", ["disaggregated", "colocated", "hardened", "multi_gpu"])
+def test_the_rendered_ray_pods_are_admitted_as_kuberay_creates_them(scenario, name):
+    rendered = scenario(name)
+    found = created_pods(rendered.all_objects())
+    assert {what.split(" ", 1)[1] for what, *_ in found if what.startswith(rendered.ray_service["metadata"]["name"])} \
+        >= {"head", "prefill", "decode"} - ({"prefill"} if name.endswith("colocated") else set())
+    for what, candidate, namespace, user in found:
+        assert denials(policy(rendered), namespace, candidate, user=user) == [], what
+
+
+def test_the_workers_as_kuberay_builds_them_carry_a_privileged_init_container(worker):
+    """KubeRay copies the Ray container's securityContext and mounts into wait-gcs-ready: the
+    grant covers init containers, or no worker would start."""
+    (init,) = [c for c in worker["spec"]["initContainers"] if c["name"] == "wait-gcs-ready"]
+    assert init["securityContext"] == {"privileged": True}
+
+
+def test_an_autoscaled_head_with_kuberays_autoscaler_container_is_admitted():
+    rendered = render(Deployment(decode=leg("decode", min_size=1, desired_size=1, max_size=3)))
+    found = {what: (candidate, namespace, user) for what, candidate, namespace, user in created_pods(rendered.all_objects())}
+    candidate, namespace, user = found["ray-llm head"]
+    assert candidate["spec"]["serviceAccountName"] == "ray-llm-head"
+    assert [c["name"] for c in candidate["spec"]["containers"]] == ["ray-head", "autoscaler"]
+    assert denials(policy(rendered), namespace, candidate, user=user) == []
+
+
+def test_the_efa_counter_readers_are_admitted_from_the_daemonset_controller_only(vap, counters):
+    assert denials(vap, "inference", counters, user=DAEMONSET_CONTROLLER) == []
+    # The controller manager's shared identity is no longer a requester (docstring of
+    # base.infrastructure.DAEMONSET_CONTROLLER_USER).
+    assert not admits(vap, "inference", counters, user="system:kube-controller-manager")
+    for user in (TENANT, JOB_CONTROLLER, REPLICASET_CONTROLLER, OPERATOR):
+        assert not admits(vap, "inference", counters, user=user), user
+
+
+def test_the_head_runs_as_the_images_user_and_the_cache_init_container_is_confined(scenario, head, worker):
+    spec = scenario("disaggregated").config.specs().serving
+    assert head["spec"]["securityContext"] == {"runAsNonRoot": True, "runAsUser": spec.image.user_id,
+                                               "runAsGroup": spec.image.group_id,
+                                               "seccompProfile": {"type": "RuntimeDefault"}}
+    (cache,) = [c for c in worker["spec"]["initContainers"] if c["name"] == "hf-cache-permissions"]
+    assert cache["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"add": ["CHOWN", "FOWNER"], "drop": ["ALL"]},
+        "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": False, "runAsUser": 0,
+        "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+# --- the tenant's attempts ----------------------------------------------------------------------
+
+HOST_ROOT = [{"name": "root", "hostPath": {"path": "/"}}]
+
+
+def test_the_audits_daemonset_on_the_counter_readers_account_is_refused(vap, counters):
+    """The audit's case: a DaemonSet in the serving namespace on the efa-counters account, hostPath
+    ``/`` read-write, uid 0, a catch-all toleration. Each part alone is refused too."""
+    root = _changed(_changed(counters, "volumes", HOST_ROOT), "securityContext.runAsUser", 0)
+    root["spec"]["containers"][0]["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
+    root["spec"]["tolerations"] = [EVERYTHING]
+    assert len(denials(vap, "inference", root, user=DAEMONSET_CONTROLLER)) >= 3
+
+
+@pytest.mark.parametrize(("what", "path", "value"), [
+    ("the host's root, read-only", "volumes.1.hostPath.path", "/"),
+    ("/sys/ is not /sys", "volumes.1.hostPath.path", "/sys/"),
+    ("/sys/kernel", "volumes.1.hostPath.path", "/sys/kernel"),
+    ("/sys read-write", "containers.0.volumeMounts.1.readOnly", False),
+    ("the cache's path, granted to the workers only", "volumes.1.hostPath.path", "/var/lib/ray-llm-eks/hf-cache"),
+    ("root", "securityContext.runAsUser", 0),
+    ("root in the container", "containers.0.securityContext.runAsUser", 0),
+    ("runAsNonRoot off", "securityContext.runAsNonRoot", False),
+    ("every taint", "tolerations.0", EVERYTHING),
+    ("every GPU role", "tolerations.0", {"key": GPU_TAINT_KEY, "operator": "Exists"}),
+    ("the GPU taint with every effect", "tolerations.0", {"key": GPU_TAINT_KEY, "operator": "Equal", "value": "prefill"}),
+    ("every NoSchedule taint", "tolerations.0", {"operator": "Exists", "effect": "NoSchedule"}),
+    ("privileged", "containers.0.securityContext.privileged", True),
+    ("a capability", "containers.0.securityContext.capabilities", {"add": ["SYS_ADMIN"]}),
+    ("the host's network", "hostNetwork", True),
+    ("the host's PIDs", "hostPID", True),
+    ("a host port", "containers.0.ports.0.hostPort", 9475),
 ])
-def test_others_may_neither_run_privileged_nor_tolerate_the_gpu_taint(vap, namespace, candidate):
-    assert not admits(vap, namespace, candidate)
+def test_the_counter_readers_account_gets_exactly_its_grant(vap, counters, what, path, value):
+    assert admits(vap, "inference", counters, user=DAEMONSET_CONTROLLER)
+    assert not admits(vap, "inference", _changed(counters, path, value), user=DAEMONSET_CONTROLLER), what
 
 
-@pytest.mark.parametrize(("namespace", "candidate"), [
-    ("default", pod()),  # an ordinary pod anywhere
-    ("inference", pod("default")),
-    ("kube-system", pod("aws-node", privileged=True, toleration=EVERYTHING)),  # the CNI and device plugins
-    ("default", pod(toleration={"key": "other", "operator": "Exists"})),
+@pytest.mark.parametrize(("what", "path", "value"), [
+    ("another host path", "volumes.1.hostPath.path", "/var/lib/kubelet"),
+    ("the host's root", "volumes.1.hostPath.path", "/"),
+    ("every taint", "tolerations.0", EVERYTHING),
+    ("a host port", "containers.0.ports.0.hostPort", 8000),
+    ("the host's network", "hostNetwork", True),
+    ("the host's PIDs", "hostPID", True),
+    ("the host's IPC", "hostIPC", True),
+    ("a capability it does not use", "containers.0.securityContext.capabilities", {"add": ["SYS_ADMIN"]}),
 ])
-def test_ordinary_pods_and_kube_system_are_untouched(vap, namespace, candidate):
-    assert admits(vap, namespace, candidate)
+def test_the_ray_workers_get_exactly_their_grant_even_from_the_operator(vap, worker, what, path, value):
+    assert admits(vap, "inference", worker)
+    assert not admits(vap, "inference", _changed(worker, path, value)), what
 
 
-def test_the_policy_denies_and_applies_to_pods_and_their_ephemeral_containers(scenario):
-    vap, bindings = policy(scenario("disaggregated"))
-    assert [b["metadata"]["name"] for b in bindings] == [f"{vap['metadata']['name']}-own",
-                                                          f"{vap['metadata']['name']}-elsewhere"]
+@pytest.mark.parametrize(("what", "path", "value"), [
+    ("root", "securityContext.runAsUser", 0),
+    ("privileged", "containers.0.securityContext.privileged", True),
+    ("the GPU taint", "tolerations", [GPU]),
+    ("the workers' host path", "volumes", [{"name": "c", "hostPath": {"path": "/var/lib/ray-llm-eks/hf-cache"}}]),
+])
+def test_the_head_gets_nothing_and_runs_as_the_images_user(vap, head, what, path, value):
+    assert admits(vap, "inference", head)
+    assert not admits(vap, "inference", _changed(head, path, value)), what
+
+
+@pytest.mark.parametrize(("account", "user"), [
+    ("ray-llm", TENANT),                 # kubectl run --overrides
+    ("ray-llm", JOB_CONTROLLER),         # a Job in the namespace
+    ("ray-llm", REPLICASET_CONTROLLER),  # a Deployment
+    ("ray-llm", DAEMONSET_CONTROLLER),   # a DaemonSet
+    ("ray-llm", "system:serviceaccount:inference:ray-llm-head"),  # KubeRay 1.5.1's autoscaler account
+    ("ray-llm-efa-counters", JOB_CONTROLLER),
+    ("ray-llm-efa-counters", OPERATOR),
+])
+def test_the_right_account_is_not_enough_the_right_controller_must_create_the_pod(worker, vap, account, user):
+    assert not admits(vap, "inference", _changed(worker, "serviceAccountName", account), user=user)
+
+
+@pytest.mark.parametrize("namespace", ["inference", "tenant"])
+@pytest.mark.parametrize(("what", "spec"), [
+    ("privileged", {"containers": [{"name": "c", "image": "i", "securityContext": {"privileged": True}}]}),
+    ("privileged init", {"initContainers": [{"name": "i", "image": "i", "securityContext": {"privileged": True}}]}),
+    ("a capability", {"containers": [{"name": "c", "image": "i",
+                                      "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}),
+    ("a host path", {"volumes": HOST_ROOT}),
+    ("the GPU taint", {"tolerations": [GPU]}),
+    ("every taint", {"tolerations": [EVERYTHING]}),
+    ("host network", {"hostNetwork": True}),
+    ("host PIDs", {"hostPID": True}),
+    ("host IPC", {"hostIPC": True}),
+    ("a host port", {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+    ("nodeName", {"nodeName": "ip-10-0-1-1.ec2.internal"}),
+])
+@pytest.mark.parametrize("user", [TENANT, DAEMONSET_CONTROLLER, OPERATOR])
+def test_a_tenant_gets_none_of_the_host_anywhere(vap, namespace, what, spec, user):
+    """Whatever the tenant creates (a pod; a Job or a DaemonSet, whose controller creates the pod;
+    a RayCluster the operator turns into pods; a namespace of any name and labels), under an
+    account of its own. (A Job's pod is the DaemonSet's case with another controller.)"""
+    assert not admits(vap, namespace, plain("tenant", **spec), user=user), what
+
+
+def test_a_namespace_labelled_as_a_serving_namespace_is_governed(vap):
+    """The bindings select by ``kubernetes.io/metadata.name`` alone: a label exempts nothing."""
+    for binding in vap[1]:
+        (requirement,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert requirement["key"] == "kubernetes.io/metadata.name"
+    assert not admits(vap, "forged", plain("ray-llm", hostNetwork=True), user=OPERATOR)
+
+
+@pytest.mark.parametrize(("namespace", "account", "user"), [
+    ("kube-system", "aws-node", DAEMONSET_CONTROLLER),
+    ("kube-system", "kube-proxy", DAEMONSET_CONTROLLER),
+    ("kube-system", "default", DAEMONSET_CONTROLLER),  # the EFA device plugin
+    ("kube-system", "nvidia-device-plugin-service-account", DAEMONSET_CONTROLLER),
+    ("kube-system", "eks-pod-identity-agent", DAEMONSET_CONTROLLER),
+])
+def test_node_agents_are_exempt_by_account_and_controller(vap, namespace, account, user):
+    agent = plain(account, hostNetwork=True, tolerations=[EVERYTHING], volumes=HOST_ROOT,
+                  containers=[{"name": "c", "image": "i", "securityContext": {"privileged": True},
+                               "ports": [{"containerPort": 61678, "hostPort": 61678}]}])
+    assert admits(vap, namespace, agent, user=user)
+    assert not admits(vap, namespace, agent, user=TENANT)                   # by hand
+    assert not admits(vap, namespace, agent, user=JOB_CONTROLLER)           # a Job
+    assert not admits(vap, namespace, _changed(agent, "serviceAccountName", "tenant"), user=user)  # another account
+    assert not admits(vap, "tenant", agent, user=user)                      # another namespace
+    patched = _changed(agent, "containers.0.image", "evil")
+    assert not admits(vap, namespace, patched, operation="UPDATE", old=agent, user=TENANT)  # an image swap
+
+
+@pytest.mark.parametrize("user", [TENANT, "system:serviceaccount:inference:ray-llm-head", REPLICASET_CONTROLLER])
+def test_nobody_but_the_operator_swaps_a_workers_image_or_adds_to_it(vap, worker, head, user):
+    """KubeRay 1.5.1's head account may patch pods (for the autoscaler): not their spec."""
+    for running in (worker, head):
+        for changed in (_changed(running, "containers.0.image", "evil:latest"),
+                        _changed(running, "initContainers", [{"name": "i", "image": "evil"}])
+                        if running is worker else _changed(running, "containers.0.image", "evil:1"),
+                        _changed(running, "tolerations", [*running["spec"]["tolerations"], {"key": "x", "operator": "Exists"}])):
+            assert not admits(vap, "inference", changed, operation="UPDATE", old=running, user=user)
+    assert admits(vap, "inference", _changed(worker, "containers.0.image", "new"), operation="UPDATE", old=worker)
+
+
+@pytest.mark.parametrize("debugger", [
+    {"name": "debug", "image": "busybox"},
+    {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}},
+    {"name": "debug", "image": "busybox", "volumeMounts": [{"name": "hf-cache", "mountPath": "/c"}]},
+])
+def test_no_ephemeral_container_on_a_granted_pod(vap, worker, head, counters, debugger):
+    """``kubectl debug`` (pods/ephemeralcontainers) on a worker, the head or a counter reader:
+    refused whatever the container, to everyone (their controllers never add one)."""
+    for running, controller in ((worker, OPERATOR), (head, OPERATOR), (counters, DAEMONSET_CONTROLLER)):
+        debugged = _changed(running, "ephemeralContainers", [debugger])
+        for user in (TENANT, "system:serviceaccount:inference:ray-llm-head"):
+            assert not admits(vap, "inference", debugged, operation="UPDATE", old=running, user=user)
+
+
+def test_an_unprivileged_ephemeral_container_on_an_ordinary_pod_is_fine_a_privileged_one_is_not(vap):
+    gate = plain("ray-llm-gate")
+    assert admits(vap, "inference", _changed(gate, "ephemeralContainers", [{"name": "d", "image": "b"}]),
+                  operation="UPDATE", old=gate, user=TENANT)
+    assert not admits(vap, "inference", _changed(gate, "ephemeralContainers", [
+        {"name": "d", "image": "b", "securityContext": {"privileged": True}}]), operation="UPDATE", old=gate, user=TENANT)
+
+
+def test_metadata_updates_are_never_refused(vap, worker, counters):
+    """Labels, annotations, owner references and finalizers (controllers, the garbage collector,
+    a person) change no spec; a node agent that predates the policy is not frozen either."""
+    agent = plain("node-exporter", hostNetwork=True, tolerations=[EVERYTHING], volumes=HOST_ROOT)
+    for running, namespace in ((worker, "inference"), (counters, "inference"), (agent, "monitoring")):
+        relabelled = copy.deepcopy(running)
+        relabelled["metadata"]["labels"] = {**relabelled["metadata"].get("labels", {}), "version": "2"}
+        relabelled["metadata"]["ownerReferences"] = []
+        assert admits(vap, namespace, relabelled, operation="UPDATE", old=running,
+                      user="system:serviceaccount:kube-system:generic-garbage-collector")
+    assert not admits(vap, "monitoring", agent, user=DAEMONSET_CONTROLLER)  # but not created again
+    ordinary = plain("app")
+    assert not admits(vap, "default", _changed(ordinary, "tolerations", [GPU]), operation="UPDATE", old=ordinary,
+                      user=TENANT)
+    assert admits(vap, "default", _changed(ordinary, "containers.0.image", "v2"), operation="UPDATE", old=ordinary,
+                  user=TENANT)
+
+
+@pytest.mark.parametrize("candidate", [
+    plain(),
+    plain("default", tolerations=[{"key": "other", "operator": "Exists"}]),
+    plain("coredns", tolerations=[{"key": "CriticalAddonsOnly", "operator": "Exists"},
+                                  {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+                                  *DEFAULT_TOLERATION_SECONDS]),
+])
+@pytest.mark.parametrize("namespace", ["default", "kube-system", "inference"])
+def test_ordinary_pods_are_untouched(vap, candidate, namespace):
+    assert admits(vap, namespace, candidate, user=REPLICASET_CONTROLLER)
+
+
+# --- the policy's shape, configuration and two deployments --------------------------------------
+
+def test_the_policy_denies_and_applies_to_pods_and_their_ephemeral_containers(vap):
+    policy_, bindings = vap
+    assert [b["metadata"]["name"] for b in bindings] == [f"{policy_['metadata']['name']}-own",
+                                                          f"{policy_['metadata']['name']}-elsewhere"]
     for binding in bindings:
-        assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+        assert binding["spec"]["policyName"] == policy_["metadata"]["name"]
         assert binding["spec"]["validationActions"] == ["Deny"]
-    assert vap["spec"]["failurePolicy"] == "Fail"
-    (rule,) = vap["spec"]["matchConstraints"]["resourceRules"]
+    assert policy_["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy_["spec"]["matchConstraints"]["resourceRules"]
     assert (rule["resources"], sorted(rule["operations"])) == (["pods", "pods/ephemeralcontainers"],
                                                               ["CREATE", "UPDATE"])
+    assert "system:kube-controller-manager" not in str(policy_)
 
 
 def test_all_pass_kubernetes_validate_strict(scenario):
     import kubernetes_validate
 
-    vap, bindings = policy(scenario("hardened"))
-    for obj in (vap, *bindings):
+    objects = scenario("hardened").objects[ADMISSION_POLICY_CHART_ID]
+    assert sorted(o["kind"] for o in objects) == ["ValidatingAdmissionPolicy"] * 2 + \
+        ["ValidatingAdmissionPolicyBinding"] * 3
+    for obj in objects:
         kubernetes_validate.validate(copy.deepcopy(obj), KUBERNETES_VERSION, strict=True)
 
 
 def test_the_hardened_scenario_names_its_own_namespace_and_accounts(scenario):
-    vap = policy(scenario("hardened"))
-    assert admits(vap, "llm", pod("qwen", privileged=True, toleration=GPU))
-    assert not admits(vap, "inference", pod("ray-llm", privileged=True))
+    hardened = scenario("hardened")
+    qwen = policy(hardened)
+    worker = kuberay_pod(hardened.worker_group("decode")["template"], "worker")
+    assert worker["spec"]["containers"][0]["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+    assert admits(qwen, "llm", worker)
+    assert not admits(qwen, "inference", worker)
+    assert not admits(qwen, "llm", _changed(worker, "containers.0.securityContext.privileged", True))
 
 
-def _with(candidate: dict, **spec) -> dict:
-    changed = copy.deepcopy(candidate)
-    changed["spec"].update(spec)
-    return changed
+def test_two_deployments_name_each_other_and_agree_elsewhere(scenario):
+    hardened = scenario("hardened")
+    theirs = kuberay_pod(hardened.worker_group("decode")["template"], "worker")
+    alone = policy(scenario("disaggregated"))
+    assert not admits(alone, "llm", theirs)  # unnamed, the other's namespace is "elsewhere"
+    neighbour = policy(render(Deployment(serving=ServiceSettings(other_serving_namespaces=("llm",)))))
+    assert admits(neighbour, "llm", theirs) and admits(policy(hardened), "llm", theirs)
+    assert not admits(neighbour, "default", theirs)
 
 
-HOST_PATH = {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}
+def test_observability_exempts_the_cloudwatch_add_ons_accounts_not_its_namespace(vap):
+    from ray_llm_eks.base.observability import AGENT_EXEMPTIONS
+
+    assert "amazon-cloudwatch/cloudwatch-agent" in AGENT_EXEMPTIONS
+    assert set(AGENT_EXEMPTIONS) <= set(Deployment().specs().serving.service.admission_exempt_agents)
+    agent = plain("cloudwatch-agent", hostNetwork=True, tolerations=[EVERYTHING], volumes=HOST_ROOT)
+    assert admits(vap, "amazon-cloudwatch", agent, user=DAEMONSET_CONTROLLER)
+    assert not admits(vap, "amazon-cloudwatch", _changed(agent, "serviceAccountName", "tenant"),
+                      user=DAEMONSET_CONTROLLER)
+    assert not admits(vap, "amazon-cloudwatch", agent, user=TENANT)
 
 
-@pytest.mark.parametrize(("namespace", "account", "spec"), [
-    # A hostNetwork pod on the untainted system node would pass the NetworkPolicies (the policy
-    # agent admits the node's own traffic): nobody outside the exempt namespaces gets one.
-    ("default", None, {"hostNetwork": True}),
-    ("inference", "ray-llm", {"hostNetwork": True}),
-    ("inference", "ray-llm-efa-counters", {"hostPID": True}),
-    ("default", None, {"hostIPC": True}),
-    ("default", None, HOST_PATH),
-    ("inference", "default", HOST_PATH),
-    # nodeName at creation skips the scheduler, and with it the GPU taint.
-    ("default", None, {"nodeName": "ip-10-0-1-1.ec2.internal"}),
-    ("inference", "ray-llm", {"nodeName": "ip-10-0-1-1.ec2.internal"}),
-    ("default", None, {"containers": [{"name": "c", "image": "i",
-                                        "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}),
-    ("inference", "ray-llm-efa-counters", {"containers": [{"name": "c", "image": "i",
-                                                            "securityContext": {"privileged": True}}]}),
+def test_agents_are_configurable_by_account():
+    vap = policy(render(Deployment(serving=ServiceSettings(
+        admission_exempt_agents=("kube-system/aws-node", "monitoring/node-exporter")))))
+    exporter = plain("node-exporter", hostNetwork=True, hostPID=True, tolerations=[EVERYTHING], volumes=HOST_ROOT)
+    assert admits(vap, "monitoring", exporter, user=DAEMONSET_CONTROLLER)
+    assert not admits(vap, "monitoring", _changed(exporter, "serviceAccountName", "other"), user=DAEMONSET_CONTROLLER)
+    assert not admits(vap, "kube-system", _changed(exporter, "serviceAccountName", "kube-proxy"),
+                      user=DAEMONSET_CONTROLLER)  # no longer listed
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"admission_exempt_namespaces": ("kube-system",)},
+     r"^admission_exempt_namespaces: replaced by serving\.admission_exempt_agents"),
+    ({"admission_exempt_agents": ("inference/ray-llm",)}, r"^admission_exempt_agents: an account in the serving namespace"),
+    ({"admission_exempt_agents": ("aws-node",)}, r"^admission_exempt_agents: not 'namespace/service-account'"),
+    ({"other_serving_namespaces": ("inference",)}, r"^other_serving_namespaces: this deployment's own"),
+    ({"other_serving_namespaces": ("Llm!",)}, r"^other_serving_namespaces: not a namespace name"),
 ])
-def test_host_access_and_scheduler_bypasses_are_denied_to_whoever_is_not_granted_them(vap, namespace, account, spec):
-    assert not admits(vap, namespace, _with(pod(account), **spec))
+def test_the_settings_refuse_what_would_open_the_serving_namespace(settings, message):
+    with pytest.raises(SpecErrors, match=message):
+        ServiceSettings(**settings)
 
 
-def test_the_counter_readers_keep_their_hostpath_and_nobody_debugs_a_worker_into_root(scenario, vap):
-    assert admits(vap, "inference", _with(pod("ray-llm-efa-counters", toleration=GPU), **HOST_PATH),
-                  user=DAEMONSET_CONTROLLER)
-    worker = {"apiVersion": "v1", "kind": "Pod", "metadata": {},
-              "spec": copy.deepcopy(scenario("disaggregated").worker_group("decode")["template"]["spec"])}
-    debugged = copy.deepcopy(worker)
-    debugged["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox",
-                                                "securityContext": {"privileged": True}}]
-    assert not admits(vap, "inference", debugged, operation="UPDATE", old=worker)
-    plain = copy.deepcopy(worker)
-    plain["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
-    assert admits(vap, "inference", plain, operation="UPDATE", old=worker)
+# --- RayClusters in the serving namespace -------------------------------------------------------
+
+def _ray_cluster(rendered) -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray-llm-abcde"},
+            "spec": copy.deepcopy(rendered.cluster)}
 
 
-def test_a_pod_that_predates_the_policy_may_still_be_updated_but_gain_nothing(vap):
-    """A node agent outside the exempt namespaces, running before the policy arrived: relabelling
-    it is an UPDATE that must not be refused; adding a GPU toleration to a plain pod is."""
-    agent = _with(pod("agent", toleration=EVERYTHING), hostNetwork=True, **HOST_PATH)
-    relabelled = copy.deepcopy(agent)
-    relabelled["metadata"]["labels"] = {"version": "2"}
-    assert not admits(vap, "monitoring", agent)
-    assert admits(vap, "monitoring", relabelled, operation="UPDATE", old=agent)
-    plain = pod("app")
-    assert not admits(vap, "default", _with(plain, tolerations=[GPU]), operation="UPDATE", old=plain)
-    # The binding stays on the pod's new node name: only a CREATE with nodeName is refused.
-    assert admits(vap, "default", _with(plain, nodeName="ip-10-0-1-1"), operation="UPDATE", old=plain)
+@pytest.fixture(scope="module")
+def autoscaled():
+    return render(Deployment(decode=leg("decode", min_size=1, desired_size=1, max_size=3)))
 
 
-def test_two_deployments_govern_their_own_namespaces_and_agree_elsewhere(scenario):
-    first, second = policy(scenario("disaggregated")), policy(scenario("hardened"))
-    label = {SERVING_INSTANCE_NAMESPACE_LABEL: "qwen"}
-    # The second deployment's workers in its namespace: the first policy's bindings skip it.
-    assert admits(first, "llm", pod("qwen", privileged=True, toleration=GPU), namespace_labels=label)
-    assert admits(second, "llm", pod("qwen", privileged=True, toleration=GPU), namespace_labels=label)
-    # Elsewhere both deny.
-    for vap in (first, second):
-        assert not admits(vap, "default", pod(privileged=True))
+def test_only_the_operator_creates_a_ray_cluster_in_the_serving_namespace(scenario):
+    rendered = scenario("disaggregated")
+    clusters = policy_of(rendered.objects[ADMISSION_POLICY_CHART_ID], resource="rayclusters")
+    (binding,) = clusters[1]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["inference"]}]}
+    cluster = _ray_cluster(rendered)
+    assert denials(clusters, "inference", cluster, user=OPERATOR) == []
+    for user in (TENANT, "system:serviceaccount:inference:ray-llm"):
+        assert not admits(clusters, "inference", cluster, user=user)
+    assert admits(clusters, "tenant", cluster, user=TENANT)  # elsewhere the operator ignores it (watchNamespace)
 
 
-@pytest.mark.parametrize("namespace", ["kube-system", "agents"])
-def test_exempt_namespaces_are_configurable_but_never_the_serving_one(namespace):
-    from ray_llm_eks.base.errors import SpecErrors
-    from ray_llm_eks.base.serving import ServiceSettings
-
-    vap = policy(render(Deployment(serving=ServiceSettings(admission_exempt_namespaces=("kube-system", "agents")))))
-    assert admits(vap, namespace, _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
-    assert not admits(vap, "default", _with(pod("node-agent", toleration=EVERYTHING), hostNetwork=True))
-    with pytest.raises(SpecErrors, match=r"^admission_exempt_namespaces: the serving namespace itself"):
-        ServiceSettings(admission_exempt_namespaces=("inference",))
-
-
-@pytest.mark.parametrize(("account", "user"), [
-    ("ray-llm", "kubernetes-admin"),                                        # kubectl run --overrides
-    ("ray-llm", "system:serviceaccount:kube-system:job-controller"),        # a Job in the namespace
-    ("ray-llm", "system:serviceaccount:kube-system:replicaset-controller"),  # a Deployment
-    ("ray-llm-efa-counters", "system:serviceaccount:kube-system:job-controller"),
-    ("ray-llm-efa-counters", OPERATOR),
-])
-def test_the_right_account_is_not_enough_the_right_controller_must_create_the_pod(scenario, vap, account, user):
-    """Whoever may create a Job or a Deployment in the serving namespace cannot borrow the Ray
-    pods' privileges by naming their service account."""
-    decode = scenario("disaggregated").worker_group("decode")["template"]["spec"]
-    candidate = {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {**decode, "serviceAccountName": account}}
-    assert not admits(vap, "inference", candidate, user=user)
-
-
-def test_an_autoscaled_head_with_kuberays_autoscaler_sidecar_is_admitted():
-    """KubeRay adds the Ray autoscaler container to the head pod (its image, our
-    ``autoscalerOptions``: no privilege, the projected API credentials); the pod as KubeRay builds
-    it is admitted, and the workers with their Cluster Autoscaler annotation too."""
-    rendered = render(Deployment(decode=leg("decode", min_size=1, desired_size=1, max_size=3)))
-    vap_autoscaled = policy(rendered)
-    options = rendered.cluster["autoscalerOptions"]
-    head = rendered.head_group["template"]
-    spec = {**head["spec"], "containers": [*head["spec"]["containers"], {
-        "name": "autoscaler", "image": head["spec"]["containers"][0]["image"],
-        "securityContext": options["securityContext"], "volumeMounts": options["volumeMounts"],
-        "resources": options["resources"]}]}
-    assert admits(vap_autoscaled, "inference", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec})
-    for role in ("prefill", "decode"):
-        template = rendered.worker_group(role)["template"]
-        assert admits(vap_autoscaled, "inference", {"apiVersion": "v1", "kind": "Pod",
-                                                    "metadata": template["metadata"], "spec": template["spec"]})
+def test_the_autoscaler_may_resize_a_worker_group_and_change_nothing_else(autoscaled):
+    clusters = policy_of(autoscaled.objects[ADMISSION_POLICY_CHART_ID], resource="rayclusters")
+    running = _ray_cluster(autoscaled)
+    autoscaler = "system:serviceaccount:inference:ray-llm-head"
+    resized = copy.deepcopy(running)
+    (decode,) = [g for g in resized["spec"]["workerGroupSpecs"] if g["groupName"] == "decode"]
+    decode["replicas"] = 2
+    decode["scaleStrategy"] = {"workersToDelete": ["ray-llm-abcde-decode-xyz"]}
+    assert denials(clusters, "inference", resized, operation="UPDATE", old=running, user=autoscaler) == []
+    relabelled = copy.deepcopy(running)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    assert admits(clusters, "inference", relabelled, operation="UPDATE", old=running, user=TENANT)
+    swapped = copy.deepcopy(resized)
+    swapped["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] = "evil"
+    started = copy.deepcopy(running)
+    started["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-cpus"] = "64"
+    head = copy.deepcopy(running)
+    head["spec"]["headGroupSpec"]["rayStartParams"]["block"] = "true"
+    for changed in (swapped, started, head):
+        for user in (autoscaler, TENANT):
+            assert not admits(clusters, "inference", changed, operation="UPDATE", old=running, user=user)
+        assert admits(clusters, "inference", changed, operation="UPDATE", old=running, user=OPERATOR)
+    assert not admits(clusters, "inference", resized, operation="UPDATE", old=running, user=TENANT)

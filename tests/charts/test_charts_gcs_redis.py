@@ -90,11 +90,10 @@ def test_the_copy_job_runs_unprivileged_and_may_write_only_its_secret(rendered):
     # Its pod carries the deployment's label: DNS and HTTPS egress (Secrets Manager, the API) apply.
     assert job["spec"]["template"]["metadata"]["labels"][INSTANCE_LABEL] == "ray-llm"
     # The admission policy lets it run (it asks for nothing).
-    from test_charts_admission_policy import admits
+    from helpers.admission import JOB_CONTROLLER, admits, policy_of
 
-    vap = ([o for o in objects[ADMISSION_POLICY_CHART_ID] if o["kind"] == "ValidatingAdmissionPolicy"][0],
-           [o for o in objects[ADMISSION_POLICY_CHART_ID] if o["kind"] == "ValidatingAdmissionPolicyBinding"])
-    assert admits(vap, "inference", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": pod})
+    vap = policy_of(objects[ADMISSION_POLICY_CHART_ID])
+    assert admits(vap, "inference", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": pod}, user=JOB_CONTROLLER)
 
 
 def test_every_object_passes_kubernetes_validate_strict(rendered):

@@ -323,6 +323,7 @@ def test_workers_keep_the_hugging_face_cache_on_the_node_root_volume(scenario, n
         "readOnlyRootFilesystem": True,
         "runAsNonRoot": False,
         "runAsUser": 0,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 

@@ -1,0 +1,170 @@
+"""The admission policy's CEL, evaluated with cel-python (no API server here), and pods as their
+controllers would create them from the rendered templates.
+
+Kubernetes evaluates ``variables`` by name and each validation with ``object``, ``oldObject``,
+``request`` and ``variables`` bound; :func:`admits` does that with the expressions as rendered, and
+picks the bindings by the namespace's ``kubernetes.io/metadata.name`` (:func:`selects`, Kubernetes'
+label selector semantics).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+from celpy import celtypes
+
+OPERATOR = "system:serviceaccount:kuberay:kuberay-operator"
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+
+DEFAULT_TOLERATION_SECONDS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+]
+"""What the DefaultTolerationSeconds admission plugin adds to every pod (before validation)."""
+DAEMONSET_TOLERATIONS = [
+    {"key": f"node.kubernetes.io/{condition}", "operator": "Exists", "effect": effect}
+    for condition, effect in (("not-ready", "NoExecute"), ("unreachable", "NoExecute"),
+                              ("disk-pressure", "NoSchedule"), ("memory-pressure", "NoSchedule"),
+                              ("pid-pressure", "NoSchedule"), ("unschedulable", "NoSchedule"))]
+"""What the DaemonSet controller adds to its pods (kubernetes ``pkg/controller/daemon/util``,
+``AddOrUpdateDaemonPodTolerations``)."""
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    """A LabelSelector against a namespace's labels: every matchLabels pair and every expression."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        present, value = e["key"] in labels, labels.get(e["key"])
+        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
+              "Exists": present, "DoesNotExist": not present}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+_environment = celpy.Environment()
+_programs: dict[str, Any] = {}
+
+
+def _eval(expression: str, activation: dict):
+    if expression not in _programs:
+        _programs[expression] = _environment.program(_environment.compile(expression))
+    return _programs[expression].evaluate(activation)
+
+
+def policy_of(objects, *, resource: str = "pods") -> tuple[dict, list[dict]]:
+    """The policy matching ``resource`` (``pods`` or ``rayclusters``) and its bindings."""
+    objects = list(objects)
+    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+              and resource in o["spec"]["matchConstraints"]["resourceRules"][0]["resources"]]
+    return vap, [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                 and o["spec"]["policyName"] == vap["metadata"]["name"]]
+
+
+def admits(policy_and_bindings, namespace: str, pod: dict, *, operation: str = "CREATE", old: dict | None = None,
+           user: str = OPERATOR) -> bool:
+    """Whether the policy, through any of its bindings, lets ``pod`` be written in ``namespace``
+    by ``user`` (an unbound request is admitted)."""
+    return not denials(policy_and_bindings, namespace, pod, operation=operation, old=old, user=user, first=True)
+
+
+def denials(policy_and_bindings, namespace: str, pod: dict, *, operation: str = "CREATE", old: dict | None = None,
+            user: str = OPERATOR, first: bool = False) -> list[str]:
+    """The messages of the validations that fail (empty: admitted); with ``first``, only the
+    first (Kubernetes too stops at a denial)."""
+    vap, bindings = policy_and_bindings
+    labels = {"kubernetes.io/metadata.name": namespace}
+    if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):
+        return []
+    pod = {"metadata": {}, **pod}
+    activation = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(old),
+                  "request": celpy.json_to_cel({"namespace": namespace, "operation": operation,
+                                                "userInfo": {"username": user}})}
+    variables = celtypes.MapType({})
+    for variable in vap["spec"].get("variables", []):
+        value = _eval(variable["expression"], {**activation, "variables": variables})
+        assert not isinstance(value, celpy.CELEvalError), (variable["name"], value)
+        variables[celtypes.StringType(variable["name"])] = value
+    activation["variables"] = variables
+    failed = []
+    for validation in vap["spec"]["validations"]:
+        result = _eval(validation["expression"], activation)
+        assert not isinstance(result, celpy.CELEvalError), (validation["message"], result)
+        if not bool(result):
+            failed.append(validation["message"])
+            if first:
+                break
+    return failed
+
+
+def pod(spec: dict, labels: dict[str, str] | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **({"labels": labels} if labels else {})},
+            "spec": copy.deepcopy(spec)}
+
+
+def kuberay_pod(template: dict, node_type: str, *, autoscaler: dict | None = None) -> dict:
+    """A Ray pod as KubeRay builds it from a group's template (v1.4.0/v1.5.1
+    ``ray-operator/controllers/ray/common/pod.go``): its labels, the workers' ``wait-gcs-ready``
+    init container (the Ray container's image, securityContext, env and mounts), the head's
+    autoscaler container from ``autoscalerOptions``, and the API server's default tolerations."""
+    spec = copy.deepcopy(template["spec"])
+    ray = spec["containers"][0]
+    if node_type == "worker":
+        spec["initContainers"] = [*spec.get("initContainers", []), {
+            "name": "wait-gcs-ready", "image": ray["image"], "command": ["/bin/bash", "-lc", "--"],
+            "args": ["ray health-check"], "securityContext": copy.deepcopy(ray.get("securityContext", {})),
+            "env": copy.deepcopy(ray.get("env", [])), "volumeMounts": copy.deepcopy(ray.get("volumeMounts", [])),
+            "resources": {"limits": {"cpu": "200m", "memory": "256Mi"}}}]
+    if autoscaler is not None:
+        spec["containers"].append({"name": "autoscaler", "image": ray["image"], **copy.deepcopy(autoscaler)})
+    spec["tolerations"] = [*spec.get("tolerations", []), *DEFAULT_TOLERATION_SECONDS]
+    labels = {**template.get("metadata", {}).get("labels", {}), "ray.io/node-type": node_type,
+              "ray.io/cluster": "ray-llm-abcde", "ray.io/is-ray-node": "yes"}
+    return pod(spec, labels)
+
+
+def daemonset_pod(template: dict) -> dict:
+    spec = copy.deepcopy(template["spec"])
+    spec["tolerations"] = [*spec.get("tolerations", []), *DAEMONSET_TOLERATIONS]
+    return pod(spec, template.get("metadata", {}).get("labels"))
+
+
+def controller_pod(template: dict) -> dict:
+    """A Job's or a Deployment's pod: the template and the default tolerations."""
+    spec = copy.deepcopy(template["spec"])
+    spec["tolerations"] = [*spec.get("tolerations", []), *DEFAULT_TOLERATION_SECONDS]
+    return pod(spec, template.get("metadata", {}).get("labels"))
+
+
+def created_pods(objects, *, autoscaler: dict | None = None) -> list[tuple[str, dict, str, str]]:
+    """Every pod the rendered objects make, as its controller creates it:
+    ``(what, pod, namespace, requester)``."""
+    found = []
+    for o in objects:
+        kind, namespace, name = o["kind"], o["metadata"].get("namespace"), o["metadata"].get("name")
+        if kind == "RayService":
+            cluster = o["spec"]["rayClusterConfig"]
+            options = cluster.get("autoscalerOptions")
+            head_autoscaler = None if options is None else {
+                k: options[k] for k in ("securityContext", "volumeMounts", "resources") if k in options}
+            found.append((f"{name} head", kuberay_pod(cluster["headGroupSpec"]["template"], "head",
+                                                      autoscaler=head_autoscaler), namespace, OPERATOR))
+            for group in cluster["workerGroupSpecs"]:
+                found.append((f"{name} {group['groupName']}", kuberay_pod(group["template"], "worker"),
+                              namespace, OPERATOR))
+        elif kind == "DaemonSet":
+            found.append((f"DaemonSet {name}", daemonset_pod(o["spec"]["template"]), namespace, DAEMONSET_CONTROLLER))
+        elif kind in ("Deployment", "ReplicaSet"):
+            found.append((f"{kind} {name}", controller_pod(o["spec"]["template"]), namespace, REPLICASET_CONTROLLER))
+        elif kind == "Job":
+            found.append((f"Job {name}", controller_pod(o["spec"]["template"]), namespace, JOB_CONTROLLER))
+        elif kind == "CronJob":
+            found.append((f"CronJob {name}", controller_pod(o["spec"]["jobTemplate"]["spec"]["template"]),
+                          namespace, JOB_CONTROLLER))
+        elif kind == "Pod":
+            found.append((f"Pod {name}", pod(o["spec"], o["metadata"].get("labels")), namespace, "deployer"))
+    return found

@@ -1,0 +1,66 @@
+"""Every pod of every option's build is admitted by that build's own admission policy.
+
+Each build is the stack as ``cdk synth`` makes it (the ``synth`` fixture); the policy and the pod
+templates are read back from the template's kubectl manifests, and each pod is built as its
+controller creates it (KubeRay's wait-gcs-ready init container and autoscaler container, the
+DaemonSet controller's tolerations, the API server's default tolerations: helpers.admission), then
+evaluated with cel-python. The refusals are in tests/charts/test_charts_admission_policy.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers.admission import OPERATOR, created_pods, denials, policy_of
+
+BUILDS = {
+    "default": None,  # observability on
+    "ipc-lock": {"serving": {"security_profile": "ipc-lock"}},
+    "token auth (KubeRay 1.5.1)": {"serving": {"ray_auth": "token"}, "versions": {"kuberay": "1.5.1"}},
+    "gcs fault tolerance": {"serving": {"gcs_fault_tolerance": {"enabled": True, "cache_nodes": 1}}},
+    "autoscaling": {"decode": {"min_size": 1, "desired_size": 1, "max_size": 3}},
+    "hf token": {"model": {"hf_token_secret": "hf/token"}},
+    "observability off": {"observability": {"enabled": False}},
+}
+
+
+def _objects(built) -> list[dict]:
+    return [o for logical_id in built.resources("Custom::AWSCDK-EKS-KubernetesResource")
+            for o in built.manifest_objects(logical_id)]
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_every_rendered_pod_of_every_build_is_admitted(synth, build):
+    objects = _objects(synth(BUILDS[build]))
+    policy = policy_of(objects)
+    pods = created_pods(objects)
+    kinds = {what.split(" ")[0] for what, *_ in pods}
+    assert {"DaemonSet", "Job"} <= kinds  # the counter readers, the gate
+    assert ("CronJob" in kinds) == (build != "observability off")  # continuous verification
+    assert any(what.endswith(" head") for what, *_ in pods) and any(what.endswith(" decode") for what, *_ in pods)
+    if build == "gcs fault tolerance":
+        assert any("gcs-redis" in what for what, *_ in pods)
+    if build == "autoscaling":
+        (head,) = [p for what, p, *_ in pods if what.endswith(" head")]
+        assert [c["name"] for c in head["spec"]["containers"]][-1] == "autoscaler"
+    for what, pod, namespace, user in pods:
+        assert denials(policy, namespace, pod, user=user) == [], what
+    # The RayCluster the operator makes of the RayService, as it makes it.
+    (service,) = [o for o in objects if o["kind"] == "RayService"]
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray-llm-abcde"},
+               "spec": service["spec"]["rayClusterConfig"]}
+    assert denials(policy_of(objects, resource="rayclusters"), service["metadata"]["namespace"], cluster,
+                   user=OPERATOR) == []
+
+
+def test_the_exempt_device_plugin_account_follows_the_release_the_stack_installs(synth):
+    """The NVIDIA chart names its account after the release (base.infrastructure); the stack's
+    release and the exempt account must agree, or the device plugin is refused on every GPU node."""
+    from ray_llm_eks.base.infrastructure import NVIDIA_DEVICE_PLUGIN_RELEASE, NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT
+    from ray_llm_eks.base.serving import DEFAULT_ADMISSION_EXEMPT_AGENTS
+
+    built = synth(None)
+    releases = {r["Properties"]["Chart"]: r["Properties"]["Release"]
+                for r in built.resources("Custom::AWSCDK-EKS-HelmChart").values()}
+    assert releases["nvidia-device-plugin"] == NVIDIA_DEVICE_PLUGIN_RELEASE
+    assert f"kube-system/{NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT}" in DEFAULT_ADMISSION_EXEMPT_AGENTS
+    assert "kube-system/default" in DEFAULT_ADMISSION_EXEMPT_AGENTS  # the EFA device plugin names none
