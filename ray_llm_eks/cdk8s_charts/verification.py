@@ -8,8 +8,10 @@ Applied after the RayService, once per change of the serving spec (``serving-ver
   GPU nodes pull anyway for the Ray pods (no other image, nothing downloaded at run time).
 - ConfigMap ``<service>-gate-<run>``: ``gate.json``, what the deployed spec says (image, cluster
   spec hash, worker environment, Serve arguments, node counts, predicted KV bytes, thresholds).
-- Secret ``<service>-gate-<run>`` (only when CloudFormation waits): the wait condition's
-  presigned URL, which the Job signals with its verdict.
+- No Secret: when CloudFormation waits, the Job gets only the ARN of the Secrets Manager secret
+  that holds the wait condition's presigned URL (``GATE_SIGNAL_SECRET``), and reads the URL with
+  its own EKS Pod Identity role when it signals (``RayLlmServing.gate_role``). The URL is in no
+  manifest, so in no kubectl handler log, CloudFormation event or ``last-applied-configuration``.
 - ServiceAccount ``<service>-gate`` with a Role (read pods, their logs and the RayService; get and
   delete RayClusters, for the rollout; get its own Job, whose creation started CloudFormation's
   wait; create its report's ConfigMap, and update that one by name) and a ClusterRole (read
@@ -74,7 +76,10 @@ from .serving import ServingCharts, openai_service_name
 VERIFICATION_CHART_ID = "serving-verification"
 PROGRAM_DIR = "/opt/rayllmeks"
 SETTINGS_DIR = "/etc/rayllmeks-gate"
-SIGNAL_URL_KEY = "url"
+SIGNAL_SECRET_ENV = "GATE_SIGNAL_SECRET"
+"""The gate reads it (``verification.__main__.SIGNAL_SECRET_ENV``)."""
+SIGNAL_SECRET_PLACEHOLDER = "arn:aws:secretsmanager:region:account:secret:gate-signal"
+"""Where the secret's ARN goes in the Job spec the run id hashes (the secret is made after the id)."""
 RUN_ID_LENGTH = 8
 
 def gate_name(service_name: str) -> str:
@@ -174,10 +179,11 @@ PYTHON_ENV = [k8s.EnvVar(name="PYTHONPATH", value=f"{PROGRAM_DIR}/{bundle.ARCHIV
 
 
 class VerificationChart(cdk8s.Chart):
-    """The gate of ``spec`` (see the module docstring); ``signal_url`` is the wait condition's URL, or None."""
+    """The gate of ``spec`` (see the module docstring); ``signal_secret`` is the ARN of the secret
+    holding the wait condition's URL, or None when CloudFormation does not wait."""
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: ServingSpec, plan: GatePlan,
-                 verification: VerificationSpec, signal_url: str | None) -> None:
+                 verification: VerificationSpec, signal_secret: str | None) -> None:
         super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
         labels = {INSTANCE_LABEL: name}
@@ -191,9 +197,6 @@ class VerificationChart(cdk8s.Chart):
         k8s.KubeConfigMap(self, "Settings", metadata=k8s.ObjectMeta(
             name=self.settings_name, labels={**labels, COMPONENT_LABEL: GATE_SETTINGS_COMPONENT, GATE_RUN_LABEL: plan.run_id}),
             immutable=True, data={GATE_SETTINGS_FILE: json.dumps(plan.settings.to_json(), indent=2, sort_keys=True)})
-        if signal_url is not None:
-            k8s.KubeSecret(self, "Signal", metadata=k8s.ObjectMeta(name=self.job_name, labels=labels),
-                           type="Opaque", string_data={SIGNAL_URL_KEY: signal_url})
 
         account = gate_name(name)
         k8s.KubeServiceAccount(self, "ServiceAccount", metadata=k8s.ObjectMeta(name=account, labels=labels),
@@ -278,7 +281,7 @@ class VerificationChart(cdk8s.Chart):
 
         self.job = k8s.KubeJob(self, "Job", metadata=k8s.ObjectMeta(
             name=self.job_name, labels=_job_labels(name, plan.run_id)),
-            spec=gate_job_spec(spec, verification, self.job_name, signal=signal_url is not None))
+            spec=gate_job_spec(spec, verification, self.job_name, signal_secret=signal_secret))
 
         self.cron_job: k8s.KubeCronJob | None = None
         if verification.every_minutes is not None:
@@ -375,12 +378,13 @@ def _job_labels(service_name: str, run: str) -> dict[str, str]:
     return {INSTANCE_LABEL: service_name, COMPONENT_LABEL: GATE_COMPONENT, GATE_RUN_LABEL: run}
 
 
-def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: str, *, signal: bool) -> k8s.JobSpec:
-    """The gate Job's spec; its settings ConfigMap and signal Secret share the Job's name."""
+def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: str, *,
+                  signal_secret: str | None) -> k8s.JobSpec:
+    """The gate Job's spec; its settings ConfigMap shares the Job's name. ``signal_secret``: the ARN of
+    the secret holding the wait condition's URL (not the URL), or None."""
     env = list(PYTHON_ENV)
-    if signal:
-        env.append(k8s.EnvVar(name="GATE_SIGNAL_URL", value_from=k8s.EnvVarSource(
-            secret_key_ref=k8s.SecretKeySelector(name=job_name, key=SIGNAL_URL_KEY))))
+    if signal_secret is not None:
+        env.append(k8s.EnvVar(name=SIGNAL_SECRET_ENV, value=signal_secret))
     run = job_name.rsplit("-", 1)[-1]
     return k8s.JobSpec(
         backoff_limit=0,
@@ -418,13 +422,13 @@ def _job_spec_json(spec: ServingSpec, verification: VerificationSpec) -> dict[st
     Job's pod template cannot be changed in place."""
     scratch = cdk8s.Chart(cdk8s.App(), "job-spec")
     job = k8s.KubeJob(scratch, "Job", spec=gate_job_spec(spec, verification, gate_job_name(spec.service_name, "RUN"),
-                                                         signal=verification.wait))
+                                                         signal_secret=SIGNAL_SECRET_PLACEHOLDER if verification.wait else None))
     return dict(job.to_json()["spec"])
 
 
 def build_verification_chart(app: cdk8s.App, spec: ServingSpec, verification: VerificationSpec, plan: GatePlan,
-                             charts: ServingCharts, signal_url: str | None) -> VerificationChart:
+                             charts: ServingCharts, signal_secret: str | None) -> VerificationChart:
     chart = VerificationChart(app, VERIFICATION_CHART_ID, spec=spec, plan=plan, verification=verification,
-                              signal_url=signal_url)
+                              signal_secret=signal_secret)
     chart.add_dependency(charts.rayservice)
     return chart

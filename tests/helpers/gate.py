@@ -32,7 +32,7 @@ def render_deployment(config: Deployment) -> Deployed:
     charts = build_serving_charts(app, spec)
     plan = GatePlan.of(spec, specs.verification, charts)
     rayservice = next(o for o in charts.rayservice.to_json() if o["kind"] == "RayService")
-    verification = build_verification_chart(app, spec, specs.verification, plan, charts, signal_url=None)
+    verification = build_verification_chart(app, spec, specs.verification, plan, charts, signal_secret=None)
     settings_map = next(o for o in verification.to_json()
                         if o["kind"] == "ConfigMap" and o["metadata"]["name"] == verification.settings_name)
     (program,) = [o for o in verification.to_json()
