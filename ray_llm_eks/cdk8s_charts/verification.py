@@ -32,6 +32,7 @@ Job's stdout and, so that a rollback's prune cannot take it, in the ConfigMap
 from __future__ import annotations
 
 import base64
+import shlex
 
 import hashlib
 import json
@@ -45,6 +46,7 @@ from constructs import Construct
 from ..base import sizing
 from ..base.placement import ROLE_LABEL, WORKER_ROLES
 from ..base.serving import SERVE_PORT, RayAuth, ServingSpec, Topology
+from ..base.infrastructure import DEFAULT_STACK_NAME
 from ..base.verification import VerificationSpec
 from ..base.wire import (
     COMPONENT_LABEL,
@@ -66,6 +68,7 @@ from ..base.wire import (
     read_only_run,
     report_config_map,
 )
+from ..base.wire import metric_namespace as wire_metric_namespace
 from ..verification import bundle
 from . import pod_templates
 from .containers import guaranteed, locked_down, non_root
@@ -183,7 +186,7 @@ class VerificationChart(cdk8s.Chart):
     holding the wait condition's URL, or None when CloudFormation does not wait."""
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: ServingSpec, plan: GatePlan,
-                 verification: VerificationSpec, signal_secret: str | None) -> None:
+                 verification: VerificationSpec, signal_secret: str | None, metric_namespace: str) -> None:
         super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
         labels = {INSTANCE_LABEL: name}
@@ -285,18 +288,21 @@ class VerificationChart(cdk8s.Chart):
 
         self.cron_job: k8s.KubeCronJob | None = None
         if verification.every_minutes is not None:
-            self.cron_job = self._continuous(spec, verification, labels, cluster_role)
+            self.cron_job = self._continuous(spec, verification, labels, cluster_role, metric_namespace)
 
     def _continuous(self, spec: ServingSpec, verification: VerificationSpec, labels: dict[str, str],
-                    node_reader: str) -> k8s.KubeCronJob:
+                    node_reader: str, metric_namespace: str) -> k8s.KubeCronJob:
         """The gate's checks every ``every_minutes``, read-only, publishing TransportVerified.
 
         Its own account: read what the gate reads, never delete a RayCluster (``rollout`` off),
         no ConfigMap writes (``as_deploy_job`` off); EKS Pod Identity gives it a role that may only
-        put metrics into the ``RayLlmEks`` namespace (``RayLlmServing.monitor_role``)."""
+        put metrics into this deployment's own namespace (``metric_namespace``,
+        ``RayLlmServing.monitor_role``). The account does not automount a token: its one container
+        gets the API credentials by a projected volume, so a pod merely naming the account gets none."""
         account = monitor_name(spec.service_name)
         state = monitor_state_name(spec.service_name)
-        k8s.KubeServiceAccount(self, "MonitorAccount", metadata=k8s.ObjectMeta(name=account, labels=labels))
+        k8s.KubeServiceAccount(self, "MonitorAccount", metadata=k8s.ObjectMeta(name=account, labels=labels),
+                               automount_service_account_token=False)
         # Rendered empty, so the Role can name it (``create`` cannot be limited to one name); the
         # runs write its data, which a later apply leaves alone (the manifest never sets data).
         self.state_config_map = k8s.KubeConfigMap(self, "MonitorState", metadata=k8s.ObjectMeta(
@@ -336,13 +342,13 @@ class VerificationChart(cdk8s.Chart):
                 template=k8s.PodTemplateSpec(
                     metadata=k8s.ObjectMeta(labels=pod_labels),
                     spec=k8s.PodSpec(
-                        service_account_name=account, automount_service_account_token=True,
+                        service_account_name=account, automount_service_account_token=False,
                         restart_policy="Never", node_selector=spec.system.labels,
                         security_context=non_root(),
                         containers=[k8s.Container(
                             name="verify", image=spec.image_uri,
                             command=_python_command("run", "--config", f"{SETTINGS_DIR}/{GATE_SETTINGS_FILE}",
-                                                    "--set", f"'{overrides}'", "--publish"),
+                                                    "--set", f"'{overrides}'", "--publish", shlex.quote(metric_namespace)),
                             env=[*PYTHON_ENV, k8s.EnvVar(name="AWS_REGION", value=spec.region),
                                  # boto3 reads ~/.aws; nobody's home is not writable
                                  k8s.EnvVar(name="HOME", value="/tmp")],
@@ -351,9 +357,12 @@ class VerificationChart(cdk8s.Chart):
                             volume_mounts=[
                                 k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                 k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True),
-                                k8s.VolumeMount(name="tmp", mount_path="/tmp")],
+                                k8s.VolumeMount(name="tmp", mount_path="/tmp"),
+                                k8s.VolumeMount(name=MONITOR_API_VOLUME, mount_path=pod_templates.SERVICE_ACCOUNT_DIR,
+                                                read_only=True)],
                         )],
                         volumes=[_program_volume(f"{gate_name(spec.service_name)}-program"),
+                                 pod_templates.autoscaler_api_volume(MONITOR_API_VOLUME),
                                  k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name=self.job_name)),
                                  k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(
                                      medium="Memory", size_limit=k8s.Quantity.from_string("16Mi")))],
@@ -361,6 +370,11 @@ class VerificationChart(cdk8s.Chart):
                 ),
             )),
         ))
+
+
+MONITOR_API_VOLUME = "kube-api-access"
+"""Continuous verification's projected API credentials (token, CA, namespace), where the kubelet would
+automount them (``verification/kube.py``'s ``SERVICE_ACCOUNT_DIR``)."""
 
 
 def monitor_state_name(service_name: str) -> str:
@@ -427,8 +441,14 @@ def _job_spec_json(spec: ServingSpec, verification: VerificationSpec) -> dict[st
 
 
 def build_verification_chart(app: cdk8s.App, spec: ServingSpec, verification: VerificationSpec, plan: GatePlan,
-                             charts: ServingCharts, signal_secret: str | None) -> VerificationChart:
+                             charts: ServingCharts, signal_secret: str | None,
+                             metric_namespace: str | None = None) -> VerificationChart:
+    """``metric_namespace``: this deployment's own (``wire.metric_namespace``), where continuous
+    verification publishes; ``RayLlmServing`` passes its stack's. Charts rendered outside a stack
+    (``cdk8s`` alone) get the default stack name's."""
     chart = VerificationChart(app, VERIFICATION_CHART_ID, spec=spec, plan=plan, verification=verification,
-                              signal_secret=signal_secret)
+                              signal_secret=signal_secret,
+                              metric_namespace=metric_namespace or wire_metric_namespace(
+                                  DEFAULT_STACK_NAME, spec.namespace, spec.service_name))
     chart.add_dependency(charts.rayservice)
     return chart

@@ -143,7 +143,7 @@ def acknowledge_monitor_role(role: IConstruct) -> None:
     _acknowledge(role.node.find_child("DefaultPolicy"), f"{PACK}-IAM5[Resource::*]",
                  "cloudwatch:PutMetricData supports no resource-level permissions (Service Authorization Reference, "
                  "Amazon CloudWatch: 'Resource types: none'); the cloudwatch:namespace condition keeps the role to "
-                 "the RayLlmEks namespace.")
+                 "this deployment's own namespace, RayLlmEks/<stack>/<namespace>/<service>.")
 
 
 def acknowledge_cluster_autoscaler(role: IConstruct) -> None:

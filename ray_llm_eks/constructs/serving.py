@@ -60,7 +60,7 @@ from .addons import GpuDevicePlugins, KubeRayOperator
 from .autoscaler import NodeAutoscaler
 from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
-from ..base.observability import METRIC_NAMESPACE
+from ..base.wire import metric_namespace
 from .identity import pod_identity
 from .nag import acknowledge_gate_signal, acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
@@ -128,6 +128,7 @@ class RayLlmServing(Construct):
     ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
     ``openai_service_name`` (``kubectl -n <namespace> port-forward svc/<openai> 8000``),
     ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
+    ``metric_namespace`` (this deployment's own CloudWatch namespace, ``RayLlmEks/<stack>/<namespace>/<service>``),
     ``gate_job_name``, ``gate_wait_condition``, ``gate_handle``, ``gate_signal`` (the secret holding the
     handle's URL), ``gate_role`` and ``gate_identity`` (None when not waiting).
     """
@@ -215,9 +216,11 @@ class RayLlmServing(Construct):
                             f"{self.gate.run_id}); read only by the gate's Pod Identity role",
                 secret_string_value=SecretValue.resource_attribute(self.gate_handle.ref))
             acknowledge_gate_signal(self.gate_signal)
+        self.metric_namespace = metric_namespace(Stack.of(self).stack_name, self.spec.namespace, self.spec.service_name)
         self.verification_chart: VerificationChart = build_verification_chart(
             self.cdk8s_app, self.spec, self.verification, self.gate, self.serving_charts,
             signal_secret=self.gate_signal.secret_arn if self.gate_signal is not None else None,
+            metric_namespace=self.metric_namespace,
         )
         self.gate_job_name = self.verification_chart.job_name
         self.charts: list[cdk8s.Chart] = [*self.serving_charts.charts, self.verification_chart]
@@ -261,11 +264,12 @@ class RayLlmServing(Construct):
                 self, "MonitorRole", "MonitorIdentity", cluster=target, namespace=self.namespace,
                 service_account=account,
                 description=f"Continuous verification ({self.namespace}/{account}): publishes TransportVerified")
-            # PutMetricData takes no resource (IAM: "Resource types: none"); the namespace
-            # condition keeps the role to this library's metrics.
+            # PutMetricData takes no resource (IAM: "Resource types: none"); the cloudwatch:namespace
+            # condition (CloudWatch user guide, "iam-cw-condition-keys-namespace") keeps the role to
+            # this deployment's own namespace, which no other deployment's monitor role may write.
             self.monitor_role.add_to_policy(iam.PolicyStatement(
                 actions=["cloudwatch:PutMetricData"], resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}))
+                conditions={"StringEquals": {"cloudwatch:namespace": self.metric_namespace}}))
             acknowledge_monitor_role(self.monitor_role)
         self.gcs_cache: GcsRedisCache | None = None
         self.gcs_chart: GcsRedisChart | None = None

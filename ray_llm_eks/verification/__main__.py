@@ -116,10 +116,10 @@ def run(args: argparse.Namespace) -> int:
         _keep_report(kube, config, report)
     if args.publish and isinstance(config, wire.GateSettings) and report.verdict != "skipped":
         try:
-            names = publish.publish(config.namespace, config.ray_service, code == EXIT_PASS,
+            names = publish.publish(args.publish, config.namespace, config.ray_service, code == EXIT_PASS,
                                     report.sections.get("window"))
             _log(f"published {wire.TRANSPORT_VERIFIED}={1 if code == EXIT_PASS else 0} and {len(names) - 1} serving "
-                 f"figure(s) to CloudWatch ({wire.METRIC_NAMESPACE})")
+                 f"figure(s) to CloudWatch ({args.publish})")
         except Exception as error:  # noqa: BLE001 - a run that cannot report is a failed run
             _log(f"could not publish {wire.TRANSPORT_VERIFIED}: {type(error).__name__}: {error}")
             code = EXIT_FAIL if code == EXIT_PASS else code
@@ -155,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--via-api-proxy", action="store_true",
                             help="reach pods and Services through the API server proxy (from outside the cluster)")
     run_parser.add_argument("--report-file", help="also write the JSON report here")
-    run_parser.add_argument("--publish", action="store_true",
+    run_parser.add_argument("--publish", metavar="METRIC_NAMESPACE",
                             help=f"put {wire.TRANSPORT_VERIFIED} (1 pass, 0 fail) and the serving figures since the previous run "
-                                 f"to CloudWatch ({wire.METRIC_NAMESPACE}) with boto3")
+                                 f"to CloudWatch with boto3, into this deployment's own namespace "
+                                 f"({wire.METRIC_NAMESPACE}/<stack>/<namespace>/<service>)")
     run_parser.set_defaults(handler=run)
     counters = commands.add_parser("efa-counters", help="serve this node's EFA byte counters over HTTP")
     counters.add_argument("--sysfs", default="/sys")

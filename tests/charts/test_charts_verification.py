@@ -32,7 +32,9 @@ class Rendered:
         app = cdk8s.App()
         self.charts = build_serving_charts(app, self.spec)
         self.plan = GatePlan.of(self.spec, self.verification, self.charts)
-        self.chart = build_verification_chart(app, self.spec, self.verification, self.plan, self.charts, signal_secret)
+        self.metric_namespace = wire.metric_namespace(config.stack_name, self.spec.namespace, self.spec.service_name)
+        self.chart = build_verification_chart(app, self.spec, self.verification, self.plan, self.charts, signal_secret,
+                                              self.metric_namespace)
         self.objects = self.chart.to_json()
         self.rayservice = next(o for o in self.charts.rayservice.to_json() if o["kind"] == "RayService")
 
@@ -274,7 +276,8 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     app = cdk8s.App()
     charts = build_serving_charts(app, specs.serving)
     chart = build_verification_chart(app, specs.serving, specs.verification,
-                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None)
+                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None,
+                                     "RayLlmEks/RayLlmEks/inference/ray-llm")
     objects = cdk8s.Testing.synth(chart)
     (cron,) = [o for o in objects if o["kind"] == "CronJob"]
     assert (cron["spec"]["schedule"], cron["spec"]["concurrencyPolicy"], cron["spec"]["timeZone"]) == (
@@ -294,7 +297,20 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
         "log_window_seconds": 720,  # the last period and two minutes of each worker's log
         "wait_for_job": gate_job["metadata"]["name"],  # nothing while the deploy's gate runs
         "state_config_map": "ray-llm-cv-state"}  # the previous run's reading, for the window's figures
-    assert arguments[-1] == "--publish"
+    # Into this deployment's own namespace, the only one its role may write.
+    assert arguments[-2:] == ["--publish", "RayLlmEks/RayLlmEks/inference/ray-llm"]
+    # The account automounts no token (a pod merely naming it gets none); the one container gets
+    # the API credentials, projected where the program reads them.
+    (account,) = [o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "ray-llm-cv"]
+    assert account["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is False
+    (api,) = [v for v in pod["volumes"] if v["name"] == "kube-api-access"]
+    assert [sorted(source) for source in api["projected"]["sources"]] == [
+        ["serviceAccountToken"], ["configMap"], ["downwardAPI"]]
+    assert {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True} in container["volumeMounts"]
+    from ray_llm_eks.verification.kube import SERVICE_ACCOUNT_DIR
+
+    assert str(SERVICE_ACCOUNT_DIR) == "/var/run/secrets/kubernetes.io/serviceaccount"
     # The settings of this deploy's gate, mounted read-only.
     (settings,) = [v for v in pod["volumes"] if v["name"] == "settings"]
     assert settings["configMap"]["name"] == gate_job["metadata"]["name"]
