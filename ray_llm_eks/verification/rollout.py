@@ -25,9 +25,6 @@ makes the gate delete a healthy cluster nor passes for one of its pods.
 Ready means: the RayService's ``Ready`` condition is True, its active cluster's pods all carry the
 expected hash and are Ready, one worker pod per GPU node of each role, and the Serve application
 runs the rendered config (Ray's ``GET /api/serve/applications/``).
-
-Also here: the settings of the spec a RayService carries (:func:`deployed_settings`, which
-``ray-llm-eks verify`` runs with).
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ import json
 from typing import Any, Mapping
 
 from . import evidence, objects
-from .kube import ApiError, Kube, NoClusterAccess
+from .kube import ApiError, NoClusterAccess
 from .shared import wire
 from .state import Phase
 
@@ -388,23 +385,3 @@ def kuberay_check_name(name: str) -> str:
     if name and (name[0].isdigit() or not name[0].isalnum()):
         name = "r" + name[1:]
     return name
-
-
-def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str, Any]:
-    """The gate settings of the spec the RayService now carries, from the ConfigMap the deploy applied.
-
-    Raises LookupError when the cluster holds none (not deployed by ray-llm-eks, or another name).
-    """
-    service = kube.ray_service(namespace, ray_service)
-    if service is None:
-        raise LookupError(f"no RayService {namespace}/{ray_service} in the cluster")
-    candidates = kube.config_maps(namespace, {wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT,
-                                            wire.INSTANCE_LABEL: ray_service})
-    # Newest first: two runs that changed only the Serve config share a cluster hash.
-    candidates.sort(key=lambda c: (c.get("metadata") or {}).get("creationTimestamp", ""), reverse=True)
-    settings = [json.loads((c.get("data") or {}).get(wire.GATE_SETTINGS_FILE, "{}")) for c in candidates]
-    for candidate in settings:
-        if {candidate.get("cluster_spec_hash")} == objects.template_hashes(service, candidate.get("hash_annotation", "")):
-            return candidate
-    raise LookupError(f"no gate settings in {namespace} match the RayService {ray_service} "
-                      f"({len(settings)} found): was it deployed by ray-llm-eks, and has its gate Job been applied?")
