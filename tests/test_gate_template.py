@@ -104,6 +104,9 @@ def test_the_job_gets_the_secrets_arn_and_reads_it_with_its_own_role(default):
     assert association["ServiceAccount"] == f"{serving.ray_service_name}-gate"
     assert association["RoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
     assert association_id in manifest["DependsOn"]
+    [policy_id] = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Policy"
+                   and {"Ref": role_id} in r["Properties"]["Roles"]]
+    assert policy_id in template["Resources"][association_id]["DependsOn"]
 
 
 def test_each_run_has_its_own_secret(default, changed):

@@ -256,6 +256,9 @@ class RayLlmServing(Construct):
             # GetSecretValue only (grant_read would add DescribeSecret), on this one secret's full ARN.
             self.gate_role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
                                                              resources=[self.gate_signal.secret_arn]))
+            # The association (and so the gate's chart after it) waits for the role's policy too,
+            # not only the role: a changed run's secret is readable before its Job exists.
+            self.gate_identity.node.add_dependency(self.gate_role)
         self.monitor_role: iam.Role | None = None
         self.monitor_identity: eks.CfnPodIdentityAssociation | None = None
         if self.verification.every_minutes is not None:
