@@ -258,7 +258,7 @@ class RayLlmServing(Construct):
                                                              resources=[self.gate_signal.secret_arn]))
             # The association (and so the gate's chart after it) waits for the role's policy too,
             # not only the role: a changed run's secret is readable before its Job exists.
-            self.gate_identity.node.add_dependency(self.gate_role)
+            self.gate_identity.node.add_dependency(self.gate_role.node.find_child("DefaultPolicy"))
         self.monitor_role: iam.Role | None = None
         self.monitor_identity: eks.CfnPodIdentityAssociation | None = None
         if self.verification.every_minutes is not None:
