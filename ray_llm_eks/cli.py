@@ -88,6 +88,23 @@ ExpectProviderOption = Annotated[
                       "libfabric's tcp provider is the intended path (a machine without EFA, the twin)."),
 ]
 
+PaceOption = Annotated[str | None, typer.Option(
+    "--pace", hidden=True,
+    help="JSON object of poll and wait times (poll_seconds, metrics_settle_seconds, post_probe_reserve_seconds) for a "
+         "cluster that answers at once (the loopback tests); nothing that is checked")]
+
+
+def _pace(pace: str | None, as_json: bool) -> dict[str, float] | None:
+    if pace is None:
+        return None
+    try:
+        value = json.loads(pace)
+        if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
+            raise ValueError("not an object of numbers")
+    except ValueError as error:
+        _fail(ExitCode.CONFIG_ERROR, f"--pace: {error}", as_json)
+    return value
+
 
 def _console() -> Console:
     return Console(highlight=False)
@@ -344,8 +361,9 @@ def verify(
     timeout: Annotated[int, typer.Option("--timeout", min=10, help="seconds to wait for the service")] = 300,
     probes: Annotated[int | None, typer.Option("--probes", min=1, max=32, help="default: the deployed gate's")] = None,
     expect_provider: ExpectProviderOption = None,
+    pace: PaceOption = None,
 ) -> None:
-    """Run the deployment gate now, through the API server, against the spec the cluster was deployed with.
+    """Run the deployment gate now, through the API server, with the local configuration's gate settings.
 
     Read-only but for one object: unlike the gate Job after a deploy, it never deletes a stale
     RayCluster. Probes go through the API server's proxy, so their latencies include it (the
@@ -353,8 +371,12 @@ def verify(
     probed ports (deleted at the end; ``verification/api_proxy.py``). A composed app calls the
     same function, :func:`ray_llm_eks.verify.verify_deployment`.
 
-    Exit codes: 0 pass, 1 fail (or no gate settings in the cluster), 2 bad --config, 3 no cluster
-    access.
+    The settings are the ones the deploy of --config renders; the cluster's copy must match them
+    (a missing or different copy is refused, naming what differs), so a ConfigMap planted in the
+    cluster cannot relax a check or open the API-proxy policy to other ports.
+
+    Exit codes: 0 pass, 1 fail (or the cluster's settings missing or different), 2 bad --config,
+    3 no cluster access.
     """
     from .verification.kube import ApiError, NoClusterAccess
     from .verify import verify_deployment
@@ -366,7 +388,7 @@ def verify(
                 if not as_json else _nothing():
             report = verify_deployment(deployment, kubeconfig=kubeconfig, context=context, namespace=namespace,
                                        service=service, timeout_s=timeout, probes=probes,
-                                       expected_provider=expect_provider, log=log)
+                                       expected_provider=expect_provider, pace=_pace(pace, as_json), log=log)
     except NoClusterAccess as error:
         _fail(ExitCode.NO_CREDENTIALS, f"no access to the cluster: {error}", as_json)
     except (LookupError, ApiError) as error:
@@ -399,6 +421,7 @@ def drill(
     cordon_seconds: Annotated[int, typer.Option("--cordon-seconds", min=0, help="drain-gpu-node: uncordon after "
                                                                                 "this long")] = 300,
     expect_provider: ExpectProviderOption = None,
+    pace: PaceOption = None,
 ) -> None:
     """Apply one fault to the deployment under light load and measure what it cost.
 
@@ -422,7 +445,8 @@ def drill(
     try:
         result = drill_deployment(deployment, scenario, kubeconfig=kubeconfig, context=context, namespace=namespace,
                                   service=service, interval_s=interval, timeout_s=timeout,
-                                  cordon_seconds=cordon_seconds, expected_provider=expect_provider, log=log)
+                                  cordon_seconds=cordon_seconds, expected_provider=expect_provider,
+                                  pace=_pace(pace, as_json), log=log)
     except NoClusterAccess as error:
         _fail(ExitCode.NO_CREDENTIALS, f"no access to the cluster: {error}", as_json)
     except (LookupError, ApiError, DrillError) as error:

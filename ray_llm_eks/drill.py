@@ -37,7 +37,7 @@ from .verification.shared import wire
 if TYPE_CHECKING:
     import os
 
-    from .base.deployment import Deployment
+    from .base.deployment import Deployment, Specs
     from .base.serving import ServingSpec
 
 Clock = Callable[[], float]
@@ -471,13 +471,15 @@ def result_json(result: DrillResult) -> str:
     return json.dumps(result.to_json(), indent=2)
 
 
-def drill_deployment(deployment: Deployment | ServingSpec, scenario: str, *,
+def drill_deployment(deployment: Deployment | Specs | ServingSpec, scenario: str, *,
                      kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None,
                      namespace: str | None = None, service: str | None = None, interval_s: float = 1.0,
                      timeout_s: float = 900.0, cordon_seconds: float = 300.0, expected_provider: str | None = None,
+                     pace: Mapping[str, float] | None = None,
                      log: Callable[[str], None] = lambda message: None) -> DrillResult:
     """``ray-llm-eks drill``: :class:`Drill` from a workstation, against the deployment in the cluster
-    ``kubeconfig`` and ``context`` reach, with the settings it was deployed with. The load and the
+    ``kubeconfig`` and ``context`` reach, with the local configuration's gate settings (refused when
+    the cluster's copy differs; ``ray_llm_eks.verify.deployed_gate``). The load and the
     gate go through the API server's proxy (admitted for the run, as ``verify``), so their latencies
     include it.
 
@@ -490,7 +492,7 @@ def drill_deployment(deployment: Deployment | ServingSpec, scenario: str, *,
     chosen = SCENARIOS[scenario]
     kube, settings = deployed_gate(deployment, kubeconfig=kubeconfig, context=context, namespace=namespace,
                                    service=service, timeout_s=min(timeout_s, 600.0),
-                                   expected_provider=expected_provider)
+                                   expected_provider=expected_provider, pace=pace)
     endpoints = Endpoints(kube, via_api_proxy=True)
     with proxied(kube, settings, log=log):
         drill = Drill(settings, kube, endpoints, gate=lambda: Gate(settings, kube, endpoints, log=log).run(),

@@ -40,14 +40,81 @@ def test_the_wait_condition_waits_for_the_gate_job_after_the_rayservice(default)
     assert run_id in wait_id and run_id in handle_id
 
 
-def test_the_job_gets_the_handles_url_through_its_secret(default):
-    manifest = default.template_json["Resources"][default.logical_id(default.stack.serving.manifests[VERIFICATION_CHART_ID])]
+def _references(value, logical_id: str) -> bool:
+    """Whether ``value`` (any part of a template) refers to ``logical_id`` by Ref or GetAtt."""
+    if isinstance(value, dict):
+        if value.get("Ref") == logical_id:
+            return True
+        attribute = value.get("Fn::GetAtt")
+        if attribute is not None and (attribute == logical_id or (isinstance(attribute, list) and attribute[0] == logical_id)):
+            return True
+        return any(_references(v, logical_id) for v in value.values())
+    if isinstance(value, list):
+        return any(_references(v, logical_id) for v in value)
+    if isinstance(value, str):
+        # Fn::Sub's ${LogicalId}
+        return "${" + logical_id + "}" in value
+    return False
+
+
+def test_the_handles_url_is_only_in_its_secret_and_the_wait_condition(default):
+    """The presigned URL is the deploy's signal: no manifest (which the kubectl handler logs and kubectl
+    keeps in last-applied-configuration), no output, no other resource may carry it."""
+    template = default.template_json
     handle_id, _ = _only(default, HANDLE)
+    holders = {logical_id: resource["Type"] for logical_id, resource in template["Resources"].items()
+               if _references(resource, handle_id)}
+    secret_id = default.logical_id(default.stack.serving.gate_signal)
+    wait_id, _ = _only(default, WAIT)
+    assert holders == {secret_id: "AWS::SecretsManager::Secret", wait_id: WAIT}
+    assert template["Resources"][secret_id]["Properties"]["SecretString"] == {"Ref": handle_id}
+    assert not _references(template.get("Outputs", {}), handle_id)
+    assert not [r for r in template["Resources"].values()
+                if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and _references(r, handle_id)]
+
+
+def test_the_job_gets_the_secrets_arn_and_reads_it_with_its_own_role(default):
+    serving = default.stack.serving
+    template = default.template_json
+    manifest = template["Resources"][default.logical_id(serving.manifests[VERIFICATION_CHART_ID])]
+    secret_id = default.logical_id(serving.gate_signal)
     parts = manifest["Properties"]["Manifest"]["Fn::Join"][1]
-    assert {"Ref": handle_id} in parts
-    text = "".join(p if isinstance(p, str) else "<url>" for p in parts)
-    secret = next(o for o in json.loads(text) if o["kind"] == "Secret")
-    assert secret["stringData"] == {"url": "<url>"}
+    assert {"Ref": secret_id} in parts  # the secret's ARN
+    text = "".join(p if isinstance(p, str) else "<arn>" for p in parts)
+    objects = json.loads(text)
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    job = next(o for o in objects if o["kind"] == "Job")
+    assert {"name": "GATE_SIGNAL_SECRET", "value": "<arn>"} in job["spec"]["template"]["spec"]["containers"][0]["env"]
+    # The role: trusted by EKS Pod Identity for the gate's account only, allowed to read this secret only.
+    role_id = default.logical_id(serving.gate_role)
+    trust = template["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    [statement] = trust
+    assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    conditions = statement["Condition"]["StringEquals"]
+    assert conditions["aws:RequestTag/kubernetes-namespace"] == serving.namespace
+    assert conditions["aws:RequestTag/kubernetes-service-account"] == f"{serving.ray_service_name}-gate"
+    assert "aws:RequestTag/eks-cluster-arn" in conditions
+    [policy] = [r for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+                and {"Ref": role_id} in r["Properties"]["Roles"]]
+    assert policy["Properties"]["PolicyDocument"]["Statement"] == [
+        {"Action": "secretsmanager:GetSecretValue", "Effect": "Allow", "Resource": {"Ref": secret_id}}]
+    # The association exists before the gate's chart, so the webhook injects credentials into the Job's pod.
+    association_id = default.logical_id(serving.gate_identity)
+    association = template["Resources"][association_id]["Properties"]
+    assert association["ServiceAccount"] == f"{serving.ray_service_name}-gate"
+    assert association["RoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
+    assert association_id in manifest["DependsOn"]
+    [policy_id] = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Policy"
+                   and {"Ref": role_id} in r["Properties"]["Roles"]]
+    assert policy_id in template["Resources"][association_id]["DependsOn"]
+
+
+def test_each_run_has_its_own_secret(default, changed):
+    assert default.logical_id(default.stack.serving.gate_signal) != changed.logical_id(changed.stack.serving.gate_signal)
+    assert default.stack.serving.gate.run_id in default.logical_id(default.stack.serving.gate_signal)
+    # Its name is CloudFormation's (unique), so a deleted run's secret in its recovery window blocks nothing.
+    secret = default.template_json["Resources"][default.logical_id(default.stack.serving.gate_signal)]
+    assert "Name" not in secret["Properties"]
 
 
 def test_a_changed_serving_spec_runs_the_gate_again(default, changed):
@@ -69,6 +136,9 @@ def test_without_wait_the_gate_still_runs_but_the_deploy_does_not_hold(synth):
     assert not relaxed.resources(WAIT) and not relaxed.resources(HANDLE)
     assert VERIFICATION_CHART_ID in relaxed.stack.serving.manifests
     assert relaxed.stack.serving.gate_wait_condition is None
+    # Nothing to signal, so no secret and no role to read it.
+    assert not relaxed.resources("AWS::SecretsManager::Secret")
+    assert relaxed.stack.serving.gate_role is None and relaxed.stack.serving.gate_identity is None
 
 
 def test_the_report_command_is_a_stack_output(default):

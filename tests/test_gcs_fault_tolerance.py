@@ -34,7 +34,7 @@ def test_one_valkey_shard_with_tls_auth_and_a_replica_in_another_az(with_cache):
     assert p["NumCacheClusters"] == 2 and p["AutomaticFailoverEnabled"] is True and p["MultiAZEnabled"] is True
     assert "NumNodeGroups" not in p  # one shard: Ray refuses Redis Cluster with more than one
     assert p["TransitEncryptionEnabled"] is True and p["AtRestEncryptionEnabled"] is True
-    (secret_id,) = with_cache.resources("AWS::SecretsManager::Secret")
+    secret_id = with_cache.logical_id(with_cache.stack.serving.gcs_cache.password)
     # The AUTH token is a dynamic reference CloudFormation resolves at deploy time, not a value.
     assert p["AuthToken"] == {"Fn::Join": ["", ["{{resolve:secretsmanager:", {"Ref": secret_id}, ":SecretString:::}}"]]}
     (subnets,) = with_cache.resources("AWS::ElastiCache::SubnetGroup").values()
@@ -52,7 +52,7 @@ def test_only_the_cluster_nodes_may_open_6379(with_cache):
 
 
 def test_the_copy_job_role_may_read_that_one_secret_for_its_own_account(with_cache):
-    (secret_id,) = with_cache.resources("AWS::SecretsManager::Secret")
+    secret_id = with_cache.logical_id(with_cache.stack.serving.gcs_cache.password)
     roles = {k: r for k, r in with_cache.resources("AWS::IAM::Role").items() if k.startswith("ServingGcsCacheCopyRole")}
     (role,) = roles.values()
     conditions = props(role)["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"]

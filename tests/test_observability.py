@@ -15,6 +15,10 @@ from ray_llm_eks.base.observability import (
 )
 
 
+OWN = "RayLlmEks/RayLlmEks/inference/ray-llm"
+"""The default deployment's own metric namespace (stack RayLlmEks, serving inference/ray-llm)."""
+
+
 def props(resource: dict) -> dict:
     return resource["Properties"]
 
@@ -84,7 +88,7 @@ def test_two_metric_filters_count_the_gates_lines_in_the_serving_namespace(defau
     assert filters["TransferFailureLines"]["FilterPattern"] == log_filter_pattern("inference", TRANSFER_FAILURE_LINES)
     for metric_filter in filters.values():
         (transformation,) = metric_filter["MetricTransformations"]
-        assert transformation["MetricNamespace"] == "RayLlmEks" and transformation["MetricValue"] == "1"
+        assert transformation["MetricNamespace"] == OWN and transformation["MetricValue"] == "1"
         assert transformation["Dimensions"] == [{"Key": "Namespace", "Value": "$.kubernetes.namespace_name"}]
 
 
@@ -102,7 +106,7 @@ def test_every_alarm_its_metric_threshold_and_action(default):
     # The window's TTFT p99, by the lower edge of its histogram bucket (certainly at or above it),
     # against observability.ttft_p99_slo_ms (2000 by default), two periods of three.
     assert (ttft["Namespace"], ttft["MetricName"], ttft["Statistic"], ttft["Period"]) == (
-        "RayLlmEks", "TtftP99Floor", "Maximum", 900)
+        OWN, "TtftP99Floor", "Maximum", 900)
     assert (ttft["Threshold"], ttft["ComparisonOperator"], ttft["TreatMissingData"]) == (
         2000, "GreaterThanOrEqualToThreshold", "notBreaching")
     assert (ttft["EvaluationPeriods"], ttft["DatapointsToAlarm"]) == (3, 2) and ttft["Dimensions"] == dimensions
@@ -129,7 +133,7 @@ def test_every_alarm_its_metric_threshold_and_action(default):
     verified = alarms.pop("TransportNotVerified")
     # One run per 15-minute period; two failed or silent periods of three alarm.
     assert (verified["Namespace"], verified["MetricName"], verified["Statistic"], verified["Period"]) == (
-        "RayLlmEks", "TransportVerified", "Minimum", 900)
+        OWN, "TransportVerified", "Minimum", 900)
     assert (verified["EvaluationPeriods"], verified["DatapointsToAlarm"]) == (3, 2)
     assert verified["Dimensions"] == dimensions
     assert (verified["Threshold"], verified["ComparisonOperator"], verified["TreatMissingData"]) == (
@@ -151,7 +155,7 @@ def test_every_alarm_its_metric_threshold_and_action(default):
         assert alarm["AlarmActions"] == [{"Ref": topic_id}] and alarm["OKActions"] == [{"Ref": topic_id}], name
         assert alarm["TreatMissingData"] == "notBreaching", name
     for name, metric in (("TransportFallback", "TransportFallbackLines"), ("TransferFailures", "TransferFailureLines")):
-        assert (alarms[name]["Namespace"], alarms[name]["MetricName"], alarms[name]["Statistic"]) == ("RayLlmEks", metric, "Sum")
+        assert (alarms[name]["Namespace"], alarms[name]["MetricName"], alarms[name]["Statistic"]) == (OWN, metric, "Sum")
         assert alarms[name]["Dimensions"] == [{"Name": "Namespace", "Value": "inference"}]
     # A Metrics Insights query over the namespace: KubeRay pods have per-pod names, so a fixed
     # dimension would be orphaned by the next rollout.
@@ -240,11 +244,38 @@ def test_continuous_verification_may_only_put_metrics_into_its_namespace(default
     assert conditions["aws:RequestTag/kubernetes-service-account"] == "ray-llm-cv"
     (policy,) = [p for k, p in default.resources("AWS::IAM::Policy").items() if k.startswith("ServingMonitorRole")]
     assert props(policy)["PolicyDocument"]["Statement"] == [{
-        "Action": "cloudwatch:PutMetricData", "Condition": {"StringEquals": {"cloudwatch:namespace": "RayLlmEks"}},
+        "Action": "cloudwatch:PutMetricData", "Condition": {"StringEquals": {"cloudwatch:namespace": OWN}},
         "Effect": "Allow", "Resource": "*"}]
     (association,) = [a for a in default.resources("AWS::EKS::PodIdentityAssociation").values()
                       if props(a)["ServiceAccount"] == "ray-llm-cv"]
     assert props(association)["Namespace"] == "inference"
+
+
+def test_each_deployment_has_its_own_namespace_no_other_monitor_may_write(default, synth):
+    """Another stack (or another namespace or service) in the same account: another namespace, so
+    its monitor role's condition does not admit this deployment's TransportVerified."""
+    assert default.stack.serving.metric_namespace == OWN
+    other = synth({"stack_name": "RayLlmEksStaging"})
+    assert other.stack.serving.metric_namespace == "RayLlmEks/RayLlmEksStaging/inference/ray-llm"
+    (policy,) = [p for k, p in other.resources("AWS::IAM::Policy").items() if k.startswith("ServingMonitorRole")]
+    [statement] = props(policy)["PolicyDocument"]["Statement"]
+    assert statement["Condition"]["StringEquals"]["cloudwatch:namespace"] == other.stack.serving.metric_namespace
+    # Every alarm (its metric, or each metric of its expression) reads the deployment's own
+    # namespace, never the shared prefix.
+
+    def namespaces(value) -> set[str]:
+        if isinstance(value, dict):
+            own = {value["Namespace"]} if isinstance(value.get("Namespace"), str) else set()
+            return own.union(*(namespaces(v) for v in value.values()))
+        if isinstance(value, list):
+            return set().union(*(namespaces(v) for v in value))
+        return set()
+
+    assert namespaces(list(_alarms(default).values())) == {OWN}
+    # The dashboard's widgets too (its body is a joined string).
+    (dashboard,) = default.resources("AWS::CloudWatch::Dashboard").values()
+    body = joined(props(dashboard)["DashboardBody"])
+    assert f'"{OWN}"' in body and '"RayLlmEks",' not in body
 
 
 def test_off_means_no_cronjob_and_no_monitor_role(synth):
@@ -265,9 +296,9 @@ def test_the_published_metric_is_the_one_the_alarm_watches():
     now = datetime.datetime.now(datetime.timezone.utc)
     with mock_aws():
         client = boto3.client("cloudwatch", region_name="us-west-2")
-        publish.publish("inference", "ray-llm", True, client=client)
-        publish.publish("inference", "ray-llm", False, client=client)
-        metrics = client.list_metrics(Namespace="RayLlmEks")["Metrics"]
+        publish.publish(OWN, "inference", "ray-llm", True, client=client)
+        publish.publish(OWN, "inference", "ray-llm", False, client=client)
+        metrics = client.list_metrics(Namespace=OWN)["Metrics"]
         assert {m["MetricName"] for m in metrics} == {"TransportVerified"}
         assert {tuple(sorted((d["Name"], d["Value"]) for d in m["Dimensions"])) for m in metrics} == {
             (("Namespace", "inference"), ("RayService", "ray-llm"))}

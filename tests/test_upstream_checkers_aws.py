@@ -55,6 +55,12 @@ def test_cdk_nag_awssolutions_passes_with_only_scoped_acknowledgments(default):
             # Acknowledged on the exact resource, never at stack level.
             assert construct["constructPath"].startswith(stack_path + "/")
             assert construct["constructPath"].endswith("/Resource")
+        if suppressed["ruleName"] == "AwsSolutions-SMG4":
+            # A rule without findings data, acknowledged on one resource: the gate signal's secret, a
+            # presigned URL CloudFormation issues per run, which nothing can rotate.
+            assert [c["constructPath"] for c in suppressed["violatingConstructs"]] == [
+                default.stack.serving.gate_signal.node.default_child.node.path]
+            continue
         assert "[" in suppressed["ruleName"] or suppressed["ruleName"].endswith("-L1")
 
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import Collector, problem
-from .wire import METRIC_NAMESPACE, SERVING_METRICS, TRANSPORT_VERIFIED, WORKER_CONTAINER
+from .wire import SERVING_METRICS, TRANSPORT_VERIFIED, WORKER_CONTAINER
 
 APPLICATION_LOG_GROUP = "/aws/containerinsights/{cluster}/application"
 """Where the add-on's Fluent Bit sends container logs (chart ``containerLogs.fluentBit``)."""

@@ -97,6 +97,20 @@ def report_command(namespace: str, job_name: str) -> str:
 # --- metrics --------------------------------------------------------------------------------------------
 
 METRIC_NAMESPACE = "RayLlmEks"
+"""The prefix of every deployment's own metric namespace (:func:`metric_namespace`)."""
+
+
+def metric_namespace(stack_name: str, namespace: str, ray_service: str) -> str:
+    """The CloudWatch namespace of one deployment's metrics: ``RayLlmEks/<stack>/<namespace>/<service>``.
+
+    One per deployment, so its monitor role's ``cloudwatch:namespace`` condition admits only this
+    deployment's metrics, and no other deployment's monitor (or any pod that runs as one) can write
+    its ``TransportVerified``. A stack name is unique in its account and region, as CloudWatch
+    namespaces are; namespace and service tell two servings of one stack apart. At most
+    9 + 128 + 63 + 47 + 3 = 250 characters (CloudWatch takes 255; stack names are letters, digits
+    and hyphens, Kubernetes names lowercase letters, digits and hyphens, all valid there).
+    """
+    return f"{METRIC_NAMESPACE}/{stack_name}/{namespace}/{ray_service}"
 TRANSPORT_VERIFIED = "TransportVerified"
 """Continuous verification's verdict (1 pass, 0 fail), dimensions ``Namespace`` and ``RayService``."""
 SERVING_METRICS: dict[str, tuple[str, str]] = {

@@ -171,12 +171,13 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 ``autoscaler/_private/kuberay/node_provider.py``, ``load_k8s_secrets``)."""
 
 
-def autoscaler_api_volume() -> k8s.Volume:
+def autoscaler_api_volume(name: str = AUTOSCALER_API_VOLUME) -> k8s.Volume:
     """The service account's API credentials as the kubelet would mount them, for the Ray
     autoscaler container only: the pods keep ``automountServiceAccountToken: false``, so the Ray
     head process itself holds no token (KubeRay binds its autoscaler Role, pods get/list/watch and
-    rayclusters get/patch, to the head's account)."""
-    return k8s.Volume(name=AUTOSCALER_API_VOLUME, projected=k8s.ProjectedVolumeSource(sources=[
+    rayclusters get/patch, to the head's account). Continuous verification mounts the same, under
+    its own ``name``, into its one container."""
+    return k8s.Volume(name=name, projected=k8s.ProjectedVolumeSource(sources=[
         k8s.VolumeProjection(service_account_token=k8s.ServiceAccountTokenProjection(
             path="token", expiration_seconds=3607)),
         k8s.VolumeProjection(config_map=k8s.ConfigMapProjection(

@@ -8,8 +8,10 @@ Applied after the RayService, once per change of the serving spec (``serving-ver
   GPU nodes pull anyway for the Ray pods (no other image, nothing downloaded at run time).
 - ConfigMap ``<service>-gate-<run>``: ``gate.json``, what the deployed spec says (image, cluster
   spec hash, worker environment, Serve arguments, node counts, predicted KV bytes, thresholds).
-- Secret ``<service>-gate-<run>`` (only when CloudFormation waits): the wait condition's
-  presigned URL, which the Job signals with its verdict.
+- No Secret: when CloudFormation waits, the Job gets only the ARN of the Secrets Manager secret
+  that holds the wait condition's presigned URL (``GATE_SIGNAL_SECRET``), and reads the URL with
+  its own EKS Pod Identity role when it signals (``RayLlmServing.gate_role``). The URL is in no
+  manifest, so in no kubectl handler log, CloudFormation event or ``last-applied-configuration``.
 - ServiceAccount ``<service>-gate`` with a Role (read pods, their logs and the RayService; get and
   delete RayClusters, for the rollout; get its own Job, whose creation started CloudFormation's
   wait; create its report's ConfigMap, and update that one by name) and a ClusterRole (read
@@ -30,6 +32,7 @@ Job's stdout and, so that a rollback's prune cannot take it, in the ConfigMap
 from __future__ import annotations
 
 import base64
+import shlex
 
 import hashlib
 import json
@@ -43,6 +46,7 @@ from constructs import Construct
 from ..base import sizing
 from ..base.placement import ROLE_LABEL, WORKER_ROLES
 from ..base.serving import SERVE_PORT, ServingSpec, Topology
+from ..base.infrastructure import DEFAULT_STACK_NAME
 from ..base.verification import VerificationSpec
 from ..base.wire import (
     COMPONENT_LABEL,
@@ -63,6 +67,7 @@ from ..base.wire import (
     read_only_run,
     report_config_map,
 )
+from ..base.wire import metric_namespace as wire_metric_namespace
 from ..verification import bundle
 from . import pod_templates
 from .containers import guaranteed, locked_down, non_root
@@ -73,7 +78,10 @@ from .serving import ServingCharts, openai_service_name
 VERIFICATION_CHART_ID = "serving-verification"
 PROGRAM_DIR = "/opt/rayllmeks"
 SETTINGS_DIR = "/etc/rayllmeks-gate"
-SIGNAL_URL_KEY = "url"
+SIGNAL_SECRET_ENV = "GATE_SIGNAL_SECRET"
+"""The gate reads it (``verification.__main__.SIGNAL_SECRET_ENV``)."""
+SIGNAL_SECRET_PLACEHOLDER = "arn:aws:secretsmanager:region:account:secret:gate-signal"
+"""Where the secret's ARN goes in the Job spec the run id hashes (the secret is made after the id)."""
 RUN_ID_LENGTH = 8
 
 def gate_name(service_name: str) -> str:
@@ -172,10 +180,11 @@ PYTHON_ENV = [k8s.EnvVar(name="PYTHONPATH", value=f"{PROGRAM_DIR}/{bundle.ARCHIV
 
 
 class VerificationChart(cdk8s.Chart):
-    """The gate of ``spec`` (see the module docstring); ``signal_url`` is the wait condition's URL, or None."""
+    """The gate of ``spec`` (see the module docstring); ``signal_secret`` is the ARN of the secret
+    holding the wait condition's URL, or None when CloudFormation does not wait."""
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: ServingSpec, plan: GatePlan,
-                 verification: VerificationSpec, signal_url: str | None) -> None:
+                 verification: VerificationSpec, signal_secret: str | None, metric_namespace: str) -> None:
         super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
         labels = {INSTANCE_LABEL: name}
@@ -189,9 +198,6 @@ class VerificationChart(cdk8s.Chart):
         k8s.KubeConfigMap(self, "Settings", metadata=k8s.ObjectMeta(
             name=self.settings_name, labels={**labels, COMPONENT_LABEL: GATE_SETTINGS_COMPONENT, GATE_RUN_LABEL: plan.run_id}),
             immutable=True, data={GATE_SETTINGS_FILE: json.dumps(plan.settings.to_json(), indent=2, sort_keys=True)})
-        if signal_url is not None:
-            k8s.KubeSecret(self, "Signal", metadata=k8s.ObjectMeta(name=self.job_name, labels=labels),
-                           type="Opaque", string_data={SIGNAL_URL_KEY: signal_url})
 
         account = gate_name(name)
         k8s.KubeServiceAccount(self, "ServiceAccount", metadata=k8s.ObjectMeta(name=account, labels=labels),
@@ -274,22 +280,25 @@ class VerificationChart(cdk8s.Chart):
 
         self.job = k8s.KubeJob(self, "Job", metadata=k8s.ObjectMeta(
             name=self.job_name, labels=_job_labels(name, plan.run_id)),
-            spec=gate_job_spec(spec, verification, self.job_name, signal=signal_url is not None))
+            spec=gate_job_spec(spec, verification, self.job_name, signal_secret=signal_secret))
 
         self.cron_job: k8s.KubeCronJob | None = None
         if verification.every_minutes is not None:
-            self.cron_job = self._continuous(spec, verification, labels, cluster_role)
+            self.cron_job = self._continuous(spec, verification, labels, cluster_role, metric_namespace)
 
     def _continuous(self, spec: ServingSpec, verification: VerificationSpec, labels: dict[str, str],
-                    node_reader: str) -> k8s.KubeCronJob:
+                    node_reader: str, metric_namespace: str) -> k8s.KubeCronJob:
         """The gate's checks every ``every_minutes``, read-only, publishing TransportVerified.
 
         Its own account: read what the gate reads, never delete a RayCluster (``rollout`` off),
         no ConfigMap writes (``as_deploy_job`` off); EKS Pod Identity gives it a role that may only
-        put metrics into the ``RayLlmEks`` namespace (``RayLlmServing.monitor_role``)."""
+        put metrics into this deployment's own namespace (``metric_namespace``,
+        ``RayLlmServing.monitor_role``). The account does not automount a token: its one container
+        gets the API credentials by a projected volume, so a pod merely naming the account gets none."""
         account = monitor_name(spec.service_name)
         state = monitor_state_name(spec.service_name)
-        k8s.KubeServiceAccount(self, "MonitorAccount", metadata=k8s.ObjectMeta(name=account, labels=labels))
+        k8s.KubeServiceAccount(self, "MonitorAccount", metadata=k8s.ObjectMeta(name=account, labels=labels),
+                               automount_service_account_token=False)
         # Rendered empty, so the Role can name it (``create`` cannot be limited to one name); the
         # runs write its data, which a later apply leaves alone (the manifest never sets data).
         self.state_config_map = k8s.KubeConfigMap(self, "MonitorState", metadata=k8s.ObjectMeta(
@@ -328,13 +337,13 @@ class VerificationChart(cdk8s.Chart):
                 template=k8s.PodTemplateSpec(
                     metadata=k8s.ObjectMeta(labels=pod_labels),
                     spec=k8s.PodSpec(
-                        service_account_name=account, automount_service_account_token=True,
+                        service_account_name=account, automount_service_account_token=False,
                         restart_policy="Never", node_selector=spec.system.labels,
                         security_context=non_root(),
                         containers=[k8s.Container(
                             name="verify", image=spec.image_uri,
                             command=_python_command("run", "--config", f"{SETTINGS_DIR}/{GATE_SETTINGS_FILE}",
-                                                    "--set", f"'{overrides}'", "--publish"),
+                                                    "--set", f"'{overrides}'", "--publish", shlex.quote(metric_namespace)),
                             env=[*PYTHON_ENV, k8s.EnvVar(name="AWS_REGION", value=spec.region),
                                  # boto3 reads ~/.aws; nobody's home is not writable
                                  k8s.EnvVar(name="HOME", value="/tmp")],
@@ -343,9 +352,12 @@ class VerificationChart(cdk8s.Chart):
                             volume_mounts=[
                                 k8s.VolumeMount(name="program", mount_path=PROGRAM_DIR, read_only=True),
                                 k8s.VolumeMount(name="settings", mount_path=SETTINGS_DIR, read_only=True),
-                                k8s.VolumeMount(name="tmp", mount_path="/tmp")],
+                                k8s.VolumeMount(name="tmp", mount_path="/tmp"),
+                                k8s.VolumeMount(name=MONITOR_API_VOLUME, mount_path=pod_templates.SERVICE_ACCOUNT_DIR,
+                                                read_only=True)],
                         )],
                         volumes=[_program_volume(f"{gate_name(spec.service_name)}-program"),
+                                 pod_templates.autoscaler_api_volume(MONITOR_API_VOLUME),
                                  k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name=self.job_name)),
                                  k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(
                                      medium="Memory", size_limit=k8s.Quantity.from_string("16Mi")))],
@@ -353,6 +365,11 @@ class VerificationChart(cdk8s.Chart):
                 ),
             )),
         ))
+
+
+MONITOR_API_VOLUME = "kube-api-access"
+"""Continuous verification's projected API credentials (token, CA, namespace), where the kubelet would
+automount them (``verification/kube.py``'s ``SERVICE_ACCOUNT_DIR``)."""
 
 
 def monitor_state_name(service_name: str) -> str:
@@ -370,12 +387,13 @@ def _job_labels(service_name: str, run: str) -> dict[str, str]:
     return {INSTANCE_LABEL: service_name, COMPONENT_LABEL: GATE_COMPONENT, GATE_RUN_LABEL: run}
 
 
-def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: str, *, signal: bool) -> k8s.JobSpec:
-    """The gate Job's spec; its settings ConfigMap and signal Secret share the Job's name."""
+def gate_job_spec(spec: ServingSpec, verification: VerificationSpec, job_name: str, *,
+                  signal_secret: str | None) -> k8s.JobSpec:
+    """The gate Job's spec; its settings ConfigMap shares the Job's name. ``signal_secret``: the ARN of
+    the secret holding the wait condition's URL (not the URL), or None."""
     env = list(PYTHON_ENV)
-    if signal:
-        env.append(k8s.EnvVar(name="GATE_SIGNAL_URL", value_from=k8s.EnvVarSource(
-            secret_key_ref=k8s.SecretKeySelector(name=job_name, key=SIGNAL_URL_KEY))))
+    if signal_secret is not None:
+        env.append(k8s.EnvVar(name=SIGNAL_SECRET_ENV, value=signal_secret))
     run = job_name.rsplit("-", 1)[-1]
     return k8s.JobSpec(
         backoff_limit=0,
@@ -413,13 +431,19 @@ def _job_spec_json(spec: ServingSpec, verification: VerificationSpec) -> dict[st
     Job's pod template cannot be changed in place."""
     scratch = cdk8s.Chart(cdk8s.App(), "job-spec")
     job = k8s.KubeJob(scratch, "Job", spec=gate_job_spec(spec, verification, gate_job_name(spec.service_name, "RUN"),
-                                                         signal=verification.wait))
+                                                         signal_secret=SIGNAL_SECRET_PLACEHOLDER if verification.wait else None))
     return dict(job.to_json()["spec"])
 
 
 def build_verification_chart(app: cdk8s.App, spec: ServingSpec, verification: VerificationSpec, plan: GatePlan,
-                             charts: ServingCharts, signal_url: str | None) -> VerificationChart:
+                             charts: ServingCharts, signal_secret: str | None,
+                             metric_namespace: str | None = None) -> VerificationChart:
+    """``metric_namespace``: this deployment's own (``wire.metric_namespace``), where continuous
+    verification publishes; ``RayLlmServing`` passes its stack's. Charts rendered outside a stack
+    (``cdk8s`` alone) get the default stack name's."""
     chart = VerificationChart(app, VERIFICATION_CHART_ID, spec=spec, plan=plan, verification=verification,
-                              signal_url=signal_url)
+                              signal_secret=signal_secret,
+                              metric_namespace=metric_namespace or wire_metric_namespace(
+                                  DEFAULT_STACK_NAME, spec.namespace, spec.service_name))
     chart.add_dependency(charts.rayservice)
     return chart

@@ -124,6 +124,13 @@ def acknowledge_gcs_redis(cache: IConstruct) -> None:
                  "Lambda does that, so rotation is by redeploy with a new secret (docs/threat-model.md).")
 
 
+def acknowledge_gate_signal(secret: IConstruct) -> None:
+    """Findings on the secret holding the deploy gate's signal URL (``RayLlmServing.gate_signal``)."""
+    _acknowledge(secret, f"{PACK}-SMG4",
+                 "The wait condition handle's presigned URL: CloudFormation issues it, nothing can rotate it, and "
+                 "it lives only as long as its run (each changed spec makes a new handle and a new secret).")
+
+
 def acknowledge_observability(observability: IConstruct) -> None:
     """Findings on ``InferenceObservability``'s role and topic."""
     role = observability.node.find_child("AgentRole")
@@ -136,7 +143,7 @@ def acknowledge_monitor_role(role: IConstruct) -> None:
     _acknowledge(role.node.find_child("DefaultPolicy"), f"{PACK}-IAM5[Resource::*]",
                  "cloudwatch:PutMetricData supports no resource-level permissions (Service Authorization Reference, "
                  "Amazon CloudWatch: 'Resource types: none'); the cloudwatch:namespace condition keeps the role to "
-                 "the RayLlmEks namespace.")
+                 "this deployment's own namespace, RayLlmEks/<stack>/<namespace>/<service>.")
 
 
 def acknowledge_cluster_autoscaler(role: IConstruct) -> None:

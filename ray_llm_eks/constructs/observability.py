@@ -40,7 +40,6 @@ from ..base.observability import (
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
     EFA_IDLE_REQUESTS_PER_REPLICA,
-    METRIC_NAMESPACE,
     SERVING_METRIC,
     TRANSFER_FAILURE_LINES,
     TRANSPORT_VERIFIED,
@@ -123,6 +122,8 @@ class InferenceObservability(Construct):
         self.settings: ObservabilitySpec = serving.observability
         spec = serving.spec
         namespace, service_name = spec.namespace, spec.service_name
+        # This deployment's own metric namespace: only its monitor role may put metrics there.
+        own_namespace = serving.metric_namespace
         alarm_email, ttft_p99_slo_ms = self.settings.alarm_email, self.settings.ttft_p99_slo_ms
         verification_every_minutes = serving.verification.every_minutes
         expected_nodes = spec.system.count + sum(spec.pool(role).min_size for role in WORKER_ROLES)
@@ -179,7 +180,7 @@ class InferenceObservability(Construct):
         for metric_name, lines in (("TransportFallbackLines", TRANSPORT_FALLBACK_LINES),
                                    ("TransferFailureLines", TRANSFER_FAILURE_LINES)):
             self.metric_filters[metric_name] = logs.MetricFilter(
-                self, metric_name, log_group=self.application_logs, metric_namespace=METRIC_NAMESPACE,
+                self, metric_name, log_group=self.application_logs, metric_namespace=own_namespace,
                 metric_name=metric_name, metric_value="1",
                 filter_pattern=logs.FilterPattern.literal(log_filter_pattern(namespace, lines)),
                 dimensions={"Namespace": "$.kubernetes.namespace_name"})
@@ -187,7 +188,7 @@ class InferenceObservability(Construct):
             self.metric_filters[metric_name].node.add_dependency(self.log_retentions["application"])
 
         def lines_metric(name: str) -> cloudwatch.Metric:
-            return cloudwatch.Metric(namespace=METRIC_NAMESPACE, metric_name=name, dimensions_map={"Namespace": namespace},
+            return cloudwatch.Metric(namespace=own_namespace, metric_name=name, dimensions_map={"Namespace": namespace},
                                      statistic="Sum", period=PERIOD)
 
         restarts = cloudwatch.MathExpression(
@@ -237,7 +238,7 @@ class InferenceObservability(Construct):
             def published(name: str, statistic: str) -> cloudwatch.Metric:
                 # Continuous verification's own metrics: one datapoint per run, stable dimensions
                 # (no pod or node in them), so no rollout or node replacement orphans an alarm.
-                return cloudwatch.Metric(namespace=METRIC_NAMESPACE, metric_name=name, statistic=statistic,
+                return cloudwatch.Metric(namespace=own_namespace, metric_name=name, statistic=statistic,
                                          dimensions_map={"Namespace": namespace, "RayService": service_name},
                                          period=every)
 

@@ -17,6 +17,15 @@ the stack, so a pod that cannot fit its node cannot be synthesized.
   failed gate fails the deploy and rolls it back. The wait condition and its handle are named
   ``Gate<run>`` / ``GateHandle<run>`` after the hash of the serving spec: CloudFormation cannot
   update a wait condition, so each changed spec creates a new pair, and the gate runs again.
+- The deploy's signal, held by the gate alone: the handle's presigned URL (its ``Ref``) is the
+  ``SecretString`` of a Secrets Manager secret ``GateSignal<run>`` (new with each handle, its name
+  generated, so a deleted one's recovery window never blocks the next), never a manifest's
+  value. The gate Job gets the secret's ARN and reads it with ``GateRole``, an EKS Pod Identity
+  role trusted only for the gate's service account, namespace and cluster, allowed
+  ``secretsmanager:GetSecretValue`` on that one secret. CloudFormation shows no ``SecretString``
+  in its events, CloudTrail does not log it, and the kubectl handler, which logs every manifest
+  it applies, never sees it. ``GateIdentity`` (the association) is created before the charts:
+  the Pod Identity webhook injects credentials only into pods created after it exists.
 - The cdk8s charts of :mod:`ray_llm_eks.cdk8s_charts`, in a ``cdk8s.App`` of its own (charts
   must never sit under a CDK construct), each applied with ``cluster.add_cdk8s_chart`` after the
   KubeRay operator (it brings the RayService CRD) and the device plugins (they advertise the GPU
@@ -33,11 +42,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import cdk8s
-from aws_cdk import ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, Stack, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
+from aws_cdk import (ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, SecretValue, Stack, Token, aws_ec2 as ec2,
+                     aws_eks_v2 as eks, aws_iam as iam, aws_secretsmanager as secretsmanager)
 from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
-from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart, monitor_name
+from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart, gate_name, monitor_name
 from ..base.deployment import Specs
 from ..base.errors import problem
 from ..base.pools import SystemPool, WorkerPool
@@ -50,9 +60,9 @@ from .addons import GpuDevicePlugins, KubeRayOperator
 from .autoscaler import NodeAutoscaler
 from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
-from ..base.observability import METRIC_NAMESPACE
+from ..base.wire import metric_namespace
 from .identity import pod_identity
-from .nag import acknowledge_monitor_role
+from .nag import acknowledge_gate_signal, acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
 
@@ -118,7 +128,9 @@ class RayLlmServing(Construct):
     ``pod_identity``, ``namespace``, ``service_account_name``, ``ray_service_name``,
     ``openai_service_name`` (``http://<openai>.<namespace>.svc:8000`` from ``client_namespaces``),
     ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
-    ``gate_job_name``, ``gate_wait_condition`` and ``gate_handle`` (None when not waiting).
+    ``metric_namespace`` (this deployment's own CloudWatch namespace, ``RayLlmEks/<stack>/<namespace>/<service>``),
+    ``gate_job_name``, ``gate_wait_condition``, ``gate_handle``, ``gate_signal`` (the secret holding the
+    handle's URL), ``gate_role`` and ``gate_identity`` (None when not waiting).
     """
 
     def __init__(
@@ -199,11 +211,20 @@ class RayLlmServing(Construct):
         self.serving_charts: ServingCharts = build_serving_charts(self.cdk8s_app, self.spec)
         self.gate = GatePlan.of(self.spec, self.verification, self.serving_charts)
         self.gate_handle: CfnWaitConditionHandle | None = None
+        self.gate_signal: secretsmanager.Secret | None = None
         if self.verification.wait:
             self.gate_handle = CfnWaitConditionHandle(self, f"GateHandle{self.gate.run_id}")
+            self.gate_signal = secretsmanager.Secret(
+                self, f"GateSignal{self.gate.run_id}",
+                description=f"The deploy gate's signal URL ({self.spec.namespace}/{self.spec.service_name}, run "
+                            f"{self.gate.run_id}); read only by the gate's Pod Identity role",
+                secret_string_value=SecretValue.resource_attribute(self.gate_handle.ref))
+            acknowledge_gate_signal(self.gate_signal)
+        self.metric_namespace = metric_namespace(Stack.of(self).stack_name, self.spec.namespace, self.spec.service_name)
         self.verification_chart: VerificationChart = build_verification_chart(
             self.cdk8s_app, self.spec, self.verification, self.gate, self.serving_charts,
-            signal_url=self.gate_handle.ref if self.gate_handle is not None else None,
+            signal_secret=self.gate_signal.secret_arn if self.gate_signal is not None else None,
+            metric_namespace=self.metric_namespace,
         )
         self.gate_job_name = self.verification_chart.job_name
         self.charts: list[cdk8s.Chart] = [*self.serving_charts.charts, self.verification_chart]
@@ -229,6 +250,19 @@ class RayLlmServing(Construct):
                 arn_format=ArnFormat.COLON_RESOURCE_NAME)
             self.pod_role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
                                                             resources=[resource]))
+        self.gate_role: iam.Role | None = None
+        self.gate_identity: eks.CfnPodIdentityAssociation | None = None
+        if self.gate_signal is not None:
+            account = gate_name(self.spec.service_name)
+            self.gate_role, self.gate_identity = pod_identity(
+                self, "GateRole", "GateIdentity", cluster=target, namespace=self.namespace, service_account=account,
+                description=f"Deployment gate ({self.namespace}/{account}): reads its signal URL")
+            # GetSecretValue only (grant_read would add DescribeSecret), on this one secret's full ARN.
+            self.gate_role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
+                                                             resources=[self.gate_signal.secret_arn]))
+            # The association (and so the gate's chart after it) waits for the role's policy too,
+            # not only the role: a changed run's secret is readable before its Job exists.
+            self.gate_identity.node.add_dependency(self.gate_role.node.find_child("DefaultPolicy"))
         self.monitor_role: iam.Role | None = None
         self.monitor_identity: eks.CfnPodIdentityAssociation | None = None
         if self.verification.every_minutes is not None:
@@ -237,11 +271,12 @@ class RayLlmServing(Construct):
                 self, "MonitorRole", "MonitorIdentity", cluster=target, namespace=self.namespace,
                 service_account=account,
                 description=f"Continuous verification ({self.namespace}/{account}): publishes TransportVerified")
-            # PutMetricData takes no resource (IAM: "Resource types: none"); the namespace
-            # condition keeps the role to this library's metrics.
+            # PutMetricData takes no resource (IAM: "Resource types: none"); the cloudwatch:namespace
+            # condition (CloudWatch user guide, "iam-cw-condition-keys-namespace") keeps the role to
+            # this deployment's own namespace, which no other deployment's monitor role may write.
             self.monitor_role.add_to_policy(iam.PolicyStatement(
                 actions=["cloudwatch:PutMetricData"], resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}))
+                conditions={"StringEquals": {"cloudwatch:namespace": self.metric_namespace}}))
             acknowledge_monitor_role(self.monitor_role)
         self.gcs_cache: GcsRedisCache | None = None
         self.gcs_chart: GcsRedisChart | None = None
@@ -266,6 +301,8 @@ class RayLlmServing(Construct):
         # An operator confined to this namespace installs its Role into it: the namespace goes first.
         namespace_first = kuberay is not None and bool(kuberay.watch_namespaces)
         after: list[Construct] = [self.pod_identity]
+        if self.gate_identity is not None:
+            after.append(self.gate_identity)
         if self.monitor_identity is not None:
             after.append(self.monitor_identity)
         if self.gcs_cache is not None:

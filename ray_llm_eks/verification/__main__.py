@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cfn_signal, efa, evidence, publish
+from . import aws_secret, cfn_signal, efa, evidence, publish
 from .gate import Gate
 from .kube import Endpoints, Kube, KubeAccess, NoClusterAccess
 from .report import Report
@@ -30,10 +30,16 @@ from .shared import wire
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNREADABLE, EXIT_NO_ACCESS = 0, 1, 2, 3
 SIGNAL_URL_ENV = "GATE_SIGNAL_URL"
+"""The wait condition's URL itself: for a gate run by hand outside a deploy (the tests, a twin)."""
+SIGNAL_SECRET_ENV = "GATE_SIGNAL_SECRET"
+"""The ARN of the Secrets Manager secret holding the URL: what the deploy's Job gets, so the URL is in
+no manifest, event or log; read with the gate's own Pod Identity role when the verdict is known."""
 SIGNAL_ATTEMPTS = 3
 SIGNAL_TIMEOUT_SECONDS = 20.0
-"""3 attempts of at most 20 s, 2 and 4 s apart: at most 66 s, inside the 120 s the gate keeps
-between its deadline and the wait condition's timeout (with the report's 10 s write)."""
+SECRET_TIMEOUT_SECONDS = 5.0
+"""3 attempts of at most 5 + 5 s (the credentials and the secret, until read once) and 20 s (the
+PUT), 2 and 4 s apart: at most 96 s, inside the 120 s the gate keeps between its deadline and the
+wait condition's timeout, less the report's 10 s write."""
 
 
 def _log(message: str) -> None:
@@ -46,9 +52,12 @@ class _Unconfigured:
     run_id = job_name = namespace = ray_service = topology = ""
 
 
-def _signal(url: str, success: bool, reason: str, unique_id: str, data: Any) -> None:
+def _signal(url: str | None, secret: str | None, success: bool, reason: str, unique_id: str, data: Any) -> None:
     for attempt in range(1, SIGNAL_ATTEMPTS + 1):
         try:
+            if url is None:
+                # Read at the end, with fresh credentials; the URL is never printed.
+                url = aws_secret.get_secret_string(secret or "", timeout=SECRET_TIMEOUT_SECONDS)
             status = cfn_signal.send(url, success, reason, unique_id, data, timeout=SIGNAL_TIMEOUT_SECONDS)
             _log(f"signalled CloudFormation: {'SUCCESS' if success else 'FAILURE'} (HTTP {status})")
             return
@@ -71,6 +80,7 @@ def _keep_report(kube: Kube, config: wire.GateSettings, report: Report) -> None:
 
 def run(args: argparse.Namespace) -> int:
     signal_url = os.environ.get(SIGNAL_URL_ENV) or None
+    signal_secret = os.environ.get(SIGNAL_SECRET_ENV) or None
     code, kube = EXIT_FAIL, None
     try:
         settings = json.loads(Path(args.config).read_text())
@@ -106,16 +116,16 @@ def run(args: argparse.Namespace) -> int:
         _keep_report(kube, config, report)
     if args.publish and isinstance(config, wire.GateSettings) and report.verdict != "skipped":
         try:
-            names = publish.publish(config.namespace, config.ray_service, code == EXIT_PASS,
+            names = publish.publish(args.publish, config.namespace, config.ray_service, code == EXIT_PASS,
                                     report.sections.get("window"))
             _log(f"published {wire.TRANSPORT_VERIFIED}={1 if code == EXIT_PASS else 0} and {len(names) - 1} serving "
-                 f"figure(s) to CloudWatch ({wire.METRIC_NAMESPACE})")
+                 f"figure(s) to CloudWatch ({args.publish})")
         except Exception as error:  # noqa: BLE001 - a run that cannot report is a failed run
             _log(f"could not publish {wire.TRANSPORT_VERIFIED}: {type(error).__name__}: {error}")
             code = EXIT_FAIL if code == EXIT_PASS else code
-    if signal_url:
+    if signal_url or signal_secret:
         reason = "; ".join(report.reasons) or "the endpoint answered and the KV cache crossed EFA"
-        _signal(signal_url, code == EXIT_PASS, reason, f"gate-{config.run_id}", report.summary())
+        _signal(signal_url, signal_secret, code == EXIT_PASS, reason, f"gate-{config.run_id}", report.summary())
     _log(f"verdict: {report.verdict}" + "".join(f"\n  - {r}" for r in report.reasons))
     return code
 
@@ -145,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--via-api-proxy", action="store_true",
                             help="reach pods and Services through the API server proxy (from outside the cluster)")
     run_parser.add_argument("--report-file", help="also write the JSON report here")
-    run_parser.add_argument("--publish", action="store_true",
+    run_parser.add_argument("--publish", metavar="METRIC_NAMESPACE",
                             help=f"put {wire.TRANSPORT_VERIFIED} (1 pass, 0 fail) and the serving figures since the previous run "
-                                 f"to CloudWatch ({wire.METRIC_NAMESPACE}) with boto3")
+                                 f"to CloudWatch with boto3, into this deployment's own namespace "
+                                 f"({wire.METRIC_NAMESPACE}/<stack>/<namespace>/<service>)")
     run_parser.set_defaults(handler=run)
     counters = commands.add_parser("efa-counters", help="serve this node's EFA byte counters over HTTP")
     counters.add_argument("--sysfs", default="/sys")

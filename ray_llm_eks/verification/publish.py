@@ -3,7 +3,7 @@
 A CronJob runs the gate's checks read-only (no rollout, no signal) every few minutes and calls
 :func:`publish` with the verdict and what the deployment served since the previous run
 (:mod:`.serving_window`). It uses boto3 from the serving image (Ray's images carry it), on a role
-that may put metrics into this one namespace only. Everything else in this package is standard
+that may put metrics into this deployment's own namespace only (``wire.metric_namespace``). Everything else in this package is standard
 library; this module imports boto3 only when it publishes. (The EKS user guide gives botocore
 1.34.41 as the minimum for Pod Identity credentials.)
 """
@@ -33,8 +33,8 @@ def _client() -> Any:
                         config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}))
 
 
-def publish(namespace: str, ray_service: str, passed: bool, figures: Mapping[str, Any] | None = None, *,
-            client: Any = None) -> list[str]:
+def publish(metric_namespace: str, namespace: str, ray_service: str, passed: bool,
+            figures: Mapping[str, Any] | None = None, *, client: Any = None) -> list[str]:
     """Put ``TransportVerified`` (1: the endpoint answered and the KV cache crossed EFA; 0) and the
     window's figures that have a value, in one call (at most 11 metrics; PutMetricData takes 1000).
     Returns the names put."""
@@ -42,5 +42,5 @@ def publish(namespace: str, ray_service: str, passed: bool, figures: Mapping[str
     data = [{"MetricName": wire.TRANSPORT_VERIFIED, "Dimensions": dims, "Value": 1.0 if passed else 0.0, "Unit": "None"}]
     data += [{"MetricName": metric, "Dimensions": dims, "Value": value, "Unit": unit}
              for metric, value, unit in serving_window.published(figures or {})]
-    (client or _client()).put_metric_data(Namespace=wire.METRIC_NAMESPACE, MetricData=data)
+    (client or _client()).put_metric_data(Namespace=metric_namespace, MetricData=data)
     return [entry["MetricName"] for entry in data]

@@ -42,9 +42,6 @@ generation is still the previous config's; the next reconcile, ``ServiceDefaultR
 The rollout below holds for KubeRay 1.4.0 and 1.5.1 alike (``shouldPrepareNewCluster`` and
 ``shouldUpdateCluster``: v1.5.1 lines 1009-1088 keep the nil/nil case first and, with
 ``upgradeStrategy: None``, neither replace nor re-spec a pending cluster).
-
-Also here: the settings of the spec a RayService carries (:func:`deployed_settings`, which
-``ray-llm-eks verify`` runs with).
 """
 
 from __future__ import annotations
@@ -53,7 +50,7 @@ import json
 from typing import Any, Mapping
 
 from . import evidence, objects
-from .kube import ApiError, Kube, NoClusterAccess
+from .kube import ApiError, NoClusterAccess
 from .shared import wire
 from .state import Phase
 
@@ -434,22 +431,3 @@ def _serve_config_args(service: Mapping[str, Any], application: str) -> dict[str
             return args if isinstance(args, dict) else {}
     return None
 
-
-def deployed_settings(kube: Kube, namespace: str, ray_service: str) -> dict[str, Any]:
-    """The gate settings of the spec the RayService now carries, from the ConfigMap the deploy applied.
-
-    Raises LookupError when the cluster holds none (not deployed by ray-llm-eks, or another name).
-    """
-    service = kube.ray_service(namespace, ray_service)
-    if service is None:
-        raise LookupError(f"no RayService {namespace}/{ray_service} in the cluster")
-    candidates = kube.config_maps(namespace, {wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT,
-                                            wire.INSTANCE_LABEL: ray_service})
-    # Newest first: two runs that changed only the Serve config share a cluster hash.
-    candidates.sort(key=lambda c: (c.get("metadata") or {}).get("creationTimestamp", ""), reverse=True)
-    settings = [json.loads((c.get("data") or {}).get(wire.GATE_SETTINGS_FILE, "{}")) for c in candidates]
-    for candidate in settings:
-        if {candidate.get("cluster_spec_hash")} == objects.template_hashes(service, candidate.get("hash_annotation", "")):
-            return candidate
-    raise LookupError(f"no gate settings in {namespace} match the RayService {ray_service} "
-                      f"({len(settings)} found): was it deployed by ray-llm-eks, and has its gate Job been applied?")

@@ -22,17 +22,19 @@ from ray_llm_eks.base.verification import VerificationSpec
 from ray_llm_eks.base import wire
 from ray_llm_eks.verification import bundle
 
-SIGNAL_URL = "https://cloudformation-waitcondition-us-west-2.s3.amazonaws.com/signal"
+SIGNAL_SECRET = "arn:aws:secretsmanager:us-west-2:123456789012:secret:GateSignal-AbCdEf"
 
 
 class Rendered:
-    def __init__(self, config: Deployment, signal_url: str | None = SIGNAL_URL) -> None:
+    def __init__(self, config: Deployment, signal_secret: str | None = SIGNAL_SECRET) -> None:
         self.spec = config.specs().serving
         self.verification = config.specs().verification
         app = cdk8s.App()
         self.charts = build_serving_charts(app, self.spec)
         self.plan = GatePlan.of(self.spec, self.verification, self.charts)
-        self.chart = build_verification_chart(app, self.spec, self.verification, self.plan, self.charts, signal_url)
+        self.metric_namespace = wire.metric_namespace(config.stack_name, self.spec.namespace, self.spec.service_name)
+        self.chart = build_verification_chart(app, self.spec, self.verification, self.plan, self.charts, signal_secret,
+                                              self.metric_namespace)
         self.objects = self.chart.to_json()
         self.rayservice = next(o for o in self.charts.rayservice.to_json() if o["kind"] == "RayService")
 
@@ -58,7 +60,7 @@ def test_every_object_passes_kubernetes_validate_strict(default):
     import kubernetes_validate
 
     kinds = [o["kind"] for o in default.objects]
-    assert sorted(kinds) == sorted(["ConfigMap", "ConfigMap", "Secret", "ServiceAccount", "ServiceAccount", "Role",
+    assert sorted(kinds) == sorted(["ConfigMap", "ConfigMap", "ServiceAccount", "ServiceAccount", "Role",
                                     "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job",
                                     # continuous verification (observability, on by default)
                                     "ServiceAccount", "Role", "RoleBinding", "ClusterRoleBinding", "CronJob",
@@ -81,8 +83,7 @@ def test_the_job_is_named_after_the_run_and_bounded_by_the_wait(default):
     [container] = pod["containers"]
     assert container["image"] == default.spec.image_uri  # the image the head already pulled there
     assert container["command"][-1].endswith("-m rayllmeks_gate run --config /etc/rayllmeks-gate/gate.json")
-    assert {"name": "GATE_SIGNAL_URL", "valueFrom": {"secretKeyRef": {"name": job["metadata"]["name"], "key": "url"}}} \
-        in container["env"]
+    assert {"name": "GATE_SIGNAL_SECRET", "value": SIGNAL_SECRET} in container["env"]
     assert container["resources"]["limits"] == {"cpu": sizing.GATE_JOB.cpu_quantity,
                                                  "memory": sizing.GATE_JOB.memory_quantity}
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -90,12 +91,16 @@ def test_the_job_is_named_after_the_run_and_bounded_by_the_wait(default):
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65534
 
 
-def test_the_signal_url_lives_in_a_secret_and_only_when_cloudformation_waits(default):
-    assert default.one("Secret")["stringData"] == {"url": SIGNAL_URL}
-    not_waiting = Rendered(Deployment(verification=VerificationSpec(wait=False)), signal_url=None)
+def test_the_job_gets_the_secrets_arn_not_the_url_and_only_when_cloudformation_waits(default):
+    """No Kubernetes Secret carries the signal: the Job reads it from Secrets Manager with its own role."""
+    assert not [o for o in default.objects if o["kind"] == "Secret"]
+    [container] = default.one("Job")["spec"]["template"]["spec"]["containers"]
+    assert [e for e in container["env"] if e["name"].startswith("GATE_SIGNAL")] == [
+        {"name": "GATE_SIGNAL_SECRET", "value": SIGNAL_SECRET}]
+    not_waiting = Rendered(Deployment(verification=VerificationSpec(wait=False)), signal_secret=None)
     assert not [o for o in not_waiting.objects if o["kind"] == "Secret"]
     env = not_waiting.one("Job")["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert not [e for e in env if e["name"] == "GATE_SIGNAL_URL"]
+    assert not [e for e in env if e["name"].startswith("GATE_SIGNAL")]
 
 
 def test_the_program_config_map_carries_the_package(default):
@@ -244,8 +249,8 @@ def test_an_unchanged_spec_keeps_its_run_id(default):
 
 
 def test_switching_the_wait_renames_the_job_whose_pod_template_changes(default):
-    """A Job's pod template is immutable: the signal's env var comes and goes with ``wait``."""
-    relaxed = Rendered(Deployment(verification=VerificationSpec(wait=False)), signal_url=None)
+    """A Job's pod template is immutable: the signal secret's env var comes and goes with ``wait``."""
+    relaxed = Rendered(Deployment(verification=VerificationSpec(wait=False)), signal_secret=None)
     assert relaxed.plan.run_id != default.plan.run_id
 
 
@@ -272,7 +277,8 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     app = cdk8s.App()
     charts = build_serving_charts(app, specs.serving)
     chart = build_verification_chart(app, specs.serving, specs.verification,
-                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None)
+                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None,
+                                     "RayLlmEks/RayLlmEks/inference/ray-llm")
     objects = cdk8s.Testing.synth(chart)
     (cron,) = [o for o in objects if o["kind"] == "CronJob"]
     assert (cron["spec"]["schedule"], cron["spec"]["concurrencyPolicy"], cron["spec"]["timeZone"]) == (
@@ -292,7 +298,20 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
         "log_window_seconds": 720,  # the last period and two minutes of each worker's log
         "wait_for_job": gate_job["metadata"]["name"],  # nothing while the deploy's gate runs
         "state_config_map": "ray-llm-cv-state"}  # the previous run's reading, for the window's figures
-    assert arguments[-1] == "--publish"
+    # Into this deployment's own namespace, the only one its role may write.
+    assert arguments[-2:] == ["--publish", "RayLlmEks/RayLlmEks/inference/ray-llm"]
+    # The account automounts no token (a pod merely naming it gets none); the one container gets
+    # the API credentials, projected where the program reads them.
+    (account,) = [o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "ray-llm-cv"]
+    assert account["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is False
+    (api,) = [v for v in pod["volumes"] if v["name"] == "kube-api-access"]
+    assert [sorted(source) for source in api["projected"]["sources"]] == [
+        ["serviceAccountToken"], ["configMap"], ["downwardAPI"]]
+    assert {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True} in container["volumeMounts"]
+    from ray_llm_eks.verification.kube import SERVICE_ACCOUNT_DIR
+
+    assert str(SERVICE_ACCOUNT_DIR) == "/var/run/secrets/kubernetes.io/serviceaccount"
     # The settings of this deploy's gate, mounted read-only.
     (settings,) = [v for v in pod["volumes"] if v["name"] == "settings"]
     assert settings["configMap"]["name"] == gate_job["metadata"]["name"]

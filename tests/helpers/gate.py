@@ -8,6 +8,8 @@ from typing import Any
 
 import cdk8s
 
+from ray_llm_eks.base.wire import metric_namespace
+
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
 from ray_llm_eks.verification import bundle
@@ -32,7 +34,9 @@ def render_deployment(config: Deployment) -> Deployed:
     charts = build_serving_charts(app, spec)
     plan = GatePlan.of(spec, specs.verification, charts)
     rayservice = next(o for o in charts.rayservice.to_json() if o["kind"] == "RayService")
-    verification = build_verification_chart(app, spec, specs.verification, plan, charts, signal_url=None)
+    verification = build_verification_chart(app, spec, specs.verification, plan, charts, signal_secret=None,
+                                            metric_namespace=metric_namespace(config.stack_name, spec.namespace,
+                                                                              spec.service_name))
     settings_map = next(o for o in verification.to_json()
                         if o["kind"] == "ConfigMap" and o["metadata"]["name"] == verification.settings_name)
     (program,) = [o for o in verification.to_json()

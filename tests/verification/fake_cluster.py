@@ -314,6 +314,8 @@ class FakeDeployment:
         """NetworkPolicies in the namespace now; the proxy forwards only what they admit from the API server."""
         self.policy_history: list[tuple[str, str]] = []
         self.policy_history_bodies: list[dict[str, Any]] = []
+        self.policies_created: list[dict[str, Any]] = []
+        """Every NetworkPolicy body POSTed, kept after its deletion."""
         self.break_counters_until = 0
         """How many reads of each node's counters fail first (a reader not yet listening)."""
         self.counter_reads: dict[str, int] = {}
@@ -662,6 +664,8 @@ class FakeDeployment:
                 self.network_policies[body["metadata"]["name"]] = body
                 self.policy_history.append((method, body["metadata"]["name"]))
                 self.policy_history_bodies.append(body)
+                if method == "POST":
+                    self.policies_created.append(body)
                 return handler.reply(201 if method == "POST" else 200, body)
             if method == "DELETE" and name in self.network_policies:
                 del self.network_policies[name]
@@ -765,7 +769,11 @@ class FakeDeployment:
             base = f"{self.api_url}/openai" if "openai" in name else f"{self.api_url}/dashboard"
         else:
             pod = next(p for p in self.pods() if p["metadata"]["name"] == name)
-            base = f"http://{pod['status']['podIP']}:{port}"
+            # The pods' declared ports (the rendered settings') to where this fake's servers listen
+            # on loopback; any other port is tried as given.
+            served = {int(self.settings["metrics_port"]): self.metrics_port,
+                      int(self.settings["efa_counter_port"]): self.counter_port}
+            base = f"http://{pod['status']['podIP']}:{served.get(int(port), int(port))}"
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
         request = urllib.request.Request(base + rest, data=body, method=method,

@@ -1,8 +1,9 @@
-"""``rollout.deployed_settings``: which gate settings ConfigMap ``ray-llm-eks verify`` runs with.
+"""The gate settings ``ray-llm-eks verify`` runs with: the local configuration's, rendered as the
+deploy renders them, and the cluster's copy that must match (``ray_llm_eks.verify``).
 
 The fake API server stores ConfigMaps with their labels and lists them by ``labelSelector`` as
-the API server does, so the lookup's selector is exercised: a ConfigMap it does not select (another
-deployment's, a gate report) cannot be picked, whatever it holds.
+the API server does. Whatever ConfigMaps the cluster holds (the gate's account may create any),
+the run's settings are the local ones; the deploy's own copy is only compared with them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import pytest
 from fake_cluster import FakeDeployment, parse_selector
 
 from ray_llm_eks.base import wire
-from ray_llm_eks.verification import rollout
+from ray_llm_eks.base.deployment import Deployment
 from ray_llm_eks.verification.kube import Kube, KubeAccess
+from ray_llm_eks.verify import SettingsMismatch, cluster_copy_differences, local_settings
 
 
 def _kube(fake: FakeDeployment) -> Kube:
@@ -51,60 +53,49 @@ def test_the_fake_lists_only_what_the_selector_selects(fake: FakeDeployment):
     assert [p["metadata"]["name"] for p in pods] == [f"{fake.active}-prefill-worker-p1"]
 
 
-def test_the_rendered_settings_are_found_by_the_lookup(fake: FakeDeployment, disaggregated):
-    """The labels the chart renders are the ones the lookup selects."""
+def test_the_local_settings_are_the_rendered_ones(disaggregated):
+    """The same run id and settings as the chart the deploy applies."""
+    settings = local_settings(Deployment())
+    assert settings.to_json() == disaggregated.settings
+    assert settings.job_name == disaggregated.settings_config_map["metadata"]["name"]
+
+
+def test_another_namespace_or_service_renders_its_own_run(disaggregated):
+    moved = local_settings(Deployment(), namespace="team-a", service="other-llm")
+    assert (moved.namespace, moved.ray_service) == ("team-a", "other-llm")
+    assert moved.openai_url == "http://other-llm-openai.team-a.svc:8000"
+    assert moved.run_id != disaggregated.settings["run_id"]
+
+
+def test_the_deploys_own_copy_matches(fake: FakeDeployment, disaggregated):
     _apply_rendered(fake, disaggregated.settings_config_map)
-    found = rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
-    assert found == disaggregated.settings
+    cluster_copy_differences(_kube(fake), local_settings(Deployment()))
 
 
-def test_the_settings_of_the_spec_the_rayservice_runs_win_over_an_older_spec(fake: FakeDeployment, disaggregated):
-    """An old spec's settings (another cluster hash), newer in the store, are not the running spec's."""
-    now = time.time()
-    _apply_rendered(fake, disaggregated.settings_config_map, created=now - 3600)
-    old = {**disaggregated.settings, "cluster_spec_hash": "0ld0ld0l", "run_id": "0ld0ld0l", "probes": 9}
-    fake.apply_gate_settings(old, name=f"{fake.name}-gate-0ld0ld0l", created=now)
-    found = rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
-    assert found["run_id"] == disaggregated.settings["run_id"] and found["probes"] != 9
+def test_newer_settings_of_this_deployment_do_not_stand_in_for_its_copy(fake: FakeDeployment, disaggregated):
+    """A newer ConfigMap with the deploy's labels (a planted one) is not the run's copy: without the
+    deploy's own, the run is refused, whatever the planted one holds."""
+    planted = {**disaggregated.settings, "run_id": "5e7e5e7e", "min_kv_fraction": 0}
+    fake.apply_gate_settings(planted, created=time.time())
+    with pytest.raises(SettingsMismatch, match=r"the cluster has no gate settings ConfigMap "
+                                               rf"inference/{disaggregated.settings_config_map['metadata']['name']}"):
+        cluster_copy_differences(_kube(fake), local_settings(Deployment()))
 
 
-def test_two_runs_of_one_cluster_spec_take_the_newest(fake: FakeDeployment, disaggregated):
-    """A change to the Serve config alone keeps the cluster hash: the newest applied settings are the deployed ones."""
-    now = time.time()
-    _apply_rendered(fake, disaggregated.settings_config_map, created=now - 3600)
-    newer = {**disaggregated.settings, "run_id": "5e7e5e7e", "probes": 7}
-    fake.apply_gate_settings(newer, created=now)
-    assert rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)["probes"] == 7
+def test_a_copy_that_differs_is_refused_naming_each_field(fake: FakeDeployment, disaggregated):
+    changed = {**disaggregated.settings, "min_kv_fraction": 0, "expected_provider": "tcp", "metrics_port": 22}
+    _apply_rendered(fake, disaggregated.settings_config_map, settings=changed)
+    with pytest.raises(SettingsMismatch) as refused:
+        cluster_copy_differences(_kube(fake), local_settings(Deployment()))
+    message = str(refused.value)
+    assert message.split(": ", 1)[1].split("; ") == [
+        'expected_provider: cluster "tcp", local "efa"', "metrics_port: cluster 22, local 8080",
+        f"min_kv_fraction: cluster 0, local {disaggregated.settings['min_kv_fraction']}"]
 
 
-def test_another_deployments_settings_are_not_selected(fake: FakeDeployment, disaggregated):
-    """A second deployment in the namespace renders the same cluster hash for the same spec; its
-    settings (newer, for its own RayService) carry its instance label, which the lookup does not select."""
-    now = time.time()
-    _apply_rendered(fake, disaggregated.settings_config_map, created=now - 3600)
-    theirs = {**disaggregated.settings, "ray_service": "other-llm", "run_id": "07e407e4", "probes": 5}
-    fake.apply_gate_settings(theirs, name="other-llm-gate-07e407e4", created=now, labels={
-        wire.INSTANCE_LABEL: "other-llm", wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT})
-    found = rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
-    assert found["ray_service"] == fake.name and found["probes"] != 5
-
-
-def test_no_matching_settings_is_refused(fake: FakeDeployment, disaggregated):
-    """Only another deployment's settings, and a gate report of ours (another component), holding
-    what would match: none is ours, so the lookup refuses rather than guesses."""
-    settings = json.dumps(disaggregated.settings)
-    fake.apply_config_map("other-llm-gate-07e407e4", {wire.INSTANCE_LABEL: "other-llm",
-                                                      wire.COMPONENT_LABEL: wire.GATE_SETTINGS_COMPONENT},
-                          {wire.GATE_SETTINGS_FILE: settings})
-    fake.apply_config_map(f"{fake.name}-gate-1a2b3c4d-report", {wire.INSTANCE_LABEL: fake.name,
-                                                                wire.COMPONENT_LABEL: wire.GATE_REPORT_COMPONENT},
-                          {wire.GATE_SETTINGS_FILE: settings})
-    with pytest.raises(LookupError, match=r"no gate settings in inference match the RayService ray-llm \(0 found\)"):
-        rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
-
-
-def test_settings_of_an_older_spec_only_are_refused(fake: FakeDeployment, disaggregated):
-    old = {**disaggregated.settings, "cluster_spec_hash": "0ld0ld0l"}
-    fake.apply_gate_settings(old, name=f"{fake.name}-gate-0ld0ld0l")
-    with pytest.raises(LookupError, match=r"\(1 found\)"):
-        rollout.deployed_settings(_kube(fake), fake.namespace, fake.name)
+def test_a_copy_that_is_not_json_is_refused(fake: FakeDeployment, disaggregated):
+    rendered = disaggregated.settings_config_map
+    fake.apply_config_map(rendered["metadata"]["name"], rendered["metadata"]["labels"],
+                          {wire.GATE_SETTINGS_FILE: "{not json"})
+    with pytest.raises(SettingsMismatch, match="holds no readable gate.json"):
+        cluster_copy_differences(_kube(fake), local_settings(Deployment()))

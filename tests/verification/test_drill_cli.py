@@ -15,15 +15,20 @@ import subprocess
 import sys
 
 from fake_cluster import DECODE_NODE, FakeDeployment, kubeconfig_for
+from helpers.gate import render_deployment
 
+from ray_llm_eks.base.deployment import Deployment
 
-def _deployed_settings(fake: FakeDeployment) -> dict:
-    return {**fake.gate_settings(), "openai_url": fake.settings["openai_url"]}
+PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1})
+"""Poll and wait times only (``verify.PACE_SETTINGS``); the settings are the local configuration's."""
 
 
 def _drill(fake: FakeDeployment, tmp_path, scenario: str, *extra: str, fail: bool = False):
-    fake.apply_gate_settings(_deployed_settings(fake))
-    done = subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "drill", scenario, "--json", "--interval", "0.2",
+    # The settings ConfigMap as the deploy of the default configuration (the CLI's, without --config) applies it.
+    rendered = render_deployment(Deployment()).settings_config_map
+    fake.apply_config_map(rendered["metadata"]["name"], rendered["metadata"]["labels"], dict(rendered["data"]))
+    done = subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "drill", scenario, "--json", "--pace", PACE,
+                           "--interval", "0.2",
                            "--timeout", "60", "--kubeconfig", str(kubeconfig_for(tmp_path, fake.api_url, fail=fail)),
                            *extra], capture_output=True, text=True, timeout=180)
     return done, (json.loads(done.stdout) if done.stdout.strip().startswith("{") else None)

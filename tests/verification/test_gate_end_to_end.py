@@ -18,6 +18,9 @@ from fake_cluster import EFA_LINES, FakeDeployment, Scenario, program_env, run_g
 from ray_llm_eks.cdk8s_charts.verification import PROGRAM_DIR
 from ray_llm_eks.verification import evidence
 
+OWN_NAMESPACE = "RayLlmEks/RayLlmEks/inference/ray-llm"
+"""The reference deployment's own metric namespace (``RayLlmServing.metric_namespace``), as its CronJob passes it."""
+
 
 UCX_ON_EFA = [
     "W1130 nixl_agent.cpp:242] 1 Amazon EFA(s) were detected, but the UCX backend was configured. For best "
@@ -286,7 +289,8 @@ def test_the_jobs_own_command_line_runs_on_a_plain_interpreter(in_cluster_copy, 
     spec, verification = disaggregated.config.specs().serving, disaggregated.config.specs().verification
     app = cdk8s.App()
     charts = build_serving_charts(app, spec)
-    chart = build_verification_chart(app, spec, verification, GatePlan.of(spec, verification, charts), charts, None)
+    chart = build_verification_chart(app, spec, verification, GatePlan.of(spec, verification, charts), charts, None,
+                                     OWN_NAMESPACE)
     job = next(o for o in chart.to_json() if o["kind"] == "Job")
     [container] = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
@@ -391,9 +395,9 @@ def test_continuous_verification_publishes_the_verdict(fake: FakeDeployment, mon
     with mock_aws():
         code = main(["run", "--config", str(config), "--kube-api", fake.api_url, "--kube-token-file",
                      str(fake.token_file), "--set", '{"rollout":false,"as_deploy_job":false,"deadline_seconds":60}',
-                     "--publish"])
+                     "--publish", OWN_NAMESPACE])
         client = boto3.client("cloudwatch", region_name="us-west-2")
-        (metric,) = client.list_metrics(Namespace="RayLlmEks", MetricName="TransportVerified")["Metrics"]
+        (metric,) = client.list_metrics(Namespace=OWN_NAMESPACE, MetricName="TransportVerified")["Metrics"]
         data = client.get_metric_data(
             MetricDataQueries=[{"Id": "v", "MetricStat": {"Metric": metric, "Period": 60, "Stat": "Minimum"}}],
             StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=5))
@@ -420,9 +424,9 @@ def _continuous(fake: FakeDeployment, monkeypatch, **settings) -> tuple[int, lis
     now = datetime.datetime.now(datetime.timezone.utc)
     with mock_aws():
         code = main(["run", "--config", str(config), "--kube-api", fake.api_url, "--kube-token-file",
-                     str(fake.token_file), "--set", json.dumps(overrides), "--publish"])
+                     str(fake.token_file), "--set", json.dumps(overrides), "--publish", OWN_NAMESPACE])
         client = boto3.client("cloudwatch", region_name="us-west-2")
-        metrics = client.list_metrics(Namespace="RayLlmEks", MetricName="TransportVerified")["Metrics"]
+        metrics = client.list_metrics(Namespace=OWN_NAMESPACE, MetricName="TransportVerified")["Metrics"]
         if not metrics:
             return code, []
         data = client.get_metric_data(
@@ -484,14 +488,14 @@ def _published_figures(fake: FakeDeployment, monkeypatch, runs: int, between) ->
         for run in range(runs):
             report_file = fake.tmp / f"report-{run}.json"
             assert main(["run", "--config", str(config), "--kube-api", fake.api_url, "--kube-token-file",
-                         str(fake.token_file), "--set", json.dumps(overrides), "--publish",
+                         str(fake.token_file), "--set", json.dumps(overrides), "--publish", OWN_NAMESPACE,
                          "--report-file", str(report_file)]) == 0
             reports.append(json.loads(report_file.read_text()))
             if run < runs - 1:
                 between()
         client = boto3.client("cloudwatch", region_name="us-west-2")
         values = {}
-        for metric in client.list_metrics(Namespace="RayLlmEks")["Metrics"]:
+        for metric in client.list_metrics(Namespace=OWN_NAMESPACE)["Metrics"]:
             data = client.get_metric_data(
                 MetricDataQueries=[{"Id": "v", "MetricStat": {"Metric": metric, "Period": 60, "Stat": "Maximum"}}],
                 StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=5))

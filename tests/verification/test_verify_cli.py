@@ -9,26 +9,43 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
+import pytest
 from fake_cluster import TCP_LINES, FakeDeployment, Scenario, kubeconfig_for as _kubeconfig
+from helpers.gate import Deployed
+
+from ray_llm_eks.base import wire
+
+
+PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1})
+"""Poll and wait times only (``verify.PACE_SETTINGS``): the fake answers at once. What is checked is the
+local configuration's, as on a cluster."""
 
 
 def _verify(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "verify", *args],
+    return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "verify", "--pace", PACE, *args],
                           capture_output=True, text=True, timeout=120)
 
 
-def _deployed_settings(fake: FakeDeployment) -> dict:
-    # What the ConfigMap in the cluster holds: in-cluster Service URLs, reached here through the proxy.
-    return {**fake.gate_settings(), "openai_url": fake.settings["openai_url"]}
+def _apply_deployed(fake: FakeDeployment, deployed: Deployed) -> None:
+    """The settings ConfigMap exactly as the deploy applied it (the chart's name, labels and data)."""
+    rendered = deployed.settings_config_map
+    fake.apply_config_map(rendered["metadata"]["name"], rendered["metadata"]["labels"], dict(rendered["data"]))
 
 
-def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, tmp_path):
-    fake.apply_gate_settings(_deployed_settings(fake))
+def _proxy_ports(policy: dict) -> set[int]:
+    (rule,) = policy["spec"]["ingress"]
+    return {port["port"] for port in rule["ports"]}
+
+
+def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, disaggregated, tmp_path):
+    _apply_deployed(fake, disaggregated)
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
     report = json.loads(done.stdout)
     assert done.returncode == 0, report.get("reasons") or done.stderr
-    assert report["probes"]["via_api_server_proxy"] is True and report["probes"]["ok"] == 3
+    assert report["probes"]["via_api_server_proxy"] is True
+    assert report["probes"]["ok"] == disaggregated.settings["probes"]
     assert report["transport"]["provider"] == "efa"
     assert fake.deleted == []  # read-only: never rolls out
     # The API server was admitted for the run only, to the ports the gate probes, and nothing else.
@@ -36,6 +53,61 @@ def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, tmp_pa
     assert created[0] == "POST" and deleted == ("DELETE", created[1])
     assert created[1].startswith("ray-llm-verify-api-proxy-")
     assert fake.network_policies == {}
+    # The local settings' ports: OpenAI, the workers' metrics, the counter readers (never the dashboard).
+    (policy,) = fake.policies_created
+    assert _proxy_ports(policy) == {8000, disaggregated.settings["metrics_port"],
+                                    disaggregated.settings["efa_counter_port"]} == {8000, 8080, 9475}
+
+
+def test_a_newer_settings_configmap_planted_in_the_cluster_is_not_used(fake: FakeDeployment, disaggregated, tmp_path):
+    """The gate's account may create ConfigMaps: one with the deploy's labels, newer, asking for no KV
+    and the tcp provider and naming other ports, changes nothing. The run uses the local settings."""
+    _apply_deployed(fake, disaggregated)
+    planted = {**disaggregated.settings, "run_id": "0bad0bad", "min_kv_fraction": 0, "expected_provider": "tcp",
+               "metrics_port": 22, "efa_counter_port": 6379}
+    fake.apply_gate_settings(planted, created=time.time() + 60)
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report.get("reasons") or done.stderr
+    assert report["transport"]["provider"] == "efa"
+    (policy,) = fake.policies_created
+    assert _proxy_ports(policy) == {8000, 8080, 9475}
+
+
+def test_a_cluster_copy_that_differs_is_refused_naming_what_differs(fake: FakeDeployment, disaggregated, tmp_path):
+    """The deploy's own ConfigMap name holding other settings: refused before anything is created."""
+    rendered = disaggregated.settings_config_map
+    changed = {**disaggregated.settings, "min_kv_fraction": 0, "expected_provider": "tcp"}
+    fake.apply_config_map(rendered["metadata"]["name"], rendered["metadata"]["labels"],
+                          {wire.GATE_SETTINGS_FILE: json.dumps(changed)})
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
+    assert done.returncode == 1
+    error = json.loads(done.stdout)["error"]
+    assert f"the gate settings in the cluster (inference/{rendered['metadata']['name']}) differ from the local " \
+           "configuration's, so they are refused" in error
+    assert 'expected_provider: cluster "tcp", local "efa"' in error
+    assert f"min_kv_fraction: cluster 0, local {disaggregated.settings['min_kv_fraction']}" in error
+    assert "probes" not in error  # only what differs
+    assert fake.policies_created == []  # nothing admitted, nothing probed
+
+
+def test_a_cluster_without_this_runs_settings_is_refused(fake: FakeDeployment, another_spec, tmp_path):
+    """The cluster runs another spec (another image here) than the local configuration."""
+    _apply_deployed(fake, another_spec)
+    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
+    assert done.returncode == 1
+    assert "the cluster has no gate settings ConfigMap inference/ray-llm-gate-" in json.loads(done.stdout)["error"]
+    assert fake.policies_created == []
+
+
+def test_pace_may_not_change_what_is_checked(fake: FakeDeployment, disaggregated, tmp_path):
+    from ray_llm_eks.verify import deployed_gate
+
+    _apply_deployed(fake, disaggregated)
+    with pytest.raises(ValueError, match="pace may set only poll_seconds, metrics_settle_seconds, "
+                                         "post_probe_reserve_seconds \\(got min_kv_fraction\\)"):
+        deployed_gate(disaggregated.config, kubeconfig=_kubeconfig(tmp_path, fake.api_url),
+                      pace={"min_kv_fraction": 0})
 
 
 def test_verify_admits_only_the_api_server_to_the_probed_ports(fake: FakeDeployment, tmp_path):
@@ -99,11 +171,24 @@ def test_without_the_policy_the_proxy_is_dropped_as_on_a_cluster(fake: FakeDeplo
     assert refused.value.code == 503
 
 
-def test_verify_with_ray_token_auth_needs_neither_the_token_nor_the_dashboard(fake: FakeDeployment, tmp_path):
-    fake.ray_auth_token = "s3cr3t-token"
-    fake.stored_auth_options = {"mode": "token"}
-    fake.apply_gate_settings({**_deployed_settings(fake), "ray_auth": "token"})
-    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
+def test_verify_with_ray_token_auth_needs_neither_the_token_nor_the_dashboard(tmp_path):
+    from helpers.gate import render_deployment
+
+    from ray_llm_eks.config import load_config
+
+    config = tmp_path / "token.yaml"
+    config.write_text("versions:\n  kuberay: \"1.5.1\"\nserving:\n  ray_auth: token\n")
+    deployed = render_deployment(load_config(config))
+    assert deployed.settings["ray_auth"] == "token"
+    fake = FakeDeployment(tmp_path, deployed.rayservice, deployed.settings, Scenario())
+    try:
+        fake.ray_auth_token = "s3cr3t-token"
+        fake.stored_auth_options = {"mode": "token"}
+        _apply_deployed(fake, deployed)
+        done = _verify("--config", str(config), "--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json",
+                       "--timeout", "20")
+    finally:
+        fake.close()
     report = json.loads(done.stdout)
     assert done.returncode == 0, report.get("reasons") or done.stderr
     assert (fake.dashboard_calls, fake.secret_reads) == ([], [])
@@ -113,10 +198,10 @@ def test_verify_with_ray_token_auth_needs_neither_the_token_nor_the_dashboard(fa
     assert 8265 not in opened and opened
 
 
-def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, tmp_path):
+def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, disaggregated, tmp_path):
     fake.scenario = Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
                                          "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
-    fake.apply_gate_settings(_deployed_settings(fake))
+    _apply_deployed(fake, disaggregated)
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--timeout", "20")
     assert done.returncode == 1
     assert "FAIL" in done.stdout and "fell back to TCP" in done.stdout
@@ -139,17 +224,19 @@ def test_an_unreachable_api_server_exits_3(tmp_path):
     assert "cannot reach the API server" in json.loads(done.stdout)["error"]
 
 
-def test_settings_this_version_cannot_read_fail_with_a_sentence(fake: FakeDeployment, tmp_path):
-    fake.apply_gate_settings({**_deployed_settings(fake), "a_newer_setting": 1})
+def test_settings_a_newer_version_deployed_are_refused_with_a_sentence(fake: FakeDeployment, disaggregated, tmp_path):
+    rendered = disaggregated.settings_config_map
+    fake.apply_config_map(rendered["metadata"]["name"], rendered["metadata"]["labels"],
+                          {wire.GATE_SETTINGS_FILE: json.dumps({**disaggregated.settings, "a_newer_setting": 1})})
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json")
     assert done.returncode == 1
-    assert "cannot use the gate settings found in the cluster: unknown gate settings: a_newer_setting" in \
+    assert "differ from the local configuration's, so they are refused: a_newer_setting: cluster 1, local null" in \
         json.loads(done.stdout)["error"]
 
 
-def test_verify_expect_provider_reaches_the_gate(fake: FakeDeployment, tmp_path):
+def test_verify_expect_provider_reaches_the_gate(fake: FakeDeployment, disaggregated, tmp_path):
     """``--expect-provider tcp`` against workers on efa: the gate now expects tcp, and says why it failed."""
-    fake.apply_gate_settings(_deployed_settings(fake))
+    _apply_deployed(fake, disaggregated)
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20",
                    "--expect-provider", "tcp")
     report = json.loads(done.stdout)
@@ -157,9 +244,9 @@ def test_verify_expect_provider_reaches_the_gate(fake: FakeDeployment, tmp_path)
     assert any("NIXL rails use provider efa, not tcp" in r for r in report["reasons"]), report["reasons"]
 
 
-def test_verify_expecting_tcp_passes_libfabric_on_tcp(fake: FakeDeployment, tmp_path):
+def test_verify_expecting_tcp_passes_libfabric_on_tcp(fake: FakeDeployment, disaggregated, tmp_path):
     fake.scenario = Scenario(worker_log=list(TCP_LINES))
-    fake.apply_gate_settings(_deployed_settings(fake))
+    _apply_deployed(fake, disaggregated)
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20",
                    "--expect-provider", "tcp")
     report = json.loads(done.stdout)
@@ -169,8 +256,8 @@ def test_verify_expecting_tcp_passes_libfabric_on_tcp(fake: FakeDeployment, tmp_
 
 def test_a_composed_deployment_is_verified_through_its_serving_spec(tmp_path):
     """An app composed from the constructs has no YAML file: it verifies with the serving construct's
-    spec, and the gate reads the settings that app's own charts rendered (here in the namespace the
-    app chose, not the reference deployment's)."""
+    specs, rendered as its charts were (here in the namespace the app chose, not the reference
+    deployment's): the same run, so the cluster's copy matches."""
     from helpers.composition import compose
     from ray_llm_eks.base.serving import ServiceSettings
     from ray_llm_eks.verify import verify_deployment
@@ -181,8 +268,11 @@ def test_a_composed_deployment_is_verified_through_its_serving_spec(tmp_path):
     assert settings["namespace"] == "team-a"
     fake = FakeDeployment(tmp_path, rayservice, settings, Scenario())
     try:
-        fake.apply_gate_settings(_deployed_settings(fake))
-        report = verify_deployment(serving.spec, kubeconfig=_kubeconfig(tmp_path, fake.api_url), timeout_s=20)
+        (rendered,) = [o for o in serving.verification_chart.to_json()
+                       if o["kind"] == "ConfigMap" and o["metadata"]["name"] == serving.gate_job_name]
+        fake.apply_config_map(rendered["metadata"]["name"], rendered["metadata"]["labels"], dict(rendered["data"]))
+        report = verify_deployment(serving.specs, kubeconfig=_kubeconfig(tmp_path, fake.api_url), timeout_s=20,
+                                   pace=json.loads(PACE))
     finally:
         fake.close()
     assert report.verdict == "pass", report.reasons
