@@ -36,7 +36,7 @@ import base64
 import json
 from typing import Any, Mapping
 
-from . import evidence, objects
+from . import evidence, objects, reads
 from .kube import ApiError, Kube, NoClusterAccess
 from .shared import wire
 from .state import Phase
@@ -249,11 +249,11 @@ class Rollout(Phase):
         c = self.config
         url = c.dashboard_url.rstrip("/") + "/api/serve/applications/"
         try:
-            details = json.loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace),
-                                                    headers=self._dashboard_headers()))
+            app = _application(reads.json_loads(self.endpoints.get(self.endpoints.service_url(url, c.namespace),
+                                                                   reads.DASHBOARD, headers=self._dashboard_headers())),
+                               c.application)
         except Exception as error:  # noqa: BLE001 - the dashboard may still be starting
             return f"the Ray dashboard does not answer yet ({error})"
-        app = (details.get("applications") or {}).get(c.application)
         if app is None:
             return f"Serve application {c.application!r} is not deployed yet"
         self.application = app
@@ -354,6 +354,24 @@ def pod_stuck_reasons(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
               if cond.get("type") == "PodScheduled" and cond.get("status") == "False"
               and cond.get("reason") == "Unschedulable"]
     return found
+
+
+def _application(details: Any, name: str) -> dict[str, Any] | None:
+    """Serve's ``ApplicationDetails`` of ``name`` in the dashboard's answer, None when it is not
+    there; ValueError (or AttributeError) when the fields the gate reads have other types, or the
+    deploy time is no time a clock reads (it becomes the log's ``sinceTime``)."""
+    app = (details.get("applications") or {}).get(name)
+    if app is None:
+        return None
+    kinds = {"status": str, "message": str, "deployed_app_config": dict, "deployments": dict, "last_deployed_time_s": float}
+    for key, kind in kinds.items():
+        value = float(app[key]) if kind is float and type(app.get(key)) is int else app.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise ValueError(f"the Serve application's {key} is {value!r:.80}")
+    objects.rfc3339(app.get("last_deployed_time_s") or 0.0)
+    if not all(isinstance(d, dict) for d in (app.get("deployments") or {}).values()):
+        raise ValueError("the Serve application's deployments are not objects")
+    return app
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
