@@ -116,7 +116,8 @@ class Checks(Phase):
             node = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
             try:
                 readings[node] = efa.parse_reading(self.endpoints.get(
-                    self.endpoints.pod_url(pod, self.config.efa_counter_port, efa.COUNTER_PATH), reads.EFA_COUNTERS))
+                    self.endpoints.pod_url(pod, self.config.efa_counter_port, efa.COUNTER_PATH), reads.EFA_COUNTERS,
+                    self._read_timeout()))
             except ValueError as error:  # over its limit, or not counts: not the package's reader answering
                 self.report.fail(f"the EFA counters of {node} are not a reading: {error}")
             except Exception as error:  # noqa: BLE001
@@ -133,7 +134,7 @@ class Checks(Phase):
             name = pod["metadata"]["name"]
             try:
                 text = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port, "/metrics"),
-                                          reads.METRICS).decode(errors="replace")
+                                          reads.METRICS, self._read_timeout()).decode(errors="replace")
                 metrics.NixlTotals.of(text), serving_window.read_worker(text)
             except (reads.TooLarge, metrics.Invalid) as error:
                 self.report.fail(f"the metrics of {name} cannot be used: {error}")
@@ -142,6 +143,11 @@ class Checks(Phase):
             else:
                 readings[name] = text
         return readings
+
+    def _read_timeout(self) -> float:
+        """A pod read's deadline: 15 s, or what is left of the run (at least 1 s), so that reads of
+        many workers that each drip cannot carry the run past its own deadline."""
+        return max(1.0, min(15.0, self._remaining()))
 
     def record_window(self, workers: list[dict[str, Any]], texts: Mapping[str, str],
                       efa_counters: Mapping[str, efa.Counters]) -> None:

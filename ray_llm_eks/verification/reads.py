@@ -76,6 +76,7 @@ class _Watch:
 
     def __init__(self, seconds: float) -> None:
         self.connection: Any = None
+        self.sock: Any = None
         self.expired = False
         self.timer = threading.Timer(max(0.0, seconds), self._fire)
         self.timer.daemon = True
@@ -83,10 +84,13 @@ class _Watch:
 
     def _fire(self) -> None:
         self.expired = True
-        try:
-            self.connection.sock.shutdown(socket.SHUT_RDWR)
-        except (AttributeError, OSError):
-            pass
+        # The socket as connected: urllib drops the connection's own reference once the headers are
+        # in, while the answer keeps reading from it.
+        for sock in (self.sock, getattr(self.connection, "sock", None)):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except (AttributeError, OSError):
+                pass
 
 
 def _opener(watch: _Watch, context: Any) -> urllib.request.OpenerDirector:
@@ -95,6 +99,7 @@ def _opener(watch: _Watch, context: Any) -> urllib.request.OpenerDirector:
             def connect(self) -> None:
                 watch.connection = self
                 super().connect()
+                watch.sock = self.sock
         return Connection
 
     class Plain(urllib.request.HTTPHandler):
@@ -174,7 +179,7 @@ def urlopen(request: urllib.request.Request, limit: Limit, timeout: float, conte
     except (OSError, http.client.HTTPException):
         watch.timer.cancel()
         if watch.expired:
-            raise DeadlinePassed(f"{limit.read} from {request.full_url} did not answer within {timeout:g} s") from None
+            raise DeadlinePassed(f"{limit.read} from {request.full_url} did not end within {timeout:g} s") from None
         raise
     return Response(raw, watch, limit, request.full_url, timeout)
 
