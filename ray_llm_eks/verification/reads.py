@@ -201,8 +201,12 @@ def _finite_float(text: str) -> float:
 
 
 def json_loads(data: bytes | str) -> Any:
-    """JSON with finite numbers only (ValueError otherwise, as for any JSON that does not parse)."""
-    return json.loads(data, parse_constant=_refuse, parse_float=_finite_float)
+    """JSON with finite numbers only (ValueError otherwise, as for any JSON that does not parse, and
+    for one nested deeper than Python's recursion limit)."""
+    try:
+        return json.loads(data, parse_constant=_refuse, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None
 
 
 def count(value: Any) -> int | None:
