@@ -75,7 +75,6 @@ class _Watch:
     """Shuts the request's socket down ``seconds`` after it began, which ends any ``recv`` at once."""
 
     def __init__(self, seconds: float) -> None:
-        self.connection: Any = None
         self.sock: Any = None
         self.expired = False
         self.timer = threading.Timer(max(0.0, seconds), self._fire)
@@ -84,33 +83,30 @@ class _Watch:
 
     def _fire(self) -> None:
         self.expired = True
-        # The socket as connected: urllib drops the connection's own reference once the headers are
-        # in, while the answer keeps reading from it.
-        for sock in (self.sock, getattr(self.connection, "sock", None)):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except (AttributeError, OSError):
-                pass
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except (AttributeError, OSError):  # not connected yet: the connect's own timeout bounds it
+            pass
 
 
 def _opener(watch: _Watch, context: Any) -> urllib.request.OpenerDirector:
     def watched(base: Any) -> Any:
         class Connection(base):  # type: ignore[misc,valid-type]
             def connect(self) -> None:
-                watch.connection = self
                 super().connect()
+                # Kept here: urllib drops the connection's reference once the headers are in, while
+                # the answer still reads from the socket.
                 watch.sock = self.sock
         return Connection
 
-    class Plain(urllib.request.HTTPHandler):
+    class Handler(urllib.request.HTTPSHandler, urllib.request.HTTPHandler):
         def http_open(self, req: Any) -> Any:
             return self.do_open(watched(http.client.HTTPConnection), req)
 
-    class Tls(urllib.request.HTTPSHandler):
         def https_open(self, req: Any) -> Any:
             return self.do_open(watched(http.client.HTTPSConnection), req, context=context)
 
-    return urllib.request.build_opener(Plain(), Tls())
+    return urllib.request.build_opener(Handler())
 
 
 class Response:
@@ -118,38 +114,25 @@ class Response:
     the limit and the deadline it was opened with."""
 
     def __init__(self, raw: Any, watch: _Watch, limit: Limit, url: str, seconds: float) -> None:
-        self.raw, self.watch, self.limit, self.url, self.seconds = raw, watch, limit, url, seconds
-        self.status = int(raw.status)
+        self.raw, self.watch, self.status, self.left = raw, watch, int(raw.status), limit.max_bytes
+        self.what = (f"{limit.read} from {url}", seconds, limit.max_bytes)
 
-    def _check(self) -> None:
-        if self.watch.expired:
-            raise DeadlinePassed(f"{self.limit.read} from {self.url} did not end within {self.seconds:g} s")
-
-    def body(self) -> bytes:
+    def _read(self, read: Any) -> bytes:
         try:
-            data = self.raw.read(self.limit.max_bytes + 1)
-        except (OSError, http.client.HTTPException):
-            self._check()
-            raise
-        self._check()
-        if len(data) > self.limit.max_bytes:
-            raise TooLarge(f"{self.limit.read} from {self.url} exceeds {self.limit.max_bytes} bytes, its limit")
+            data = read(self.left + 1)
+        finally:  # a read the watchdog cut short, whatever it returned or raised
+            if self.watch.expired:
+                raise DeadlinePassed("{0} did not end within {1:g} s".format(*self.what))
+        self.left -= len(data)
+        if self.left < 0:
+            raise TooLarge("{0} exceeds {2} bytes, its limit".format(*self.what))
         return bytes(data)
 
+    def body(self) -> bytes:
+        return self._read(self.raw.read)
+
     def lines(self) -> Iterator[bytes]:
-        left = self.limit.max_bytes
-        while True:
-            try:
-                line = self.raw.readline(left + 1)
-            except (OSError, http.client.HTTPException):
-                self._check()
-                raise
-            self._check()
-            if not line:
-                return
-            left -= len(line)
-            if left < 0:
-                raise TooLarge(f"{self.limit.read} from {self.url} exceeds {self.limit.max_bytes} bytes, its limit")
+        while line := self._read(self.raw.readline):
             yield line
 
     def __enter__(self) -> Response:
@@ -169,10 +152,7 @@ def urlopen(request: urllib.request.Request, limit: Limit, timeout: float, conte
     try:
         raw = _opener(watch, context).open(request, timeout=timeout)
     except urllib.error.HTTPError as error:
-        try:
-            detail = error.read(ERROR_BODY.max_bytes)
-        except (OSError, http.client.HTTPException):
-            detail = b""
+        detail = error.read(ERROR_BODY.max_bytes)
         watch.timer.cancel()
         error.close()
         raise urllib.error.HTTPError(error.url, error.code, error.msg, error.hdrs, io.BytesIO(detail)) from None
@@ -189,11 +169,7 @@ def read(request: urllib.request.Request, limit: Limit, timeout: float, context:
         return response.body()
 
 
-def _refuse(constant: str) -> Any:
-    raise ValueError(f"{constant} is not a number")
-
-
-def _finite_float(text: str) -> float:
+def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"{text} is not a finite number")
@@ -204,7 +180,7 @@ def json_loads(data: bytes | str) -> Any:
     """JSON with finite numbers only (ValueError otherwise, as for any JSON that does not parse, and
     for one nested deeper than Python's recursion limit)."""
     try:
-        return json.loads(data, parse_constant=_refuse, parse_float=_finite_float)
+        return json.loads(data, parse_constant=_finite, parse_float=_finite)
     except RecursionError:
         raise ValueError("the JSON is nested too deeply") from None
 

@@ -358,20 +358,20 @@ def pod_stuck_reasons(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _application(details: Any, name: str) -> dict[str, Any] | None:
     """Serve's ``ApplicationDetails`` of ``name`` in the dashboard's answer, None when it is not
-    there; ValueError (or AttributeError) when the fields the gate reads have other types, or the
-    deploy time is no time a clock reads (it becomes the log's ``sinceTime``)."""
+    there; ValueError (or AttributeError, TypeError, OverflowError) when the fields the gate reads
+    have other types, or the deploy time is no time a clock reads (it becomes the log's ``sinceTime``)."""
     app = (details.get("applications") or {}).get(name)
-    if app is None:
-        return None
-    kinds = {"status": str, "message": str, "deployed_app_config": dict, "deployments": dict, "last_deployed_time_s": float}
-    for key, kind in kinds.items():
-        value = float(app[key]) if kind is float and type(app.get(key)) is int else app.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise ValueError(f"the Serve application's {key} is {value!r:.80}")
-    objects.rfc3339(app.get("last_deployed_time_s") or 0.0)
-    if not all(isinstance(d, dict) for d in (app.get("deployments") or {}).values()):
-        raise ValueError("the Serve application's deployments are not objects")
+    if app is not None:
+        deployed = app.get("last_deployed_time_s")
+        objects.rfc3339(float(deployed or 0))
+        if type(deployed) is bool or any(not isinstance(app.get(key), (kind, type(None))) for key, kind in _SHAPE) \
+                or not all(isinstance(d, dict) for d in (app.get("deployments") or {}).values()):
+            raise ValueError(f"the Serve application {name!r} is not the shape Serve answers")
     return app
+
+
+_SHAPE = (("status", str), ("message", str), ("deployed_app_config", dict), ("deployments", dict),
+          ("last_deployed_time_s", (int, float)))
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

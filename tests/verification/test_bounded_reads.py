@@ -278,7 +278,7 @@ def test_a_usage_that_is_not_a_count_fails_the_gate(fake: FakeDeployment, litera
     fake.route_openai = lambda handler, method, path: original(Rewriting(handler), method, path)  # type: ignore[method-assign]
     report, _ = _gate(fake)
     assert report.verdict == "fail"
-    assert report.reasons[0] == {b"NaN": "probe 1 failed: ValueError: NaN is not a number",
+    assert report.reasons[0] == {b"NaN": "probe 1 failed: ValueError: NaN is not a finite number",
                                  b"1e309": "probe 1 failed: ValueError: 1e309 is not a finite number",
                                  b'"4096"': "probe 1 failed: the stream's usage is not a count: {'prompt_tokens': '4096'}"}[literal]
     assert report.sections["kv"]["predicted_bytes"] == 0
@@ -296,7 +296,7 @@ def test_a_deploy_time_that_is_not_a_time_keeps_the_gate_waiting_then_fails_it(f
     fake.route_dashboard = route  # type: ignore[method-assign]
     report, elapsed = _gate(fake, deadline_seconds=3)
     assert report.verdict == "fail"
-    assert "the Ray dashboard does not answer yet (NaN is not a number)" in report.reasons[0]
+    assert "the Ray dashboard does not answer yet (NaN is not a finite number)" in report.reasons[0]
     assert elapsed < 3 + SLACK_SECONDS
 
 
