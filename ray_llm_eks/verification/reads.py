@@ -49,7 +49,8 @@ KUBE_API = Limit("a Kubernetes API answer", 32 * MiB)
 most 1.5 MiB in etcd)."""
 POD_LOG = Limit("a pod log", 32 * MiB)
 """The kubelet rotates a container's log at 10 MiB by default (``containerLogMaxSize``) and serves
-only the current file; the gate also asks the API server for no more (``limitBytes``)."""
+only the latest file (kubernetes.io, "Logging Architecture", log rotation); the gate also asks the
+API server for no more (``PodLogOptions.limitBytes``, core/v1)."""
 METRICS = Limit("a metrics page", 16 * MiB)
 """A Ray node's ``/metrics``: a few hundred kB with vLLM's series."""
 EFA_COUNTERS = Limit("an EFA counter reading", 1 * MiB)

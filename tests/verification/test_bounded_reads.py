@@ -345,3 +345,14 @@ def test_a_dripping_metrics_endpoint_fails_the_gate_within_its_deadline(fake: Fa
     assert report.verdict == "fail"
     assert any("did not end within" in w for w in report.warnings), report.warnings
     assert elapsed < 5 + SLACK_SECONDS
+
+
+
+def test_the_documented_limits_are_the_programs():
+    """docs/verification.md ("Inputs") lists every limit: its table holds exactly :data:`reads.LIMITS`."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "verification.md").read_text()
+    rows = re.findall(r"^  \| ([^|]+?) \| (\d+) (MiB|KiB)", text, re.MULTILINE)
+    assert {read: int(size) << (20 if unit == "MiB" else 10) for read, size, unit in rows} == \
+        {limit.read: limit.max_bytes for limit in reads.LIMITS}
