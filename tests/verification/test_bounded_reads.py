@@ -356,3 +356,19 @@ def test_the_documented_limits_are_the_programs():
     rows = re.findall(r"^  \| ([^|]+?) \| (\d+) (MiB|KiB)", text, re.MULTILINE)
     assert {read: int(size) << (20 if unit == "MiB" else 10) for read, size, unit in rows} == \
         {limit.read: limit.max_bytes for limit in reads.LIMITS}
+
+
+def test_continuous_verification_publishes_a_failure_for_a_nan_failure_counter(fake: FakeDeployment, monkeypatch):
+    """The CronJob's run (read-only, --publish) against moto's CloudWatch: ``TransportVerified`` 0,
+    where a skipped NaN used to read as no failed transfer."""
+    from test_gate_end_to_end import _continuous
+
+    def route(handler: Any, method: str, pod: str) -> None:
+        page = generate_latest(fake.registries[pod])
+        if pod == "decode":
+            page += f'ray_vllm_nixl_num_failed_transfers_total{{ReplicaId="{fake.replicas[pod]}"}} NaN\n'.encode()
+        handler.reply(200, page, "text/plain; version=0.0.4")
+
+    fake.route_metrics = route  # type: ignore[method-assign]
+    code, published = _continuous(fake, monkeypatch)
+    assert (code, published) == (1, [0.0])
