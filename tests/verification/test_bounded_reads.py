@@ -183,6 +183,21 @@ def test_a_usage_count_that_is_a_count_passes_the_probe(loopback):
     assert result.ok and (result.prompt_tokens, result.completion_tokens, result.completion) == (4096, 1, "Hi")
 
 
+def test_a_chunked_stream_with_lines_split_across_chunks_is_read_whole(loopback):
+    """Serve's HTTP server (uvicorn) sends the stream chunked; the bounded line reader must join a
+    line that spans two chunks, as ``for line in response`` did."""
+    def chunked(server: Loopback, connection: socket.socket) -> None:
+        body = _sse("7").split(b"\r\n\r\n", 1)[1]
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in (body[:10], body[10:45], body[45:]):
+            connection.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        connection.sendall(b"0\r\n\r\n")
+
+    server = loopback(chunked)
+    result = probe.chat_probe(server.url, "m", "p", 16, timeout=10.0)
+    assert result.ok and (result.prompt_tokens, result.completion) == (7, "Hi")
+
+
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "1e309", "-1"])
 def test_a_failure_counter_that_is_not_a_count_is_refused_not_skipped(value):
     """Skipped, a NaN failure counter read as "absent", which an endpoint exporting vLLM's metrics
