@@ -11,6 +11,7 @@ between runs. Standard library only: it runs inside the cluster.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -97,7 +98,7 @@ def chat_probe(url: str, model: str, prompt: str, max_tokens: int, *, timeout: f
     except urllib.error.HTTPError as error:
         detail = error.read().decode(errors="replace")[:300]
         return ProbeResult(error.code, False, None, _ms(started), None, None, "", f"HTTP {error.code}: {detail}")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError, TypeError) as error:
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, AttributeError, TypeError) as error:
         # AttributeError, TypeError: a chunk, choice, delta or usage that is not a JSON object
         return ProbeResult(None, False, None, _ms(started), None, None, "", f"{type(error).__name__}: {error}"[:500])
     completion = "".join(pieces)

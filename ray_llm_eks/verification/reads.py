@@ -129,12 +129,19 @@ class Response:
             raise TooLarge("{0} exceeds {2} bytes, its limit".format(*self.what))
         return bytes(data)
 
+    def _ended(self, data: bytes) -> bytes:
+        # ``read(n)`` returns what came when the server closes early; ``read()`` would have raised.
+        if getattr(self.raw, "length", None):
+            raise http.client.IncompleteRead(data, self.raw.length)
+        return data
+
     def body(self) -> bytes:
-        return self._read(self.raw.read)
+        return self._ended(self._read(self.raw.read))
 
     def lines(self) -> Iterator[bytes]:
         while line := self._read(self.raw.readline):
             yield line
+        self._ended(b"")
 
     def __enter__(self) -> Response:
         return self

@@ -8,6 +8,7 @@ minutes (a byte every 0.1 s of a 100 kB body, an endless stream) ends near its d
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
@@ -23,7 +24,7 @@ from prometheus_client import generate_latest
 from ray_llm_eks.base.wire import GateSettings
 from ray_llm_eks.verification import efa, metrics, probe, reads
 from ray_llm_eks.verification.gate import Gate
-from ray_llm_eks.verification.kube import Endpoints, Kube, KubeAccess
+from ray_llm_eks.verification.kube import Endpoints, Kube, KubeAccess, NoClusterAccess
 
 SLACK_SECONDS = 10.0
 """Added to every deadline an assertion checks: generous, so only a read that ignores its deadline fails."""
@@ -34,6 +35,7 @@ class Loopback:
 
     def __init__(self, serve: Callable[[socket.socket], None]) -> None:
         self.stop = threading.Event()
+        self.requests: list[bytes] = []
         self.server = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
         threading.Thread(target=self._accept, args=(serve,), daemon=True).start()
@@ -48,7 +50,7 @@ class Loopback:
 
     def _handle(self, serve: Callable[[socket.socket], None], connection: socket.socket) -> None:
         with connection:
-            connection.recv(65536)  # the request (small, in one segment on loopback)
+            self.requests.append(connection.recv(65536))  # the request (small, in one segment on loopback)
             try:
                 serve(connection)
             except OSError:
@@ -129,6 +131,40 @@ def test_an_error_answer_is_read_only_up_to_its_limit(loopback):
     error, _ = _timed(lambda: reads.read(urllib.request.Request(server.url), reads.KUBE_API, 10.0))
     assert isinstance(error, urllib.error.HTTPError) and error.code == 500
     assert len(error.read()) == reads.ERROR_BODY.max_bytes
+
+
+def test_a_pod_log_over_its_limit_is_refused_and_the_api_server_is_asked_for_no_more(loopback):
+    size = reads.POD_LOG.max_bytes + 1
+
+    def serve(server: Loopback, connection: socket.socket) -> None:
+        connection.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n".encode())
+        block = b"I1130 line\n" * (1 << 16)
+        for _ in range(size // len(block) + 1):
+            connection.sendall(block)
+
+    server = loopback(serve)
+    kube = Kube(KubeAccess(server=server.url, token=lambda: "t"))
+    with pytest.raises(NoClusterAccess) as refused:
+        kube.pod_log("ns", "worker", "ray-worker", since="2026-11-30T21:03:46Z")
+    assert not refused.value.transient  # the same log again would be as long
+    assert str(refused.value) == (f"a pod log from {server.url}/api/v1/namespaces/ns/pods/worker/log?container=ray-worker&"
+                                  "limitBytes=33554433&sinceTime=2026-11-30T21%3A03%3A46Z exceeds 33554432 bytes, its limit")
+    assert b"limitBytes=33554433" in server.requests[0]
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_cut_short_fails_the_read_as_urllib_would(loopback, framing):
+    """``read(n)`` returns what came when the server closes before its declared length (``read()``
+    raised): a cut metrics page or log must not read as a whole one."""
+    head, body = {"content-length": (b"Content-Length: 1000\r\n", b"x" * 10),
+                  "chunked": (b"Transfer-Encoding: chunked\r\n", b"3e8\r\n" + b"x" * 10)}[framing]
+    server = loopback(lambda s, c: c.sendall(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n" + body))
+    error, _ = _timed(lambda: reads.read(urllib.request.Request(server.url), reads.METRICS, 10.0))
+    assert isinstance(error, http.client.IncompleteRead), error
+    stream, _ = _timed(lambda: list(reads.urlopen(urllib.request.Request(server.url), reads.METRICS, 10.0).lines()))
+    assert isinstance(stream, http.client.IncompleteRead), stream
+    result = probe.chat_probe(server.url, "m", "p", 16, timeout=10.0)
+    assert not result.ok and result.error.startswith("IncompleteRead")
 
 
 def _chunk(text: str) -> bytes:
