@@ -32,9 +32,16 @@ imports them): the histogram quantile the bench's report uses too, so the two co
 alike, and the wire contract the charts render the gate's settings and names by."""
 
 
+WORKSTATION_ONLY = ("api_proxy.py", "bundle.py")
+"""Modules the pod never imports: ``ray-llm-eks verify``'s temporary admission of the API server,
+and this packer. Left out of the archive to keep the manifest small (the end-to-end gate tests run
+the program from the archive, so a module it needs cannot be missed)."""
+
+
 def files() -> dict[str, str]:
-    """Every module of the package and the shared ones, by file name."""
-    return {path.name: path.read_text() for path in sorted([*PACKAGE_DIR.glob("*.py"), *SHARED])}
+    """Every module of the package the pod runs, and the shared ones, by file name."""
+    return {path.name: path.read_text() for path in sorted([*PACKAGE_DIR.glob("*.py"), *SHARED])
+            if path.name not in WORKSTATION_ONLY}
 
 
 KEEPS_MODULE_DOCSTRING = ("__main__.py",)

@@ -16,7 +16,7 @@ import json
 import time
 from typing import Any, Mapping
 
-from . import efa, evidence, metrics, objects, probe, rollout, serving_window
+from . import efa, evidence, metrics, objects, probe, reads, rollout, serving_window
 from .shared import wire
 from .state import Phase
 
@@ -115,23 +115,39 @@ class Checks(Phase):
         for pod in counter_pods:
             node = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
             try:
-                body = self.endpoints.get(self.endpoints.pod_url(pod, self.config.efa_counter_port, efa.COUNTER_PATH))
-                readings[node] = json.loads(body)["counters"]
+                readings[node] = efa.parse_reading(self.endpoints.get(
+                    self.endpoints.pod_url(pod, self.config.efa_counter_port, efa.COUNTER_PATH), reads.EFA_COUNTERS,
+                    self._read_timeout()))
+            except ValueError as error:  # over its limit, or not counts: not the package's reader answering
+                self.report.fail(f"the EFA counters of {node} are not a reading: {error}")
             except Exception as error:  # noqa: BLE001
                 self.report.warnings.append(f"cannot read EFA counters on {node}: {error}")
         return readings
 
     def read_metrics(self, workers: list[dict[str, Any]]) -> dict[str, str]:
-        """Each worker's ``/metrics`` body (Ray's metrics agent on the node)."""
+        """Each worker's ``/metrics`` body (Ray's metrics agent on the node). One that cannot be read
+        is a warning (the EFA counters are the proof); one over its limit, or whose series read here
+        carry a value that is not a count (``NaN``, infinite, negative), fails the run and is left
+        out, so no figure is computed from it: a ``NaN`` failure counter must not read as none."""
         readings = {}
         for pod in workers:
             name = pod["metadata"]["name"]
             try:
-                readings[name] = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port,
-                                                                           "/metrics")).decode()
+                text = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port, "/metrics"),
+                                          reads.METRICS, self._read_timeout()).decode(errors="replace")
+                metrics.NixlTotals.of(text), serving_window.read_worker(text)
+            except (reads.TooLarge, metrics.Invalid) as error:
+                self.report.fail(f"the metrics of {name} cannot be used: {error}")
             except Exception as error:  # noqa: BLE001
                 self.report.warnings.append(f"cannot read metrics of {name}: {error}")
+            else:
+                readings[name] = text
         return readings
+
+    def _read_timeout(self) -> float:
+        """A pod read's deadline: 15 s, or what is left of the run (at least 1 s), so that reads of
+        many workers that each drip cannot carry the run past its own deadline."""
+        return max(1.0, min(15.0, self._remaining()))
 
     def record_window(self, workers: list[dict[str, Any]], texts: Mapping[str, str],
                       efa_counters: Mapping[str, efa.Counters]) -> None:
@@ -157,7 +173,7 @@ class Checks(Phase):
         previous_text = (state.get("data") or {}).get(wire.MONITOR_STATE_FILE)
         if previous_text:
             try:
-                previous = json.loads(previous_text)
+                previous = reads.json_loads(previous_text)
                 if not isinstance(previous.get("workers"), dict):
                     raise ValueError("no workers")
             except Exception as error:  # noqa: BLE001 - anything unusable is replaced below

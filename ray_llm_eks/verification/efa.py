@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import reads
 from .shared import wire
 
 COUNTER_PORT = wire.EFA_COUNTER_PORT
@@ -54,6 +55,20 @@ def read_counters(sysfs: str | os.PathLike[str] = "/sys") -> Counters:
     return result
 
 
+def parse_reading(body: bytes | str) -> Counters:
+    """The counters of a ``GET /counters`` answer. ValueError unless it is ``{"counters": {device:
+    {counter: count}}}`` with every count an integer in [0, 2**63) (:func:`.reads.count`): the
+    driver's counters are unsigned integers, so ``NaN``, a float, a string or a negative value is
+    not a reading, and a node without one fails the KV check."""
+    answer = reads.json_loads(body)
+    counters = answer.get("counters") if isinstance(answer, dict) else None
+    if not isinstance(counters, dict) or not all(
+            isinstance(values, dict) and all(reads.count(v) is not None for v in values.values())
+            for values in counters.values()):
+        raise ValueError("the answer is not a map of EFA devices to their counters' non-negative integers")
+    return counters
+
+
 def _side(values: Mapping[str, int], plain: tuple[str, ...], rdma: tuple[str, ...]) -> int:
     return max(max((values.get(name, 0) for name in plain), default=0), sum(values.get(name, 0) for name in rdma))
 
@@ -83,6 +98,8 @@ def serve(sysfs: str, port: int = COUNTER_PORT, host: str = "0.0.0.0") -> None: 
 
 def make_server(sysfs: str, port: int = COUNTER_PORT, host: str = "0.0.0.0") -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
+        timeout = 10  # per recv: a client that never finishes its request frees its thread
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path == COUNTER_PATH:
                 body = json.dumps({"node": os.environ.get("NODE_NAME", ""), "counters": read_counters(sysfs)}).encode()

@@ -191,6 +191,13 @@ def _plugin_hint(error: str) -> str:
     return "the dynamic loader refused it"
 
 
+def _count(digits: str) -> int:
+    """A count printed in a log line, at most 10**18: Python refuses to parse integers of more than
+    4,300 digits, and a line is not to end the classification."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
+
+
 def _unique(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -238,7 +245,7 @@ class TransportEvidence:
         if _NO_PLUGINS.search(line):
             self.no_plugins = True
         if m := _EFA_DEVICES.search(line):
-            self.efa_devices = max(self.efa_devices, int(m.group(1)))
+            self.efa_devices = max(self.efa_devices, _count(m.group(1)))
         if _TCP_FALLBACK.search(line):
             self.tcp_fallback = True
         if _NO_NETWORK_DEVICES.search(line):
@@ -259,7 +266,7 @@ class TransportEvidence:
             kind = m.group(1)
             self.transfer_failures[kind] = self.transfer_failures.get(kind, 0) + 1
         if m := _TRANSFER_METRICS.search(line):
-            self.successful_transfers_logged += int(m.group(1))
+            self.successful_transfers_logged += _count(m.group(1))
         if m := _ENGINE_NOT_CREATED.search(line):
             self.engine_failures.append(m.group(1).strip())
         elif m := _RAILS_NOT_CREATED.search(line):

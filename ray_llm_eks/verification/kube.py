@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from . import reads
 from .shared import wire
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -98,7 +99,8 @@ class Kube:
 
     def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
                 body: Any = None, accept: str = "application/json", timeout: float = REQUEST_TIMEOUT_SECONDS,
-                content_type: str = "application/json") -> bytes:
+                content_type: str = "application/json", limit: reads.Limit = reads.KUBE_API) -> bytes:
+        """The answer's body, at most ``limit`` long, all of it within ``timeout`` (:mod:`.reads`)."""
         url = self.access.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -113,8 +115,9 @@ class Kube:
         if token:
             request.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as response:
-                return response.read()
+            return reads.read(request, limit, timeout, self.ssl_context)
+        except reads.TooLarge as error:  # the same answer again would be as large
+            raise NoClusterAccess(str(error)) from None
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:300]
             if error.code in (401, 403) and "/proxy" not in path:
@@ -127,12 +130,20 @@ class Kube:
     def get(self, path: str, **query: str) -> dict[str, Any]:
         body = self.request("GET", path, query=query or None)
         try:
-            return json.loads(body)
+            answer = reads.json_loads(body)
         except ValueError:  # a truncated answer: worth another try
-            raise NoClusterAccess(f"the API server sent a body that is not JSON for {path}", transient=True) from None
+            answer = None
+        if not isinstance(answer, dict):
+            raise NoClusterAccess(f"the API server sent a body that is not a JSON object for {path}", transient=True)
+        return answer
 
-    def get_text(self, path: str, **query: str) -> str:
-        return self.request("GET", path, query=query or None, accept="*/*").decode(errors="replace")
+    def items(self, path: str, **query: str) -> list[dict[str, Any]]:
+        """The ``items`` of a list answer; an answer without a list of objects is refused like one
+        that is not JSON."""
+        items = self.get(path, **query).get("items")
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise NoClusterAccess(f"the API server's answer for {path} has no list of objects", transient=True)
+        return items
 
     def delete(self, path: str) -> None:
         self.request("DELETE", path, body={"kind": "DeleteOptions", "apiVersion": "v1",
@@ -175,10 +186,10 @@ class Kube:
             for ref in (p.get("metadata") or {}).get("ownerReferences") or ())]
 
     def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
-        return list(self.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=_selector(selector))["items"])
+        return self.items(f"/api/v1/namespaces/{namespace}/pods", labelSelector=_selector(selector))
 
     def nodes(self, selector: Mapping[str, str]) -> list[dict[str, Any]]:
-        return list(self.get("/api/v1/nodes", labelSelector=_selector(selector))["items"])
+        return self.items("/api/v1/nodes", labelSelector=_selector(selector))
 
     def job(self, namespace: str, name: str) -> dict[str, Any]:
         return self.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
@@ -204,7 +215,7 @@ class Kube:
                      body=dict(config_map), timeout=10)
 
     def config_maps(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
-        return list(self.get(f"/api/v1/namespaces/{namespace}/configmaps", labelSelector=_selector(selector))["items"])
+        return self.items(f"/api/v1/namespaces/{namespace}/configmaps", labelSelector=_selector(selector))
 
     def events(self, namespace: str, *, kind: str, name: str, reason: str) -> list[dict[str, Any]]:
         """The core Events about object ``kind``/``name`` with ``reason`` (field selectors the API
@@ -213,9 +224,13 @@ class Kube:
         return self.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector).get("items") or []
 
     def pod_log(self, namespace: str, pod: str, container: str, since: str | None = None) -> str:
-        """The container's log; with ``since`` (RFC 3339), only lines the kubelet stamped at or after it."""
-        query = {"container": container, **({"sinceTime": since} if since else {})}
-        return self.get_text(f"/api/v1/namespaces/{namespace}/pods/{pod}/log", **query)
+        """The container's log; with ``since`` (RFC 3339), only lines the kubelet stamped at or after it.
+        The API server is asked for one byte over :data:`.reads.POD_LOG`, so a log over it fails the
+        read (:class:`.reads.TooLarge`) instead of arriving cut."""
+        query = {"container": container, "limitBytes": str(reads.POD_LOG.max_bytes + 1),
+                 **({"sinceTime": since} if since else {})}
+        return self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query=query, accept="*/*",
+                            limit=reads.POD_LOG).decode(errors="replace")
 
     def proxy_url(self, namespace: str, kind: str, name: str, port: int, path: str) -> str:
         """The API server's proxy to a pod or service port (``kind``: ``pods`` or ``services``)."""
@@ -237,15 +252,15 @@ class Endpoints:
         token = self.kube.access.token() if self.via_api_proxy else None
         return {"Authorization": f"Bearer {token}"} if token else {}
 
-    def open(self, request: urllib.request.Request, timeout: float) -> Any:
+    def open(self, request: urllib.request.Request, limit: reads.Limit, timeout: float) -> reads.Response:
         for key, value in self._auth().items():
             request.add_header(key, value)
-        context = self.kube.ssl_context if self.via_api_proxy else None
-        return urllib.request.urlopen(request, timeout=timeout, context=context)
+        return reads.urlopen(request, limit, timeout, self.kube.ssl_context if self.via_api_proxy else None)
 
-    def get(self, url: str, timeout: float = 15.0, headers: Mapping[str, str] | None = None) -> bytes:
-        with self.open(urllib.request.Request(url, method="GET", headers=dict(headers or {})), timeout) as response:
-            return response.read()
+    def get(self, url: str, limit: reads.Limit, timeout: float = 15.0, headers: Mapping[str, str] | None = None) -> bytes:
+        """The body of ``GET url``: at most ``limit`` long, all of it within ``timeout``."""
+        with self.open(urllib.request.Request(url, method="GET", headers=dict(headers or {})), limit, timeout) as answer:
+            return answer.body()
 
     def pod_url(self, pod: Mapping[str, Any], port: int, path: str) -> str:
         if self.via_api_proxy:

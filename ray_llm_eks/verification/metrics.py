@@ -25,12 +25,18 @@ What Ray Serve LLM 2.58 really exports (BRIEF section 8), and how each is read h
 The parser reads the Prometheus text exposition format 0.0.4 (one sample a line:
 ``name{label="value",...} value [timestamp]``); the tests check it against ``prometheus_client``'s
 own output. Standard library only: it also runs inside the cluster.
+
+**Only counts.** Every series read here is a counter, a histogram's ``_sum``, ``_count`` or bucket:
+a number in [0, 2**63). The format allows ``NaN`` and ``+Inf`` as sample values, and ``1e309``
+parses as infinity; a value of a read series outside that range raises :class:`Invalid` rather than
+being skipped (a ``NaN`` failure counter skipped would read as "no failures") or summed (infinity
+minus infinity is ``NaN``, and ``NaN < threshold`` is False). The bound also keeps every sum and
+difference of such values finite. Series the gate does not read may carry anything.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -55,9 +61,21 @@ FIGURES: dict[str, tuple[str, str]] = {
     "kv_expired_reqs": (KV_EXPIRED, ""),
 }
 """Each NIXL figure of the gate's report: (metric, suffix)."""
+MAX_VALUE = float(1 << 63)
 ZERO_WHEN_ABSENT = ("failed_transfers", "failed_notifications", "kv_expired_reqs")
 """Counters Ray Serve LLM exports only once they count: absent on an endpoint that exports vLLM's
 metrics means 0."""
+
+
+class Invalid(ValueError):
+    """A series the gate reads carries a value that is not a count (:func:`checked`)."""
+
+
+def checked(sample: Sample) -> float:
+    """``sample``'s value, if it is a finite number in [0, :data:`MAX_VALUE`); :class:`Invalid` otherwise."""
+    if not 0.0 <= sample.value < MAX_VALUE:  # False for NaN too
+        raise Invalid(f"{sample.name} is {sample.value!r}, not a count")
+    return sample.value
 
 
 @dataclass(frozen=True)
@@ -125,9 +143,9 @@ def series(samples: Iterable[Sample], metric: str, suffix: str = "") -> dict[str
     name = exported_name(samples, metric, suffix)
     found: dict[str, float] = {}
     for sample in samples:
-        if sample.name == name and not math.isnan(sample.value):
+        if sample.name == name:
             key = series_key(sample.labels)
-            found[key] = found.get(key, 0.0) + sample.value
+            found[key] = found.get(key, 0.0) + checked(sample)
     return found
 
 

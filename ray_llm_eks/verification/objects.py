@@ -8,7 +8,10 @@ from typing import Any, Mapping
 
 def epoch(stamp: str) -> float:
     """Seconds since the epoch of a Kubernetes RFC 3339 timestamp (``2026-11-30T21:03:46Z``)."""
-    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except (OverflowError, OSError):  # a date no clock reads (year 1 with an offset): as unreadable as garbage
+        raise ValueError(f"{stamp!r} is out of range") from None
 
 
 def container_running(pod: Mapping[str, Any], name: str) -> bool:

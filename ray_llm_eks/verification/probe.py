@@ -11,6 +11,7 @@ between runs. Standard library only: it runs inside the cluster.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -19,13 +20,12 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from . import reads
+
 WORDS = ("the", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "are", "with", "as", "at", "be")
 
-Opener = Callable[[urllib.request.Request, float], Any]
-
-
-def default_opener(request: urllib.request.Request, timeout: float) -> Any:
-    return urllib.request.urlopen(request, timeout=timeout)
+Opener = Callable[[urllib.request.Request, reads.Limit, float], reads.Response]
+default_opener: Opener = reads.urlopen
 
 
 def probe_prompt(words: int, nonce: str | None = None) -> str:
@@ -51,7 +51,12 @@ class ProbeResult:
 
 def chat_probe(url: str, model: str, prompt: str, max_tokens: int, *, timeout: float = 120.0,
                headers: dict[str, str] | None = None, opener: Opener = default_opener) -> ProbeResult:
-    """One streamed ``POST {url}/v1/chat/completions``; ok when it answered 200 with some text."""
+    """One streamed ``POST {url}/v1/chat/completions``; ok when it answered 200 with some text.
+
+    ``timeout`` bounds the whole stream (an endless one fails the probe then), which may carry at
+    most :data:`.reads.PROBE_STREAM`. A chunk that is not the OpenAI shape, a number that is not
+    finite, or a ``usage`` count that is not a non-negative integer fails the probe: its
+    ``prompt_tokens`` sets the bytes the gate expects to cross EFA."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -69,21 +74,23 @@ def chat_probe(url: str, model: str, prompt: str, max_tokens: int, *, timeout: f
     pieces: list[str] = []
     usage: dict[str, Any] = {}
     try:
-        with opener(request, timeout) as response:
+        with opener(request, reads.PROBE_STREAM, timeout) as response:
             status = response.status
-            for raw in response:
+            for raw in response.lines():
                 line = raw.decode(errors="replace").strip()
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
                     break
-                chunk = json.loads(data)
+                chunk = reads.json_loads(data)
                 if chunk.get("usage"):
-                    usage = chunk["usage"]
+                    usage = dict(chunk["usage"])
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") or {}
                     text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+                    if not isinstance(text, str):
+                        raise ValueError(f"a chunk's text is not a string: {text!r:.80}")
                     if text:
                         if ttft is None:
                             ttft = (time.monotonic() - started) * 1000.0
@@ -91,14 +98,19 @@ def chat_probe(url: str, model: str, prompt: str, max_tokens: int, *, timeout: f
     except urllib.error.HTTPError as error:
         detail = error.read().decode(errors="replace")[:300]
         return ProbeResult(error.code, False, None, _ms(started), None, None, "", f"HTTP {error.code}: {detail}")
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        return ProbeResult(None, False, None, _ms(started), None, None, "", f"{type(error).__name__}: {error}")
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError, AttributeError, TypeError) as error:
+        # AttributeError, TypeError: a chunk, choice, delta or usage that is not a JSON object
+        return ProbeResult(None, False, None, _ms(started), None, None, "", f"{type(error).__name__}: {error}"[:500])
     completion = "".join(pieces)
-    ok = status == 200 and bool(completion)
+    counts = {key: usage.get(key) for key in ("prompt_tokens", "completion_tokens")}
+    bad = {key: value for key, value in counts.items() if value is not None and reads.count(value) is None}
+    ok = status == 200 and bool(completion) and not bad
+    error = (None if ok else f"the stream's usage is not a count: {bad!r:.200}" if bad
+             else "the stream carried no completion text")
     return ProbeResult(
         status=status, ok=ok, ttft_ms=ttft, e2e_ms=_ms(started),
-        prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-        completion=completion, error=None if ok else "the stream carried no completion text",
+        prompt_tokens=None if bad else counts["prompt_tokens"], completion_tokens=None if bad else counts["completion_tokens"],
+        completion=completion, error=error,
     )
 
 

@@ -46,10 +46,9 @@ The rollout below holds for KubeRay 1.4.0 and 1.5.1 alike (``shouldPrepareNewClu
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
-from . import evidence, objects
+from . import evidence, objects, reads
 from .kube import ApiError, NoClusterAccess
 from .shared import wire
 from .state import Phase
@@ -421,7 +420,7 @@ def _serve_config_args(service: Mapping[str, Any], application: str) -> dict[str
     writes it as JSON text: the gate has no YAML parser); None when it is not JSON or lacks it."""
     text = (service.get("spec") or {}).get("serveConfigV2")
     try:
-        config = json.loads(text) if isinstance(text, str) else None
+        config = reads.json_loads(text) if isinstance(text, str) else None
     except ValueError:
         return None
     apps = config.get("applications") if isinstance(config, dict) else None

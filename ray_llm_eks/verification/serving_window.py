@@ -75,15 +75,13 @@ def _series(labels: tuple[tuple[str, str], ...]) -> str:
 
 
 def read_worker(text: str) -> Reading:
-    """The window figures' raw material from one ``/metrics`` body, per series."""
+    """The window figures' raw material from one ``/metrics`` body, per series.
+
+    :class:`.metrics.Invalid` when a series read carries a value that is not a count, or a bucket
+    bound (``le``) that is neither a finite number nor ``+Inf``."""
     samples = metrics.parse(text)
-    counters: dict[str, dict[str, float]] = {}
-    for key, (metric, suffix) in COUNTERS.items():
-        name = metrics.exported_name(samples, metric, suffix)
-        for sample in samples:
-            if sample.name == name and not math.isnan(sample.value):
-                series = counters.setdefault(key, {})
-                series[_series(sample.labels)] = series.get(_series(sample.labels), 0.0) + sample.value
+    counters = {key: found for key, (metric, suffix) in COUNTERS.items()
+                if (found := metrics.series(samples, metric, suffix))}
     buckets: dict[str, dict[str, dict[str, float]]] = {}
     for figure, candidates in HISTOGRAMS.items():
         for metric in candidates:
@@ -91,13 +89,23 @@ def read_worker(text: str) -> Reading:
             found: dict[str, dict[str, float]] = {}
             for sample in samples:
                 le = dict(sample.labels).get("le")
-                if sample.name == name and le is not None and not math.isnan(sample.value):
-                    key = "+Inf" if le.strip().lower() in ("+inf", "inf") else repr(float(le))
-                    found.setdefault(_series(sample.labels), {})[key] = sample.value
+                if sample.name == name and le is not None:
+                    key = "+Inf" if le.strip().lower() in ("+inf", "inf") else repr(_bound(le))
+                    found.setdefault(_series(sample.labels), {})[key] = metrics.checked(sample)
             if found:
                 buckets[figure] = found
                 break
     return {"counters": counters, "buckets": buckets}
+
+
+def _bound(le: str) -> float:
+    try:
+        bound = float(le)
+    except ValueError:
+        bound = math.nan
+    if not math.isfinite(bound):
+        raise metrics.Invalid(f"a bucket bound le={le!r:.40} is not a number")
+    return bound
 
 
 def snapshot(workers: Mapping[str, tuple[str, str, float]], nodes: Mapping[str, tuple[str, efa.Counters]],
@@ -248,6 +256,11 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
             "nixl_kv_expired_reqs": failures["nixl_kv_expired"],
         })
         figures.update(_efa(previous.get("nodes", {}), current.get("nodes", {})))
+    # The current reading's values are counts (metrics.checked), but the previous one comes back from a
+    # ConfigMap: huge values there can still overflow a difference or a sum.
+    infinite = sorted(key for key, value in figures.items() if isinstance(value, float) and not math.isfinite(value))
+    if infinite:
+        raise ValueError(f"the window's {', '.join(infinite)} is not finite")
     return figures
 
 

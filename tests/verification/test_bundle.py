@@ -37,6 +37,19 @@ def test_the_bundle_carries_the_wire_contract_and_every_module_of_the_gate():
     assert files["wire.py"] == (bundle.PACKAGE_DIR.parent / "base" / "wire.py").read_text()
 
 
+def test_what_only_the_workstation_runs_is_left_out_and_imported_by_nothing_shipped():
+    import ast
+
+    files = bundle.files()
+    assert not set(bundle.WORKSTATION_ONLY) & set(files)
+    left_out = {name.removesuffix(".py") for name in bundle.WORKSTATION_ONLY}
+    for name, text in files.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                imported = {node.module} if node.module else {alias.name for alias in node.names}
+                assert not imported & left_out, (name, imported)
+
+
 def test_the_archive_is_imported_from_as_the_pods_import_it(tmp_path):
     """``PYTHONPATH=<mount>/rayllmeks_gate.zip`` and ``python -S``: zipimport, nothing extracted."""
     (tmp_path / bundle.ARCHIVE).write_bytes(bundle.archive())
