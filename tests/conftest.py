@@ -89,10 +89,10 @@ def pytest_unconfigure(config):
 def synth(tmp_path_factory):
     """``synth(overrides: dict | None, nag=False) -> Synthesized``; the same scenario synthesizes once."""
     from helpers.synthesis import Synthesized, synthesize
-    from ray_llm_eks.config import parse_config
+    from helpers.pins import unpinned_config
 
     def _synth(overrides: dict[str, Any] | None = None, *, nag: bool = False) -> Synthesized:
-        config = parse_config(overrides or {}, "test overrides")
+        config = unpinned_config(overrides)  # strict false unless the overrides say (helpers/pins.py)
         return synthesize(config, tmp_path_factory.mktemp("cdk.out"), nag=nag)
 
     return _synth

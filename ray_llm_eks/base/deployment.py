@@ -179,8 +179,8 @@ class Deployment:
     """CloudFormation stack name (and construct ID of the stack): letters, digits and '-', starting with a letter."""
     topology: Topology = Topology.disaggregated
     """disaggregated (prefill/decode with NIXL over EFA) or colocated (the baseline); changes only the Serve config."""
-    strict: bool = False
-    """Turn the irreproducibility warnings (image without digest, model without a commit revision) into errors."""
+    strict: bool = True
+    """Refuse an image without a digest or a model without a commit revision (``plan`` prints the commands that resolve both). ``false`` turns the refusal into one synthesis warning: an unpinned deploy is then a choice written in the configuration."""
     network: Network = field(default_factory=Network)
     """VPC settings."""
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
@@ -261,7 +261,7 @@ class Deployment:
         return {PREFILL: self.prefill, DECODE: self.decode}[role]
 
     def reproducibility_problems(self) -> list[SpecError]:
-        """What makes this deployment irreproducible, by configuration field (a warning; an error with ``strict``)."""
+        """What makes this deployment irreproducible, by configuration field (an error; a warning with ``strict: false``)."""
         return [type(p)(_deployment_path(p.field), p.message) for p in self.specs().serving.reproducibility_problems()]
 
 

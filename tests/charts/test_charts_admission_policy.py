@@ -13,7 +13,7 @@ import pytest
 from helpers.charts import leg, render
 from netpol import selects
 
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.cdk8s_charts import ADMISSION_POLICY_CHART_ID
 from ray_llm_eks.base.placement import GPU_TAINT_KEY
 from ray_llm_eks.base.serving import SERVING_INSTANCE_NAMESPACE_LABEL

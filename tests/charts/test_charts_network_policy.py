@@ -179,9 +179,9 @@ def test_an_operator_installed_elsewhere_is_admitted_from_its_own_namespace_only
     import cdk8s
 
     from ray_llm_eks.cdk8s_charts.network_policy import NetworkPolicyChart
-    from ray_llm_eks.base.deployment import Deployment
+    from helpers.pins import unpinned
 
-    spec = dataclasses.replace(Deployment().specs().serving, operator_namespace="ray-system")
+    spec = dataclasses.replace(unpinned().specs().serving, operator_namespace="ray-system")
     rules = cdk8s.Testing.synth(NetworkPolicyChart(cdk8s.App(), "p", spec=spec))
     head = pods(spec.namespace, spec.service_name)["head"]
     theirs = Endpoint("10.0.1.21", "ray-system", dict(KUBERAY_OPERATOR_POD_LABELS))
