@@ -123,6 +123,7 @@ class InferenceCluster(Construct):
                 kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
             ),
         )
+        without_ecr_read(self.cluster)
         acknowledge_cluster(self.cluster)
         self.control_plane_log_retention: logs.LogRetention | None = None
         if control_plane_logs:
@@ -165,6 +166,30 @@ class InferenceCluster(Construct):
     @property
     def dns_addon(self) -> eks.Addon:
         return self.addons[DNS_ADDON]
+
+
+def without_ecr_read(cluster: eks.Cluster) -> None:
+    """Take ECR read off aws-cdk-lib's kubectl handler, which is cluster-admin.
+
+    aws-cdk-lib 2.275 gives the handler's role AmazonEC2ContainerRegistryReadOnly (every private
+    repository in the account) and, where ECR Public exists, AmazonElasticContainerRegistryPublicReadOnly
+    (aws-eks-v2/lib/kubectl-provider.js, ``KubectlProvider``), for Helm charts stored as OCI
+    artifacts. Every chart this library installs comes from an HTTPS chart repository
+    (``constructs/addons.py``, ``constructs/autoscaler.py``), and the handler pulls no image,
+    so it keeps only its two Lambda execution policies. A stack that adds an ``oci://`` chart
+    grants the handler read on that one repository itself (docs/threat-model.md, Supply chain).
+    """
+    handler = cluster.node.find_child("KubectlProvider").node.find_child("Handler")
+    role = handler.node.find_child("ServiceRole").node.default_child
+    # The L1 property itself (not a raw override), so cdk-nag and the template see the same list.
+    role.managed_policy_arns = [iam.ManagedPolicy.from_aws_managed_policy_name(f"service-role/{name}").managed_policy_arn
+                                for name in KUBECTL_HANDLER_POLICIES]
+    handler.node.try_remove_child("HasEcrPublic")  # the condition only chose the ECR Public policy
+
+
+KUBECTL_HANDLER_POLICIES = ("AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole")
+"""What aws-cdk-lib's kubectl handler keeps: its logs, and its ENIs in the VPC (to reach a
+private endpoint)."""
 
 
 ClusterLike = Union[InferenceCluster, eks.ICluster]
