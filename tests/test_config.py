@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.pins import unpinned, unpinned_config
-from ray_llm_eks.config import REFERENCE_CONFIG, ConfigError, DeploymentConfig, Topology, load_config, parse_config
+from helpers.pins import unpinned
+from ray_llm_eks.config import REFERENCE_CONFIG, ConfigError, Topology, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

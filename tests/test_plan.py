@@ -6,7 +6,7 @@ import pytest
 
 from helpers.pins import unpinned, unpinned_config
 from ray_llm_eks import instance_types
-from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
+from ray_llm_eks.config import ConfigError, DeploymentConfig
 from ray_llm_eks.base.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
 from ray_llm_eks.base.memory import memory_budget
@@ -239,8 +239,6 @@ def test_estimated_prices_are_flagged():
 
 
 def test_plan_prices_the_minimum_and_the_maximum_of_each_range():
-    from ray_llm_eks.config import parse_config
-
     fixed = make_plan(unpinned()).summary()
     assert fixed["hourly_cost_usd_min"] == fixed["hourly_cost_usd"] == fixed["hourly_cost_usd_max"]
     ranged = make_plan(unpinned_config({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3},

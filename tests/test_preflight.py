@@ -19,7 +19,6 @@ from botocore.stub import Stubber
 
 from helpers.aws import BOOTSTRAP_PARAMETER, MOTO_ACCOUNT, REGION, StubbedEksSession
 from helpers.pins import unpinned, unpinned_config
-from ray_llm_eks.config import DeploymentConfig, parse_config
 from ray_llm_eks.preflight import (
     G_AND_VT_QUOTA,
     STANDARD_QUOTA,

@@ -7,7 +7,6 @@ needs. Nothing is acknowledged at stack or app level.
 
 from __future__ import annotations
 
-import json
 
 from aws_cdk import Acknowledgment, Stack, Validations, aws_eks_v2 as eks, aws_iam as iam
 from constructs import IConstruct
