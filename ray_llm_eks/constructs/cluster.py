@@ -8,13 +8,14 @@ Lambda whose layer minor must match the cluster: ``KubectlV35Layer`` for Kuberne
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Mapping, Sequence, Union
 
 from aws_cdk import Fn, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam, aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from ..base import infrastructure as infra
+from ..base.errors import problem
 from .identity import associate_addon, pod_identity_role
 from .nag import acknowledge_cluster, acknowledge_cni_role, acknowledge_log_retention
 from .validation import validated
@@ -64,8 +65,9 @@ class InferenceCluster(Construct):
     - ``bootstrap_cluster_creator_admin_permissions`` False: the CloudFormation execution role
       does not become cluster admin (changing it later replaces the cluster).
     - Managed add-ons vpc-cni (with NetworkPolicy enforcement on), kube-proxy,
-      eks-pod-identity-agent and coredns, each at the default version for the cluster's
-      Kubernetes version. EKS does not also install its
+      eks-pod-identity-agent and coredns, each at ``addon_versions[name]`` when given (EKS's
+      ``AddonVersion``), else at EKS's default for the cluster's Kubernetes version on the day
+      the add-on is created. EKS does not also install its
       self-managed copies (``bootstrap_self_managed_addons=False``), so exactly one owner
       manages each.
     - An optional admin IAM role granted cluster admin through an access entry.
@@ -92,6 +94,7 @@ class InferenceCluster(Construct):
         admin_role_arn: str | None = None,
         bootstrap_cluster_creator_admin_permissions: bool = infra.DEFAULT_BOOTSTRAP_CLUSTER_CREATOR_ADMIN,
         control_plane_log_retention_days: int = infra.DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS,
+        addon_versions: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.kubernetes_version, kubernetes_version, "kubernetes_version")
@@ -101,6 +104,11 @@ class InferenceCluster(Construct):
         validated(self, infra.control_plane_logs, list(control_plane_logs), "control_plane_logs")
         validated(self, infra.admin_role_arn, admin_role_arn, "admin_role_arn")
         validated(self, infra.retention_days, control_plane_log_retention_days, "control_plane_log_retention_days")
+        self.addon_versions = dict(addon_versions or {})
+        for name, version in self.addon_versions.items():
+            if name not in infra.CORE_ADDONS:
+                validated(self, _unknown_addon, name, "addon_versions")
+            validated(self, infra.addon_version, version, f"addon_versions.{name}")
         access = ENDPOINT_ACCESS[endpoint_access]
         if endpoint_access == "public-and-private":
             access = access.only_from(*public_access_cidrs)
@@ -142,6 +150,7 @@ class InferenceCluster(Construct):
             acknowledge_log_retention(self.control_plane_log_retention)
         self.addons: dict[str, eks.Addon] = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+                            addon_version=self.addon_versions.get(name),
                             configuration_values=ADDON_CONFIGURATION.get(name))
             for name in (*NETWORKING_ADDONS, DNS_ADDON)
         }
@@ -190,6 +199,10 @@ def without_ecr_read(cluster: eks.Cluster) -> None:
 KUBECTL_HANDLER_POLICIES = ("AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole")
 """What aws-cdk-lib's kubectl handler keeps: its logs, and its ENIs in the VPC (to reach a
 private endpoint)."""
+
+
+def _unknown_addon(name: str, field: str) -> None:
+    raise problem(field, name, "not an add-on this construct installs", ", ".join(infra.CORE_ADDONS))
 
 
 ClusterLike = Union[InferenceCluster, eks.ICluster]
