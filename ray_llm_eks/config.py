@@ -118,10 +118,15 @@ def parse_config(data: dict[str, Any] | None, source: str = "configuration") -> 
         raise _explain(error, source) from None
 
 
+REFERENCE_CONFIG = Path(__file__).parent / "data" / "reference.yaml"
+"""What no configuration means: the reference deployment with ``strict: false``, stated (and
+explained) in that file, since no digest or commit can be known offline (README, Pinning)."""
+
+
 def load_config(path: str | Path | None) -> DeploymentConfig:
-    """Load and validate a YAML file; ``None`` gives the reference deployment."""
+    """Load and validate a YAML file; ``None`` gives the reference deployment (:data:`REFERENCE_CONFIG`)."""
     if path is None:
-        return DeploymentConfig()
+        path = REFERENCE_CONFIG
     path = Path(path)
     try:
         text = path.read_text()

@@ -277,6 +277,9 @@ class Plan:
     """Hourly cost with every GPU node group at its min and at its max size."""
     capacity: CapacityPlan | None = None
     """With a workload (``plan --isl --osl --rate``): what each leg needs for it."""
+    pin_commands: dict[str, str] = field(default_factory=dict)
+    """The command that resolves each pin the deployment lacks, by field (``strict: false`` only:
+    a strict deployment is refused before it is planned, with the same commands in the message)."""
 
     @property
     def fits(self) -> bool:
@@ -316,6 +319,7 @@ class Plan:
                 if self.tokens_per_second else None
             ),
             "model": self.model.name,
+            "pin_commands": dict(self.pin_commands),
             "topology": self.topology.value,
             "region": self.region,
             "data_plane_az": self.data_plane_az,
@@ -516,6 +520,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         cold_start=_cold_start(specs, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
         assumptions=assumptions, cost_range=cost_range,
         capacity=capacity_plan(serving, workload) if workload is not None else None,
+        pin_commands=serving.pin_commands(),
     )
 
 

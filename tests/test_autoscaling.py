@@ -113,7 +113,7 @@ def test_serving_without_a_node_autoscaler_is_refused_when_a_group_may_grow():
     with pytest.raises(ConstructValidationError, match=r"node_autoscaler: the node groups may grow \(decode 1 to 4 "
                                                        r"nodes\)[^\n]*stay Pending"):
         # Refused before the cluster is touched: pools stand in for the node groups.
-        RayLlmServing(stack, "Serving", cluster=None,  # type: ignore[arg-type]
+        RayLlmServing(stack, "Serving", strict=False, cluster=None,  # type: ignore[arg-type]
                       prefill=WorkerPool(role="prefill"), decode=WorkerPool(role="decode", max_size=4))
 
 

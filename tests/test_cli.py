@@ -21,8 +21,9 @@ PLAN_KEYS = ("hourly_cost_usd", "monthly_cost_usd", "kv_cache_bytes_per_token", 
 
 
 def _write(tmp_path, text: str):
+    """A configuration for a test about something else than pinning: strict false unless it says."""
     path = tmp_path / "deployment.yaml"
-    path.write_text(text)
+    path.write_text(text if "strict:" in text else f"strict: false\n{text}")
     return str(path)
 
 

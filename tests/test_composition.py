@@ -13,6 +13,7 @@ import yaml
 from aws_cdk import aws_ec2 as ec2
 
 from helpers.composition import cluster_stack
+from helpers.pins import unpinned_config
 from ray_llm_eks.config import ConfigError, parse_config
 from ray_llm_eks.constructs import (
     ConstructValidationError,
@@ -61,7 +62,7 @@ def consumer_stack(name: str, prefill: str | ec2.InstanceType, decode: str, tp: 
     plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(groups.values()))
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
     served = "qwen" if source.startswith("Qwen") else "llama"
-    serving = RayLlmServing(stack, "Serving", cluster=cluster, prefill=groups["prefill"], decode=groups["decode"],
+    serving = RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=groups["prefill"], decode=groups["decode"],
                             system=system, kuberay=kuberay, device_plugins=plugins,
                             model=ModelSpec(source=source, served_name=served, tensor_parallel_size=tp))
     return stack, serving
@@ -115,7 +116,7 @@ def test_device_plugins_that_miss_a_pool_are_refused():
     stack, network, cluster = cluster_stack("Mismatch")
     plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=[WorkerPool("prefill")])
     with pytest.raises(ConstructValidationError, match="device_plugins: the EFA device plugin does not cover g6e.8xlarge"):
-        RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"),
+        RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=WorkerPool("prefill"),
                       decode=WorkerPool("decode", instance_type="g6e.8xlarge"), device_plugins=plugins)
 
 
@@ -126,7 +127,7 @@ def test_client_cidrs_over_the_clusters_own_vpc_are_refused(client):
 
     stack, network, cluster = cluster_stack(f"Overlap{client.split('.')[2]}")
     with pytest.raises(ConstructValidationError, match=r"service\.client_cidrs: .*overlaps the cluster's VPC 10\.0\.0\.0/16"):
-        RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
+        RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
                       service=ServiceSettings(client_cidrs=(client,)))
 
 
@@ -149,7 +150,7 @@ def test_the_vpc_cidrs_known_at_synth_time():
 def test_an_environment_agnostic_stack_needs_an_image_repository():
     stack, network, cluster = cluster_stack("Agnostic", agnostic=True)
     with pytest.raises(ConstructValidationError, match="image.repository: the region is not known at synth time"):
-        RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"))
+        RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"))
 
 
 def _config_sentence(overrides: dict, field: str) -> str:
@@ -187,7 +188,7 @@ def test_a_construct_used_directly_says_what_the_configuration_says(scratch):
 
     def serving(**props):
         return lambda: RayLlmServing(stack, f"S{next(counter)}", cluster=cluster, prefill=WorkerPool("prefill"),
-                                     decode=WorkerPool("decode"), **props)
+                                     decode=WorkerPool("decode"), **{"strict": False, **props})
 
     pairs = [
         ({"decode": {"instance_type": "g6.4xlarge"}}, "decode.instance_type", node_group(instance_type="g6.4xlarge"),
@@ -202,7 +203,7 @@ def test_a_construct_used_directly_says_what_the_configuration_says(scratch):
         ({"strict": True, "image": {"digest": "sha256:" + "e" * 64}}, "model.revision", serving(strict=True),
          "model.revision"),
         ({"versions": {"kuberay": "1.4.0"}}, "serving.ray_auth",
-         lambda: RayLlmServing(stack, f"S{next(counter)}", cluster=cluster, prefill=WorkerPool("prefill"),
+         lambda: RayLlmServing(stack, f"S{next(counter)}", strict=False, cluster=cluster, prefill=WorkerPool("prefill"),
                                decode=WorkerPool("decode"),
                                kuberay=KubeRayOperator(stack, f"K{next(counter)}", cluster=cluster, version="1.4.0")),
          "service.ray_auth"),
@@ -246,7 +247,7 @@ def test_the_stack_hands_every_serving_setting_to_the_construct():
     dropped the client and egress settings, which left the NetworkPolicies at their defaults)."""
     from ray_llm_eks.stack import build_app
 
-    config = parse_config({
+    config = unpinned_config({
         "serving": {"namespace": "llm", "service_name": "qwen", "client_namespaces": ["apps"],
                     "client_cidrs": ["10.50.0.0/16"], "egress_cidrs": ["10.0.0.0/8"], "endpoint": "internal-nlb",
                     "security_profile": "ipc-lock", "admission_exempt_agents": ["kube-system/aws-node", "agents/agent"],
@@ -261,13 +262,13 @@ def test_the_stack_hands_every_serving_setting_to_the_construct():
 def test_the_operator_settings_follow_the_operator_given(scratch):
     stack, _, cluster = scratch
     operator = KubeRayOperator(stack, "OperatorForSettings", cluster=cluster, version="1.5.1")
-    serving = RayLlmServing(stack, "FollowsOperator", cluster=cluster, prefill=WorkerPool("prefill"),
+    serving = RayLlmServing(stack, "FollowsOperator", strict=False, cluster=cluster, prefill=WorkerPool("prefill"),
                             decode=WorkerPool("decode"), kuberay=operator,
                             service=ServiceSettings(ray_auth="token", namespace="follows"))
     assert (serving.spec.kuberay_version, serving.spec.operator_namespace) == ("1.5.1", "kuberay")
     for props, field in (({"kuberay_version": "1.4.0"}, "kuberay_version"),
                          ({"operator_namespace": "ray-system"}, "operator_namespace")):
         with pytest.raises(ConstructValidationError, match=rf"{field}: .*the operator given"):
-            RayLlmServing(stack, f"Mismatch{field}", cluster=cluster, prefill=WorkerPool("prefill"),
+            RayLlmServing(stack, f"Mismatch{field}", strict=False, cluster=cluster, prefill=WorkerPool("prefill"),
                           decode=WorkerPool("decode"), kuberay=operator, service=ServiceSettings(namespace="follows"),
                           **props)

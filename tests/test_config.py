@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from ray_llm_eks.config import ConfigError, DeploymentConfig, Topology, load_config
+from helpers.pins import unpinned
+from ray_llm_eks.config import REFERENCE_CONFIG, ConfigError, Topology, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +30,7 @@ def error_for(tmp_path: Path, text: str) -> str:
 
 
 def test_defaults_are_the_reference_deployment():
-    config = DeploymentConfig()
+    config = load_config(None)
     assert config.region == "us-west-2"
     assert config.control_plane_azs == ("us-west-2a", "us-west-2b")
     assert config.data_plane_az == "us-west-2a"
@@ -53,9 +55,17 @@ def test_defaults_are_the_reference_deployment():
     assert config.strict is False
 
 
-def test_empty_file_and_no_file_give_defaults(tmp_path):
-    assert load_config(write(tmp_path, "")) == DeploymentConfig()
-    assert load_config(None) == DeploymentConfig()
+def test_no_file_is_the_shipped_reference_file_which_says_strict_false():
+    assert load_config(None) == load_config(REFERENCE_CONFIG) == unpinned()
+    assert yaml.safe_load(REFERENCE_CONFIG.read_text()) == {"strict": False}  # nothing else, no invented pin
+
+
+def test_an_empty_file_is_the_library_default_which_is_strict(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, ""))
+    assert "image.digest: strict mode refuses it" in str(caught.value)
+    assert "model.revision: strict mode refuses it" in str(caught.value)
+    assert parse_config({"strict": False}) == unpinned()
 
 
 def test_a_full_valid_file_loads(tmp_path):

@@ -3,21 +3,14 @@ and an app of the user's own composes them (examples/existing_vpc)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
 from helpers.composition import cluster_stack
 from ray_llm_eks.constructs import EfaFabric, EfaGpuNodeGroup, GpuDevicePlugins, InferenceCluster, InferenceVpc, SystemNodeGroup
 from ray_llm_eks.base import WorkerPool
-from ray_llm_eks.stack import default_context
-from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -95,19 +88,6 @@ def test_device_plugins_refuse_the_nvidia_versions_that_break_efa(base):
     with pytest.raises(ValueError, match="MOFED"):
         GpuDevicePlugins(stack, "Broken", cluster=cluster.cluster, gpu_node_groups=[WorkerPool("prefill")],
                          nvidia_chart_version="0.19.2")
-
-
-@pytest.fixture(scope="session")
-def example(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("existing_vpc_app", ROOT / "examples" / "existing_vpc" / "app.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    app = cdk.App(context={**default_context(), **TEST_CONTEXT}, outdir=str(tmp_path_factory.mktemp("example")))
-    stack = module.build(app)
-    assembly = app.synth()
-    outdir = Path(assembly.directory)
-    template = json.loads((outdir / f"{stack.artifact_id}.template.json").read_text())
-    return stack, template, outdir
 
 
 def test_example_app_uses_the_existing_vpc_and_its_own_node_types(example):

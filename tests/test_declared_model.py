@@ -11,6 +11,7 @@ import cdk8s
 import pytest
 
 from helpers.composition import cluster_stack, compose
+from helpers.pins import unpinned, unpinned_config
 from ray_llm_eks.config import ConfigError, parse_config
 from ray_llm_eks.constructs import (
     GpuDevicePlugins,
@@ -91,12 +92,12 @@ def test_the_vpc_construct_takes_the_network_defaults_when_given_none():
 
 
 def test_the_yaml_loads_into_the_model_itself():
-    deployment = parse_config({"prefill": {"desired_size": 2, "max_size": 2, "tensor_parallel_size": 1},
+    deployment = unpinned_config({"prefill": {"desired_size": 2, "max_size": 2, "tensor_parallel_size": 1},
                                "serving": {"namespace": "llm"}})
     assert type(deployment) is Deployment
     assert deployment.prefill == Leg(WorkerPool("prefill", desired_size=2, max_size=2), tensor_parallel_size=1)
     assert deployment.serving == ServiceSettings(namespace="llm")
-    assert parse_config({}) == Deployment()
+    assert parse_config({"strict": False}) == Deployment(strict=False)
 
 
 @pytest.mark.parametrize(("data", "line"), [
@@ -127,7 +128,7 @@ def composed():
 
 def test_a_composed_serving_gets_the_rules_the_configuration_gets(composed):
     _, _, _, serving, watched = composed
-    assert serving.spec == Deployment().specs().serving  # the agent's namespace exempted by the construct itself
+    assert serving.spec == unpinned().specs().serving  # the agent's namespace exempted by the construct itself
     assert f"{AGENT_NAMESPACE}/{AGENT_SERVICE_ACCOUNT}" in serving.spec.service.admission_exempt_agents
     policy = [o for chart in serving.charts for o in cdk8s.Testing.synth(chart)
               if o["kind"] == "ValidatingAdmissionPolicy"]
@@ -140,13 +141,13 @@ def test_a_composed_serving_gets_the_rules_the_configuration_gets(composed):
 def _stack_of_the_configuration():
     from ray_llm_eks.stack import build_app
 
-    _, stack = build_app(Deployment(), context=FAST_SYNTH_CONTEXT, nag=False)
+    _, stack = build_app(unpinned(), context=FAST_SYNTH_CONTEXT, nag=False)
     return stack
 
 
 def test_observability_refuses_a_serving_built_without_it():
     stack, network, cluster = cluster_stack("Composed")
-    bare = RayLlmServing(stack, "Bare", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
+    bare = RayLlmServing(stack, "Bare", strict=False, cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
                          service=ServiceSettings(namespace="bare"))
     assert not [a for a in bare.spec.service.admission_exempt_agents if a.startswith(f"{AGENT_NAMESPACE}/")]
     with pytest.raises(ConstructValidationError, match="Composed/BareWatch: serving: built without observability"):
@@ -157,13 +158,13 @@ def test_a_composed_deployment_is_planned_like_its_configuration(composed):
     _, network, _, serving, _ = composed
     footprint = Footprint("us-west-2", network.data_plane_az, nat_gateways=1)
     assert isinstance(serving.specs, Specs)
-    assert make_plan(serving.specs, footprint=footprint) == make_plan(Deployment())
+    assert make_plan(serving.specs, footprint=footprint) == make_plan(unpinned())
     with pytest.raises(PlanError, match="footprint"):
         make_plan(serving.specs)
 
 
 def test_the_stack_builds_each_leg_from_its_configured_leg():
-    deployment = parse_config({"prefill": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
+    deployment = unpinned_config({"prefill": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
                                "decode": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
                                "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama"}})
     from ray_llm_eks.stack import build_app

@@ -95,7 +95,7 @@ def test_plan_prices_the_cache_nodes(tmp_path):
     from ray_llm_eks.cli import app
 
     config = tmp_path / "gcs.yaml"
-    config.write_text("serving:\n  gcs_fault_tolerance:\n    enabled: true\n    cache_nodes: 3\n")
+    config.write_text("strict: false\nserving:\n  gcs_fault_tolerance:\n    enabled: true\n    cache_nodes: 3\n")
     result = CliRunner().invoke(app, ["plan", "--config", str(config), "--json"])
     assert result.exit_code == 0, result.output
     lines = {line["item"]: line for line in json.loads(result.stdout)["cost_lines"]}

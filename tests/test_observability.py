@@ -231,7 +231,7 @@ def test_plan_adds_what_cloudwatch_charges_every_month(tmp_path):
     assert line["usd_per_hour"] == pytest.approx((3.00 + 10 * 0.10 + 15 * 0.30) / 730, abs=1e-6)
     assert any("Container Insights observations" in e for e in on["cost_excluded"])
     config = tmp_path / "off.yaml"
-    config.write_text("observability:\n  enabled: false\n")
+    config.write_text("strict: false\nobservability:\n  enabled: false\n")
     off = json.loads(CliRunner().invoke(app, ["plan", "--json", "--config", str(config)]).stdout)
     assert not [c for c in off["cost_lines"] if c["item"].startswith("CloudWatch:")]
     assert off["hourly_cost_usd"] == pytest.approx(on["hourly_cost_usd"] - line["usd_per_hour"], abs=1e-4)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from helpers.pins import UNPINNED
 from ray_llm_eks import app as synth_app
 from ray_llm_eks import cli
 
@@ -140,7 +141,7 @@ def refusals(tmp_path_factory):
     results = {}
     for index, (config, _, _) in enumerate(BAD_CONFIGS):
         path = tmp_path_factory.mktemp("bad") / f"bad-{index}.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path.write_text(yaml.safe_dump({**UNPINNED, **config}))  # only the refusal under test (helpers/pins.py)
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
             synth_exit = synth_app.main(str(path))
@@ -179,5 +180,5 @@ def test_plan_exits_1_only_when_the_model_does_not_fit(refusals):
 
 def test_the_default_configuration_is_accepted_by_both(tmp_path):
     path = tmp_path / "ok.yaml"
-    path.write_text("model: {max_model_len: 8192}\n")
+    path.write_text("strict: false\nmodel: {max_model_len: 8192}\n")
     assert runner.invoke(cli.app, ["plan", "--config", str(path), "--json"]).exit_code == 0

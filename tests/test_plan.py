@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.pins import unpinned, unpinned_config
 from ray_llm_eks import instance_types
-from ray_llm_eks.config import ConfigError, DeploymentConfig, parse_config
+from ray_llm_eks.config import ConfigError, DeploymentConfig
 from ray_llm_eks.base.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
 from ray_llm_eks.base.memory import memory_budget
@@ -25,7 +26,7 @@ DENSE_70B = {
 
 
 def _config(**overrides) -> DeploymentConfig:
-    return parse_config(overrides)
+    return unpinned_config(overrides)
 
 
 # --- the architecture table ------------------------------------------------------------------
@@ -70,7 +71,7 @@ def test_layer_counts_must_add_up():
 # --- the reference deployment (docs/plan.md, "Worked example") -------------------------------
 
 def test_reference_plan_matches_the_hand_calculation():
-    summary = make_plan(DeploymentConfig()).summary()
+    summary = make_plan(unpinned()).summary()
     assert summary["fits"] is True
     assert summary["weights_gib"] == pytest.approx(19_306_216_416 / GIB, abs=1e-4)  # 17.9803
     assert summary["kv_cache_bytes_per_token"] == 32_768
@@ -120,15 +121,15 @@ def test_colocated_topology_moves_no_kv_cache():
 
 
 def test_cost_per_million_output_tokens():
-    plan = make_plan(DeploymentConfig(), tokens_per_second=500)
+    plan = make_plan(unpinned(), tokens_per_second=500)
     expected = plan.cost.hourly_usd / (500 * 3600) * 1_000_000
     assert plan.summary()["cost_per_million_output_tokens_usd"] == pytest.approx(expected, abs=1e-6)
     with pytest.raises(PlanError, match="positive"):
-        make_plan(DeploymentConfig(), tokens_per_second=0)
+        make_plan(unpinned(), tokens_per_second=0)
 
 
 def test_more_nodes_cost_more():
-    base = make_plan(DeploymentConfig()).cost.hourly_usd
+    base = make_plan(unpinned()).cost.hourly_usd
     bigger = make_plan(_config(decode={"min_size": 2, "desired_size": 2, "max_size": 2})).cost.hourly_usd
     gp3_per_node = (200 * 0.08 + 875 * 0.04 + 13000 * 0.005) / 730
     assert bigger - base == pytest.approx(2.0144 + gp3_per_node)
@@ -231,18 +232,16 @@ def test_estimated_prices_are_flagged():
     assert plan.cost.has_estimates
     assert plan.summary()["price_includes_estimates"] is True
     # The reference deployment's one estimate is CloudWatch's monthly charges (recalled, not re-fetched).
-    reference = make_plan(DeploymentConfig()).cost
+    reference = make_plan(unpinned()).cost
     assert [line.item for line in reference.lines if line.basis is PriceBasis.estimate] == [
         "CloudWatch: 1 dashboard, 9 alarms, 15 custom metrics"]
     assert not make_plan(_config(observability={"enabled": False})).cost.has_estimates
 
 
 def test_plan_prices_the_minimum_and_the_maximum_of_each_range():
-    from ray_llm_eks.config import parse_config
-
-    fixed = make_plan(DeploymentConfig()).summary()
+    fixed = make_plan(unpinned()).summary()
     assert fixed["hourly_cost_usd_min"] == fixed["hourly_cost_usd"] == fixed["hourly_cost_usd_max"]
-    ranged = make_plan(parse_config({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3},
+    ranged = make_plan(unpinned_config({"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3},
                                      "decode": {"min_size": 1, "desired_size": 2, "max_size": 4}})).summary()
     # A g6.8xlarge node is 2.0144/h and its root volume 116.00/730 a month, per node added.
     per_node = 2.0144 + 116.0 / 730
@@ -257,7 +256,7 @@ def test_the_planners_ratio_for_the_worked_example_in_docs_scaling():
     300 GB/s), 2 requests/s of 2048 prompt and 256 answer tokens."""
     from ray_llm_eks.planning import DECODE_MBU, PREFILL_MFU, Workload, capacity_plan
 
-    spec = DeploymentConfig().specs().serving
+    spec = unpinned().specs().serving
     plan = capacity_plan(spec, Workload(isl=2048, osl=256, rate=2.0))
     n = 9_653_108_208
     flops = 2 * n * 2048 + 2 * 8 * 2048 ** 2 * (16 * 256)
@@ -279,7 +278,7 @@ def test_the_planners_ratio_for_the_worked_example_in_docs_scaling():
 def test_plan_refuses_a_workload_the_deployment_cannot_take():
     from ray_llm_eks.planning import PlanError, Workload, capacity_plan
 
-    spec = DeploymentConfig().specs().serving
+    spec = unpinned().specs().serving
     with pytest.raises(PlanError, match=r"--isl 4000 \+ --osl 200 exceeds model.max_model_len 4096"):
         capacity_plan(spec, Workload(isl=4000, osl=200, rate=1.0))
     with pytest.raises(PlanError, match=r"--rate: not a request rate"):

@@ -18,7 +18,7 @@ import pytest
 from botocore.stub import Stubber
 
 from helpers.aws import BOOTSTRAP_PARAMETER, MOTO_ACCOUNT, REGION, StubbedEksSession
-from ray_llm_eks.config import DeploymentConfig, parse_config
+from helpers.pins import unpinned, unpinned_config
 from ray_llm_eks.preflight import (
     G_AND_VT_QUOTA,
     STANDARD_QUOTA,
@@ -77,7 +77,7 @@ def test_efa_fails_for_a_type_ec2_reports_without_efa(aws):
 # --- vCPU quotas -------------------------------------------------------------------------------
 
 def test_two_g6_8xlarge_need_64_g_vcpus():
-    needs = planned_vcpus_by_quota(DeploymentConfig())
+    needs = planned_vcpus_by_quota(unpinned())
     assert needs[G_AND_VT_QUOTA].planned_vcpus == 64
     assert needs[STANDARD_QUOTA].planned_vcpus == 4
 
@@ -85,7 +85,7 @@ def test_two_g6_8xlarge_need_64_g_vcpus():
 def test_quotas_pass_when_they_cover_the_plan(aws, ec2_quotas):
     ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
     result = check_vcpu_quotas(boto3.client("ec2", region_name=REGION),
-                               boto3.client("service-quotas", region_name=REGION), DeploymentConfig())
+                               boto3.client("service-quotas", region_name=REGION), unpinned())
     assert result.status is CheckStatus.passed, result.detail
     assert "L-DB2E81BA" in result.detail and "needed 64" in result.detail
 
@@ -93,7 +93,7 @@ def test_quotas_pass_when_they_cover_the_plan(aws, ec2_quotas):
 def test_quotas_fail_when_the_g_quota_is_too_small(aws, ec2_quotas):
     ec2_quotas.update({G_AND_VT_QUOTA: 32, STANDARD_QUOTA: 32})
     result = check_vcpu_quotas(boto3.client("ec2", region_name=REGION),
-                               boto3.client("service-quotas", region_name=REGION), DeploymentConfig())
+                               boto3.client("service-quotas", region_name=REGION), unpinned())
     assert result.status is CheckStatus.failed
     assert "L-DB2E81BA: 64 vCPUs needed, 32 available" in result.detail
     assert "--quota-code L-DB2E81BA --desired-value 64" in result.fix
@@ -104,7 +104,7 @@ def test_quotas_count_instances_already_running(aws, ec2_quotas):
     ec2 = boto3.client("ec2", region_name=REGION)
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     ec2.run_instances(ImageId=image, InstanceType="g6.8xlarge", MinCount=1, MaxCount=1)
-    result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), DeploymentConfig())
+    result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), unpinned())
     assert result.status is CheckStatus.failed
     assert "64 vCPUs needed, 32 available (quota 64, in use 32)" in result.detail
 
@@ -115,7 +115,7 @@ def test_quotas_ignore_spot_instances(aws, ec2_quotas):
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     ec2.run_instances(ImageId=image, InstanceType="g6.8xlarge", MinCount=1, MaxCount=1,
                       InstanceMarketOptions={"MarketType": "spot"})
-    result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), DeploymentConfig())
+    result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), unpinned())
     assert result.status is CheckStatus.passed, result.detail
 
 
@@ -202,7 +202,7 @@ def test_run_preflight_all_pass_for_a_ready_account(aws, ec2_quotas):
     ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
     boto3.client("ssm", region_name=REGION).put_parameter(Name=BOOTSTRAP_PARAMETER, Value="27", Type="String")
     seen: list[str] = []
-    report = run_preflight(DeploymentConfig(), StubbedEksSession(region_name=REGION), on_check=seen.append)
+    report = run_preflight(unpinned(), StubbedEksSession(region_name=REGION), on_check=seen.append)
     assert report.passed, report.summary()
     assert report.account == MOTO_ACCOUNT
     assert [r.name for r in report.results] == [
@@ -212,7 +212,7 @@ def test_run_preflight_all_pass_for_a_ready_account(aws, ec2_quotas):
 
 def test_run_preflight_reports_each_failure(aws, ec2_quotas):
     ec2_quotas.update({G_AND_VT_QUOTA: 0, STANDARD_QUOTA: 32})
-    config = parse_config({"region": "ap-northeast-1", "control_plane_azs": ["ap-northeast-1c", "ap-northeast-1d"],
+    config = unpinned_config({"region": "ap-northeast-1", "control_plane_azs": ["ap-northeast-1c", "ap-northeast-1d"],
                            "data_plane_az": "ap-northeast-1d"})
     report = run_preflight(config, StubbedEksSession(region_name="ap-northeast-1"))
     assert not report.passed
@@ -222,4 +222,4 @@ def test_run_preflight_reports_each_failure(aws, ec2_quotas):
 
 def test_no_credentials_is_its_own_error(no_aws_credentials):
     with pytest.raises(NoCredentials, match="no AWS credentials"):
-        run_preflight(DeploymentConfig(), boto3.Session(region_name=REGION))
+        run_preflight(unpinned(), boto3.Session(region_name=REGION))

@@ -14,7 +14,7 @@ import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from ray_llm_eks.config import parse_config
+from helpers.pins import unpinned_config
 from ray_llm_eks.manifests import render_chart, write_manifests
 from ray_llm_eks.stack import build_app
 from ray_llm_eks.testing import (
@@ -110,7 +110,7 @@ def test_normalized_template_parses_embedded_manifests_and_masks_assets(default)
 
 
 def synth_to_files(config_overrides: dict, outdir: Path) -> tuple[bytes, dict[str, bytes]]:
-    config = parse_config(config_overrides, "determinism")
+    config = unpinned_config(config_overrides, "determinism")
     app, stack = build_app(config, outdir=str(outdir), context=FAST_SYNTH_CONTEXT, nag=False)
     assembly = app.synth()
     written = write_manifests(stack.charts, assembly.directory)

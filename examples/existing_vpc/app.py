@@ -85,6 +85,10 @@ class MixedGpuInferenceStack(cdk.Stack):
         self.serving = RayLlmServing(
             self, "Serving", cluster=cluster, prefill=self.prefill, decode=self.decode, system=system,
             kuberay=kuberay, device_plugins=plugins, model=ModelSpec(tensor_parallel_size=2),
+            # Unpinned on purpose, so the example synthesizes offline: no digest or commit can be
+            # known here. For a real deploy give image=ImageSpec(digest=...) and
+            # ModelSpec(revision=...) from the commands `ray-llm-eks plan` prints, and drop this.
+            strict=False,
         )
 
 

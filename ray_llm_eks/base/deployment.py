@@ -59,6 +59,36 @@ class Network:
 
 
 @dataclass(frozen=True)
+class AddonVersions:
+    """Versions of the EKS managed add-ons the cluster runs. Unset, EKS installs its default
+    version for the cluster's Kubernetes version when the add-on is created, and keeps it until
+    someone updates the add-on: the same stack deployed on another day may get another version.
+    ``infrastructure.addon_version_command`` (docs/threat-model.md, Supply chain) prints each default."""
+
+    __pydantic_config__ = _FORBID
+
+    vpc_cni: str | None = None
+    """vpc-cni, as `aws eks describe-addon-versions` names it (v1.14.0-eksbuild.3 or later for NetworkPolicy)."""
+    kube_proxy: str | None = None
+    """kube-proxy; its minor must match the cluster's Kubernetes minor."""
+    eks_pod_identity_agent: str | None = None
+    """eks-pod-identity-agent."""
+    coredns: str | None = None
+    """coredns."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        for name in ("vpc_cni", "kube_proxy", "eks_pod_identity_agent", "coredns"):
+            found.check(infra.addon_version, getattr(self, name), name)
+        found.raise_if_any()
+
+    def by_addon(self) -> dict[str, str]:
+        """The versions given, by EKS add-on name."""
+        return {name: version for name in infra.CORE_ADDONS
+                if (version := getattr(self, name.replace("-", "_"))) is not None}
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """The EKS cluster: its API endpoint, who administers it, and its control-plane logs."""
 
@@ -80,6 +110,8 @@ class ClusterSettings:
     """Control-plane log types sent to CloudWatch Logs (api, audit, authenticator, controllerManager, scheduler)."""
     control_plane_log_retention_days: int = infra.DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS
     """How long CloudWatch Logs keeps the control-plane logs (EKS's own group never expires)."""
+    addon_versions: AddonVersions = field(default_factory=AddonVersions)
+    """Pin the EKS managed add-ons (vpc_cni, kube_proxy, eks_pod_identity_agent, coredns); unset, EKS picks its default for the Kubernetes version on the day the add-on is created."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -107,12 +139,15 @@ class Versions:
     """0.19.0-0.19.2 default to MOFED mode, which breaks EFA; 0.20.x is the supported line."""
     efa_device_plugin: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION
     """Chart version of aws-efa-k8s-device-plugin in https://aws.github.io/eks-charts."""
+    kuberay_image_digest: str | None = None
+    """Digest of the KubeRay operator image (quay.io/kuberay/operator:v<kuberay>); the chart then pulls it by digest, not by tag."""
 
     def __post_init__(self) -> None:
         found = Collector()
         found.check(infra.semver, self.kuberay, "kuberay")
         found.check(infra.nvidia_device_plugin_version, self.nvidia_device_plugin, "nvidia_device_plugin")
         found.check(infra.semver, self.efa_device_plugin, "efa_device_plugin", v_prefix=True)
+        found.check(infra.image_digest, self.kuberay_image_digest, "kuberay_image_digest")
         found.raise_if_any()
 
 
@@ -179,8 +214,8 @@ class Deployment:
     """CloudFormation stack name (and construct ID of the stack): letters, digits and '-', starting with a letter."""
     topology: Topology = Topology.disaggregated
     """disaggregated (prefill/decode with NIXL over EFA) or colocated (the baseline); changes only the Serve config."""
-    strict: bool = False
-    """Turn the irreproducibility warnings (image without digest, model without a commit revision) into errors."""
+    strict: bool = True
+    """Refuse an image without a digest or a model without a commit revision (``plan`` prints the commands that resolve both). ``false`` turns the refusal into one synthesis warning: an unpinned deploy is then a choice written in the configuration."""
     network: Network = field(default_factory=Network)
     """VPC settings."""
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
@@ -265,7 +300,7 @@ class Deployment:
         return {PREFILL: self.prefill, DECODE: self.decode}[role]
 
     def reproducibility_problems(self) -> list[SpecError]:
-        """What makes this deployment irreproducible, by configuration field (a warning; an error with ``strict``)."""
+        """What makes this deployment irreproducible, by configuration field (an error; a warning with ``strict: false``)."""
         return [type(p)(_deployment_path(p.field), p.message) for p in self.specs().serving.reproducibility_problems()]
 
 

@@ -285,3 +285,43 @@ def nvidia_device_plugin_version(value: str, field: str = "versions.nvidia_devic
     if value in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
         raise problem(field, value, "defaults to MOFED mode, which breaks EFA", "0.20.x or later")
     return value
+
+
+# --- pins of what the cluster runs besides the serving image ---------------------------------------
+
+CORE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent", "coredns")
+"""The EKS managed add-ons InferenceCluster installs (constructs/cluster.py)."""
+_ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
+_IMAGE_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+KUBERAY_OPERATOR_IMAGE = "quay.io/kuberay/operator"
+"""The operator image the kuberay-operator chart deploys (helm-chart/kuberay-operator/values.yaml
+``image.repository`` at v1.4.0 and v1.5.1). Its deployment template writes
+``{{ image.repository }}:{{ image.tag }}`` and has no digest value, so a digest goes in as the tag
+``v<version>@sha256:...``, which the container runtime pulls by digest."""
+
+
+def addon_version(value: str | None, field: str) -> str | None:
+    """An EKS add-on version as ``DescribeAddonVersions`` names it (``v1.20.4-eksbuild.1``), or None."""
+    if value is not None and not (isinstance(value, str) and _ADDON_VERSION.match(value)):
+        raise problem(field, value, "not an EKS add-on version",
+                      "vMAJOR.MINOR.PATCH-eksbuild.N, as `aws eks describe-addon-versions` prints it")
+    return value
+
+
+def addon_version_command(addon: str, kubernetes_version: str) -> str:
+    """The command that prints the add-on version EKS installs by default on this Kubernetes version."""
+    return (f"aws eks describe-addon-versions --kubernetes-version {kubernetes_version} --addon-name {addon} "
+            "--query 'addons[0].addonVersions[?compatibilities[?defaultVersion]].addonVersion' --output text")
+
+
+def image_digest(value: str | None, field: str) -> str | None:
+    if value is not None and not (isinstance(value, str) and _IMAGE_DIGEST.match(value)):
+        raise problem(field, value, "not an image digest", "'sha256:' followed by 64 lowercase hex")
+    return value
+
+
+def kuberay_image_digest_command(version: str) -> str:
+    """The command that prints the digest of the operator image the chart of ``version`` deploys."""
+    return (f"docker buildx imagetools inspect {KUBERAY_OPERATOR_IMAGE}:v{version} "
+            "--format '{{json .Manifest.Digest}}'")

@@ -96,6 +96,8 @@ KV_BUFFER_DEVICES: tuple[str, ...] = get_args(KvBufferDevice)
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_ECR_REPOSITORY = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9._/-]+)$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _CACHE_NODE_TYPE = re.compile(r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
@@ -202,6 +204,16 @@ class ModelSpec:
     def pinned(self) -> bool:
         return bool(self.revision and _COMMIT.match(self.revision))
 
+    def revision_command(self) -> str | None:
+        """The command that prints the commit ``revision`` (default ``main``) names today on the
+        Hugging Face Hub (``HfApi.model_info(...).sha``; a gated model needs ``HF_TOKEN`` set);
+        None for a source that is not a Hub id (a path the image reads)."""
+        if not isinstance(self.source, str) or not _HUB_ID.match(self.source):
+            return None
+        revision = self.revision or "main"
+        return (f"python3 -c \"from huggingface_hub import HfApi; "
+                f"print(HfApi().model_info('{self.source}', revision='{revision}').sha)\"")
+
 
 @dataclass(frozen=True)
 class ImageSpec:
@@ -245,6 +257,20 @@ class ImageSpec:
 
     def repository_in(self, region_name: str) -> str:
         return self.repository or f"{DLC_ACCOUNT}.dkr.ecr.{region_name}.amazonaws.com/{DLC_REPOSITORY_NAME}"
+
+    def digest_command(self, region_name: str) -> str:
+        """The command that prints the digest the tag names today. For an ECR repository (the DLC's
+        is account 763104351884, repository ``ray``, in the stack's region) ``aws ecr
+        describe-images`` with the caller's credentials; any other registry: ``docker buildx
+        imagetools inspect``."""
+        repository = self.repository_in(region_name)
+        ecr = _ECR_REPOSITORY.match(repository)
+        if ecr is not None and self.tag:
+            account, region, name = ecr.groups()
+            return (f"aws ecr describe-images --registry-id {account} --repository-name {name} "
+                    f"--image-ids imageTag={self.tag} --region {region} "
+                    "--query 'imageDetails[0].imageDigest' --output text")
+        return f"docker buildx imagetools inspect {repository}:{self.tag} --format '{{{{json .Manifest.Digest}}}}'"
 
     def uri(self, region_name: str) -> str:
         repository = self.repository_in(region_name)
@@ -479,8 +505,9 @@ class ServingSpec:
     operator_namespace: str = KUBERAY_NAMESPACE
     """Where the KubeRay operator runs: the NetworkPolicy admits its pods (``app.kubernetes.io/name:
     kuberay-operator``, whatever the release name) to the head's dashboard from this namespace only."""
-    strict: bool = False
-    """Refuse an image pinned by tag only or a model without a commit revision."""
+    strict: bool = True
+    """Refuse an image pinned by tag only or a model without a commit revision (the default: an
+    unpinned deploy is a choice written down as ``strict=False``, not an accident)."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -515,7 +542,8 @@ class ServingSpec:
             if not found.errors:
                 self._check_scaling(found)
         for warning in self.reproducibility_problems() if self.strict else ():
-            found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message}"))
+            found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message} (or strict false: "
+                                               "deploy unpinned, with a warning)"))
         found.raise_if_any()
 
     # --- checks ------------------------------------------------------------------------------------
@@ -643,18 +671,33 @@ class ServingSpec:
             for role in WORKER_ROLES if self.autoscaled(role) and self.pool(role).min_size == 0]
 
     def reproducibility_problems(self) -> list[SpecError]:
-        """What makes this deployment irreproducible (a warning; an error with ``strict``)."""
+        """What makes this deployment irreproducible (a warning with ``strict=False``; an error by
+        default). Each message ends with the command that resolves the pin (:meth:`pin_commands`)."""
+        commands = self.pin_commands()
         problems = []
         if not self.image.digest:
             problems.append(problem("image.digest", None, f"image {self.image_uri} is pinned by tag only; tags are "
-                                    "mutable", "'sha256:' followed by 64 lowercase hex"))
+                                    "mutable", f"'sha256:' followed by 64 lowercase hex; resolve it with: "
+                                    f"{commands['image.digest']}"))
+        resolve = f"; resolve it with: {commands['model.revision']}" if "model.revision" in commands else ""
         if not self.model.revision:
             problems.append(problem("model.revision", None, f"model {self.model.source} has no revision; the weights "
-                                    "can change under you", "a 40-hex commit id"))
+                                    "can change under you", f"a 40-hex commit id{resolve}"))
         elif not self.model.pinned:
             problems.append(problem("model.revision", self.model.revision, "a branch or tag, not a commit; it can move",
-                                    "a 40-hex commit id"))
+                                    f"a 40-hex commit id{resolve}"))
         return problems
+
+    def pin_commands(self) -> dict[str, str]:
+        """The command that resolves each pin this deployment lacks, by field (``plan`` prints them;
+        the strict refusal names them). Nothing here calls AWS or Hugging Face: the digest and the
+        commit are facts of the registry and the Hub on the day they are looked up."""
+        commands = {}
+        if not self.image.digest:
+            commands["image.digest"] = self.image.digest_command(self.region)
+        if not self.model.pinned and (command := self.model.revision_command()) is not None:
+            commands["model.revision"] = command
+        return commands
 
     # --- derived values: one place for each, so pods, Serve config and plan agree -----------------
 

@@ -227,6 +227,11 @@ class KubeRayOperator(Construct):
     makes the namespaced Roles). Those two are refused in ``values``: ``RayLlmServing`` reads
     ``watch_namespaces`` to check that its namespace is watched, so set them through that prop.
 
+    ``image_digest``: the operator image by digest (``sha256:...``), set as the chart's
+    ``image.tag`` ``v<version>@<digest>`` since the chart takes no digest of its own
+    (``infra.KUBERAY_OPERATOR_IMAGE``); ``infra.kuberay_image_digest_command`` prints the command
+    that resolves it. Default: none, the chart's tag.
+
     Public attributes: ``chart`` (the ``HelmChart``; anything that creates Ray custom resources
     must depend on it), ``watch_namespaces``, ``values`` (what the chart is installed with).
     """
@@ -245,15 +250,21 @@ class KubeRayOperator(Construct):
         node_selector: dict[str, str] | None = None,
         watch_namespaces: Sequence[str] | None = None,
         values: HelmValues | None = None,
+        image_digest: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.semver, version, "version")
+        validated(self, infra.image_digest, image_digest, "image_digest")
         self.version = version
         if watch_namespaces is not None:
             validated(self, infra.namespaces, list(watch_namespaces), "watch_namespaces")
         self.watch_namespaces = tuple(watch_namespaces) if watch_namespaces is not None else None
         library: dict[str, object] = {
             "nodeSelector": dict(node_selector or (system_nodes.labels if system_nodes else SYSTEM_LABELS))}
+        if image_digest is not None:
+            # The chart has no digest value (templates/deployment.yaml at v1.4.0 and v1.5.1 writes
+            # repository:tag), so the digest rides on the tag: the runtime pulls by the digest.
+            library["image"] = {"tag": f"v{version}@{image_digest}"}
         if self.watch_namespaces:
             # Namespaced Roles in the watched namespaces instead of a ClusterRole, and
             # --watch-namespace (chart 1.4.0 and 1.5.1, templates/deployment.yaml and

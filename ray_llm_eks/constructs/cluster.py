@@ -8,13 +8,14 @@ Lambda whose layer minor must match the cluster: ``KubectlV35Layer`` for Kuberne
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Mapping, Sequence, Union
 
 from aws_cdk import Fn, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam, aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from ..base import infrastructure as infra
+from ..base.errors import problem
 from .identity import associate_addon, pod_identity_role
 from .nag import acknowledge_cluster, acknowledge_cni_role, acknowledge_log_retention
 from .validation import validated
@@ -97,8 +98,9 @@ class InferenceCluster(Construct):
       does not become cluster admin (changing it later replaces the cluster).
     - Managed add-ons vpc-cni (with NetworkPolicy enforcement on, in strict mode: see
       ``ADDON_CONFIGURATION``; kube-system gets a policy admitting all, ``open_namespace``), kube-proxy,
-      eks-pod-identity-agent and coredns, each at the default version for the cluster's
-      Kubernetes version. EKS does not also install its
+      eks-pod-identity-agent and coredns, each at ``addon_versions[name]`` when given (EKS's
+      ``AddonVersion``), else at EKS's default for the cluster's Kubernetes version on the day
+      the add-on is created. EKS does not also install its
       self-managed copies (``bootstrap_self_managed_addons=False``), so exactly one owner
       manages each.
     - An optional admin IAM role granted cluster admin through an access entry.
@@ -125,6 +127,7 @@ class InferenceCluster(Construct):
         admin_role_arn: str | None = None,
         bootstrap_cluster_creator_admin_permissions: bool = infra.DEFAULT_BOOTSTRAP_CLUSTER_CREATOR_ADMIN,
         control_plane_log_retention_days: int = infra.DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS,
+        addon_versions: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         validated(self, infra.kubernetes_version, kubernetes_version, "kubernetes_version")
@@ -134,6 +137,11 @@ class InferenceCluster(Construct):
         validated(self, infra.control_plane_logs, list(control_plane_logs), "control_plane_logs")
         validated(self, infra.admin_role_arn, admin_role_arn, "admin_role_arn")
         validated(self, infra.retention_days, control_plane_log_retention_days, "control_plane_log_retention_days")
+        self.addon_versions = dict(addon_versions or {})
+        for name, version in self.addon_versions.items():
+            if name not in infra.CORE_ADDONS:
+                validated(self, _unknown_addon, name, "addon_versions")
+            validated(self, infra.addon_version, version, f"addon_versions.{name}")
         access = ENDPOINT_ACCESS[endpoint_access]
         if endpoint_access == "public-and-private":
             access = access.only_from(*public_access_cidrs)
@@ -156,6 +164,7 @@ class InferenceCluster(Construct):
                 kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
             ),
         )
+        without_ecr_read(self.cluster)
         acknowledge_cluster(self.cluster)
         self.control_plane_log_retention: logs.LogRetention | None = None
         if control_plane_logs:
@@ -174,6 +183,7 @@ class InferenceCluster(Construct):
             acknowledge_log_retention(self.control_plane_log_retention)
         self.addons: dict[str, eks.Addon] = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+                            addon_version=self.addon_versions.get(name),
                             configuration_values=ADDON_CONFIGURATION.get(name))
             for name in (*NETWORKING_ADDONS, DNS_ADDON)
         }
@@ -203,6 +213,34 @@ class InferenceCluster(Construct):
     @property
     def dns_addon(self) -> eks.Addon:
         return self.addons[DNS_ADDON]
+
+
+def without_ecr_read(cluster: eks.Cluster) -> None:
+    """Take ECR read off aws-cdk-lib's kubectl handler, which is cluster-admin.
+
+    aws-cdk-lib 2.275 gives the handler's role AmazonEC2ContainerRegistryReadOnly (every private
+    repository in the account) and, where ECR Public exists, AmazonElasticContainerRegistryPublicReadOnly
+    (aws-eks-v2/lib/kubectl-provider.js, ``KubectlProvider``), for Helm charts stored as OCI
+    artifacts. Every chart this library installs comes from an HTTPS chart repository
+    (``constructs/addons.py``, ``constructs/autoscaler.py``), and the handler pulls no image,
+    so it keeps only its two Lambda execution policies. A stack that adds an ``oci://`` chart
+    grants the handler read on that one repository itself (docs/threat-model.md, Supply chain).
+    """
+    handler = cluster.node.find_child("KubectlProvider").node.find_child("Handler")
+    role = handler.node.find_child("ServiceRole").node.default_child
+    # The L1 property itself (not a raw override), so cdk-nag and the template see the same list.
+    role.managed_policy_arns = [iam.ManagedPolicy.from_aws_managed_policy_name(f"service-role/{name}").managed_policy_arn
+                                for name in KUBECTL_HANDLER_POLICIES]
+    handler.node.try_remove_child("HasEcrPublic")  # the condition only chose the ECR Public policy
+
+
+KUBECTL_HANDLER_POLICIES = ("AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole")
+"""What aws-cdk-lib's kubectl handler keeps: its logs, and its ENIs in the VPC (to reach a
+private endpoint)."""
+
+
+def _unknown_addon(name: str, field: str) -> None:
+    raise problem(field, name, "not an add-on this construct installs", ", ".join(infra.CORE_ADDONS))
 
 
 ClusterLike = Union[InferenceCluster, eks.ICluster]

@@ -7,7 +7,6 @@ needs. Nothing is acknowledged at stack or app level.
 
 from __future__ import annotations
 
-import json
 
 from aws_cdk import Acknowledgment, Stack, Validations, aws_eks_v2 as eks, aws_iam as iam
 from constructs import IConstruct
@@ -63,25 +62,6 @@ def acknowledge_cluster(cluster: eks.Cluster) -> None:
     )
     _acknowledge(handler_role, _managed_policy("service-role/AWSLambdaBasicExecutionRole"), lambda_basic)
     _acknowledge(handler_role, _managed_policy("service-role/AWSLambdaVPCAccessExecutionRole"), lambda_vpc)
-    _acknowledge(
-        handler_role,
-        _managed_policy("AmazonEC2ContainerRegistryReadOnly"),
-        "aws-cdk-lib's kubectl provider pulls Helm charts stored as OCI artifacts in ECR; read-only.",
-    )
-    has_ecr_public = Stack.of(cluster).get_logical_id(handler.node.find_child("HasEcrPublic"))
-    ecr_public_arn = {
-        "Fn::If": [
-            has_ecr_public,
-            {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},
-            {"Ref": "AWS::NoValue"},
-        ]
-    }
-    _acknowledge(
-        handler_role,
-        f"{PACK}-IAM4[Policy::{json.dumps(ecr_public_arn, separators=(',', ':'))}]",
-        "aws-cdk-lib's kubectl provider adds read-only ECR Public access, only in partitions that have "
-        "ECR Public, to pull public OCI charts.",
-    )
     _acknowledge(
         handler.node.find_child("Resource"),
         f"{PACK}-L1",

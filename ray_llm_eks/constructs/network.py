@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from aws_cdk import RemovalPolicy, Token, aws_ec2 as ec2, aws_logs as logs
+from aws_cdk import Aws, Fn, RemovalPolicy, Token, aws_ec2 as ec2, aws_logs as logs
 from constructs import Construct
 
 from ..base import infrastructure as infra
@@ -116,6 +116,16 @@ class InferenceVpc(Construct):
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
+        # Confused deputy: the flow-logs service assumes this role only for a flow log of this
+        # account and region (VPC user guide, "IAM role for publishing flow logs to CloudWatch
+        # Logs", which recommends both keys). The flow log's own ID is not known before the role
+        # exists (the flow log names the role), so the ARN ends in the documented wildcard.
+        trust = self.flow_log.iam_role.node.default_child
+        trust.add_property_override("AssumeRolePolicyDocument.Statement.0.Condition", {
+            "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+            "ArnLike": {"aws:SourceArn": Fn.join("", [
+                "arn:", Aws.PARTITION, ":ec2:", Aws.REGION, ":", Aws.ACCOUNT_ID, ":vpc-flow-log/*"])},
+        })
         selected = self.vpc.select_subnets(
             subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[data_plane_az]
         ).subnets

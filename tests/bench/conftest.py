@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from loopback import ITL_MS, LEVELS, OUTPUT_TOKENS, REQUESTS, SLO_E2E_MS, SLO_TTFT_MS, TTFT_MS, MockServers, run_cli
+from helpers.pins import unpinned
 from ray_llm_eks.twin.tiny_model import build_tokenizer
 
 
@@ -30,10 +31,9 @@ def cli():
 
 @pytest.fixture(scope="session")
 def reference_hourly_usd() -> float:
-    from ray_llm_eks.config import DeploymentConfig
     from ray_llm_eks.planning import make_plan
 
-    return make_plan(DeploymentConfig()).cost.hourly_usd
+    return make_plan(unpinned()).cost.hourly_usd
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.pins import unpinned
 from ray_llm_eks.bench import agreement, cost, histogram, runner, workloads
 from ray_llm_eks.bench.runner import BenchError, BenchSettings
 
@@ -93,10 +94,9 @@ def test_cost_per_accepted_response_spreads_the_hour_over_what_it_served():
 
 
 def test_the_planner_and_the_bench_share_one_formula():
-    from ray_llm_eks.config import DeploymentConfig
     from ray_llm_eks.planning import make_plan
 
-    estimate = make_plan(DeploymentConfig()).cost
+    estimate = make_plan(unpinned()).cost
     assert estimate.usd_per_million_output_tokens(500.0) == cost.usd_per_million_output_tokens(estimate.hourly_usd, 500.0)
 
 
@@ -219,9 +219,8 @@ def test_a_missing_aiperf_names_the_extra(monkeypatch, tmp_path):
 # --- presets and agreement -----------------------------------------------------------------------
 
 def test_every_preset_fits_the_reference_context_length():
-    from ray_llm_eks.config import DeploymentConfig
 
-    max_model_len = DeploymentConfig().specs().serving.model.max_model_len
+    max_model_len = unpinned().specs().serving.model.max_model_len
     assert set(workloads.PRESETS) == {"short-chat", "long-prompt", "long-answer"}
     for preset in workloads.PRESETS.values():
         assert preset.isl + preset.osl <= max_model_len

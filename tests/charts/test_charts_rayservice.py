@@ -9,7 +9,7 @@ from ray_llm_eks.cdk8s_charts import (ADMISSION_POLICY_CHART_ID, NAMESPACE_CHART
 from ray_llm_eks.base import GPU_TAINT_KEY
 
 from helpers.charts import DIGEST, PINNED_REVISION, SCENARIOS, render
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.base.serving import ImageSpec
 
 ROLES = ("prefill", "decode")

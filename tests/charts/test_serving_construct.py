@@ -239,4 +239,4 @@ def test_serving_refuses_an_operator_that_does_not_watch_its_namespace():
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system, watch_namespaces=["elsewhere"])
     with pytest.raises(ConstructValidationError, match=r"S/Serving: kuberay: the operator watches only those "
                                                        r"namespaces.*inference.*accepted: KubeRayOperator"):
-        RayLlmServing(stack, "Serving", cluster=cluster, system=system, kuberay=kuberay, **legs)
+        RayLlmServing(stack, "Serving", strict=False, cluster=cluster, system=system, kuberay=kuberay, **legs)

@@ -17,6 +17,7 @@ import cdk8s
 import yaml
 
 from ray_llm_eks.cdk8s_charts import ServingCharts, build_serving_charts
+from helpers.pins import unpinned
 from ray_llm_eks.base.deployment import Deployment
 from ray_llm_eks.base.placement import DECODE, PREFILL
 from ray_llm_eks.base.pools import WorkerPool
@@ -58,10 +59,10 @@ _LLAMA = ModelSpec(source="meta-llama/Llama-3.1-8B-Instruct", served_name="llama
 _TWO_G6_12XL = pair(instance_type="g6.12xlarge", min_size=2, desired_size=2, max_size=2)
 
 SCENARIOS: dict[str, Deployment] = {
-    "disaggregated": Deployment(),
-    "colocated": Deployment(topology=Topology.colocated),
+    "disaggregated": unpinned(),
+    "colocated": unpinned(topology=Topology.colocated),
     # Everything optional switched on: pinned revision and digest, ipc-lock, internal NLB, CPU KV buffer.
-    "hardened": Deployment(
+    "hardened": unpinned(
         model=ModelSpec(revision=PINNED_REVISION),
         image=ImageSpec(digest=DIGEST),
         serving=ServiceSettings(security_profile=SecurityProfile.ipc_lock, endpoint=EndpointType.internal_nlb,
@@ -71,8 +72,8 @@ SCENARIOS: dict[str, Deployment] = {
         strict=True,
     ),
     # Four L4s per node, two tensor-parallel replicas per node, two nodes per leg, a non-hybrid model.
-    "multi_gpu": Deployment(model=_LLAMA, **_TWO_G6_12XL),
-    "multi_gpu_colocated": Deployment(topology=Topology.colocated, model=_LLAMA, **_TWO_G6_12XL),
+    "multi_gpu": unpinned(model=_LLAMA, **_TWO_G6_12XL),
+    "multi_gpu_colocated": unpinned(topology=Topology.colocated, model=_LLAMA, **_TWO_G6_12XL),
 }
 """The chart scenarios, built directly from the model's parts (the YAML adapter is tested in
 tests/test_config.py)."""

@@ -45,7 +45,7 @@ def compose(service: ServiceSettings | None = None) -> Composed:
     plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()))
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
     observability = ObservabilitySpec()
-    serving = RayLlmServing(stack, "Serving", cluster=cluster, prefill=legs["prefill"], decode=legs["decode"],
+    serving = RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=legs["prefill"], decode=legs["decode"],
                             system=system, kuberay=kuberay, device_plugins=plugins, observability=observability,
                             verification=VerificationSpec(every_minutes=observability.verify_every_minutes),
                             **({"service": service} if service is not None else {}))

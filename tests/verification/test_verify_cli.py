@@ -177,7 +177,7 @@ def test_verify_with_ray_token_auth_needs_neither_the_token_nor_the_dashboard(tm
     from ray_llm_eks.config import load_config
 
     config = tmp_path / "token.yaml"
-    config.write_text("versions:\n  kuberay: \"1.5.1\"\nserving:\n  ray_auth: token\n")
+    config.write_text("strict: false\nversions:\n  kuberay: \"1.5.1\"\nserving:\n  ray_auth: token\n")
     deployed = render_deployment(load_config(config))
     assert deployed.settings["ray_auth"] == "token"
     fake = FakeDeployment(tmp_path, deployed.rayservice, deployed.settings, Scenario())
