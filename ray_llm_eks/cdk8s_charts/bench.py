@@ -1,6 +1,6 @@
 """The benchmark as a Kubernetes Job next to the service: ``ray-llm-eks bench --emit-job``.
 
-A run from a laptop measures the port-forward or the load balancer as much as the service. This
+A run from a laptop measures the load balancer as much as the service. This
 Job runs AIPerf on the system node and sends to the OpenAI Service's cluster address, so the
 measurement path is the one in-cluster clients take. Not part of the deployment: rendered on
 demand, applied with ``kubectl apply``, deleted when the results are copied.
