@@ -3,9 +3,9 @@ archive that Python imports the package from (``PYTHONPATH=<mount>/rayllmeks_gat
 so the manifest stays small.
 
 Shipped without docstrings and comments (:func:`shipped`, every line kept) and compressed, the
-program is about a quarter of its source (181 KB to 42 KB, measured 2026-12-03): the gate's
-manifest then fits a Lambda asynchronous event with room to spare (a CloudFormation update sends
-the old and the new manifest, about 149 KB; the limit was 256 KB until 2025, aws-cdk issue
+program is about a quarter of its source (198 KB to 45 KB, measured 2026-12-03 after issue 24's
+bounded reads and signal client): the gate's manifest then fits a Lambda asynchronous event (a
+CloudFormation update sends the old and the new manifest, about 156 KB; the limit was 256 KB until 2025, aws-cdk issue
 #19165), and kubectl's ``last-applied-configuration`` annotation (256 KiB) holds it easily.
 """
 
