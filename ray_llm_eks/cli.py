@@ -90,7 +90,8 @@ ExpectProviderOption = Annotated[
 
 PaceOption = Annotated[str | None, typer.Option(
     "--pace", hidden=True,
-    help="JSON object of poll and wait times (poll_seconds, metrics_settle_seconds, post_probe_reserve_seconds) for a "
+    help="JSON object of poll and wait times (poll_seconds, metrics_settle_seconds, post_probe_reserve_seconds, "
+         "serve_settle_seconds) for a "
          "cluster that answers at once (the loopback tests); nothing that is checked")]
 
 

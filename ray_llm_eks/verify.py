@@ -39,7 +39,7 @@ from .verification.report import Report
 
 DEFAULT_TIMEOUT_S = 300.0
 """Seconds to wait for the service before probing (``verify --timeout``)."""
-PACE_SETTINGS = ("poll_seconds", "metrics_settle_seconds", "post_probe_reserve_seconds")
+PACE_SETTINGS = ("poll_seconds", "metrics_settle_seconds", "post_probe_reserve_seconds", "serve_settle_seconds")
 """The only settings ``pace`` may change: how often the run polls and how long it waits, never what
 it checks or where (the loopback tests' fake cluster answers at once, so they run faster)."""
 

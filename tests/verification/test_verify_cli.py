@@ -18,7 +18,8 @@ from helpers.gate import Deployed
 from ray_llm_eks.base import wire
 
 
-PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1})
+PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
+                   "serve_settle_seconds": 0.3})
 """Poll and wait times only (``verify.PACE_SETTINGS``): the fake answers at once. What is checked is the
 local configuration's, as on a cluster."""
 
@@ -105,7 +106,7 @@ def test_pace_may_not_change_what_is_checked(fake: FakeDeployment, disaggregated
 
     _apply_deployed(fake, disaggregated)
     with pytest.raises(ValueError, match="pace may set only poll_seconds, metrics_settle_seconds, "
-                                         "post_probe_reserve_seconds \\(got min_kv_fraction\\)"):
+                                         "post_probe_reserve_seconds, serve_settle_seconds \\(got min_kv_fraction\\)"):
         deployed_gate(disaggregated.config, kubeconfig=_kubeconfig(tmp_path, fake.api_url),
                       pace={"min_kv_fraction": 0})
 
