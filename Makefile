@@ -63,9 +63,12 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 	$(BIN)/npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Synthesized beside the last good cdk.out, which is replaced only once the new one succeeded: a
+# bad configuration leaves the previous output in place (and cdk.out.next behind, git-ignored).
 synth: bootstrap
-	rm -rf cdk.out
-	node_modules/.bin/cdk synth --quiet $(CDK_CONFIG)
+	rm -rf cdk.out.next
+	node_modules/.bin/cdk synth --quiet --output cdk.out.next $(CDK_CONFIG)
+	rm -rf cdk.out && mv cdk.out.next cdk.out
 	@ls cdk.out/*.template.json cdk.out/manifests/*.yaml
 
 $(CHECKOV_VENV)/.installed: Makefile $(VENV)/.installed

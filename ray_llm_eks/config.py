@@ -123,6 +123,23 @@ REFERENCE_CONFIG = Path(__file__).parent / "data" / "reference.yaml"
 explained) in that file, since no digest or commit can be known offline (README, Pinning)."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: the YAML spec says keys
+    are unique, and PyYAML would silently keep the last one (``region:`` twice deploys the second)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                first = seen[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (lines {first} and {key_node.start_mark.line + 1}); "
+                    "accepted: each key once in its section", key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | Path | None) -> DeploymentConfig:
     """Load and validate a YAML file; ``None`` gives the reference deployment (:data:`REFERENCE_CONFIG`)."""
     if path is None:
@@ -133,9 +150,12 @@ def load_config(path: str | Path | None) -> DeploymentConfig:
     except OSError as error:
         raise ConfigError(f"cannot read configuration file {path}: {error.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         raise ConfigError(f"malformed YAML in {path} at {where}: {error.problem or error}") from None
+    if data is None:
+        raise ConfigError(f"invalid configuration in {path}: the file is empty (got {text.strip()!r}); accepted: a "
+                          "mapping of settings, or `{}` to deploy the library's defaults (docs/configuration.md)")
     return parse_config(data, str(path))

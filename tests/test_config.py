@@ -60,9 +60,9 @@ def test_no_file_is_the_shipped_reference_file_which_says_strict_false():
     assert yaml.safe_load(REFERENCE_CONFIG.read_text()) == {"strict": False}  # nothing else, no invented pin
 
 
-def test_an_empty_file_is_the_library_default_which_is_strict(tmp_path):
+def test_an_empty_mapping_is_the_library_default_which_is_strict(tmp_path):
     with pytest.raises(ConfigError) as caught:
-        load_config(write(tmp_path, ""))
+        load_config(write(tmp_path, "{}\n"))
     assert "image.digest: strict mode refuses it" in str(caught.value)
     assert "model.revision: strict mode refuses it" in str(caught.value)
     assert parse_config({"strict": False}) == unpinned()
@@ -164,3 +164,21 @@ def test_configuration_reference_is_generated_from_the_model():
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == configuration_reference(), "run `make docs` and commit docs/configuration.md"
     assert "|  |" not in committed, "every field needs a docstring saying why"
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    message = error_for(tmp_path, "strict: false\nregion: us-west-2\nmodel:\n  max_model_len: 4096\nregion: eu-west-1\n")
+    assert "malformed YAML" in message and "key 'region' is given twice (lines 2 and 5)" in message, message
+    nested = error_for(tmp_path, "model:\n  max_model_len: 4096\n  max_model_len: 8192\n")
+    assert "key 'max_model_len' is given twice (lines 2 and 3)" in nested, nested
+
+
+def test_the_same_key_in_two_sections_is_not_a_duplicate(tmp_path):
+    config = load_config(write(tmp_path, "strict: false\nprefill:\n  desired_size: 1\ndecode:\n  desired_size: 1\n"))
+    assert config is not None
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "~\n"])
+def test_an_empty_file_is_refused_with_what_to_write_instead(tmp_path, text):
+    message = error_for(tmp_path, text)
+    assert "the file is empty" in message and "`{}`" in message, message
