@@ -248,8 +248,9 @@ def _print_plan(result: Plan) -> None:
     console.print("[dim]Not included: " + "; ".join(cost.excluded) + "[/]")
     console.print("[dim]Price sources: " + " | ".join(f"{k}: {v}" for k, v in cost.price_sources.items()) + "[/]")
     if cost.has_estimates:
-        console.print(f"[yellow]warning:[/] some prices for {cost.region} are estimates, not confirmed against the "
-                      f"AWS price list: {cost.estimate_note or ''}".rstrip())
+        note = f" ({cost.estimate_note})" if cost.estimate_note else ""
+        console.print(f"[yellow]warning:[/] these prices for {cost.region} are estimates, not confirmed against the "
+                      f"AWS price list: {', '.join(cost.estimated_items)}{escape(note)}")
     console.print("[dim]Assumptions: " + "; ".join(result.assumptions) + "[/]")
     if result.pin_commands:
         # Printed plainly (no markup, no wrapping) so each command can be copied as it stands.
@@ -739,7 +740,13 @@ def compare(
                                                        "level to count (DistServe's goodput goal).")] = 0.9,
     as_json: JsonOption = False,
 ) -> None:
-    """Side-by-side report of two bench runs and the verdict: which serves more accepted responses per dollar."""
+    """Side-by-side report of two bench runs and the verdict: which serves more accepted responses per dollar.
+
+    Exit codes: 0 a verdict (adopt-disaggregation, reject-disaggregation, no-difference, or a
+    prefer-... between two runs of one topology); 1 not-comparable (the report says why: different
+    workloads, no priced level, no level meeting --min-attainment); 2 a run directory or option
+    that cannot be read.
+    """
     from .bench.compare import REPORT_FILE, compare as compare_runs
     from .bench.runner import BenchError
 
@@ -754,6 +761,7 @@ def compare(
     else:
         _console().print(f"[bold]{escape(decision['decision'])}[/]: {escape(decision['reason'])}\n"
                          f"report: {escape(str(out / REPORT_FILE))}")
+    raise typer.Exit(int(ExitCode.CHECK_FAILED if decision["decision"] == "not-comparable" else ExitCode.OK))
 
 
 def main() -> None:

@@ -248,7 +248,12 @@ class CostEstimate:
 
     @property
     def has_estimates(self) -> bool:
-        return any(line.basis is PriceBasis.estimate for line in self.lines)
+        return bool(self.estimated_items)
+
+    @property
+    def estimated_items(self) -> tuple[str, ...]:
+        """The lines whose price is an estimate (``basis: estimate`` in prices.yaml), by item."""
+        return tuple(line.item for line in self.lines if line.basis is PriceBasis.estimate)
 
     def usd_per_million_output_tokens(self, tokens_per_second: float) -> float:
         if tokens_per_second <= 0:

@@ -231,3 +231,13 @@ def test_expect_provider_and_the_exit_codes_are_in_the_help(command):
     result = runner.invoke(cli.app, [command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "--expect-provider" in result.output and "Exit codes" in result.output
+
+
+def test_plan_names_each_estimated_price_never_a_dangling_warning(tmp_path):
+    config = tmp_path / "gcs.yaml"
+    config.write_text("strict: false\nserving:\n  gcs_fault_tolerance:\n    enabled: true\n")
+    result = runner.invoke(cli.app, ["plan", "--config", str(config)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    (warning,) = [line for line in result.output.splitlines() if "are estimates" in line]
+    assert not warning.rstrip().endswith(":"), warning
+    assert "GCS cache cache.t4g.small" in warning, warning

@@ -72,3 +72,15 @@ def test_compare_prints_the_verdict_and_writes_the_report(tmp_path):
 def test_compare_of_a_directory_that_is_not_a_run_exits_2(tmp_path):
     result = invoke("compare", str(tmp_path), str(RUNS / "colocated"), "--out", str(tmp_path / "o"))
     assert result.exit_code == 2 and "no summary.json" in result.output
+
+
+def test_compare_of_runs_that_cannot_be_compared_exits_1_with_the_reason(tmp_path):
+    from test_compare import copy_run
+
+    def longer(run, summary, _):
+        run["settings"]["isl"] = 4096
+
+    other = copy_run(RUNS / "colocated", tmp_path / "long", longer)
+    result = invoke("compare", str(RUNS / "disaggregated"), str(other), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("not-comparable:") and "the workloads differ" in " ".join(result.output.split())
