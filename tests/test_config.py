@@ -108,7 +108,7 @@ model: {revision: 0123456789abcdef0123456789abcdef01234567}
         ("model: {tensor_parallel_size: 2}", "model.tensor_parallel_size", ["2", "1 GPU", "g6.8xlarge"]),
         ("image: {tag: null}", "image.tag", ["tag or a digest", "None"]),
         ("image: {digest: 'sha256:abc'}", "image.digest", ["sha256:abc", "64"]),
-        ("prefill: {min_size: 2}", "prefill.desired_size", ["min_size 2", "(got 1)", "max_size 1"]),
+        ("prefill: {min_size: 2}", "prefill.min_size", ["above max_size (1)", "(got 2)", "raise max_size to at least 2"]),
         ("decode: {desired_size: 3, max_size: 2}", "decode.desired_size", ["(got 3)", "max_size 2"]),
         ("serving: {service_name: %s}" % ("r" * 48), "serving.service_name", ["48 characters", "at most 47"]),
         ("network: {flow_log_retention_days: 31}", "network.flow_log_retention_days", ["31", "accepted"]),

@@ -48,6 +48,9 @@ def test_gpu_node_group_refuses_unknown_roles_and_unordered_sizes(base):
         EfaGpuNodeGroup(stack, "BadRole", cluster=cluster.cluster, subnet=network.data_plane_subnet, role="router")
     with pytest.raises(ValueError, match="Refusals/BadSizes: desired_size: sizes must satisfy min_size <= desired_size <= max_size"):
         EfaGpuNodeGroup(stack, "BadSizes", cluster=cluster.cluster, subnet=network.data_plane_subnet,
+                        role="decode", min_size=1, desired_size=3, max_size=2)
+    with pytest.raises(ValueError, match="Refusals/MinAboveMax: min_size: min_size is above max_size \\(1\\)"):
+        EfaGpuNodeGroup(stack, "MinAboveMax", cluster=cluster.cluster, subnet=network.data_plane_subnet,
                         role="decode", min_size=2, desired_size=1, max_size=1)
 
 

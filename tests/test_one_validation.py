@@ -43,7 +43,8 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     # network
     ({"network": {"vpc_cidr": "10.0.0.0/33"}}, "network.vpc_cidr", "not an IPv4 CIDR block"),
     ({"network": {"vpc_cidr": "10.0.0.0/24"}}, "network.vpc_cidr", "a /24 cannot hold"),
-    ({"network": {"vpc_cidr": "10.0.0.1/16"}}, "network.vpc_cidr", "not an IPv4 CIDR block"),
+    ({"network": {"vpc_cidr": "10.0.0.1/16"}}, "network.vpc_cidr",
+     "has host bits set after the /16 prefix (got '10.0.0.1/16'); accepted: the network address, 10.0.0.0/16"),
     ({"network": {"vpc_cidr": "10.0.0.0/8"}}, "network.vpc_cidr", "a /8 cannot hold"),
     ({"network": {"nat_gateways": 3}}, "network.nat_gateways", "one per AZ"),
     ({"network": {"flow_log_retention_days": 31}}, "network.flow_log_retention_days", "retention period"),
@@ -93,6 +94,8 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     ({"system": {"instance_type": "g6.8xlarge"}}, "system.instance_type", "has a GPU"),
     ({"prefill": {"min_size": 0, "desired_size": 0}}, "prefill.desired_size", "no GPU to run on"),
     ({"decode": {"desired_size": 3, "max_size": 2}}, "decode.desired_size", "min_size <= desired_size <= max_size"),
+    ({"prefill": {"min_size": 3, "desired_size": 2, "max_size": 2}}, "prefill.min_size",
+     "min_size is above max_size (2) (got 3); accepted: 0 to 2, or raise max_size to at least 3"),
     ({"decode": {"max_size": 101}}, "decode.max_size", "node count out of range"),
     ({"system": {"count": 0}}, "system.count", "out of range"),
     ({"prefill": {"root_volume": {"throughput_mibps": 2000}}}, "prefill.root_volume.throughput_mibps", "range"),

@@ -154,8 +154,15 @@ def ipv4_network(field: str, value: str, example: str) -> ipaddress.IPv4Network:
     try:
         return ipaddress.IPv4Network(value, strict=True)
     except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):
+        pass
+    try:
+        loose = ipaddress.IPv4Network(value, strict=False)
+    except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):
         raise problem(field, value, "not an IPv4 CIDR block (network address / prefix length)",
                       f"a block such as {example}") from None
+    # AWS and Kubernetes refuse host bits after the prefix: say so, with the block that was meant.
+    raise problem(field, value, f"has host bits set after the /{loose.prefixlen} prefix",
+                  f"the network address, {loose}") from None
 
 
 def vpc_layout_prefix(az_count: int) -> int:

@@ -97,7 +97,10 @@ def _sizes(found: Collector, min_size: int, desired_size: int, max_size: int) ->
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_NODES:
             found.add(problem(name, value, "node count out of range", f"{low} to {MAX_NODES}"))
             in_range = False
-    if in_range and not min_size <= desired_size <= max_size:
+    if in_range and min_size > max_size:
+        found.add(problem("min_size", min_size, f"min_size is above max_size ({max_size})",
+                          f"0 to {max_size}, or raise max_size to at least {min_size}"))
+    elif in_range and not min_size <= desired_size <= max_size:
         found.add(problem("desired_size", desired_size,
                           f"sizes must satisfy min_size <= desired_size <= max_size (min_size {min_size}, "
                           f"max_size {max_size})", f"{min_size} to {max_size}"))
