@@ -45,7 +45,7 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     ({"network": {"vpc_cidr": "10.0.0.0/24"}}, "network.vpc_cidr", "a /24 cannot hold"),
     ({"network": {"vpc_cidr": "10.0.0.1/16"}}, "network.vpc_cidr",
      "has host bits set after the /16 prefix (got '10.0.0.1/16'); accepted: the network address, 10.0.0.0/16"),
-    ({"network": {"vpc_cidr": "10.0.0.0/8"}}, "network.vpc_cidr", "a /8 cannot hold"),
+    ({"network": {"vpc_cidr": "10.0.0.0/8"}}, "network.vpc_cidr", "a /8 is larger than the largest VPC block AWS allows (/16)"),
     ({"network": {"nat_gateways": 3}}, "network.nat_gateways", "one per AZ"),
     ({"network": {"flow_log_retention_days": 31}}, "network.flow_log_retention_days", "retention period"),
     ({"cluster": {"endpoint_access": "public-and-private", "public_access_cidrs": ["office-vpn"]}},

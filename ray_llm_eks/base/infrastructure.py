@@ -181,12 +181,15 @@ def vpc_layout_prefix(az_count: int) -> int:
 def vpc_cidr(value: str, az_count: int = len(DEFAULT_CONTROL_PLANE_AZS), field: str = "network.vpc_cidr") -> str:
     network = ipv4_network(field, value, DEFAULT_VPC_CIDR)
     smallest = vpc_layout_prefix(az_count)
-    if not LARGEST_VPC_PREFIX <= network.prefixlen <= smallest:
+    accepted = f"a prefix length from /{LARGEST_VPC_PREFIX} to /{smallest}, such as {DEFAULT_VPC_CIDR}"
+    if network.prefixlen < LARGEST_VPC_PREFIX:
+        raise problem(field, value, f"a /{network.prefixlen} is larger than the largest VPC block AWS allows "
+                                    f"(/{LARGEST_VPC_PREFIX})", accepted)
+    if network.prefixlen > smallest:
         raise problem(
             field, value,
             f"a /{network.prefixlen} cannot hold a public /{PUBLIC_SUBNET_PREFIX} and a private "
-            f"/{PRIVATE_SUBNET_PREFIX} subnet in each of {az_count} AZs",
-            f"a prefix length from /{LARGEST_VPC_PREFIX} to /{smallest}, such as {DEFAULT_VPC_CIDR}")
+            f"/{PRIVATE_SUBNET_PREFIX} subnet in each of {az_count} AZs", accepted)
     return value
 
 
