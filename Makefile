@@ -146,6 +146,7 @@ snapshot-update: bootstrap
 # upgrade; tests/test_replacement_table.py fails until then.
 generate: bootstrap
 	$(BIN)/python tools/generate_create_only_properties.py
+	$(BIN)/python tools/generate_regions.py
 
 # docs/configuration.md is generated from ray_llm_eks/config.py; a test fails when it is stale.
 docs: bootstrap

@@ -40,6 +40,7 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     ({"verification": {"probes": 0}}, "verification.probes", "not a probe count"),
     ({"verification": {"probe_prompt_fraction": 1.5}}, "verification.probe_prompt_fraction", "fraction of max_model_len"),
     ({"verification": {"min_kv_fraction": 0}}, "verification.min_kv_fraction", "predicted KV bytes"),
+    ({"region": "us-west-3"}, "region", "not an AWS region (aws-cdk-lib's region facts"),
     # network
     ({"network": {"vpc_cidr": "10.0.0.0/33"}}, "network.vpc_cidr", "not an IPv4 CIDR block"),
     ({"network": {"vpc_cidr": "10.0.0.0/24"}}, "network.vpc_cidr", "a /24 cannot hold"),

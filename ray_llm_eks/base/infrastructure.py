@@ -9,7 +9,10 @@ construct used directly refuses the same values).
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
+from functools import lru_cache
+from pathlib import Path
 from typing import Sequence
 
 from .errors import Collector, problem
@@ -99,9 +102,23 @@ _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 
 
+REGIONS_FILE = Path(__file__).resolve().parent.parent / "data" / "generated" / "regions.json"
+"""The regions aws-cdk-lib's region facts know (``make generate``, tools/generate_regions.py)."""
+
+
+@lru_cache(maxsize=1)
+def known_regions() -> frozenset[str]:
+    return frozenset(json.loads(REGIONS_FILE.read_text())["regions"])
+
+
 def region(value: str, field: str = "region") -> str:
     if not isinstance(value, str) or not _REGION.match(value):
         raise problem(field, value, "not an AWS region name", "a name such as us-west-2")
+    if value not in known_regions():
+        nearby = sorted(r for r in known_regions() if r.rsplit("-", 1)[0] == value.rsplit("-", 1)[0])
+        raise problem(field, value, "not an AWS region (aws-cdk-lib's region facts, "
+                                    "ray_llm_eks/data/generated/regions.json)",
+                      f"one of {', '.join(nearby)}" if nearby else "a region such as us-west-2")
     return value
 
 
