@@ -120,6 +120,20 @@ def test_device_plugins_that_miss_a_pool_are_refused():
                       decode=WorkerPool("decode", instance_type="g6e.8xlarge"), device_plugins=plugins)
 
 
+def test_prefill_and_decode_on_two_efa_fabrics_are_refused():
+    stack, network, cluster = cluster_stack("TwoFabrics")
+    groups = {role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet, role=role,
+                                    fabric=EfaFabric(stack, f"{role.title()}Fabric", vpc=network.vpc))
+              for role in ("prefill", "decode")}
+    with pytest.raises(ConstructValidationError) as caught:
+        RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=groups["prefill"],
+                      decode=groups["decode"])
+    message = str(caught.value)
+    assert message.startswith("TwoFabrics/Serving: decode: its node group is on the EFA fabric "
+                              "TwoFabrics/DecodeFabric, prefill's on TwoFabrics/PrefillFabric"), message
+    assert "accepted: both node groups built with the same EfaFabric" in message
+
+
 @pytest.mark.parametrize("client", ["10.0.0.0/16", "10.0.96.0/20"])
 def test_client_cidrs_over_the_clusters_own_vpc_are_refused(client):
     """The same check as serving.client_cidrs against network.vpc_cidr, on the VPC the app made."""

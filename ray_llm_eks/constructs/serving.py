@@ -203,6 +203,15 @@ class RayLlmServing(Construct):
                     "advertise vpc.amazonaws.com/efa and the workers would stay Pending",
                     "GpuDevicePlugins built from the same node groups (gpu_node_groups=[prefill, decode])")])
 
+        if (self.spec.topology is Topology.disaggregated and isinstance(prefill, EfaGpuNodeGroup)
+                and isinstance(decode, EfaGpuNodeGroup) and prefill.fabric is not decode.fabric):
+            raise ConstructValidationError(self, [problem(
+                "decode", decode.node.path,
+                f"its node group is on the EFA fabric {decode.fabric.node.path}, prefill's on "
+                f"{prefill.fabric.node.path}: EFA traffic is admitted only within one fabric's security group "
+                "(and placement group), so the KV cache could not cross between them",
+                "both node groups built with the same EfaFabric (fabric=...)")])
+
         self.verification = verification or VerificationSpec()
         conflicts = self.spec.scale_to_zero_conflicts(self.verification.every_minutes)
         if conflicts:
