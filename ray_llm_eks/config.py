@@ -76,6 +76,25 @@ def _location(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "(top level)"
 
 
+_PLAIN_TYPE_ERRORS: dict[str, tuple[str, str]] = {
+    "model_type": ("not a section", "a mapping of the section's settings (docs/configuration.md)"),
+    "dataclass_type": ("not a section", "a mapping of the section's settings (docs/configuration.md)"),
+    "dict_type": ("not a mapping", "a mapping of names to values (docs/configuration.md)"),
+    "int_from_float": ("not a whole number", "a whole number, such as 4096"),
+    "int_parsing": ("not a whole number", "a whole number, such as 4096"),
+    "int_type": ("not a whole number", "a whole number, such as 4096"),
+    "float_parsing": ("not a number", "a number, such as 0.9"),
+    "float_type": ("not a number", "a number, such as 0.9"),
+    "bool_parsing": ("not true or false", "true or false"),
+    "bool_type": ("not true or false", "true or false"),
+    "string_type": ("not text", "text (quote it in YAML if it looks like a number)"),
+    "list_type": ("not a list", "a YAML list, such as [a, b]"),
+    "tuple_type": ("not a list", "a YAML list, such as [a, b]"),
+}
+"""pydantic's type errors in the library's own words: pydantic's text names internal classes
+(``Input should be a dictionary or an instance of Leg``), which a configuration's author never wrote."""
+
+
 def _explain(error: ValidationError, source: str) -> ConfigError:
     lines = [f"invalid configuration in {source}:"]
     spec_errors: list[SpecError] = []
@@ -91,8 +110,12 @@ def _explain(error: ValidationError, source: str) -> ConfigError:
         if item["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             lines.append(f"  {field}: unknown key (got {item['input']!r}); check the spelling against docs/configuration.md")
             continue
-        message = item["msg"].removeprefix("Value error, ")
         got = item.get("input")
+        if item["type"] in _PLAIN_TYPE_ERRORS:
+            what, accepted = _PLAIN_TYPE_ERRORS[item["type"]]
+            lines.append(f"  {field}: {what} (got {got!r}); accepted: {accepted}")
+            continue
+        message = item["msg"].removeprefix("Value error, ")
         hidden = isinstance(got, dict) or got is None or repr(got) in message
         shown = "" if hidden else f" (got {got!r})"
         lines.append(f"  {field}: {message}{shown}")

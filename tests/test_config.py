@@ -182,3 +182,16 @@ def test_the_same_key_in_two_sections_is_not_a_duplicate(tmp_path):
 def test_an_empty_file_is_refused_with_what_to_write_instead(tmp_path, text):
     message = error_for(tmp_path, text)
     assert "the file is empty" in message and "`{}`" in message, message
+
+
+@pytest.mark.parametrize("text, field, expected", [
+    ("prefill: 3\n", "prefill", "not a section (got 3); accepted: a mapping of the section's settings"),
+    ("network: yes\n", "network", "not a section (got True); accepted: a mapping"),
+    ("model:\n  max_model_len: 4096.5\n", "model.max_model_len",
+     "not a whole number (got 4096.5); accepted: a whole number, such as 4096"),
+    ("model:\n  max_model_len: many\n", "model.max_model_len", "not a whole number (got 'many')"),
+])
+def test_a_value_of_the_wrong_type_is_named_in_the_configurations_words(tmp_path, text, field, expected):
+    message = error_for(tmp_path, "strict: false\n" + text)
+    assert f"  {field}: {expected}" in message, message
+    assert "Input should be" not in message and "instance of" not in message, message
