@@ -17,8 +17,8 @@ verification package is standard library only), so this module does what botocor
   a string to sign over its SHA-256, and an HMAC-SHA256 key derived from the date, region and
   service. The tests compare the signature with botocore's ``SigV4Auth`` for the same request.
 
-Every read is bounded in size and time: a credentials or API answer larger than
-:data:`MAX_ANSWER_BYTES` is refused rather than read on.
+Every read goes through :mod:`.reads`, bounded in size (:data:`~.reads.AWS_ANSWER`) and in
+wall-clock time (``timeout`` covers connect, headers and body), like every other read of the gate.
 """
 
 from __future__ import annotations
@@ -32,14 +32,15 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
+
+from . import reads
 
 SERVICE = "secretsmanager"
 TARGET = "secretsmanager.GetSecretValue"
 CONTENT_TYPE = "application/x-amz-json-1.1"
 ALGORITHM = "AWS4-HMAC-SHA256"
-MAX_ANSWER_BYTES = 64 * 1024
-"""A SecretString is at most 65,536 bytes (Secrets Manager quotas); a handle URL is about 600."""
+MAX_ANSWER_BYTES = reads.AWS_ANSWER.max_bytes
 FULL_URI_ENV = "AWS_CONTAINER_CREDENTIALS_FULL_URI"
 TOKEN_FILE_ENV = "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_SECRETS_MANAGER"
@@ -60,11 +61,12 @@ class Credentials:
         return f"Credentials(access_key={self.access_key[:4]}…)"
 
 
-def _read_bounded(response: object) -> bytes:
-    body = response.read(MAX_ANSWER_BYTES + 1)  # type: ignore[attr-defined]
-    if len(body) > MAX_ANSWER_BYTES:
-        raise SecretReadError(f"an answer of more than {MAX_ANSWER_BYTES} bytes")
-    return bytes(body)
+def _read_answer(request: urllib.request.Request, timeout: float) -> Any:
+    """The JSON answer to ``request``, read within :data:`~.reads.AWS_ANSWER` and ``timeout``."""
+    try:
+        return reads.json_loads(reads.read(request, reads.AWS_ANSWER, timeout))
+    except reads.TooLarge:
+        raise SecretReadError(f"an answer of more than {MAX_ANSWER_BYTES} bytes") from None
 
 
 def container_credentials(env: Mapping[str, str] = os.environ, *, timeout: float = 5.0) -> Credentials:
@@ -77,9 +79,7 @@ def container_credentials(env: Mapping[str, str] = os.environ, *, timeout: float
     try:
         with open(token_file) as handle:
             token = handle.read(MAX_ANSWER_BYTES).strip()
-        request = urllib.request.Request(uri, headers={"Authorization": token})
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the agent's URI
-            answer = json.loads(_read_bounded(response))
+        answer = _read_answer(urllib.request.Request(uri, headers={"Authorization": token}), timeout)
         return Credentials(str(answer["AccessKeyId"]), str(answer["SecretAccessKey"]), answer.get("Token"))
     except SecretReadError:
         raise
@@ -143,8 +143,7 @@ def get_secret_string(secret_arn: str, *, env: Mapping[str, str] = os.environ, t
                              region, SERVICE, now or datetime.datetime.now(datetime.timezone.utc))
     request = urllib.request.Request(endpoint, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - an AWS endpoint
-            answer = json.loads(_read_bounded(response))
+        answer = _read_answer(request, timeout)
     except urllib.error.HTTPError as error:
         try:
             detail = json.loads(error.read(MAX_ANSWER_BYTES))

@@ -55,12 +55,14 @@ METRICS = Limit("a metrics page", 16 * MiB)
 """A Ray node's ``/metrics``: a few hundred kB with vLLM's series."""
 EFA_COUNTERS = Limit("an EFA counter reading", 1 * MiB)
 """``GET /counters``: a few dozen counters per device, under 2 kB."""
-"""``GET /api/serve/applications/``: the applications with their config, tens of kB."""
+AWS_ANSWER = Limit("an AWS answer", 64 * 1024)
+"""Pod Identity credentials, or ``GetSecretValue`` (a ``SecretString`` is at most 65,536 bytes by
+Secrets Manager's quotas; the signal's URL is about 600): :mod:`.aws_secret`."""
 PROBE_STREAM = Limit("a probe's SSE stream", 1 * MiB)
 """A streamed chat completion of at most ``probe_max_tokens`` (16) tokens: a few kB."""
 ERROR_BODY = Limit("an HTTP error answer", 64 * 1024)
 """Only its first 300 characters are reported."""
-LIMITS = (KUBE_API, POD_LOG, METRICS, EFA_COUNTERS, PROBE_STREAM, ERROR_BODY)
+LIMITS = (KUBE_API, POD_LOG, METRICS, EFA_COUNTERS, AWS_ANSWER, PROBE_STREAM, ERROR_BODY)
 
 
 class TooLarge(ValueError):
