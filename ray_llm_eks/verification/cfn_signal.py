@@ -13,6 +13,8 @@ import json
 import urllib.request
 from typing import Any
 
+from . import reads
+
 REASON_MAX_CHARS = 1000
 
 
@@ -28,5 +30,6 @@ def signal_body(success: bool, reason: str, unique_id: str, data: Any) -> bytes:
 def send(url: str, success: bool, reason: str, unique_id: str, data: Any, timeout: float = 30.0) -> int:
     request = urllib.request.Request(url, data=signal_body(success, reason, unique_id, data), method="PUT")
     request.add_header("Content-Type", "")  # urllib would otherwise send a form type the signature excludes
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return int(response.status)
+    # Only the status is read; ``timeout`` bounds the whole exchange, as for every read of the gate.
+    with reads.urlopen(request, reads.ERROR_BODY, timeout) as response:
+        return response.status
