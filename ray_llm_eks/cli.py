@@ -229,22 +229,31 @@ def _print_plan(result: Plan) -> None:
     table.add_column("USD / hour", justify="right")
     table.add_column("basis")
     for line in cost.lines:
+        if line.usd_per_hour is None or line.basis is None:
+            table.add_row(line.item, f"{line.quantity:g}", "[yellow]unknown[/]", "no price")
+            continue
         basis = f"[yellow]{line.basis.value}[/]" if line.basis is PriceBasis.estimate else line.basis.value
         table.add_row(line.item, f"{line.quantity:g}", f"{line.usd_per_hour:.4f}", basis)
-    table.add_row("[bold]total[/]", "", f"[bold]{cost.hourly_usd:.4f}[/]", "")
+    hourly, monthly = cost.hourly_usd, cost.monthly_usd
+    table.add_row("[bold]total[/]", "", "[bold yellow]unknown[/]" if hourly is None else f"[bold]{hourly:.4f}[/]", "")
     console.print(table)
-    console.print(f"[bold]${cost.hourly_usd:.2f} per hour, ${cost.monthly_usd:,.2f} per month[/] "
-                  f"(monthly = hourly x {cost.hours_per_month} h)")
+    if hourly is None or monthly is None:
+        console.print(f"[bold yellow]Price unknown[/]: {escape(cost.unknown_reason or '')}. Every other figure "
+                      "above and below does not depend on the region.")
+    else:
+        console.print(f"[bold]${hourly:.2f} per hour, ${monthly:,.2f} per month[/] "
+                      f"(monthly = hourly x {cost.hours_per_month} h)")
     low, high = result.cost_range["min"], result.cost_range["max"]
-    if (low, high) != (cost.hourly_usd, cost.hourly_usd):
+    if low is not None and high is not None and (low, high) != (hourly, hourly):
         console.print(f"[bold]Autoscaled range[/]: ${low:.2f} per hour with every GPU node group at its min_size, "
                       f"${high:.2f} at its max_size (${low * cost.hours_per_month:,.2f} to "
                       f"${high * cost.hours_per_month:,.2f} per month)")
     if result.capacity is not None:
         _print_capacity(console, result.capacity)
     if result.tokens_per_second:
-        console.print(f"[bold]${cost.usd_per_million_output_tokens(result.tokens_per_second):.2f} per 1M output "
-                      f"tokens[/] at {result.tokens_per_second:g} tokens/s, running 24/7")
+        per_million = cost.usd_per_million_output_tokens(result.tokens_per_second)
+        shown = "unknown" if per_million is None else f"${per_million:.2f}"
+        console.print(f"[bold]{shown} per 1M output tokens[/] at {result.tokens_per_second:g} tokens/s, running 24/7")
     console.print("[dim]Not included: " + "; ".join(cost.excluded) + "[/]")
     console.print("[dim]Price sources: " + " | ".join(f"{k}: {v}" for k, v in cost.price_sources.items()) + "[/]")
     if cost.has_estimates:
@@ -656,6 +665,9 @@ def bench(
     except (PlanError, PriceError) as error:
         _fail(ExitCode.CONFIG_ERROR, str(error), False)
     hourly = plan_result.cost.hourly_usd if hourly_cost_usd is None else hourly_cost_usd
+    if hourly is None:  # a region without prices: the bench prices responses, so it needs one
+        _fail(ExitCode.CONFIG_ERROR, f"{plan_result.cost.unknown_reason}; accepted: --hourly-cost-usd with the "
+                                     "deployment's hourly cost", False)
     nodes = ", ".join(f"{n.count}x {n.instance_type} ({n.role})" for n in plan_result.nodes if n.count)
     # Without --config the price is the reference deployment's, but the topology behind --url is unknown.
     described = {"config": str(config) if config else "none (priced as the reference deployment)",

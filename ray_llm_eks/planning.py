@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .base import instance_types
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
 from .base.models import ModelArchitecture
-from .pricing import PriceBasis, PriceError, PriceTable, load_price_table
+from .pricing import PriceBasis, PriceError, PriceTable, RegionPrices, UnpricedRegion, load_price_table
 from .base.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
 from .base.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
 from .base.units import GIB
@@ -224,8 +224,9 @@ class CostLine:
     item: str
     quantity: float
     unit: str
-    usd_per_hour: float
-    basis: PriceBasis
+    usd_per_hour: float | None
+    """None: unknown (a region the price table has no prices for), never 0."""
+    basis: PriceBasis | None
 
 
 @dataclass(frozen=True)
@@ -237,14 +238,24 @@ class CostEstimate:
     price_sources: dict[str, str]
     excluded: tuple[str, ...]
     estimate_note: str | None
+    unknown_reason: str | None = None
+    """Why the lines have no prices (the region is not in the price table); None when priced."""
 
     @property
-    def hourly_usd(self) -> float:
-        return sum(line.usd_per_hour for line in self.lines)
+    def known(self) -> bool:
+        return self.unknown_reason is None
 
     @property
-    def monthly_usd(self) -> float:
-        return self.hourly_usd * self.hours_per_month
+    def hourly_usd(self) -> float | None:
+        """None when the price is unknown (:attr:`unknown_reason`)."""
+        if not self.known:
+            return None
+        return sum(line.usd_per_hour or 0.0 for line in self.lines)
+
+    @property
+    def monthly_usd(self) -> float | None:
+        hourly = self.hourly_usd
+        return None if hourly is None else hourly * self.hours_per_month
 
     @property
     def has_estimates(self) -> bool:
@@ -255,9 +266,11 @@ class CostEstimate:
         """The lines whose price is an estimate (``basis: estimate`` in prices.yaml), by item."""
         return tuple(line.item for line in self.lines if line.basis is PriceBasis.estimate)
 
-    def usd_per_million_output_tokens(self, tokens_per_second: float) -> float:
+    def usd_per_million_output_tokens(self, tokens_per_second: float) -> float | None:
         if tokens_per_second <= 0:
             raise ValueError(f"tokens_per_second must be positive; got {tokens_per_second}")
+        if self.hourly_usd is None:
+            return None
         # One formula for the plan and the benchmark's summary.
         return bench_cost.usd_per_million_output_tokens(self.hourly_usd, tokens_per_second)
 
@@ -278,8 +291,8 @@ class Plan:
     cost: CostEstimate
     tokens_per_second: float | None = None
     assumptions: tuple[str, ...] = field(default=())
-    cost_range: dict[str, float] = field(default_factory=dict)
-    """Hourly cost with every GPU node group at its min and at its max size."""
+    cost_range: dict[str, float | None] = field(default_factory=dict)
+    """Hourly cost with every GPU node group at its min and at its max size (None: price unknown)."""
     capacity: CapacityPlan | None = None
     """With a workload (``plan --isl --osl --rate``): what each leg needs for it."""
     pin_commands: dict[str, str] = field(default_factory=dict)
@@ -298,14 +311,21 @@ class Plan:
     def summary(self) -> dict[str, Any]:
         """The machine-readable plan (``plan --json``)."""
         decode = self.decode_budget
+        hours = self.cost.hours_per_month
+
+        def usd(value: float | None, digits: int, times: float = 1) -> float | None:
+            # An unknown price stays null (``price_unknown`` says why), never 0.
+            return None if value is None else round(value * times, digits)
+
         result: dict[str, Any] = {
             "fits": self.fits,
-            "hourly_cost_usd": round(self.cost.hourly_usd, 6),
-            "monthly_cost_usd": round(self.cost.monthly_usd, 4),
-            "hourly_cost_usd_min": round(self.cost_range["min"], 6),
-            "hourly_cost_usd_max": round(self.cost_range["max"], 6),
-            "monthly_cost_usd_min": round(self.cost_range["min"] * self.cost.hours_per_month, 4),
-            "monthly_cost_usd_max": round(self.cost_range["max"] * self.cost.hours_per_month, 4),
+            "hourly_cost_usd": usd(self.cost.hourly_usd, 6),
+            "monthly_cost_usd": usd(self.cost.monthly_usd, 4),
+            "hourly_cost_usd_min": usd(self.cost_range["min"], 6),
+            "hourly_cost_usd_max": usd(self.cost_range["max"], 6),
+            "monthly_cost_usd_min": usd(self.cost_range["min"], 4, hours),
+            "monthly_cost_usd_max": usd(self.cost_range["max"], 4, hours),
+            "price_unknown": self.cost.unknown_reason,
             "recommended_prefill_decode_ratio": (self.capacity.recommended_prefill_decode_ratio
                                                  if self.capacity else None),
             "capacity": asdict(self.capacity) if self.capacity else None,
@@ -320,7 +340,7 @@ class Plan:
             "kv_transfer_seconds_per_request": round(self.kv_transfer.efa_seconds, 6),
             "kv_transfer_seconds_per_request_tcp_fallback": round(self.kv_transfer.tcp_fallback_seconds, 6),
             "cost_per_million_output_tokens_usd": (
-                round(self.cost.usd_per_million_output_tokens(self.tokens_per_second), 6)
+                usd(self.cost.usd_per_million_output_tokens(self.tokens_per_second), 6)
                 if self.tokens_per_second else None
             ),
             "model": self.model.name,
@@ -330,14 +350,15 @@ class Plan:
             "data_plane_az": self.data_plane_az,
             "max_model_len": self.max_model_len,
             "price_table_as_of": self.cost.price_table_as_of,
-            "price_includes_estimates": self.cost.has_estimates,
+            "price_includes_estimates": self.cost.has_estimates if self.cost.known else None,
             "nodes": [asdict(node) for node in self.nodes],
             "memory": [
                 {**asdict(b), "fits": b.fits, "fixes": list(b.fixes)} for b in self.budgets
             ],
             "kv_transfer": asdict(self.kv_transfer),
             "cold_start": {**asdict(self.cold_start), "seconds": round(self.cold_start.seconds, 3)},
-            "cost_lines": [{**asdict(line), "basis": line.basis.value} for line in self.cost.lines],
+            "cost_lines": [{**asdict(line), "basis": line.basis.value if line.basis else None}
+                           for line in self.cost.lines],
             "cost_excluded": list(self.cost.excluded),
             "assumptions": list(self.assumptions),
         }
@@ -410,41 +431,55 @@ class Footprint:
 
 
 def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "desired") -> CostEstimate:
-    """The deployment's cost with every GPU node group at its ``min``, ``desired`` or ``max`` size."""
-    prices = table.region(footprint.region)
+    """The deployment's cost with every GPU node group at its ``min``, ``desired`` or ``max`` size.
+
+    In a region the table has no prices for (:class:`~ray_llm_eks.pricing.UnpricedRegion`), every
+    line keeps its item and quantity and has no price (None), and the estimate carries the reason."""
+    try:
+        prices: RegionPrices | None = table.region(footprint.region)
+        unknown = None
+    except UnpricedRegion as error:
+        prices, unknown = None, str(error)
     hours = table.hours_per_month
-    lines = [CostLine("EKS control plane", 1, "cluster", prices.eks_cluster_hour, PriceBasis.confirmed)]
+    lines: list[CostLine] = []
+
+    def line(item: str, quantity: float, unit: str,
+             price: Callable[[RegionPrices], tuple[float, PriceBasis]]) -> None:
+        """One line; ``price`` gives its USD per hour and basis from the region's prices, when there are any."""
+        if prices is None:
+            lines.append(CostLine(item, quantity, unit, None, None))
+        else:
+            usd, basis = price(prices)
+            lines.append(CostLine(item, quantity, unit, usd, basis))
+
+    def per_node(instance_type: str, count: int) -> Callable[[RegionPrices], tuple[float, PriceBasis]]:
+        return lambda p: (p.instance(instance_type).usd_per_hour * count, p.instance(instance_type).basis)
+
+    line("EKS control plane", 1, "cluster", lambda p: (p.eks_cluster_hour, PriceBasis.confirmed))
     system = specs.system
-    system_price = prices.instance(system.instance_type)
-    lines.append(CostLine(f"system node {system.instance_type}", system.count, "node",
-                          system_price.usd_per_hour * system.count, system_price.basis))
+    line(f"system node {system.instance_type}", system.count, "node", per_node(system.instance_type, system.count))
     for role in WORKER_ROLES:
         pool = specs.pool(role)
-        price = prices.instance(pool.instance_type)
         count = _nodes(pool, size)
-        lines.append(CostLine(f"{role} node {pool.instance_type}", count, "node", price.usd_per_hour * count,
-                              price.basis))
+        line(f"{role} node {pool.instance_type}", count, "node", per_node(pool.instance_type, count))
     nat = footprint.nat_gateways
-    lines.append(CostLine("NAT gateway (hours only)", nat, "gateway", prices.nat_gateway.usd_per_hour * nat,
-                          prices.nat_gateway.basis))
-    lines.append(CostLine("public IPv4 of the NAT gateway", nat, "address", prices.public_ipv4_hour * nat,
-                          PriceBasis.confirmed))
+    line("NAT gateway (hours only)", nat, "gateway", lambda p: (p.nat_gateway.usd_per_hour * nat, p.nat_gateway.basis))
+    line("public IPv4 of the NAT gateway", nat, "address", lambda p: (p.public_ipv4_hour * nat, PriceBasis.confirmed))
     for role in WORKER_ROLES:
         pool = specs.pool(role)
-        volume = pool.root_volume
-        monthly = prices.gp3.volume_usd_per_month(volume.size_gib, volume.throughput_mibps, volume.iops)
-        lines.append(CostLine(
-            f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mibps} MiB/s, {volume.iops} IOPS",
-            _nodes(pool, size), "volume", monthly / hours * _nodes(pool, size), prices.gp3.basis))
-    system_monthly = prices.gp3.volume_usd_per_month(system.root_volume_size_gib,
-                                                     prices.gp3.BASELINE_THROUGHPUT_MIBPS, prices.gp3.BASELINE_IOPS)
-    lines.append(CostLine(f"system root gp3 {system.root_volume_size_gib} GiB", system.count, "volume",
-                          system_monthly / hours * system.count, prices.gp3.basis))
+        volume, count = pool.root_volume, _nodes(pool, size)
+        line(f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mibps} MiB/s, {volume.iops} IOPS",
+             count, "volume",
+             lambda p, v=volume, n=count: (p.gp3.volume_usd_per_month(v.size_gib, v.throughput_mibps, v.iops)
+                                           / hours * n, p.gp3.basis))
+    line(f"system root gp3 {system.root_volume_size_gib} GiB", system.count, "volume",
+         lambda p: (p.gp3.volume_usd_per_month(system.root_volume_size_gib, p.gp3.BASELINE_THROUGHPUT_MIBPS,
+                                               p.gp3.BASELINE_IOPS) / hours * system.count, p.gp3.basis))
     gcs = specs.serving.service.gcs_fault_tolerance
     if gcs.enabled:
-        cache = prices.cache_node(gcs.cache_node_type)
-        lines.append(CostLine(f"GCS cache {gcs.cache_node_type} (ElastiCache for Valkey)", gcs.cache_nodes, "node",
-                              cache.usd_per_hour * gcs.cache_nodes, cache.basis))
+        line(f"GCS cache {gcs.cache_node_type} (ElastiCache for Valkey)", gcs.cache_nodes, "node",
+             lambda p: (p.cache_node(gcs.cache_node_type).usd_per_hour * gcs.cache_nodes,
+                        p.cache_node(gcs.cache_node_type).basis))
     if specs.observability.enabled:
         if table.cloudwatch is None:
             raise PriceError("the price table has no CloudWatch prices, which observability needs")
@@ -455,8 +490,9 @@ def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "de
         alarm_metrics = sum(ALARM_METRICS.get(name, 1) for name in alarms)  # a math alarm: per metric
         metrics = len(LOG_METRICS) + (len(published_metrics(disaggregated)) if continuous else 0)
         monthly = DASHBOARDS * cw.dashboard_month + alarm_metrics * cw.alarm_month + metrics * cw.custom_metric_month
-        lines.append(CostLine(f"CloudWatch: {DASHBOARDS} dashboard, {len(alarms)} alarms, {metrics} custom metrics",
-                              1, "set", monthly / hours, cw.basis))
+        # The table's CloudWatch figures hold for the covered regions only: unknown elsewhere too.
+        line(f"CloudWatch: {DASHBOARDS} dashboard, {len(alarms)} alarms, {metrics} custom metrics", 1, "set",
+             lambda p: (monthly / hours, cw.basis))
     excluded = [
         "NAT gateway data processing and internet data transfer (per GB, traffic-dependent)",
         "CloudWatch Logs for VPC flow logs and the control plane (per GB ingested)",
@@ -471,7 +507,8 @@ def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "de
         excluded.append("the internal Network Load Balancer (hourly + LCU; not in the price table)")
     return CostEstimate(
         region=footprint.region, lines=tuple(lines), hours_per_month=hours, price_table_as_of=table.as_of,
-        price_sources=table.sources, excluded=tuple(excluded), estimate_note=prices.multiplier_note,
+        price_sources=table.sources, excluded=tuple(excluded),
+        estimate_note=prices.multiplier_note if prices is not None else None, unknown_reason=unknown,
     )
 
 
@@ -483,7 +520,9 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     """Compute the plan of a validated deployment: a :class:`Deployment` (a configuration), or the
     :class:`Specs` of one composed from constructs (``RayLlmServing.specs``) with its ``footprint``.
     Raises :class:`PlanError` (bad token rate, no footprint) or
-    :class:`~ray_llm_eks.pricing.PriceError` (region/instance not in the price table).
+    :class:`~ray_llm_eks.pricing.PriceError` (an instance type the table cannot price in the region).
+    A region the table has no prices for at all is no error: every figure that does not depend on
+    the region is computed, and the cost's lines have no price (``cost.unknown_reason`` says why).
 
     A model that does not fit never gets here: the model refuses it, as synthesis does
     (``ConfigError.does_not_fit``), with the same figures and fixes (:mod:`ray_llm_eks.base.memory`).
@@ -501,7 +540,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     model = serving.architecture
     dtype_bytes = DTYPE_BYTES[serving.model.dtype]
     table = price_table or load_price_table()
-    cost = _cost(specs, footprint, table)  # first: an unpriced region or type is an error before anything else
+    cost = _cost(specs, footprint, table)  # first: a type the region cannot price is an error before anything else
     cost_range = {size: _cost(specs, footprint, table, size).hourly_usd for size in ("min", "max")}
 
     nodes = [NodePlan("system", specs.system.instance_type, specs.system.count, *_facts(specs.system.instance))]

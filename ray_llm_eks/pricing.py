@@ -3,8 +3,9 @@
 The table says for every figure how it was obtained (``basis``): confirmed against public
 tables, assumed equal to us-east-1, or an estimate. ``plan`` shows the date and source and
 warns about estimates, so nobody budgets on a number we could not check.
-An unknown region, an unknown instance type, or a type the region does not offer is a
-:class:`PriceError` that says which, never a guess.
+An unknown instance type, or a type the region does not offer, is a :class:`PriceError` that
+says which, never a guess; a region without prices is an :class:`UnpricedRegion`, which ``plan``
+reports as an unknown price beside its other figures.
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ from .base import instance_types
 
 class PriceError(LookupError):
     """A price the table cannot give, explained for a person."""
+
+
+class UnpricedRegion(PriceError):
+    """The table has no prices at all for the region. ``plan`` still computes everything that does
+    not depend on the region and marks the price unknown with this reason (a real region is
+    checked against AWS's list before pricing; an instance type the region does not offer stays a
+    plain :class:`PriceError`)."""
 
 
 class PriceBasis(str, Enum):
@@ -117,7 +125,7 @@ class PriceTable:
     def region(self, region: str) -> RegionPrices:
         prices = self.regions.get(region)
         if prices is None:
-            raise PriceError(
+            raise UnpricedRegion(
                 f"the price table (as of {self.as_of}) has no prices for region {region!r}; "
                 f"covered regions: {', '.join(sorted(self.regions))}"
             )

@@ -98,12 +98,37 @@ def test_plan_exits_2_for_a_config_error(tmp_path):
     assert "regoin: unknown key" in result.output
 
 
-def test_plan_exits_2_for_a_region_missing_from_the_price_table(tmp_path):
+def test_plan_in_a_region_missing_from_the_price_table_prints_every_other_figure(tmp_path):
     config = _write(tmp_path, "region: ap-south-2\ncontrol_plane_azs: [ap-south-2a, ap-south-2b]\n"
                               "data_plane_az: ap-south-2a\n")
-    result = runner.invoke(cli.app, ["plan", "--config", config, "--json"])
+    as_json = runner.invoke(cli.app, ["plan", "--config", config, "--json", "--tokens-per-second", "500"])
+    assert as_json.exit_code == 0, as_json.output  # as for a priced plan that fits
+    data = json.loads(as_json.stdout)
+    assert "no prices for region 'ap-south-2'" in data["price_unknown"]
+    assert data["hourly_cost_usd"] is None and data["monthly_cost_usd"] is None
+    assert data["cost_per_million_output_tokens_usd"] is None
+    assert all(line["usd_per_hour"] is None and line["basis"] is None for line in data["cost_lines"])
+    assert data["kv_cache_bytes_per_token"] == 32_768 and data["max_concurrent_sequences"] == 3
+    assert data["kv_transfer_bytes_per_request"] == 185_729_024
+    result = runner.invoke(cli.app, ["plan", "--config", config, "--tokens-per-second", "500"],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = result.output
+    for figure in ("32,768 B", "0.64 GiB", "185,729,024 bytes", "59.4 ms over EFA", "17.98 GiB -> 18 s"):
+        assert figure in text, figure
+    assert "Price unknown: the price table (as of 2026-11-30) has no prices for region 'ap-south-2'" in text
+    total = next(line for line in text.splitlines() if "total" in line)
+    assert "unknown" in total and "0.0000" not in text
+    assert "unknown per 1M output tokens" in text and "per hour, $" not in text
+
+
+def test_bench_in_a_region_without_prices_needs_the_hourly_cost(tmp_path):
+    config = _write(tmp_path, "region: ap-south-2\ncontrol_plane_azs: [ap-south-2a, ap-south-2b]\n"
+                              "data_plane_az: ap-south-2a\n")
+    result = runner.invoke(cli.app, ["bench", "--config", config, "--url", "http://127.0.0.1:9",
+                                     "--out", str(tmp_path / "run")], env={"COLUMNS": "200"})
     assert result.exit_code == 2
-    assert "no prices for region 'ap-south-2'" in json.loads(result.stdout)["error"]
+    assert "no prices for region 'ap-south-2'" in result.output and "accepted: --hourly-cost-usd" in result.output
 
 
 def test_plan_exits_2_for_an_instance_type_the_region_does_not_offer(tmp_path):

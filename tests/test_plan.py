@@ -214,10 +214,37 @@ def test_price_table_is_dated_and_sourced():
     assert {"eks", "nat_gateway", "ebs_gp3", "instances_us_east_1"} <= set(table.sources)
 
 
-def test_unknown_region_is_a_clear_error():
-    with pytest.raises(PriceError, match="no prices for region 'ap-south-2'"):
-        make_plan(_config(region="ap-south-2", control_plane_azs=["ap-south-2a", "ap-south-2b"],
-                          data_plane_az="ap-south-2a"))
+def test_a_region_without_prices_gets_every_other_figure_and_an_unknown_price():
+    unpriced = make_plan(_config(region="ap-south-2", control_plane_azs=["ap-south-2a", "ap-south-2b"],
+                                 data_plane_az="ap-south-2a"), tokens_per_second=500)
+    priced = make_plan(_config(), tokens_per_second=500)
+    assert unpriced.cost.unknown_reason.startswith("the price table (as of 2026-11-30) has no prices for region "
+                                                   "'ap-south-2'; covered regions: ap-northeast-1")
+    assert unpriced.cost.hourly_usd is None and unpriced.cost.monthly_usd is None
+    assert unpriced.cost.usd_per_million_output_tokens(500) is None
+    assert unpriced.cost_range == {"min": None, "max": None}
+    # The same items and quantities, each with no price (never 0).
+    assert [(line.item, line.quantity) for line in unpriced.cost.lines] == \
+        [(line.item, line.quantity) for line in priced.cost.lines]
+    assert all(line.usd_per_hour is None and line.basis is None for line in unpriced.cost.lines)
+    summary, reference = unpriced.summary(), priced.summary()
+    for key in ("hourly_cost_usd", "monthly_cost_usd", "hourly_cost_usd_min", "hourly_cost_usd_max",
+                "monthly_cost_usd_min", "monthly_cost_usd_max", "cost_per_million_output_tokens_usd",
+                "price_includes_estimates"):
+        assert summary[key] is None, key
+    assert summary["price_unknown"] == unpriced.cost.unknown_reason and reference["price_unknown"] is None
+    # Every figure that does not depend on the region is the priced region's.
+    for key in ("fits", "kv_cache_bytes_per_token", "linear_state_bytes_per_sequence", "weights_gib", "kv_pool_gib",
+                "max_concurrent_sequences", "cold_start_seconds", "kv_transfer_bytes_per_request",
+                "kv_transfer_seconds_per_request", "kv_transfer_seconds_per_request_tcp_fallback", "memory",
+                "kv_transfer", "cold_start", "nodes", "max_model_len", "hours_per_month"):
+        assert summary[key] == reference[key], key
+
+
+def test_a_region_without_prices_still_refuses_a_type_a_priced_region_does_not_offer():
+    with pytest.raises(PriceError, match="g6.8xlarge is not offered in eu-west-1"):
+        make_plan(_config(region="eu-west-1", control_plane_azs=["eu-west-1a", "eu-west-1b"],
+                          data_plane_az="eu-west-1a"))
 
 
 def test_instance_type_not_offered_in_region_is_a_clear_error():
