@@ -37,6 +37,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
+from rich.cells import cell_len
+from rich.text import Text
 
 from .config import ConfigError, DeploymentConfig, load_config
 from .base.units import GIB
@@ -165,6 +167,80 @@ def plan(
         _print_plan(result)
 
 
+TABLE_CELL_PADDING = 2
+"""rich's default: one space either side of a cell's text."""
+
+
+def _print_table(console: Console, title: str | None, columns: list[tuple[str, bool]], rows: list[list[str]],
+                 *, show_header: bool = True, show_lines: bool = False, transposed: bool = False) -> None:
+    """A table that never cuts a figure: ``columns`` are (header, numeric). Numbers keep one line
+    each (right-aligned, never wrapped); text wraps between words, never inside one. When even that
+    is wider than the terminal, a table of figures is printed turned (a column per row), and any
+    other (or a turned one still too wide) as a list of "header: value" lines per row.
+
+    rich alone would shrink every column evenly once wrapping text is not enough, and cut what no
+    longer fits with an ellipsis (``32,7…``), numbers included; so the widths are chosen here and
+    handed to rich fixed. Cells are rich markup."""
+    texts = [[Text.from_markup(cell) for cell in row] for row in rows]
+    headers = [Text.from_markup(name) for name, _ in columns]
+
+    def longest_word(text: Text) -> int:
+        return max((cell_len(word) for word in text.plain.split()), default=0)
+
+    def whole(text: Text) -> int:
+        return max((cell_len(line) for line in text.plain.splitlines()), default=0)
+
+    need_min, need_max = [], []
+    for index, (_, numeric) in enumerate(columns):
+        cells = [row[index] for row in texts]
+        header = [headers[index]] if show_header else []
+        need_max.append(max(whole(text) for text in [*cells, *header]))
+        need_min.append(max([whole(text) if numeric else longest_word(text) for text in cells]
+                            + [longest_word(text) for text in header]))
+    borders = len(columns) + 1
+    available = console.width - borders - TABLE_CELL_PADDING * len(columns)
+    if sum(need_min) > available:
+        if show_header and not transposed and all(numeric for _, numeric in columns[1:]):
+            # A table of figures (one column per figure) reads better turned: one column per row.
+            _print_table(console, title, [("", False), *((row[0], True) for row in rows)],
+                         [[name, *(row[i] for row in rows)] for i, (name, _) in enumerate(columns) if i],
+                         transposed=True)
+            return
+        _print_as_list(console, title, [name for name, _ in columns], rows, show_header=show_header)
+        return
+    widths = list(need_max)
+    if sum(need_max) > available:
+        # Columns share what is left above their minimum (longest word, whole figure) in proportion to
+        # what they could use; a numeric column can only use it for its header.
+        widths = list(need_min)
+        spare = available - sum(need_min)
+        wants = [high - low for high, low in zip(need_max, need_min)]
+        total = sum(wants)
+        for i, want in enumerate(wants):
+            if total:
+                widths[i] += min(want, want * spare // total)
+    table = Table(title=title, title_justify="left", show_header=show_header, show_lines=show_lines)
+    for (name, numeric), width in zip(columns, widths):
+        # A numeric column is at least as wide as its widest figure, so no figure wraps; its header may.
+        table.add_column(name, justify="right" if numeric else "left", width=width, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _print_as_list(console: Console, title: str | None, names: list[str], rows: list[list[str]], *,
+                   show_header: bool) -> None:
+    """Each row as its first cell, then one "header: value" line per other cell (a narrow terminal)."""
+    if title:
+        console.print(title)
+    for row in rows:
+        console.print(f"[bold]{row[0]}[/]" if row[0] else "-")
+        for name, cell in zip(names[1:], row[1:]):
+            if cell:
+                label = f"{name}: " if show_header else ""
+                console.print(f"  {label}{cell}")
+
+
 def _gib(value_bytes: float) -> str:
     return f"{value_bytes / GIB:.2f} GiB"
 
@@ -180,30 +256,26 @@ def _print_plan(result: Plan) -> None:
         title="ray-llm-eks plan", border_style="cyan",
     ))
 
-    nodes = Table(title="Nodes", title_justify="left")
-    for column in ("role", "instance type", "count", "vCPU", "memory", "GPU", "network", "EFA"):
-        nodes.add_column(column, justify="right" if column in {"count", "vCPU", "memory", "network"} else "left")
-    for node in result.nodes:
-        gpu = f"{node.gpus} x {node.gpu_model}" if node.gpus else "-"
-        nodes.add_row(node.role, node.instance_type, str(node.count), str(node.vcpus), f"{node.memory_gib} GiB",
-                      gpu, f"{node.network_gbps:g} Gbps", "[green]yes[/]" if node.efa else "no")
-    console.print(nodes)
+    nodes = [[node.role, node.instance_type, str(node.count), str(node.vcpus), f"{node.memory_gib} GiB",
+              f"{node.gpus} x {node.gpu_model}" if node.gpus else "-", f"{node.network_gbps:g} Gbps",
+              "[green]yes[/]" if node.efa else "no"] for node in result.nodes]
+    _print_table(console, "Nodes", [("role", False), ("instance type", False), ("count", True), ("vCPU", True),
+                                    ("memory", True), ("GPU", False), ("network", True), ("EFA", False)], nodes)
 
-    memory = Table(title="GPU memory per worker GPU (max_model_len "
-                         f"{result.max_model_len})", title_justify="left")
-    for column in ("leg", "GPU memory", "x utilization", "weights", "reserve", "KV pool", "KV / token",
-                   "state / seq", "per max-len seq", "max concurrent"):
-        memory.add_column(column, justify="left" if column == "leg" else "right")
+    memory = []
     for b in result.budgets:
         pool = f"[green]{b.kv_pool_gib:.2f} GiB[/]" if b.fits else f"[red]{b.kv_pool_gib:.2f} GiB[/]"
-        memory.add_row(
+        memory.append([
             f"{b.role} ({b.instance_type}, TP {b.tensor_parallel_size})", f"{b.gpu_memory_gib:.2f} GiB",
             f"{b.usable_gib:.2f} GiB", f"{b.weights_gib:.2f} GiB", f"{b.reserve_gib:.2f} GiB", pool,
             f"{b.kv_cache_bytes_per_token:,} B", f"{b.linear_state_bytes_per_sequence / 2**20:.1f} MiB",
             f"{b.bytes_per_max_length_sequence / 2**20:.1f} MiB",
             f"[bold]{b.max_concurrent_sequences}[/]" if b.fits else "[red]0[/]",
-        )
-    console.print(memory)
+        ])
+    _print_table(console, f"GPU memory per worker GPU (max_model_len {result.max_model_len})",
+                 [("leg", False), *((name, True) for name in (
+                     "GPU memory", "x utilization", "weights", "reserve", "KV pool", "KV / token", "state / seq",
+                     "per max-len seq", "max concurrent"))], memory)
 
     transfer = result.kv_transfer
     if transfer.applies:
@@ -222,21 +294,17 @@ def _print_plan(result: Plan) -> None:
                   f"[bold]{cold.seconds:.0f} s[/] ({per_role})")
 
     cost = result.cost
-    table = Table(title=f"All-in cost, {cost.region} on-demand (price table as of {cost.price_table_as_of})",
-                  title_justify="left")
-    table.add_column("item")
-    table.add_column("qty", justify="right")
-    table.add_column("USD / hour", justify="right")
-    table.add_column("basis")
+    lines = []
     for line in cost.lines:
         if line.usd_per_hour is None or line.basis is None:
-            table.add_row(line.item, f"{line.quantity:g}", "[yellow]unknown[/]", "no price")
+            lines.append([line.item, f"{line.quantity:g}", "[yellow]unknown[/]", "no price"])
             continue
         basis = f"[yellow]{line.basis.value}[/]" if line.basis is PriceBasis.estimate else line.basis.value
-        table.add_row(line.item, f"{line.quantity:g}", f"{line.usd_per_hour:.4f}", basis)
+        lines.append([line.item, f"{line.quantity:g}", f"{line.usd_per_hour:.4f}", basis])
     hourly, monthly = cost.hourly_usd, cost.monthly_usd
-    table.add_row("[bold]total[/]", "", "[bold yellow]unknown[/]" if hourly is None else f"[bold]{hourly:.4f}[/]", "")
-    console.print(table)
+    lines.append(["[bold]total[/]", "", "[bold yellow]unknown[/]" if hourly is None else f"[bold]{hourly:.4f}[/]", ""])
+    _print_table(console, f"All-in cost, {cost.region} on-demand (price table as of {cost.price_table_as_of})",
+                 [("item", False), ("qty", True), ("USD / hour", True), ("basis", False)], lines)
     if hourly is None or monthly is None:
         console.print(f"[bold yellow]Price unknown[/]: {escape(cost.unknown_reason or '')}. Every other figure "
                       "above and below does not depend on the region.")
@@ -271,19 +339,17 @@ def _print_plan(result: Plan) -> None:
 
 def _print_capacity(console: Any, capacity: CapacityPlan) -> None:
     w = capacity.workload
-    table = Table(title=f"Capacity for {w.rate:g} requests/s of {w.isl} prompt + {w.osl} answer tokens",
-                  title_justify="left")
-    for column in ("leg", "per replica", "replicas needed", "nodes needed", "recommended nodes", "configured (min/desired/max)"):
-        table.add_column(column, justify="left" if column in ("leg", "per replica") else "right")
     p, d = capacity.prefill, capacity.decode
-    table.add_row(f"prefill ({p.gpu_model})", f"{p.per_replica['seconds_per_request'] * 1000:.0f} ms per prompt",
-                  f"{p.replicas_needed:.2f}", f"{p.nodes_needed:.2f}", str(p.nodes_recommended),
-                  "/".join(map(str, p.nodes_configured)))
-    table.add_row(f"decode ({d.gpu_model})", f"{d.per_replica['tokens_per_second']:.0f} tokens/s at batch "
-                  f"{d.per_replica['batch']:.0f} ({d.per_replica['step_ms']:.0f} ms a step)",
-                  f"{d.replicas_needed:.2f}", f"{d.nodes_needed:.2f}", str(d.nodes_recommended),
-                  "/".join(map(str, d.nodes_configured)))
-    console.print(table)
+    rows = [[f"prefill ({p.gpu_model})", f"{p.per_replica['seconds_per_request'] * 1000:.0f} ms per prompt",
+             f"{p.replicas_needed:.2f}", f"{p.nodes_needed:.2f}", str(p.nodes_recommended),
+             "/".join(map(str, p.nodes_configured))],
+            [f"decode ({d.gpu_model})", f"{d.per_replica['tokens_per_second']:.0f} tokens/s at batch "
+             f"{d.per_replica['batch']:.0f} ({d.per_replica['step_ms']:.0f} ms a step)",
+             f"{d.replicas_needed:.2f}", f"{d.nodes_needed:.2f}", str(d.nodes_recommended),
+             "/".join(map(str, d.nodes_configured))]]
+    _print_table(console, f"Capacity for {w.rate:g} requests/s of {w.isl} prompt + {w.osl} answer tokens",
+                 [("leg", False), ("per replica", False), ("replicas needed", True), ("nodes needed", True),
+                  ("recommended nodes", True), ("configured (min/desired/max)", True)], rows)
     console.print(f"[bold]recommended_prefill_decode_ratio {capacity.recommended_prefill_decode_ratio:g}[/] "
                   f"(prefill nodes per decode node); a new node serves in about {capacity.node_start_seconds:.0f} s")
     console.print("[dim]Throughput model: " + "; ".join(capacity.assumptions) + "[/]")
@@ -348,16 +414,13 @@ def _run_with_progress(deployment: DeploymentConfig, session: Any) -> PreflightR
 
 def _print_report(report: PreflightReport) -> None:
     console = _console()
-    table = Table(title=f"preflight: account {report.account}, {report.region} ({report.caller_arn})",
-                  title_justify="left", show_lines=True)
-    table.add_column("check")
-    table.add_column("result")
-    table.add_column("detail / fix")
+    rows = []
     for result in report.results:
         mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
-        text = result.detail if result.passed else f"{result.detail}\n[yellow]fix:[/] {result.fix}"
-        table.add_row(result.title, mark, text)
-    console.print(table)
+        text = escape(result.detail) if result.passed else f"{escape(result.detail)}\n[yellow]fix:[/] {escape(result.fix)}"
+        rows.append([escape(result.title), mark, text])
+    _print_table(console, f"preflight: account {report.account}, {report.region} ({escape(report.caller_arn)})",
+                 [("check", False), ("result", False), ("detail / fix", False)], rows, show_lines=True)
     failed = sum(not r.passed for r in report.results)
     if failed:
         console.print(f"[bold red]{failed} of {len(report.results)} checks failed[/]")
@@ -510,10 +573,8 @@ def _print_drill(result: dict[str, Any]) -> None:
 
 def _print_rows(console: Any, rows: list[tuple[str, str]]) -> None:
     """A two-column table of (name, value), the values escaped for rich."""
-    table = Table(show_header=False, title_justify="left")
-    for name, value in rows:
-        table.add_row(name, escape(value))
-    console.print(table)
+    _print_table(console, None, [("", False), ("", False)], [[escape(name), escape(value)] for name, value in rows],
+                 show_header=False)
 
 
 class _nothing:

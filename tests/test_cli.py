@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import boto3
 import pytest
@@ -266,3 +269,57 @@ def test_plan_names_each_estimated_price_never_a_dangling_warning(tmp_path):
     (warning,) = [line for line in result.output.splitlines() if "are estimates" in line]
     assert not warning.rstrip().endswith(":"), warning
     assert "GCS cache cache.t4g.small" in warning, warning
+
+
+# --- tables that fit the terminal ---------------------------------------------------------------
+
+def _plan_as_typed(width: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ray-llm-eks plan ...`` in a terminal ``width`` columns wide, as a user types it."""
+    return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "plan", *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": str(width)}, timeout=120, check=False)
+
+
+def _plan_figures(data: dict) -> list[str]:
+    """Every figure of ``plan --json`` that the tables show, formatted as the tables format it."""
+    figures = [f"{data['kv_cache_bytes_per_token']:,} B", f"{data['kv_transfer_bytes_per_request']:,} bytes",
+               f"{data['hourly_cost_usd']:.4f}"]
+    for node in data["nodes"]:
+        figures += [node["instance_type"], f"{node['memory_gib']} GiB", f"{node['network_gbps']:g} Gbps"]
+    for leg in data["memory"]:
+        figures += [f"{leg[key]:.2f} GiB" for key in ("gpu_memory_gib", "usable_gib", "weights_gib", "reserve_gib",
+                                                       "kv_pool_gib")]
+        figures += [f"{leg['kv_cache_bytes_per_token']:,} B", f"{leg['linear_state_bytes_per_sequence'] / 2**20:.1f} MiB",
+                    f"{leg['bytes_per_max_length_sequence'] / 2**20:.1f} MiB"]
+    figures += [f"{line['usd_per_hour']:.4f}" for line in data["cost_lines"]]
+    for leg in (data["capacity"]["prefill"], data["capacity"]["decode"]):
+        figures += [f"{leg['replicas_needed']:.2f}", f"{leg['nodes_needed']:.2f}",
+                    "/".join(map(str, leg["nodes_configured"]))]
+    return figures
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_plan_cuts_no_figure_at_any_width(width, tmp_path):
+    # A GCS cache adds a priced line; a workload adds the capacity table: every table plan prints.
+    config = _write(tmp_path, "serving:\n  gcs_fault_tolerance:\n    enabled: true\n")
+    workload = ("--isl", "2048", "--osl", "256", "--rate", "2", "--tokens-per-second", "500")
+    data = json.loads(_plan_as_typed(200, "--config", config, "--json", *workload).stdout)
+    done = _plan_as_typed(width, "--config", config, *workload)
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    missing = [figure for figure in _plan_figures(data) if figure not in done.stdout]
+    assert not missing, missing
+    tables = [line for line in done.stdout.splitlines() if line.startswith(("┃", "│", "┏", "└"))]
+    assert tables and all(len(line) <= width for line in tables)
+
+
+def test_preflight_and_the_gate_report_cut_nothing_at_60_columns(aws, ec2_quotas, monkeypatch):  # noqa: F811
+    ec2_quotas.update({G_AND_VT_QUOTA: 32, STANDARD_QUOTA: 32})
+    monkeypatch.setattr(boto3, "Session", StubbedEksSession)
+    result = runner.invoke(cli.app, ["preflight"], env={"COLUMNS": "60"})
+    assert result.exit_code == 1
+    assert "…" not in result.output and "L-DB2E81BA" in result.output
+    console = cli.Console(width=60, record=True, highlight=False)
+    cli._print_rows(console, [("EFA bytes moved", "185729024123 (0.9999873 of predicted)"),
+                              ("NIXL bytes / mean transfer", "185729024 / 59.43361 ms")])
+    text = console.export_text()
+    assert "…" not in text and "185729024123" in text and "59.43361" in text and "0.9999873" in text
