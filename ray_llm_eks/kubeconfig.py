@@ -1,129 +1,102 @@
-"""A :class:`~ray_llm_eks.verification.kube.KubeAccess` from a kubeconfig, for ``ray-llm-eks verify``.
+"""A :class:`~ray_llm_eks.verification.kube.KubeAccess` from a kubeconfig, for ``ray-llm-eks verify`` and ``drill``.
 
-Reads the parts of the kubeconfig format that EKS and common setups use: the context's cluster
-(``server``, ``certificate-authority[-data]``, ``insecure-skip-tls-verify``) and user (``token``,
-``tokenFile``, client certificate and key, and ``exec`` credential plugins such as
-``aws eks get-token``, whose ``ExecCredential`` output gives ``status.token``, re-run when its
-``expirationTimestamp`` passes). Anything missing or unreadable is a
-:class:`~ray_llm_eks.verification.kube.NoClusterAccess` (exit code 3).
+The kubeconfig is read by the official ``kubernetes`` client's loader
+(``kubernetes.config.load_kube_config``), so it means what it means to kubectl: ``KUBECONFIG=a:b``
+merges the files (the first file that names a context, cluster or user wins; the last
+``current-context`` set wins), relative paths resolve against the file that holds them, and the
+user may authenticate by ``token``, ``tokenFile``, client certificate and key (files or ``-data``),
+an ``exec`` credential plugin (``aws eks get-token``; run again once its
+``expirationTimestamp`` passes) or an ``auth-provider`` (``oidc``; ``gcp`` with ``google-auth``).
+The cluster's ``server``, ``certificate-authority[-data]``, ``insecure-skip-tls-verify``,
+``tls-server-name`` and ``proxy-url`` (an ``http://`` proxy) are honoured.
+
+The client's own HTTP layer (urllib3) is not used: the gate's requests go through
+:mod:`ray_llm_eks.verification.reads`, which bounds every answer's size and wall-clock time (a
+socket timeout alone does not), and which the in-cluster gate must keep without the ``kubernetes``
+package (standard library only). So what the loader resolved (server, CA file, client certificate,
+token with its refresh, TLS server name, proxy) becomes a ``KubeAccess``, and both the gate in the
+cluster and ``verify`` here talk through the same, tested transport.
+
+Anything missing, unreadable or refused is a
+:class:`~ray_llm_eks.verification.kube.NoClusterAccess` (exit code 3) that says which.
 """
 
 from __future__ import annotations
 
-import atexit
-import base64
-import datetime as dt
-import json
+import logging
 import os
-import subprocess
-import tempfile
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from .verification.kube import KubeAccess, NoClusterAccess
 
-EXEC_TIMEOUT_SECONDS = 60
+DEFAULT_KUBECONFIG = "~/.kube/config"
 
 
-def default_path() -> Path:
-    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-    return Path(first) if first else Path.home() / ".kube" / "config"
+def default_location() -> str:
+    """``$KUBECONFIG`` (a list of files, separated as in ``PATH``), else ``~/.kube/config``; read at
+    each call, not once at import as the client's own default is."""
+    return os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
 
 
-def _named(items: list[dict[str, Any]] | None, name: str, kind: str, path: Path) -> dict[str, Any]:
-    for item in items or ():
-        if item.get("name") == name:
-            return dict(item.get(kind) or {})
-    raise NoClusterAccess(f"{path}: no {kind} named {name!r}")
+class _Errors(logging.Handler):
+    """The loader logs, rather than raises, a credential plugin that fails: collect what it logs."""
 
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
 
-def _data_file(data: str, suffix: str) -> str:
-    """Inline certificate or key data as a private file for ssl (which reads paths), removed at exit."""
-    handle = tempfile.NamedTemporaryFile("wb", suffix=suffix, delete=False)  # noqa: SIM115 - kept for ssl
-    with handle:
-        os.chmod(handle.name, 0o600)
-        handle.write(base64.b64decode(data))
-    atexit.register(lambda name=handle.name: os.path.exists(name) and os.remove(name))
-    return handle.name
-
-
-def _path(value: str | None, source: Path) -> str | None:
-    """kubectl resolves relative file paths in a kubeconfig against the kubeconfig's own folder."""
-    if not value:
-        return None
-    path = Path(value).expanduser()
-    return str(path if path.is_absolute() else source.parent / path)
-
-
-class _ExecToken:
-    def __init__(self, spec: dict[str, Any], source: Path) -> None:
-        self.spec = spec
-        self.source = source
-        self.token: str | None = None
-        self.expires: dt.datetime | None = None
-
-    def __call__(self) -> str | None:
-        now = dt.datetime.now(dt.timezone.utc)
-        if self.token is None or (self.expires is not None and now >= self.expires - dt.timedelta(seconds=30)):
-            self._refresh()
-        return self.token
-
-    def _refresh(self) -> None:
-        env = dict(os.environ)
-        env.update({item["name"]: item["value"] for item in self.spec.get("env") or ()})
-        command = [self.spec["command"], *(self.spec.get("args") or ())]
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=EXEC_TIMEOUT_SECONDS,
-                                  check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise NoClusterAccess(f"{self.source}: credential plugin {command[0]!r} could not run: {error}") from None
-        if done.returncode != 0:
-            raise NoClusterAccess(f"{self.source}: credential plugin {command[0]!r} failed: {done.stderr.strip()[:300]}")
-        try:
-            status = json.loads(done.stdout)["status"]
-        except (ValueError, KeyError, TypeError):
-            raise NoClusterAccess(f"{self.source}: credential plugin {command[0]!r} printed no ExecCredential") from None
-        self.token = status.get("token")
-        stamp = status.get("expirationTimestamp")
-        self.expires = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
-        if not self.token:
-            raise NoClusterAccess(f"{self.source}: credential plugin {command[0]!r} returned no token")
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 def load_access(path: str | os.PathLike[str] | None = None, context: str | None = None) -> KubeAccess:
-    source = Path(path) if path else default_path()
+    """The access ``context`` (default: the current one) of the kubeconfig at ``path`` (default:
+    :func:`default_location`; either may list several files) gives."""
+    from kubernetes.client import Configuration
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR, load_kube_config
+
+    source = os.fspath(path) if path else default_location()
+    files = [Path(name).expanduser() for name in source.split(ENV_KUBECONFIG_PATH_SEPARATOR) if name]
+    if not any(file.exists() for file in files):
+        raise NoClusterAccess(f"no kubeconfig at {source} (no such file); give --kubeconfig or set KUBECONFIG, "
+                              "e.g. with `aws eks update-kubeconfig`")
+    # proxy="" : only the kubeconfig's proxy-url, never the client's reading of HTTPS_PROXY (urllib
+    # reads the environment's itself, with NO_PROXY, when the kubeconfig names none).
+    configuration = Configuration(host="", proxy="")  # host "": so a cluster without a server shows
+    errors = _Errors()
+    logging.getLogger().addHandler(errors)
     try:
-        config = yaml.safe_load(source.read_text()) or {}
+        load_kube_config(config_file=source, context=context, client_configuration=configuration,
+                         persist_config=False)
     except OSError as error:
-        raise NoClusterAccess(f"cannot read kubeconfig {source}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise NoClusterAccess(f"kubeconfig {source} is not YAML: {error}") from None
-    name = context or config.get("current-context")
-    if not name:
-        raise NoClusterAccess(f"{source}: no current-context; give --context")
-    ctx = _named(config.get("contexts"), name, "context", source)
-    cluster = _named(config.get("clusters"), ctx.get("cluster", ""), "cluster", source)
-    user = _named(config.get("users"), ctx.get("user", ""), "user", source) if ctx.get("user") else {}
-    server = cluster.get("server")
-    if not server:
-        raise NoClusterAccess(f"{source}: cluster {ctx.get('cluster')!r} has no server")
-    ca_file = _path(cluster.get("certificate-authority"), source)
-    if cluster.get("certificate-authority-data"):
-        ca_file = _data_file(cluster["certificate-authority-data"], ".crt")
-    cert, key = _path(user.get("client-certificate"), source), _path(user.get("client-key"), source)
-    if user.get("client-certificate-data"):
-        cert = _data_file(user["client-certificate-data"], ".crt")
-    if user.get("client-key-data"):
-        key = _data_file(user["client-key-data"], ".key")
-    if user.get("exec"):
-        token: Any = _ExecToken(user["exec"], source)
-    elif user.get("token"):
-        token = lambda value=user["token"]: value  # noqa: E731
-    elif user.get("tokenFile"):
-        token = lambda file=Path(_path(user["tokenFile"], source) or ""): file.read_text().strip()  # noqa: E731
-    else:
-        token = lambda: None  # noqa: E731
-    return KubeAccess(server=server.rstrip("/"), token=token, ca_file=ca_file, client_cert_file=cert,
-                      client_key_file=key, insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify")))
+        raise NoClusterAccess(f"cannot read kubeconfig {error.filename or source}: {error.strerror}") from None
+    except ConfigException as error:
+        raise NoClusterAccess(f"kubeconfig {source}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - a malformed file (YAML, or a list where a map belongs)
+        raise NoClusterAccess(f"kubeconfig {source} cannot be used: {type(error).__name__}: {error}") from None
+    finally:
+        logging.getLogger().removeHandler(errors)
+    if not configuration.host:
+        raise NoClusterAccess(f"kubeconfig {source}: the context's cluster has no server")
+    authorization = configuration.api_key.get("BearerToken")
+    if authorization is None and not configuration.cert_file and errors.messages:
+        raise NoClusterAccess(f"kubeconfig {source}: the user's credential plugin failed: "
+                              + "; ".join(errors.messages)[:500])
+    if authorization is not None and not authorization.startswith("Bearer "):
+        raise NoClusterAccess(f"kubeconfig {source}: the user has a username and password (basic authentication), "
+                              "which Kubernetes removed in 1.19; accepted: a token, tokenFile, exec plugin, "
+                              "auth-provider or client certificate")
+
+    def token() -> str | None:
+        # The loader's hook runs the exec plugin (or auth-provider) again once its token has expired.
+        value = configuration.get_api_key_with_prefix("BearerToken")
+        # Stripped as kubectl strips a tokenFile's (the client keeps its trailing newline).
+        return value.removeprefix("Bearer ").strip() or None if value else None
+
+    return KubeAccess(server=configuration.host.rstrip("/"), token=token,
+                      ca_file=configuration.ssl_ca_cert or None, client_cert_file=configuration.cert_file or None,
+                      client_key_file=configuration.key_file or None,
+                      insecure_skip_tls_verify=not configuration.verify_ssl,
+                      tls_server_name=configuration.tls_server_name or None,
+                      proxy_url=configuration.proxy or None)

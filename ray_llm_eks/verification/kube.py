@@ -54,10 +54,17 @@ class ApiError(RuntimeError):
 class KubeAccess:
     server: str
     token: Callable[[], str | None]
+    """The bearer token, asked for before every request (so a rotating one can be re-read or refreshed)."""
     ca_file: str | None = None
     client_cert_file: str | None = None
     client_key_file: str | None = None
     insecure_skip_tls_verify: bool = False
+    tls_server_name: str | None = None
+    """The name the server's certificate is checked against and sent as SNI, instead of the
+    server's host (a kubeconfig's ``tls-server-name``: a server reached by address or tunnel)."""
+    proxy_url: str | None = None
+    """An ``http://`` proxy every request goes through (a kubeconfig's ``proxy-url``; HTTPS via
+    CONNECT). None: the environment's ``HTTPS_PROXY``/``NO_PROXY``, as urllib reads them."""
 
     @classmethod
     def in_cluster(cls) -> KubeAccess:
@@ -74,6 +81,36 @@ class KubeAccess:
         return cls(server=server.rstrip("/"), token=lambda: _read(Path(token_file)) if token_file else None)
 
 
+class _NamedServer(ssl.SSLContext):
+    """A TLS context that checks the certificate against, and sends as SNI, ``server_name`` whatever
+    host was dialled (``http.client`` passes the dialled host as ``server_hostname``)."""
+
+    server_name = ""
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["server_hostname"] = self.server_name
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
+def _tls_context(ca_file: str | None, server_name: str | None) -> ssl.SSLContext:
+    if not server_name:
+        return ssl.create_default_context(cafile=ca_file)
+    # What create_default_context does for a client (certificate and host name required), as a _NamedServer.
+    context = _NamedServer(ssl.PROTOCOL_TLS_CLIENT)
+    context.server_name = server_name
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    else:
+        context.load_default_certs()
+    return context
+
+
+def _shown(url: str | None) -> str:
+    """A proxy URL without its password."""
+    parts = urllib.parse.urlsplit(url or "")
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip()
@@ -87,7 +124,7 @@ class Kube:
         self.ssl_context: ssl.SSLContext | None = None
         if access.server.startswith("https://"):
             try:
-                context = ssl.create_default_context(cafile=access.ca_file)
+                context = _tls_context(access.ca_file, access.tls_server_name)
                 if access.client_cert_file:
                     context.load_cert_chain(access.client_cert_file, access.client_key_file)
             except (OSError, ssl.SSLError) as error:
@@ -115,7 +152,7 @@ class Kube:
         if token:
             request.add_header("Authorization", f"Bearer {token}")
         try:
-            return reads.read(request, limit, timeout, self.ssl_context)
+            return reads.read(request, limit, timeout, self.ssl_context, proxy=self.access.proxy_url)
         except reads.TooLarge as error:  # the same answer again would be as large
             raise NoClusterAccess(str(error)) from None
         except urllib.error.HTTPError as error:
@@ -123,9 +160,17 @@ class Kube:
             if error.code in (401, 403) and "/proxy" not in path:
                 raise NoClusterAccess(f"the API server refused {method} {path} ({error.code}): {detail}") from None
             raise ApiError(error.code, path, detail) from None
+        except ssl.SSLCertVerificationError as error:  # the same certificate again would fail the same way
+            raise NoClusterAccess(f"the API server at {self.access.server} is not the one its certificate "
+                                  f"names: {error}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
-            raise NoClusterAccess(f"cannot reach the API server at {self.access.server}: {error}",
-                                  transient=True) from None
+            reason = getattr(error, "reason", None)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise NoClusterAccess(f"the API server at {self.access.server} is not the one its certificate "
+                                      f"names: {reason}") from None
+            raise NoClusterAccess(f"cannot reach the API server at {self.access.server}"
+                                  f"{' through proxy ' + _shown(self.access.proxy_url) if self.access.proxy_url else ''}"
+                                  f": {error}", transient=True) from None
 
     def get(self, path: str, **query: str) -> dict[str, Any]:
         body = self.request("GET", path, query=query or None)
@@ -255,7 +300,9 @@ class Endpoints:
     def open(self, request: urllib.request.Request, limit: reads.Limit, timeout: float) -> reads.Response:
         for key, value in self._auth().items():
             request.add_header(key, value)
-        return reads.urlopen(request, limit, timeout, self.kube.ssl_context if self.via_api_proxy else None)
+        if not self.via_api_proxy:
+            return reads.urlopen(request, limit, timeout)
+        return reads.urlopen(request, limit, timeout, self.kube.ssl_context, proxy=self.kube.access.proxy_url)
 
     def get(self, url: str, limit: reads.Limit, timeout: float = 15.0, headers: Mapping[str, str] | None = None) -> bytes:
         """The body of ``GET url``: at most ``limit`` long, all of it within ``timeout``."""

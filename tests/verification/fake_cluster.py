@@ -29,6 +29,7 @@ import base64
 import datetime
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -377,8 +378,11 @@ class FakeDeployment:
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    def _serve(self, host: str, route: Callable[[Handler, str], None], port: int = 0) -> int:
+    def _serve(self, host: str, route: Callable[[Handler, str], None], port: int = 0,
+               tls: ssl.SSLContext | None = None) -> int:
         server = ThreadingHTTPServer((host, port), Handler)
+        if tls is not None:
+            server.socket = tls.wrap_socket(server.socket, server_side=True)
         server.fake = type("Route", (), {"route": staticmethod(route)})  # type: ignore[attr-defined]
         self.servers.append(server)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
@@ -392,6 +396,10 @@ class FakeDeployment:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    def serve_api_over_tls(self, context: ssl.SSLContext) -> str:
+        """The same API server on another loopback port, over TLS with ``context``: its URL."""
+        return f"https://127.0.0.1:{self._serve('127.0.0.1', self.route_api, tls=context)}"
 
     @property
     def signal_url(self) -> str:
