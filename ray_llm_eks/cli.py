@@ -11,7 +11,8 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
  1    the model does not fit in GPU memory (plan; ``make synth`` refuses the same file with the
       same message) / at least one check failed (preflight)
  2    the configuration cannot be used: invalid file or values (the same refusals and messages
-      as ``make synth``), or a region or instance type the price table does not cover
+      as ``make synth``), or an instance type the price table cannot price in the region (a
+      region without any prices is no error: plan prints its other figures, the price unknown)
  1    verify: the gate failed / drill: the deployment did not serve again or the gate did not pass
       / verify-logs: the logs do not prove LIBFABRIC on the expected
       provider (``--expect-provider``, default efa) / bench: AIPerf failed or wrote nothing readable

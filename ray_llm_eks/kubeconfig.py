@@ -88,6 +88,10 @@ def load_access(path: str | os.PathLike[str] | None = None, context: str | None 
                               "which Kubernetes removed in 1.19; accepted: a token, tokenFile, exec plugin, "
                               "auth-provider or client certificate")
 
+    if configuration.proxy and not configuration.proxy.startswith("http://"):
+        raise NoClusterAccess(f"kubeconfig {source}: proxy-url {configuration.proxy.split('://')[0]}://... is not "
+                              "supported; accepted: an http:// proxy (HTTPS goes through it by CONNECT)")
+
     def token() -> str | None:
         # The loader's hook runs the exec plugin (or auth-provider) again once its token has expired.
         value = configuration.get_api_key_with_prefix("BearerToken")

@@ -181,6 +181,9 @@ def test_proxy_url_tunnels_every_request_with_the_proxys_credentials(tmp_path, p
      "gone"),
     ("no server", yaml.safe_dump({"current-context": "c", **_one("c", {"insecure-skip-tls-verify": True}, {})}),
      "has no server"),
+    ("a SOCKS proxy", yaml.safe_dump({"current-context": "c", **_one(
+        "c", {"server": "https://c.invalid", "proxy-url": "socks5://127.0.0.1:1080"}, {"token": "t"})}),
+     r"proxy-url socks5://\.\.\. is not supported; accepted: an http:// proxy"),
 ])
 def test_a_kubeconfig_that_gives_no_access_says_why(tmp_path, case, text, message):
     path = tmp_path / "config"
