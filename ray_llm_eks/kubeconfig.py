@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from .verification.kube import KubeAccess, NoClusterAccess
@@ -92,9 +93,13 @@ def load_access(path: str | os.PathLike[str] | None = None, context: str | None 
         raise NoClusterAccess(f"kubeconfig {source}: proxy-url {configuration.proxy.split('://')[0]}://... is not "
                               "supported; accepted: an http:// proxy (HTTPS goes through it by CONNECT)")
 
+    refreshing = threading.Lock()
+
     def token() -> str | None:
-        # The loader's hook runs the exec plugin (or auth-provider) again once its token has expired.
-        value = configuration.get_api_key_with_prefix("BearerToken")
+        # The loader's hook runs the exec plugin (or auth-provider) again once its token has expired;
+        # one at a time (a drill's load and its gate ask from two threads).
+        with refreshing:
+            value = configuration.get_api_key_with_prefix("BearerToken")
         # Stripped as kubectl strips a tokenFile's (the client keeps its trailing newline).
         return value.removeprefix("Bearer ").strip() or None if value else None
 

@@ -245,6 +245,14 @@ def test_verify_as_typed_with_kubeconfig_merged_over_tls_and_a_proxy(fake: FakeD
     port = server.rsplit(":", 1)[1]
     assert proxy.tunnels and {target for target, _ in proxy.tunnels} == {f"127.0.0.1:{port}"}
     assert set(server_names) == {"kube.test"}
+    # The report's table in a 60-column terminal: every figure whole, nothing cut.
+    text = _verify({"KUBECONFIG": f"{a}{os.pathsep}{b}", "COLUMNS": "60"}, "--timeout", "20")
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "…" not in text.stdout and "PASS" in text.stdout
+    kv = report["kv"]
+    for figure in (f"{report['probes']['ok']}/{report['probes']['count']}", str(kv["predicted_bytes"]),
+                   str(kv["efa_moved_bytes"]), str(kv["nixl"]["bytes_transferred"])):
+        assert figure in text.stdout, figure
 
 
 def test_verify_without_a_kubeconfig_exits_3_saying_so(tmp_path):
