@@ -103,15 +103,31 @@ def resolved_values(construct: Construct, release: HelmRelease) -> Any:
     return cdk.Stack.of(construct).resolve(dict(release.values))
 
 
-def _deploy_time(value: Any, where: str, found: list[str]) -> Any:
-    """``value`` with every CloudFormation intrinsic replaced by ``DEPLOY_TIME_VALUE`` (each listed)."""
+def known_refs(scope: Construct) -> dict[str, str]:
+    """``Ref``s whose value the app states: an EKS cluster given a name (``cluster.name``); the
+    ``Ref`` of an ``AWS::EKS::Cluster`` is its name (CloudFormation resource reference)."""
+    from aws_cdk import aws_eks, aws_eks_v2
+
+    found = {}
+    for construct in scope.node.find_all():
+        if isinstance(construct, (aws_eks.CfnCluster, aws_eks_v2.CfnCluster)) and isinstance(construct.name, str) \
+                and not cdk.Token.is_unresolved(construct.name):
+            found[cdk.Stack.of(construct).resolve(construct.logical_id)] = construct.name
+    return found
+
+
+def _deploy_time(value: Any, where: str, found: list[str], refs: Mapping[str, str] | None = None) -> Any:
+    """``value`` with every CloudFormation intrinsic replaced by ``DEPLOY_TIME_VALUE`` (each listed),
+    but a ``Ref`` of ``refs``, replaced by its known value."""
     if isinstance(value, Mapping):
+        if set(value) == {"Ref"} and value["Ref"] in (refs or {}):
+            return (refs or {})[value["Ref"]]
         if set(value) == {"Ref"} or any(str(key).startswith("Fn::") for key in value):
             found.append(where)
             return DEPLOY_TIME_VALUE
-        return {k: _deploy_time(v, f"{where}.{k}", found) for k, v in value.items()}
+        return {k: _deploy_time(v, f"{where}.{k}", found, refs) for k, v in value.items()}
     if isinstance(value, list):
-        return [_deploy_time(v, f"{where}[{i}]", found) for i, v in enumerate(value)]
+        return [_deploy_time(v, f"{where}[{i}]", found, refs) for i, v in enumerate(value)]
     if isinstance(value, str) and cdk.Token.is_unresolved(value):
         found.append(where)
         return DEPLOY_TIME_VALUE
@@ -258,7 +274,7 @@ def _write_release(construct: Construct, release: HelmRelease, out: Path, helm_d
     folder = helm_dir / release.release
     folder.mkdir(parents=True)
     values = _deploy_time(resolved_values(construct, release), f"{(folder / 'values.yaml').relative_to(out)}",
-                          result.deploy_time_values)
+                          result.deploy_time_values, known_refs(cdk.Stack.of(construct)))
     values_file = folder / "values.yaml"
     values_file.write_text(_dump([values]))
     source = folder / "chart.json"
