@@ -306,3 +306,59 @@ def test_render_command_says_when_the_stack_still_owns_the_objects(tmp_path):
     assert result.exit_code == 0, result.output
     assert "kubernetes_owner is cdk" in result.output
     assert DEPLOY_TIME_VALUE in result.output  # the gate's signal secret ARN: CloudFormation's
+
+
+# --- the constructs' own option ------------------------------------------------------------------
+
+
+def _composed():
+    import aws_cdk as cdk
+
+    from ray_llm_eks.constructs import EfaFabric, EfaGpuNodeGroup, InferenceCluster, InferenceVpc, SystemNodeGroup
+
+    stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    network = InferenceVpc(stack, "Net", availability_zones=["us-west-2a", "us-west-2b"], data_plane_az="us-west-2a")
+    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
+    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
+    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
+    legs = {role: EfaGpuNodeGroup(stack, role, cluster=cluster, fabric=fabric, role=role,
+                                  subnet=network.data_plane_subnet) for role in ("prefill", "decode")}
+    return stack, cluster, system, legs
+
+
+def test_a_stack_owned_serving_refuses_an_operator_left_to_gitops():
+    from ray_llm_eks.constructs import KubeRayOperator, RayLlmServing
+    from ray_llm_eks.constructs.validation import ConstructValidationError
+
+    stack, cluster, system, legs = _composed()
+    kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system, watch_namespaces=["inference"],
+                              kubernetes_owner="gitops")
+    assert kuberay.chart is None and kuberay.namespace_policy is None
+    with pytest.raises(ConstructValidationError, match=r"S/Serving: kuberay: its charts are left to GitOps "
+                                                       r"\(kubernetes_owner gitops\).*accepted: the same kubernetes_owner"):
+        RayLlmServing(stack, "Serving", strict=False, cluster=cluster, system=system, kuberay=kuberay, **legs)
+
+
+def test_a_composed_gitops_app_renders_what_it_would_have_applied(tmp_path):
+    from ray_llm_eks.constructs import GpuDevicePlugins, KubeRayOperator, RayLlmServing
+    from ray_llm_eks.constructs.validation import ConstructValidationError
+
+    import aws_cdk as cdk
+
+    stack, cluster, system, legs = _composed()
+    # In a stack of its own: a construct that raised is still in its scope's tree.
+    with pytest.raises(ConstructValidationError, match=r"kubernetes_owner: not an owner.*got 'argo'.*cdk or gitops"):
+        KubeRayOperator(cdk.Stack(cdk.App(), "Other"), "Bad", cluster=cluster, kubernetes_owner="argo")
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()),
+                               kubernetes_owner="gitops", nvidia_values={"priorityClassName": "system-node-critical"})
+    kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system, kubernetes_owner="gitops")
+    serving = RayLlmServing(stack, "Serving", strict=False, cluster=cluster, system=system, kuberay=kuberay,
+                            device_plugins=plugins, kubernetes_owner="gitops", **legs)
+    assert serving.manifests == {} and serving.gate_wait_condition is None and serving.gate_signal is None
+    result = render_manifests(stack, tmp_path)
+    assert [r.release.release for r in result.releases] == [
+        "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kuberay-operator"]
+    nvidia = yaml.safe_load((tmp_path / "helm/nvidia-device-plugin/values.yaml").read_text())
+    assert nvidia["priorityClassName"] == "system-node-critical"  # the user's values, merged as the chart gets them
+    assert (tmp_path / "manifests/serving-rayservice.yaml").is_file()
+    assert result.deploy_time_values == []
