@@ -797,6 +797,8 @@ def render(
 ) -> None:
     """Write every Kubernetes object of the deployment for a GitOps tool (docs/gitops.md).
 
+    Replaces DIR/manifests and DIR/helm whole, so a part that went away leaves no file behind.
+
     Exit codes: 0 written; 1 a chart given or fetched that helm could not render; 2 a configuration
     or option that cannot be read.
     """

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from helpers.charts import CRD_FILE, KUBERNETES_VERSION, strict_validator
 from ray_llm_eks.cdk8s_charts.verification import POST_SYNC_HOOK_ANNOTATIONS, SIGNAL_SECRET_ENV
 from ray_llm_eks.cli import app
-from ray_llm_eks.gitops import RenderError, helm_binary, render_manifests, rendered_objects
+from ray_llm_eks import render_manifests
+from ray_llm_eks.gitops import RenderError, helm_binary, rendered_objects
 from ray_llm_eks.manifests import DEPLOY_TIME_VALUE
 
 GITOPS = {"kubernetes_owner": "gitops"}
@@ -362,3 +363,18 @@ def test_a_composed_gitops_app_renders_what_it_would_have_applied(tmp_path):
     assert nvidia["priorityClassName"] == "system-node-critical"  # the user's values, merged as the chart gets them
     assert (tmp_path / "manifests/serving-rayservice.yaml").is_file()
     assert result.deploy_time_values == []
+
+
+def test_make_render_runs_the_command(tmp_path):
+    """`make render` for real, into a temporary folder (``-o bootstrap``: the environment is this one)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    config = tmp_path / "gitops.yaml"
+    config.write_text("strict: false\nkubernetes_owner: gitops\n")
+    done = subprocess.run(["make", "-o", "bootstrap", "render", f"OUT={tmp_path / 'out'}", f"CONFIG={config}"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "-m ray_llm_eks.cli render --out" in done.stdout
+    assert (tmp_path / "out/manifests/serving-verification.yaml").is_file()
+    assert json.loads((tmp_path / "out/helm/kuberay-operator/chart.json").read_text())["version"] == "1.5.1"
