@@ -139,7 +139,8 @@ class RayLlmServing(Construct):
     ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
     ``metric_namespace`` (this deployment's own CloudWatch namespace, ``RayLlmEks/<stack>/<namespace>/<service>``),
     ``gate_job_name``, ``gate_wait_condition``, ``gate_handle``, ``gate_signal`` (the secret holding the
-    handle's URL), ``gate_role`` and ``gate_identity`` (None when not waiting).
+    handle's URL), ``gate_role`` and ``gate_identity`` (None when not waiting), ``kubernetes_owner``,
+    ``gitops_parts`` (the charts a GitOps tool applies; ``manifests`` is empty with ``gitops``).
     """
 
     def __init__(
