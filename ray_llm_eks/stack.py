@@ -37,6 +37,9 @@ GPU_NODE_GROUP_IDS = {PREFILL: "PrefillNodes", DECODE: "DecodeNodes"}
 class RayLlmEksStack(cdk.Stack):
     """VPC, EKS, system and EFA GPU node groups, device plugins, KubeRay, and the RayService.
 
+    With ``kubernetes_owner: gitops`` the stack builds the AWS side only and applies no Helm chart
+    and no chart of the serving layer (``ray-llm-eks render`` writes them: docs/gitops.md).
+
     The stack is the configuration's only reader on the AWS side: it passes flat props to each
     construct, and the serving construct derives its pods from the node groups it is given.
 
@@ -133,15 +136,18 @@ class RayLlmEksStack(cdk.Stack):
             gpu_node_groups=[self.prefill_nodes, self.decode_nodes],
             nvidia_chart_version=config.versions.nvidia_device_plugin,
             efa_chart_version=config.versions.efa_device_plugin,
+            kubernetes_owner=config.kubernetes_owner,
         )
         # Cluster Autoscaler only when a node group may grow or shrink (docs/scaling.md).
         self.node_autoscaler: NodeAutoscaler | None = None
         if specs.serving.autoscaling:
             self.node_autoscaler = NodeAutoscaler(self, "NodeAutoscaler", cluster=self.cluster,
-                                                  system_nodes=self.system_nodes)
+                                                  system_nodes=self.system_nodes,
+                                                  kubernetes_owner=config.kubernetes_owner)
         self.kuberay = KubeRayOperator(
             self, "KubeRay", cluster=self.cluster, version=config.versions.kuberay, system_nodes=self.system_nodes,
             watch_namespaces=[specs.serving.namespace], image_digest=config.versions.kuberay_image_digest,
+            kubernetes_owner=config.kubernetes_owner,
         )
         serving = specs.serving
         self.serving = RayLlmServing(
@@ -151,6 +157,7 @@ class RayLlmEksStack(cdk.Stack):
             topology=serving.topology, service=config.serving, ray_version=serving.ray_version,
             strict=serving.strict, verification=specs.verification,
             observability=specs.observability if specs.observability.enabled else None,
+            kubernetes_owner=config.kubernetes_owner,
         )
         self.cdk8s_app = self.serving.cdk8s_app
 

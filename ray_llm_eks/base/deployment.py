@@ -216,6 +216,8 @@ class Deployment:
     """disaggregated (prefill/decode with NIXL over EFA) or colocated (the baseline); changes only the Serve config."""
     strict: bool = True
     """Refuse an image without a digest or a model without a commit revision (``plan`` prints the commands that resolve both). ``false`` turns the refusal into one synthesis warning: an unpinned deploy is then a choice written in the configuration."""
+    kubernetes_owner: infra.KubernetesOwner = infra.KubernetesOwner.cdk
+    """Who applies the Kubernetes objects: cdk (the stack, and CloudFormation waits for the gate) or gitops (the stack builds the AWS side only; ``ray-llm-eks render`` writes the objects for Argo CD or Flux: docs/gitops.md)."""
     network: Network = field(default_factory=Network)
     """VPC settings."""
     cluster: ClusterSettings = field(default_factory=ClusterSettings)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -48,6 +49,19 @@ CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager",
 DEFAULT_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
 
 KUBERAY_NAMESPACE = "kuberay"
+
+
+class KubernetesOwner(str, Enum):
+    """Who applies the Kubernetes side (the cdk8s charts, the Helm charts, the namespace policies)."""
+
+    cdk = "cdk"
+    """The stack applies every Kubernetes object through its kubectl handler, and CloudFormation
+    waits for the deployment gate (a wait condition)."""
+    gitops = "gitops"
+    """The stack builds the AWS side only; ``ray-llm-eks render`` writes the Kubernetes side for
+    Argo CD or Flux to apply, and the gate reports through its Job's status (docs/gitops.md). The
+    stack still applies the NetworkPolicies its own EKS managed add-ons need to start under the
+    VPC CNI's strict mode (kube-system's, and amazon-cloudwatch's with observability)."""
 KUBERAY_RELEASE = "kuberay-operator"
 KUBERAY_OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
 """The operator pod's labels (kuberay-operator chart, ``templates/deployment.yaml``: the chart

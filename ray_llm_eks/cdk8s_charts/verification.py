@@ -83,6 +83,17 @@ SIGNAL_SECRET_ENV = "GATE_SIGNAL_SECRET"
 SIGNAL_SECRET_PLACEHOLDER = "arn:aws:secretsmanager:region:account:secret:gate-signal"
 """Where the secret's ARN goes in the Job spec the run id hashes (the secret is made after the id)."""
 RUN_ID_LENGTH = 8
+POST_SYNC_HOOK_ANNOTATIONS = {
+    # Argo CD runs a PostSync hook once every other resource of the sync is applied and healthy, and
+    # marks the sync failed when the hook fails (argo-cd docs, user-guide/resource_hooks and
+    # sync-waves): the gate's exit status becomes the sync's. HookSucceeded deletes a passed Job (its
+    # report stays in the ConfigMap the gate writes); BeforeHookCreation deletes a failed one
+    # before the next sync runs the gate again under the same name. Flux ignores these
+    # annotations and health-checks the Job like any other object (docs/gitops.md).
+    "argocd.argoproj.io/hook": "PostSync",
+    "argocd.argoproj.io/hook-delete-policy": "HookSucceeded,BeforeHookCreation",
+}
+"""The gate Job's annotations when a GitOps tool applies it (``kubernetes_owner: gitops``)."""
 
 def gate_name(service_name: str) -> str:
     return f"{service_name}-gate"
@@ -184,7 +195,8 @@ class VerificationChart(cdk8s.Chart):
     holding the wait condition's URL, or None when CloudFormation does not wait."""
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: ServingSpec, plan: GatePlan,
-                 verification: VerificationSpec, signal_secret: str | None, metric_namespace: str) -> None:
+                 verification: VerificationSpec, signal_secret: str | None, metric_namespace: str,
+                 post_sync_hook: bool = False) -> None:
         super().__init__(scope, construct_id, namespace=spec.namespace, disable_resource_name_hashes=True)
         name = spec.service_name
         labels = {INSTANCE_LABEL: name}
@@ -279,7 +291,8 @@ class VerificationChart(cdk8s.Chart):
         ))
 
         self.job = k8s.KubeJob(self, "Job", metadata=k8s.ObjectMeta(
-            name=self.job_name, labels=_job_labels(name, plan.run_id)),
+            name=self.job_name, labels=_job_labels(name, plan.run_id),
+            annotations=dict(POST_SYNC_HOOK_ANNOTATIONS) if post_sync_hook else None),
             spec=gate_job_spec(spec, verification, self.job_name, signal_secret=signal_secret))
 
         self.cron_job: k8s.KubeCronJob | None = None
@@ -437,12 +450,13 @@ def _job_spec_json(spec: ServingSpec, verification: VerificationSpec) -> dict[st
 
 def build_verification_chart(app: cdk8s.App, spec: ServingSpec, verification: VerificationSpec, plan: GatePlan,
                              charts: ServingCharts, signal_secret: str | None,
-                             metric_namespace: str | None = None) -> VerificationChart:
+                             metric_namespace: str | None = None, post_sync_hook: bool = False) -> VerificationChart:
     """``metric_namespace``: this deployment's own (``wire.metric_namespace``), where continuous
     verification publishes; ``RayLlmServing`` passes its stack's. Charts rendered outside a stack
-    (``cdk8s`` alone) get the default stack name's."""
+    (``cdk8s`` alone) get the default stack name's. ``post_sync_hook``: annotate the gate Job as an
+    Argo CD PostSync hook (:data:`POST_SYNC_HOOK_ANNOTATIONS`), for a GitOps tool that applies it."""
     chart = VerificationChart(app, VERIFICATION_CHART_ID, spec=spec, plan=plan, verification=verification,
-                              signal_secret=signal_secret,
+                              signal_secret=signal_secret, post_sync_hook=post_sync_hook,
                               metric_namespace=metric_namespace or wire_metric_namespace(
                                   DEFAULT_STACK_NAME, spec.namespace, spec.service_name))
     chart.add_dependency(charts.rayservice)

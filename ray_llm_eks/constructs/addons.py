@@ -10,20 +10,24 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from aws_cdk import Duration, aws_eks_v2 as eks
+from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ..base import infrastructure as infra
 from ..base.errors import problem
+from ..base.infrastructure import KubernetesOwner
 from ..base.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
 from ..base.pools import WorkerPool
-from .cluster import ClusterLike, eks_cluster_of, open_namespace
+from .cluster import ClusterLike, eks_cluster_of, open_namespace_objects
+from .kubernetes_side import HelmRelease, ObjectSet, kubernetes_owner_of
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
 EFA_REPOSITORY = "https://aws.github.io/eks-charts"
 KUBERAY_REPOSITORY = "https://ray-project.github.io/kuberay-helm/"
+HELM_WAIT_MINUTES = 10
+"""How long Helm waits for a chart's pods to be ready (the operator's, the autoscaler's)."""
 
 GpuPoolLike = EfaGpuNodeGroup | WorkerPool
 
@@ -136,7 +140,11 @@ class GpuDevicePlugins(Construct):
     chart's node affinity requires a node whose label is in that list; its own list is the EFA
     instance types known at its release, which a newer type would miss.
 
-    Public attributes: ``nvidia``, ``efa`` (the ``HelmChart`` constructs), ``charts``, ``pools``,
+    ``kubernetes_owner``: ``cdk`` (default) installs both charts; ``gitops`` installs nothing and
+    leaves them to a GitOps tool (``gitops_parts``, docs/gitops.md).
+
+    Public attributes: ``nvidia``, ``efa`` (the ``HelmChart`` constructs; None with ``gitops``),
+    ``charts``, ``releases`` (both as :class:`HelmRelease`), ``gitops_parts``, ``pools``,
     ``node_groups`` (the ``EfaGpuNodeGroup``s among ``gpu_node_groups``), ``instance_types`` (what the EFA plugin covers), ``nvidia_values``, ``efa_values`` (what each
     chart is installed with, after the merge).
     """
@@ -152,8 +160,10 @@ class GpuDevicePlugins(Construct):
         efa_chart_version: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION,
         nvidia_values: HelmValues | None = None,
         efa_values: HelmValues | None = None,
+        kubernetes_owner: KubernetesOwner | str = KubernetesOwner.cdk,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.kubernetes_owner = kubernetes_owner_of(self, kubernetes_owner)
         validated(self, infra.nvidia_device_plugin_version, nvidia_chart_version, "nvidia_chart_version")
         validated(self, infra.semver, efa_chart_version, "efa_chart_version", v_prefix=True)
         if not gpu_node_groups:
@@ -177,33 +187,29 @@ class GpuDevicePlugins(Construct):
                 "values": list(self.instance_types),
             },
         }, efa_values, "efa_values")
-        helm_cluster = eks_cluster_of(cluster)
-        self.nvidia = eks.HelmChart(
-            self,
-            "NvidiaDevicePlugin",
-            cluster=helm_cluster,
-            chart="nvidia-device-plugin",
-            repository=NVIDIA_REPOSITORY,
-            version=nvidia_chart_version,
-            release="nvidia-device-plugin",
-            namespace="kube-system",
-            values=self.nvidia_values,
+        self.releases: tuple[HelmRelease, HelmRelease] = (
+            HelmRelease(release="nvidia-device-plugin", chart="nvidia-device-plugin", repository=NVIDIA_REPOSITORY,
+                        version=nvidia_chart_version, namespace="kube-system", values=self.nvidia_values),
+            HelmRelease(release="aws-efa-k8s-device-plugin", chart="aws-efa-k8s-device-plugin",
+                        repository=EFA_REPOSITORY, version=efa_chart_version, namespace="kube-system",
+                        values=self.efa_values),
         )
-        self.efa = eks.HelmChart(
-            self,
-            "EfaDevicePlugin",
-            cluster=helm_cluster,
-            chart="aws-efa-k8s-device-plugin",
-            repository=EFA_REPOSITORY,
-            version=efa_chart_version,
-            release="aws-efa-k8s-device-plugin",
-            namespace="kube-system",
-            values=self.efa_values,
-        )
+        self.nvidia: eks.HelmChart | None = None
+        self.efa: eks.HelmChart | None = None
+        if self.kubernetes_owner is KubernetesOwner.cdk:
+            helm_cluster = eks_cluster_of(cluster)
+            self.nvidia = self.releases[0].install(self, "NvidiaDevicePlugin", helm_cluster)
+            self.efa = self.releases[1].install(self, "EfaDevicePlugin", helm_cluster)
 
     @property
     def charts(self) -> list[eks.HelmChart]:
-        return [self.nvidia, self.efa]
+        """The ``HelmChart`` constructs (none with ``kubernetes_owner`` gitops)."""
+        return [chart for chart in (self.nvidia, self.efa) if chart is not None]
+
+    @property
+    def gitops_parts(self) -> list[HelmRelease | ObjectSet]:
+        """What a GitOps tool applies in this construct's place (``ray_llm_eks.gitops``)."""
+        return list(self.releases)
 
 
 class KubeRayOperator(Construct):
@@ -232,8 +238,13 @@ class KubeRayOperator(Construct):
     (``infra.KUBERAY_OPERATOR_IMAGE``); ``infra.kuberay_image_digest_command`` prints the command
     that resolves it. Default: none, the chart's tag.
 
+    ``kubernetes_owner``: ``cdk`` (default) installs the chart and the namespace; ``gitops``
+    installs nothing and leaves both to a GitOps tool (``gitops_parts``, docs/gitops.md).
+
     Public attributes: ``chart`` (the ``HelmChart``; anything that creates Ray custom resources
-    must depend on it), ``watch_namespaces``, ``values`` (what the chart is installed with).
+    must depend on it; None with ``gitops``), ``watch_namespaces``, ``values`` (what the chart is
+    installed with), ``release`` (the chart as a :class:`HelmRelease`), ``namespace_objects``
+    (the namespace and its open policy), ``gitops_parts``.
     """
 
     NAMESPACE = infra.KUBERAY_NAMESPACE
@@ -251,8 +262,10 @@ class KubeRayOperator(Construct):
         watch_namespaces: Sequence[str] | None = None,
         values: HelmValues | None = None,
         image_digest: str | None = None,
+        kubernetes_owner: KubernetesOwner | str = KubernetesOwner.cdk,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.kubernetes_owner = kubernetes_owner_of(self, kubernetes_owner)
         validated(self, infra.semver, version, "version")
         validated(self, infra.image_digest, image_digest, "image_digest")
         self.version = version
@@ -274,25 +287,24 @@ class KubeRayOperator(Construct):
         owner = "watch_namespaces, which RayLlmServing reads to check that its namespace is watched"
         self.values = validated(self, merge_helm_values, library, values, "values",
                                 {"singleNamespaceInstall": owner, "watchNamespace": owner})
-        self.chart = eks.HelmChart(
-            self,
-            "Chart",
-            cluster=eks_cluster_of(cluster),
-            chart="kuberay-operator",
-            repository=KUBERAY_REPOSITORY,
-            version=version,
-            release=self.RELEASE,
-            namespace=self.NAMESPACE,
-            create_namespace=True,
-            wait=True,
-            timeout=Duration.minutes(10),
-            values=self.values,
-        )
-        if system_nodes is not None:
-            # Helm's wait needs a node that can run the operator's pod.
-            self.chart.node.add_dependency(system_nodes.nodegroup)
+        self.release = HelmRelease(release=self.RELEASE, chart="kuberay-operator", repository=KUBERAY_REPOSITORY,
+                                   version=version, namespace=self.NAMESPACE, values=self.values,
+                                   create_namespace=True, wait=True, timeout_minutes=HELM_WAIT_MINUTES)
         # The namespace and a policy admitting all before the operator's pod: under the VPC CNI's
         # strict mode a pod no policy selects cannot reach the API server (cluster.ADDON_CONFIGURATION).
-        self.namespace_policy = open_namespace(self, "NamespacePolicy", cluster=eks_cluster_of(cluster),
-                                               namespace=self.NAMESPACE, create_namespace=True)
-        self.chart.node.add_dependency(self.namespace_policy)
+        self.namespace_objects = ObjectSet("kuberay-namespace",
+                                           tuple(open_namespace_objects(self.NAMESPACE, create_namespace=True)))
+        self.chart: eks.HelmChart | None = None
+        self.namespace_policy: eks.KubernetesManifest | None = None
+        if self.kubernetes_owner is KubernetesOwner.cdk:
+            self.chart = self.release.install(self, "Chart", eks_cluster_of(cluster))
+            if system_nodes is not None:
+                # Helm's wait needs a node that can run the operator's pod.
+                self.chart.node.add_dependency(system_nodes.nodegroup)
+            self.namespace_policy = self.namespace_objects.apply(self, "NamespacePolicy", eks_cluster_of(cluster))
+            self.chart.node.add_dependency(self.namespace_policy)
+
+    @property
+    def gitops_parts(self) -> list[HelmRelease | ObjectSet]:
+        """What a GitOps tool applies in this construct's place: the namespace first (``ray_llm_eks.gitops``)."""
+        return [self.namespace_objects, self.release]

@@ -22,15 +22,17 @@ managed node groups' Auto Scaling groups for auto-discovery itself.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack, aws_iam as iam
+from aws_cdk import Stack, aws_iam as iam
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ..base import scaling
+from ..base.infrastructure import KubernetesOwner
 from ..base.placement import SYSTEM_LABELS
-from .addons import HelmValues, merge_helm_values
+from .addons import HELM_WAIT_MINUTES, HelmValues, merge_helm_values
 from .cluster import ClusterLike, eks_cluster_of
 from .identity import pod_identity
+from .kubernetes_side import HelmRelease, ObjectSet, kubernetes_owner_of
 from .nag import acknowledge_cluster_autoscaler
 from .nodegroups import SystemNodeGroup
 from .validation import validated
@@ -101,14 +103,19 @@ class NodeAutoscaler(Construct):
     groups) and ``rbac.serviceAccount.name`` (the Pod Identity association names the account):
     either would install an autoscaler without the permissions it needs.
 
-    Public attributes: ``role``, ``association``, ``chart``, ``values`` (what the chart is
-    installed with).
+    ``kubernetes_owner``: ``cdk`` (default) installs the chart; ``gitops`` keeps the role and its
+    Pod Identity association (AWS side) and leaves the chart to a GitOps tool (``gitops_parts``).
+
+    Public attributes: ``role``, ``association``, ``chart`` (None with ``gitops``), ``values``
+    (what the chart is installed with), ``release`` (the chart as a :class:`HelmRelease`), ``gitops_parts``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: ClusterLike,
                  system_nodes: SystemNodeGroup | None = None, chart_version: str = DEFAULT_CHART_VERSION,
-                 image_tag: str = DEFAULT_IMAGE_TAG, values: HelmValues | None = None) -> None:
+                 image_tag: str = DEFAULT_IMAGE_TAG, values: HelmValues | None = None,
+                 kubernetes_owner: KubernetesOwner | str = KubernetesOwner.cdk) -> None:
         super().__init__(scope, construct_id)
+        self.kubernetes_owner = kubernetes_owner_of(self, kubernetes_owner)
         target = eks_cluster_of(cluster)
         self.role, self.association = pod_identity(
             self, "Role", "PodIdentity", cluster=target, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
@@ -131,11 +138,18 @@ class NodeAutoscaler(Construct):
             "autoDiscovery.clusterName": "the construct: the role may resize only this cluster's node groups",
             "rbac.serviceAccount.name": f"the construct: the Pod Identity association names {NAMESPACE}/{SERVICE_ACCOUNT}",
         })
-        self.chart = eks.HelmChart(
-            self, "Chart", cluster=target, chart=CHART, repository=REPOSITORY, version=chart_version,
-            release=CHART, namespace=NAMESPACE, wait=True, timeout=Duration.minutes(10), values=self.values)
-        # Credentials before the pod starts; a node to run it on.
-        self.chart.node.add_dependency(self.association)
-        if system_nodes is not None:
-            self.chart.node.add_dependency(system_nodes.nodegroup)
+        self.release = HelmRelease(release=CHART, chart=CHART, repository=REPOSITORY, version=chart_version,
+                                   namespace=NAMESPACE, values=self.values, wait=True, timeout_minutes=HELM_WAIT_MINUTES)
+        self.chart: eks.HelmChart | None = None
+        if self.kubernetes_owner is KubernetesOwner.cdk:
+            self.chart = self.release.install(self, "Chart", target)
+            # Credentials before the pod starts; a node to run it on.
+            self.chart.node.add_dependency(self.association)
+            if system_nodes is not None:
+                self.chart.node.add_dependency(system_nodes.nodegroup)
         acknowledge_cluster_autoscaler(self.role)
+
+    @property
+    def gitops_parts(self) -> list[HelmRelease | ObjectSet]:
+        """What a GitOps tool applies in this construct's place (``ray_llm_eks.gitops``)."""
+        return [self.release]

@@ -71,6 +71,12 @@ def open_namespace(scope: Construct, construct_id: str, *, cluster: eks.ICluster
     nothing: a namespace of system components (CoreDNS, the device plugins, Cluster Autoscaler,
     the KubeRay operator, the CloudWatch agent) keeps working with this. Harmless in standard
     mode, where such a namespace is open anyway."""
+    return eks.KubernetesManifest(scope, construct_id, cluster=cluster,
+                                  manifest=open_namespace_objects(namespace, create_namespace=create_namespace))
+
+
+def open_namespace_objects(namespace: str, *, create_namespace: bool) -> list[dict]:
+    """The objects :func:`open_namespace` applies (what a GitOps tool applies in its place)."""
     objects: list[dict] = []
     if create_namespace:
         objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -79,7 +85,7 @@ def open_namespace(scope: Construct, construct_id: str, *, cluster: eks.ICluster
         "metadata": {"name": OPEN_NAMESPACE_POLICY, "namespace": namespace},
         "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}], "egress": [{}]},
     })
-    return eks.KubernetesManifest(scope, construct_id, cluster=cluster, manifest=objects)
+    return objects
 
 
 class InferenceCluster(Construct):

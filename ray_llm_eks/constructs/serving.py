@@ -39,6 +39,7 @@ logical ids derive from them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import cdk8s
@@ -51,7 +52,7 @@ from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verif
 from ..base.deployment import Specs
 from ..base.errors import problem
 from ..base.pools import SystemPool, WorkerPool
-from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, client_cidrs_outside
+from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, KubernetesOwner, client_cidrs_outside
 from ..base.observability import AGENT_EXEMPTIONS, ObservabilitySpec
 from ..base.serving import DEFAULT_RAY_VERSION, ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
 from ..base.verification import VerificationSpec
@@ -62,6 +63,7 @@ from .cluster import ClusterLike, eks_cluster_of
 from .gcs_redis import GcsRedisCache
 from ..base.wire import metric_namespace
 from .identity import pod_identity
+from .kubernetes_side import kubernetes_owner_of
 from .nag import acknowledge_gate_signal, acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
 from .validation import ConstructValidationError, validated
@@ -121,6 +123,13 @@ class RayLlmServing(Construct):
         enabled, the admission policy also leaves the CloudWatch agent's namespace alone (its agent
         and Fluent Bit need host access). Default: none (no observability on this serving).
     :param depends_on: anything else the charts must be applied after.
+    :param kubernetes_owner: ``cdk`` (default): the charts are applied by the stack and, with
+        ``verification.wait``, CloudFormation waits for the gate. ``gitops``: the stack creates the
+        AWS side only (the Pod Identity roles and associations, the GCS cache); the charts are
+        ``gitops_parts``, for ``ray_llm_eks.gitops.render_manifests`` to write, and there is no wait
+        condition: the gate Job is an Argo CD ``PostSync`` hook and its exit status is the verdict
+        (docs/verification.md, "In GitOps mode"). ``kuberay``, ``device_plugins`` and
+        ``node_autoscaler`` given to a ``cdk`` serving must be ``cdk`` too (the charts need them applied first).
 
     Public attributes: ``spec`` (the ``ServingSpec``), ``specs`` (what ``plan`` reads), ``cluster``,
     ``observability``, ``cdk8s_app``, ``charts`` (apply order:
@@ -130,7 +139,8 @@ class RayLlmServing(Construct):
     ``verification`` (the settings), ``gate`` (the :class:`GatePlan`: settings and run id),
     ``metric_namespace`` (this deployment's own CloudWatch namespace, ``RayLlmEks/<stack>/<namespace>/<service>``),
     ``gate_job_name``, ``gate_wait_condition``, ``gate_handle``, ``gate_signal`` (the secret holding the
-    handle's URL), ``gate_role`` and ``gate_identity`` (None when not waiting).
+    handle's URL), ``gate_role`` and ``gate_identity`` (None when not waiting), ``kubernetes_owner``,
+    ``gitops_parts`` (the charts a GitOps tool applies; ``manifests`` is empty with ``gitops``).
     """
 
     def __init__(
@@ -157,8 +167,18 @@ class RayLlmServing(Construct):
         verification: VerificationSpec | None = None,
         observability: ObservabilitySpec | None = None,
         depends_on: Sequence[Construct] = (),
+        kubernetes_owner: KubernetesOwner | str = KubernetesOwner.cdk,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.kubernetes_owner = kubernetes_owner_of(self, kubernetes_owner)
+        if self.kubernetes_owner is KubernetesOwner.cdk:
+            for prop, given in (("kuberay", kuberay), ("device_plugins", device_plugins),
+                                ("node_autoscaler", node_autoscaler)):
+                if given is not None and given.kubernetes_owner is not KubernetesOwner.cdk:
+                    raise ConstructValidationError(self, [problem(
+                        prop, given.node.path, f"its charts are left to GitOps (kubernetes_owner "
+                        f"{given.kubernetes_owner.value}), so the stack would apply the RayService without them",
+                        "the same kubernetes_owner on every construct of the stack")])
         if kuberay is not None and kuberay_version is not None and kuberay_version != kuberay.version:
             raise ConstructValidationError(self, [problem(
                 "kuberay_version", kuberay_version, f"the operator given is KubeRay {kuberay.version}",
@@ -213,6 +233,9 @@ class RayLlmServing(Construct):
                 "both node groups built with the same EfaFabric (fabric=...)")])
 
         self.verification = verification or VerificationSpec()
+        if self.kubernetes_owner is KubernetesOwner.gitops:
+            # No stack applies the gate, so no CloudFormation wait: the GitOps tool waits for the Job.
+            self.verification = replace(self.verification, wait=False)
         conflicts = self.spec.scale_to_zero_conflicts(self.verification.every_minutes)
         if conflicts:
             raise ConstructValidationError(self, conflicts)
@@ -234,6 +257,7 @@ class RayLlmServing(Construct):
             self.cdk8s_app, self.spec, self.verification, self.gate, self.serving_charts,
             signal_secret=self.gate_signal.secret_arn if self.gate_signal is not None else None,
             metric_namespace=self.metric_namespace,
+            post_sync_hook=self.kubernetes_owner is KubernetesOwner.gitops,
         )
         self.gate_job_name = self.verification_chart.job_name
         self.charts: list[cdk8s.Chart] = [*self.serving_charts.charts, self.verification_chart]
@@ -318,7 +342,7 @@ class RayLlmServing(Construct):
             # The copy Job's pod gets Pod Identity credentials only if the association exists
             # when the pod is created (the webhook injects them at admission).
             after.append(self.gcs_cache.copy_identity)
-        if kuberay is not None:
+        if kuberay is not None and kuberay.chart is not None:
             after.append(kuberay.chart)
         if device_plugins is not None:
             after.extend(device_plugins.charts)
@@ -331,7 +355,8 @@ class RayLlmServing(Construct):
                                          if isinstance(group, (EfaGpuNodeGroup, SystemNodeGroup))))
         self.manifests: dict[str, eks.KubernetesManifest] = {}
         previous: eks.KubernetesManifest | None = None
-        for chart in self.charts:
+        applied = self.charts if self.kubernetes_owner is KubernetesOwner.cdk else []
+        for chart in applied:
             manifest = target.add_cdk8s_chart(chart.node.id, chart)
             if chart is self.serving_charts.rayservice:
                 for group in node_groups:
@@ -355,6 +380,11 @@ class RayLlmServing(Construct):
             )
             # The clock starts when the Job exists: after the RayService and the gate's chart are applied.
             self.gate_wait_condition.node.add_dependency(previous)
+
+    @property
+    def gitops_parts(self) -> list[cdk8s.Chart]:
+        """What a GitOps tool applies in this construct's place: the charts, in apply order."""
+        return list(self.charts)
 
     @property
     def specs(self) -> Specs:

@@ -3,6 +3,10 @@
 Exit codes of ``run`` (the same as ``ray-llm-eks verify``): 0 pass, 1 fail, 3 no cluster access.
 Whatever happens in ``run`` (bad settings, a crash, no API access), the wait condition is
 signalled, with retries, so a deploy never waits out its timeout for a gate that has already ended.
+With no wait condition (``kubernetes_owner: gitops``: the Job has neither ``GATE_SIGNAL_URL`` nor
+``GATE_SIGNAL_SECRET``) the exit code is the signal: the Job (``backoffLimit: 0``) fails with the
+gate, which fails the Argo CD sync whose PostSync hook it is, or the Flux Kustomization that waits
+for it; the report is on stdout and in the report ConfigMap either way.
 
 ``run`` takes its settings from the rendered ``gate.json`` (``--config``); ``--set`` overrides any
 of them with a JSON object, and ``--expect-provider`` the libfabric provider the worker logs must
@@ -126,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     if signal_url or signal_secret:
         reason = "; ".join(report.reasons) or "the endpoint answered and the KV cache crossed EFA"
         _signal(signal_url, signal_secret, code == EXIT_PASS, reason, f"gate-{config.run_id}", report.summary())
+    else:
+        _log(f"no wait condition to signal: the verdict is this Job's exit status ({code}: "
+             f"{'the Job succeeds' if code == EXIT_PASS else 'the Job fails'})")
     _log(f"verdict: {report.verdict}" + "".join(f"\n  - {r}" for r in report.reasons))
     return code
 
