@@ -714,7 +714,10 @@ def bench(
         entries = run(settings, out, progress=lambda line: console.print(escape(line)),
                       ui="simple" if console.is_terminal else "none")
     except BenchError as error:
-        _fail(ExitCode.CHECK_FAILED, str(error), False)
+        # The tokenizer check names --tokenizer; without the flag, say where the name came from.
+        source = (" (--tokenizer not given: model.source of --config, or of the reference deployment)"
+                  if tokenizer is None and any(name == "tokenizer" for name, _ in error.problems) else "")
+        _fail(ExitCode.CHECK_FAILED, _with_flags(error) + source, False)
     table = Table(title=f"{out}/summary.json")
     for column in ("concurrency", "ok", "failed", "accepted", "TTFT p50/p99 ms", "e2e p99 ms", "output tok/s",
                    "KV p50 ms", "$ / accepted"):

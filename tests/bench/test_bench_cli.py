@@ -84,3 +84,36 @@ def test_compare_of_runs_that_cannot_be_compared_exits_1_with_the_reason(tmp_pat
     result = invoke("compare", str(RUNS / "disaggregated"), str(other), "--out", str(tmp_path / "o"))
     assert result.exit_code == 1, result.output
     assert result.output.startswith("not-comparable:") and "the workloads differ" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_tokenizer_that_cannot_load_stops_the_bench_before_aiperf_with_the_reason(tmp_path, monkeypatch, given):
+    """Offline (HF_HUB_OFFLINE=1) with an empty Hugging Face cache: no Hub is needed to fail. The
+    message is the check's, made before AIPerf started (nothing of AIPerf's in --out), with the
+    library's own reason and what to do; AIPerf itself took 48 s to fail here without the check."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    name = "ray-llm-eks-tests/no-such-tokenizer" if given else "Qwen/Qwen3.5-9B"  # the reference model.source
+    out = tmp_path / "run"
+    result = invoke("bench", "--url", "http://127.0.0.1:1", "--model", "tiny", *(["--tokenizer", name] if given else []),
+                    "--concurrency", "1", "--requests", "2", "--agreement-prompts", "0", "--out", str(out))
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert (f"error: --tokenizer: the tokenizer '{name}' could not load: TokenizerError: Failed to load tokenizer "
+            f"'{name}': OSError: Tokenizer '{name}' (revision 'main') is not present in the HuggingFace cache.") in message
+    assert "before starting AIPerf, offline mode: HF_HUB_OFFLINE set). To fix: pass --tokenizer PATH with a local " \
+           "tokenizer directory" in message
+    assert "or give this machine access to the Hugging Face Hub" in message
+    assert ("(--tokenizer not given: model.source of --config" in message) is not given
+    assert "aiperf exited" not in message and not out.exists()  # AIPerf never started
+
+
+def test_a_local_tokenizer_in_offline_mode_is_refused_with_aiperf_s_rule(tmp_path, monkeypatch, tokenizer_dir):
+    """AIPerf 0.13 in offline mode takes every tokenizer name for a cached Hub id, a directory too."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = invoke("bench", "--url", "http://127.0.0.1:1", "--model", "tiny", "--tokenizer", str(tokenizer_dir),
+                    "--agreement-prompts", "0", "--out", str(tmp_path / "run"))
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "HFValidationError: Repo id must be in the form" in message
+    assert "To fix: AIPerf 0.13.0 reads a local directory only with HF_HUB_OFFLINE unset" in message
