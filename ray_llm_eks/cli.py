@@ -750,7 +750,7 @@ def compare(
     workloads, no priced level, no level meeting --min-attainment); 2 a run directory or option
     that cannot be read.
     """
-    from .bench.compare import REPORT_FILE, compare as compare_runs
+    from .bench.compare import REPORT_FILE, compare as compare_runs, sensitivity_line
     from .bench.runner import BenchError
 
     try:
@@ -763,6 +763,7 @@ def compare(
         typer.echo(json.dumps(decision, indent=2))
     else:
         _console().print(f"[bold]{escape(decision['decision'])}[/]: {escape(decision['reason'])}\n"
+                         f"{escape(sensitivity_line(decision))}\n"
                          f"report: {escape(str(out / REPORT_FILE))}")
     raise typer.Exit(int(ExitCode.CHECK_FAILED if decision["decision"] == "not-comparable" else ExitCode.OK))
 

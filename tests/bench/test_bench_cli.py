@@ -117,3 +117,19 @@ def test_a_local_tokenizer_in_offline_mode_is_refused_with_aiperf_s_rule(tmp_pat
     assert result.exit_code == 1, result.output
     assert "HFValidationError: Repo id must be in the form" in message
     assert "To fix: AIPerf 0.13.0 reads a local directory only with HF_HUB_OFFLINE unset" in message
+
+
+def test_compare_prints_how_the_verdict_moves_with_the_attainment_goal(tmp_path):
+    result = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert ("Verdict at --min-attainment 80%: adopt-disaggregation (+44%); 90% (used): adopt-disaggregation (+44%); "
+            "95%: not-comparable (no priced level of colocated meets it); 99%: not-comparable (no priced level of "
+            "colocated meets it).") in " ".join(result.output.split())
+    # The exit code is the verdict's at the goal used, whatever the other goals give.
+    strict = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path / "s"),
+                    "--min-attainment", "0.95", "--json")
+    assert strict.exit_code == 1
+    decision = json.loads(strict.stdout)
+    assert decision["decision"] == "not-comparable"
+    assert [(e["min_attainment"], e["used"], e["decision"]) for e in decision["sensitivity"]][:2] == \
+        [(0.8, False, "adopt-disaggregation"), (0.9, False, "adopt-disaggregation")]
