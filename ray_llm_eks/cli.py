@@ -14,7 +14,8 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
       as ``make synth``), or a region or instance type the price table does not cover
  1    verify: the gate failed / drill: the deployment did not serve again or the gate did not pass
       / verify-logs: the logs do not prove LIBFABRIC on the expected
-      provider (``--expect-provider``, default efa) / bench: AIPerf failed or wrote nothing readable
+      provider (``--expect-provider``, default efa) / bench: the tokenizer does not load, or AIPerf
+      failed or wrote nothing readable (AIPerf's reason first)
  2    verify-logs: a log file cannot be read
  2    bench, compare: bad flags or run directories (the message names the flag and what is accepted)
  2    drill: not a scenario

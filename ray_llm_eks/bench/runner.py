@@ -4,6 +4,9 @@ AIPerf 0.13 (``aiperf profile``) is driven as a program, not imported: its Pytho
 a published interface, its command line and export files are (``profile_export_aiperf.json``,
 ``profile_export.jsonl``, ``server_metrics_export.json``). What is read from them, and why:
 
+- The tokenizer is loaded first, by AIPerf's own loader in AIPerf's Python (:func:`check_tokenizer`):
+  a tokenizer that cannot load fails the run in seconds, with the library's reason. When AIPerf
+  itself fails, its own reason (:func:`aiperf_reason`) comes before the path of its log.
 - Client latencies (TTFT, ITL, end-to-end) are AIPerf's own percentiles of the profiling phase.
 - Token counts come from the server's ``usage`` (``--use-server-token-count``): counting with a
   client tokenizer that differs from the server's shifts ITL by the ratio of the two counts.
