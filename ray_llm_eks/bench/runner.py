@@ -183,9 +183,10 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 # (``aiperf.common.tokenizer.Tokenizer.from_pretrained``, AIPerf 0.13.0), with the name, revision and
 # environment AIPerf gets, so it succeeds or fails as AIPerf would (offline mode included: AIPerf
 # 0.13 with HF_HUB_OFFLINE set refuses a local directory, which transformers alone would read).
-# It stops at the first connection error huggingface_hub logs: that library retries each file
-# five times with back-off (1+2+4+8+8 s) and AIPerf loads twice, which is how a bench without Hub
-# access waited 71 s before saying anything; the reason is the same on the first attempt.
+# It stops at the first connection error huggingface_hub logs: that library retries each request
+# five times with back-off (1+2+4+8+8 s), and AIPerf's load made two such requests without Hub
+# access (46 s of tests/data/bench/aiperf_failures/hub-unreachable.log) before it said anything;
+# the reason is the same on the first attempt.
 # Prints one JSON line on the real stdout (from_pretrained swallows sys.stdout and sys.stderr).
 _TOKENIZER_CHECK = r"""
 import json, logging, os, sys, time
