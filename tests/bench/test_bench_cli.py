@@ -133,3 +133,35 @@ def test_compare_prints_how_the_verdict_moves_with_the_attainment_goal(tmp_path)
     assert decision["decision"] == "not-comparable"
     assert [(e["min_attainment"], e["used"], e["decision"]) for e in decision["sensitivity"]][:2] == \
         [(0.8, False, "adopt-disaggregation"), (0.9, False, "adopt-disaggregation")]
+
+
+def test_compare_s_plots_mark_levels_below_the_goal_and_never_draw_backward(tmp_path, monkeypatch):
+    """`ray-llm-eks compare` as typed, on a colocated run whose top level serves less than c8 did:
+    the Figure objects it saves are read (every line's x rises; the below-goal levels are crosses)."""
+    from matplotlib.figure import Figure
+    from test_compare import copy_run, throughput_falls_at_the_top
+
+    saved: dict[str, Figure] = {}
+    original = Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        saved[Path(path).name] = figure
+        return original(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    fallen = copy_run(RUNS / "colocated", tmp_path / "colocated", throughput_falls_at_the_top)
+    result = invoke("compare", str(RUNS / "disaggregated"), str(fallen), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    assert set(saved) == {"latency_vs_throughput.png", "cost_per_accepted_response.png"}
+    summary = json.loads((fallen / "summary.json").read_text())
+    below = {e["concurrency"] for e in summary if e["accepted_responses"] / (e["requests_ok"] + e["requests_failed"]) < 0.9}
+    assert below == {1, 2, 4}
+    for figure in saved.values():
+        for axis in figure.axes:
+            for line in axis.get_lines():
+                assert list(line.get_xdata()) == sorted(line.get_xdata()), line.get_gid()
+            crosses = [c for c in axis.collections if c.get_gid() == "below-goal"]
+            assert crosses and all(c.get_paths() for c in crosses)
+            assert "level below the 90% attainment goal" in [t.get_text() for t in axis.get_legend().get_texts()]
+    (cost_axis,) = saved["cost_per_accepted_response.png"].axes
+    assert {int(x) for c in cost_axis.collections if c.get_gid() == "below-goal" for x, _ in c.get_offsets()} == below
