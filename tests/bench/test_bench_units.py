@@ -346,3 +346,15 @@ def test_an_aiperf_whose_python_is_unknown_is_not_checked_and_says_so(tmp_path):
     program.write_text("#!/bin/sh\n")
     line = runner.check_tokenizer(settings(aiperf=str(program)))
     assert line == f"tokenizer 't': not checked ({program} names no Python); AIPerf loads it itself"
+
+
+def test_a_tokenizer_saved_as_the_docs_say_loads_in_aiperf_s_python(tokenizer_dir, tmp_path, monkeypatch):
+    """docs/benchmark.md's recipe, `AutoTokenizer.from_pretrained(...).save_pretrained(DIR)`, from a
+    local tokenizer instead of the Hub (no Hub here): the directory it writes is one AIPerf loads."""
+    from transformers import AutoTokenizer
+
+    for variable in runner.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    saved = tmp_path / "tokenizers" / "copy"
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(str(saved))
+    assert runner.check_tokenizer(settings(tokenizer=str(saved), aiperf=None)).startswith(f"tokenizer {str(saved)!r} loads")
