@@ -15,7 +15,8 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
       region without any prices is no error: plan prints its other figures, the price unknown)
  1    verify: the gate failed / drill: the deployment did not serve again or the gate did not pass
       / verify-logs: the logs do not prove LIBFABRIC on the expected
-      provider (``--expect-provider``, default efa) / bench: AIPerf failed or wrote nothing readable
+      provider (``--expect-provider``, default efa) / bench: the tokenizer does not load, or AIPerf
+      failed or wrote nothing readable (AIPerf's reason first)
  2    verify-logs: a log file cannot be read
  2    bench, compare: bad flags or run directories (the message names the flag and what is accepted)
  2    drill: not a scenario
@@ -789,7 +790,10 @@ def bench(
         entries = run(settings, out, progress=lambda line: console.print(escape(line)),
                       ui="simple" if console.is_terminal else "none")
     except BenchError as error:
-        _fail(ExitCode.CHECK_FAILED, str(error), False)
+        # The tokenizer check names --tokenizer; without the flag, say where the name came from.
+        source = (" (--tokenizer not given: model.source of --config, or of the reference deployment)"
+                  if tokenizer is None and any(name == "tokenizer" for name, _ in error.problems) else "")
+        _fail(ExitCode.CHECK_FAILED, _with_flags(error) + source, False)
     table = Table(title=f"{out}/summary.json")
     for column in ("concurrency", "ok", "failed", "accepted", "TTFT p50/p99 ms", "e2e p99 ms", "output tok/s",
                    "KV p50 ms", "$ / accepted"):
@@ -822,7 +826,7 @@ def compare(
     workloads, no priced level, no level meeting --min-attainment); 2 a run directory or option
     that cannot be read.
     """
-    from .bench.compare import REPORT_FILE, compare as compare_runs
+    from .bench.compare import REPORT_FILE, compare as compare_runs, sensitivity_line
     from .bench.runner import BenchError
 
     try:
@@ -835,6 +839,7 @@ def compare(
         typer.echo(json.dumps(decision, indent=2))
     else:
         _console().print(f"[bold]{escape(decision['decision'])}[/]: {escape(decision['reason'])}\n"
+                         f"{escape(sensitivity_line(decision))}\n"
                          f"report: {escape(str(out / REPORT_FILE))}")
     raise typer.Exit(int(ExitCode.CHECK_FAILED if decision["decision"] == "not-comparable" else ExitCode.OK))
 

@@ -72,3 +72,31 @@ def test_each_timing_in_the_readme_names_the_command_that_measured_it():
         assert MEASURED.search(sentence), f"{duration!r} names no command: {sentence}"
     commands = {m["command"] for _, sentence in found for m in MEASURED.finditer(sentence) if m["command"]}
     assert {"time make bootstrap", "/usr/bin/time make test", "/usr/bin/time -v"} <= commands, commands
+
+
+PLAN_PRICE_ROW = re.compile(r"\| `(?P<command>ray-llm-eks plan --config (?P<config>examples/benchmark/\w+\.yaml))` "
+                            r"\| (?P<cloudwatch>1 dashboard, \d+ alarms, \d+ custom metrics) \| \$(?P<hourly>\d+\.\d{4}) \|")
+
+
+def test_the_benchmark_doc_quotes_plan_s_prices_of_both_topologies():
+    """docs/benchmark.md's table of the two example deployments' hourly costs: each row's command,
+    run as a user types it, prints that CloudWatch line and that total (``--json`` for the figures)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ray_llm_eks import cli
+
+    doc = (ROOT / "docs" / "benchmark.md").read_text()
+    rows = [m.groupdict() for m in PLAN_PRICE_ROW.finditer(doc)]
+    assert [Path(r["config"]).stem for r in rows] == ["disaggregated", "colocated"]
+    for row in rows:
+        result = CliRunner().invoke(cli.app, [*row["command"].split()[1:], "--json"])
+        assert result.exit_code == 0, result.output
+        plan = json.loads(result.stdout)
+        assert f"{plan['hourly_cost_usd']:.4f}" == row["hourly"], row
+        (cloudwatch,) = [line["item"] for line in plan["cost_lines"] if line["item"].startswith("CloudWatch")]
+        assert cloudwatch == f"CloudWatch: {row['cloudwatch']}"
+        assert f"(price table as of {plan['price_table_as_of']};" in " ".join(doc.split())
+    prices = [float(r["hourly"]) for r in rows]
+    assert f"${prices[0] - prices[1]:.4f} an hour" in " ".join(doc.split())

@@ -27,6 +27,10 @@ DEFAULT_MIN_GAIN = 0.05
 """Gains under 5 % are not acted on: two runs of the same deployment differ by a few percent."""
 DEFAULT_MIN_ATTAINMENT = 0.9
 """A level counts only if at least 90 % of its requests were accepted (DistServe's goodput goal)."""
+SENSITIVITY_GOALS = (0.8, 0.9, 0.95, 0.99)
+"""The attainment goals the verdict is also given at, with the one used: how the verdict moves with
+``--min-attainment`` (one pair of runs gave adopt-disaggregation +457 % at 90 % and no-difference at
+80 %, because a level accepting 85 % of its requests then counted)."""
 REPORT_FILE = "report.md"
 VERDICT_FILE = "verdict.json"
 LATENCY_PLOT = "latency_vs_throughput.png"
@@ -101,8 +105,47 @@ def _agreement_warning(agreement: dict[str, Any] | None) -> str | None:
 
 
 def verdict(a: Run, b: Run, min_gain: float = DEFAULT_MIN_GAIN,
-            min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any]:
-    """The decision and its reason, as data (``verdict.json``) and as a sentence."""
+            min_attainment: float = DEFAULT_MIN_ATTAINMENT,
+            goals: tuple[float, ...] = SENSITIVITY_GOALS) -> dict[str, Any]:
+    """The decision and its reason, as data (``verdict.json``) and as a sentence, with
+    ``sensitivity``: the decision at each of ``goals`` and at ``min_attainment``, each from
+    :func:`decide` on the same records (the verdict itself is the entry of ``min_attainment``)."""
+    decision = decide(a, b, min_gain, min_attainment)
+    sensitivity = []
+    for goal in sorted({*goals, min_attainment}):
+        at_goal = decision if goal == min_attainment else decide(a, b, min_gain, goal)
+        per_dollar = at_goal.get("responses_per_dollar")
+        sensitivity.append({
+            "min_attainment": goal, "used": goal == min_attainment, "decision": at_goal["decision"],
+            "winner": at_goal["winner"], "best": at_goal.get("best"),
+            # The winner's margin, whichever run was named first (as the verdict's threshold reads it).
+            "ratio": max(per_dollar.values()) / min(per_dollar.values()) - 1 if per_dollar else None,
+            "without_level": [run.label for run in (a, b) if run.best(goal) is None],
+        })
+    return {**decision, "sensitivity": sensitivity}
+
+
+def _goal(goal: float) -> str:
+    return f"{goal * 100:g}%"
+
+
+def sensitivity_line(decision: dict[str, Any]) -> str:
+    """``verdict at --min-attainment 80 %: ...; 90 % (used): ...`` from :func:`verdict`'s data."""
+    parts = []
+    for entry in decision["sensitivity"]:
+        if entry["decision"] == "not-comparable":
+            margin = (f" (no priced level of {' or '.join(entry['without_level'])} meets it)" if entry["without_level"]
+                      else "")
+        else:
+            margin = f" (+{entry['ratio']:.0%})"
+        parts.append(f"{_goal(entry['min_attainment'])}{' (used)' if entry['used'] else ''}: "
+                     f"{entry['decision']}{margin}")
+    return "Verdict at --min-attainment " + "; ".join(parts) + "."
+
+
+def decide(a: Run, b: Run, min_gain: float = DEFAULT_MIN_GAIN,
+           min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any]:
+    """The decision and its reason at one attainment goal."""
     blocking, caveats = [], []
     if _slos(a) != _slos(b):
         blocking.append(f"the SLOs differ (TTFT/e2e ms: {a.label} {_slos(a)}, {b.label} {_slos(b)})")
@@ -192,7 +235,9 @@ def _triple(values: dict[str, Any], digits: int) -> str:
 
 
 def markdown(a: Run, b: Run, decision: dict[str, Any]) -> str:
-    lines = [f"# {a.label} vs {b.label}", "", f"**Verdict ({decision['decision']}).** {decision['reason']}", ""]
+    lines = [f"# {a.label} vs {b.label}", "", f"**Verdict ({decision['decision']}).** {decision['reason']}", "",
+             f"**Sensitivity.** {sensitivity_line(decision)} Each is the same rule on the same levels; a level "
+             "counts at a goal when that share of its requests was accepted.", ""]
     s = a.settings
     slo = f"TTFT ≤ {_num(s.get('slo_ttft_ms'), 0)} ms, end-to-end ≤ {_num(s.get('slo_e2e_ms'), 0)} ms"
     if s.get("trace"):
@@ -256,26 +301,79 @@ def _no_data(axis: Any, what: str) -> None:
     axis.text(0.5, 0.5, f"no {what} to plot", ha="center", va="center", transform=axis.transAxes, color="gray")
 
 
-def plot(a: Run, b: Run, out: Path, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[Path]:
-    """Two PNGs; levels without a figure (nothing served, nothing accepted, a timestamp replay) are left out."""
+BELOW_GOAL_MARKER = "x"
+"""Levels that accepted fewer than ``min_attainment`` of their requests: drawn, but not as the others."""
+AT_GOAL_MARKER = "o"
+
+
+def _load_segments(points: list[tuple[float, float, dict[str, Any]]]) -> list[list[tuple[float, float, dict[str, Any]]]]:
+    """Points in load order (concurrency), cut wherever the throughput (x) goes back.
+
+    Joining levels in load order draws a long backward line where an overloaded level serves
+    less than the one before; joining them in throughput order would put, say, c64 between c8
+    and c16, a curve nobody measured. So consecutive levels are joined only while throughput
+    does not fall, and a level after a fall starts a new line: every point is still drawn and
+    labelled with its concurrency, and every line reads left to right as added load.
+    """
+    segments: list[list[tuple[float, float, dict[str, Any]]]] = []
+    for point in points:
+        if segments and point[0] >= segments[-1][-1][0]:
+            segments[-1].append(point)
+        else:
+            segments.append([point])
+    return segments
+
+
+def _mark_levels(axis: Any, points: list[tuple[float, float, dict[str, Any]]], color: str,
+                 min_attainment: float) -> bool:
+    """The level markers: filled circles at or above the attainment goal, crosses below it (gid
+    ``at-goal`` / ``below-goal``). Returns whether any level is below the goal."""
+    below = [(x, y) for x, y, e in points if attainment(e) < min_attainment]
+    meets = [(x, y) for x, y, e in points if attainment(e) >= min_attainment]
+    if meets:
+        axis.scatter(*zip(*meets), marker=AT_GOAL_MARKER, s=18, color=color, zorder=3, gid="at-goal")
+    if below:
+        axis.scatter(*zip(*below), marker=BELOW_GOAL_MARKER, s=70, linewidths=1.6, color=color, zorder=4,
+                     gid="below-goal")
+    return bool(below)
+
+
+def _legend(axis: Any, below_goal: bool, min_attainment: float, **options: Any) -> None:
+    from matplotlib.lines import Line2D
+
+    handles, _ = axis.get_legend_handles_labels()
+    if below_goal:
+        handles.append(Line2D([], [], color="gray", marker=BELOW_GOAL_MARKER, markersize=8, linestyle="none",
+                              markeredgewidth=1.6, label=f"level below the {min_attainment:.0%} attainment goal"))
+    axis.legend(handles=handles, **options)
+
+
+def latency_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> Any:
+    """TTFT and end-to-end p50/p95/p99 against output tokens per second (see :func:`_load_segments`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
     colors = {a.label: "#1f77b4", b.label: "#d62728"}
     styles = {"p50": "-", "p95": "--", "p99": ":"}
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
     for axis, metric, title, slo_key in ((axes[0], "ttft_ms", "Time to first token", "slo_ttft_ms"),
                                          (axes[1], "e2e_ms", "End-to-end latency", "slo_e2e_ms")):
-        drawn = False
+        drawn = below_goal = cut = False
         for run in (a, b):
             for p, style in styles.items():
-                points = [(e["output_tokens_per_s"], e[metric][p]) for e in _swept(run) if e[metric].get(p) is not None]
-                if points:
-                    axis.plot(*zip(*points), style, marker="o", color=colors[run.label], label=f"{run.label} {p}")
-                    drawn = True
+                points = [(e["output_tokens_per_s"], e[metric][p], e) for e in _swept(run)
+                          if e[metric].get(p) is not None]
+                if not points:
+                    continue
+                segments = _load_segments(points)
+                cut = cut or len(segments) > 1
+                for index, segment in enumerate(segments):
+                    axis.plot([x for x, _, _ in segment], [y for _, y, _ in segment], style, color=colors[run.label],
+                              label=f"{run.label} {p}" if index == 0 else "_nolegend_", gid=f"{run.label} {p}")
+                below_goal = _mark_levels(axis, points, colors[run.label], min_attainment) or below_goal
+                drawn = True
             for e in _swept(run):
                 if e[metric].get("p50") is not None:
                     axis.annotate(f"c{e['concurrency']}", (e["output_tokens_per_s"], e[metric]["p50"]),
@@ -285,29 +383,43 @@ def plot(a: Run, b: Run, out: Path, min_attainment: float = DEFAULT_MIN_ATTAINME
             axis.axhline(slo, color="black", linewidth=0.8, alpha=0.6)
             axis.annotate(f"SLO {slo:g} ms", (0.01, slo), xycoords=("axes fraction", "data"),
                           textcoords="offset points", xytext=(0, 3), fontsize=8)
+        if cut:
+            axis.annotate("a level serving less than the one before starts a new line", (0.01, 0.01),
+                          xycoords="axes fraction", fontsize=7, color="gray")
         axis.set(title=f"{title} vs throughput", xlabel="output tokens / s", ylabel="ms")
         axis.grid(alpha=0.3)
         if drawn:
-            axis.legend(fontsize=7, ncol=2)
+            _legend(axis, below_goal, min_attainment, fontsize=7, ncol=2)
         else:
             _no_data(axis, "concurrency level that served a request")
-    latency = out / LATENCY_PLOT
-    figure.savefig(latency, dpi=110)
-    plt.close(figure)
+    return figure
 
+
+def cost_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> Any:
+    """Dollars per 1,000 accepted responses against concurrency (levels in load order, so x rises)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, ScalarFormatter
+
+    colors = {a.label: "#1f77b4", b.label: "#d62728"}
     figure, axis = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
     priced = {run.label: [e for e in _swept(run) if e.get("cost_per_accepted_response_usd") is not None]
               for run in (a, b)}
+    below_goal = False
     for run in (a, b):
         entries = priced[run.label]
         if not entries:
             continue
-        axis.plot([e["concurrency"] for e in entries], [e["cost_per_accepted_response_usd"] * 1000 for e in entries],
-                  marker="o", color=colors[run.label], label=run.label)
+        points = [(e["concurrency"], e["cost_per_accepted_response_usd"] * 1000, e) for e in entries]
+        axis.plot([x for x, _, _ in points], [y for _, y, _ in points], color=colors[run.label], label=run.label,
+                  gid=run.label)
+        below_goal = _mark_levels(axis, points, colors[run.label], min_attainment) or below_goal
         best = run.best(min_attainment)
         if best and best["concurrency"] is not None:
             axis.scatter([best["concurrency"]], [best["cost_per_accepted_response_usd"] * 1000], s=140,
-                         facecolors="none", edgecolors=colors[run.label], linewidths=1.5)
+                         facecolors="none", edgecolors=colors[run.label], linewidths=1.5, gid="best")
     levels = sorted({e["concurrency"] for entries in priced.values() for e in entries})
     if levels:
         axis.set_xscale("log", base=2)
@@ -315,16 +427,26 @@ def plot(a: Run, b: Run, out: Path, min_attainment: float = DEFAULT_MIN_ATTAINME
         axis.set_xticks(levels)
         axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         axis.yaxis.set_major_formatter(ScalarFormatter())
-        axis.legend()
+        _legend(axis, below_goal, min_attainment)
     else:
         _no_data(axis, "priced level with an accepted response")
     axis.set(title=f"Cost per accepted response (circled: best level with >= {min_attainment:.0%} accepted)",
              xlabel="concurrency", ylabel="USD per 1,000 accepted responses (log)")
     axis.grid(alpha=0.3, which="both")
-    cost_plot = out / COST_PLOT
-    figure.savefig(cost_plot, dpi=110)
-    plt.close(figure)
-    return [latency, cost_plot]
+    return figure
+
+
+def plot(a: Run, b: Run, out: Path, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[Path]:
+    """Two PNGs; levels without a figure (nothing served, nothing accepted, a timestamp replay) are left out."""
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for build, name in ((latency_figure, LATENCY_PLOT), (cost_figure, COST_PLOT)):
+        figure = build(a, b, min_attainment)
+        figure.savefig(out / name, dpi=110)
+        plt.close(figure)
+        paths.append(out / name)
+    return paths
 
 
 def compare(path_a: Path, path_b: Path, out: Path, *, min_gain: float = DEFAULT_MIN_GAIN,

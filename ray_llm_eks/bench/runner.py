@@ -4,6 +4,9 @@ AIPerf 0.13 (``aiperf profile``) is driven as a program, not imported: its Pytho
 a published interface, its command line and export files are (``profile_export_aiperf.json``,
 ``profile_export.jsonl``, ``server_metrics_export.json``). What is read from them, and why:
 
+- The tokenizer is loaded first, by AIPerf's own loader in AIPerf's Python (:func:`check_tokenizer`):
+  a tokenizer that cannot load fails the run in seconds, with the library's reason. When AIPerf
+  itself fails, its own reason (:func:`aiperf_reason`) comes before the path of its log.
 - Client latencies (TTFT, ITL, end-to-end) are AIPerf's own percentiles of the profiling phase.
 - Token counts come from the server's ``usage`` (``--use-server-token-count``): counting with a
   client tokenizer that differs from the server's shifts ITL by the ratio of the two counts.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -165,6 +169,187 @@ def find_aiperf(explicit: str | None = None) -> str:
         return found
     raise BenchError(f"aiperf is not installed: pip install 'ray-llm-eks[bench]' (AIPerf {AIPERF_VERSION}), "
                      "or name the program with --aiperf")
+
+
+# --- the tokenizer, checked before AIPerf starts ---------------------------------------------------
+
+TOKENIZER_CHECK_TIMEOUT_S = 120.0
+"""The bound on the tokenizer check: a download of a large tokenizer on a slow link fits; a check
+that hangs does not hold the run for longer."""
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+"""What AIPerf 0.13 reads as offline mode (``aiperf/common/tokenizer.py``, ``_is_offline_mode``)."""
+
+# Run by AIPerf's own Python: the same function AIPerf's services call to build prompts
+# (``aiperf.common.tokenizer.Tokenizer.from_pretrained``, AIPerf 0.13.0), with the name, revision and
+# environment AIPerf gets, so it succeeds or fails as AIPerf would (offline mode included: AIPerf
+# 0.13 with HF_HUB_OFFLINE set refuses a local directory, which transformers alone would read).
+# It stops at the first connection error huggingface_hub logs: that library retries each request
+# five times with back-off (1+2+4+8+8 s), and AIPerf's load made two such requests without Hub
+# access (46 s of tests/data/bench/aiperf_failures/hub-unreachable.log) before it said anything;
+# the reason is the same on the first attempt.
+# Prints one JSON line on the real stdout (from_pretrained swallows sys.stdout and sys.stderr).
+_TOKENIZER_CHECK = r"""
+import json, logging, os, sys, time
+started = time.monotonic()
+def done(ok, reason):
+    sys.__stdout__.write(json.dumps({"ok": ok, "reason": reason, "seconds": time.monotonic() - started}) + "\n")
+    sys.__stdout__.flush()
+    os._exit(0)
+class FirstNetworkError(logging.Handler):
+    def emit(self, record):
+        message = record.getMessage()
+        if "thrown while requesting" in message:
+            done(False, message)
+logging.getLogger("huggingface_hub").addHandler(FirstNetworkError())
+try:
+    from aiperf.common.tokenizer import Tokenizer
+except ImportError as error:
+    done(None, f"{type(error).__name__}: {error}")
+try:
+    Tokenizer.from_pretrained(sys.argv[1], trust_remote_code=False, revision=sys.argv[2])
+except Exception as error:
+    done(False, f"{type(error).__name__}: {error}")
+done(True, "")
+"""
+
+
+def aiperf_python(program: str) -> str | None:
+    """The Python that runs the ``aiperf`` program: its ``#!`` line, else a ``python3``/``python``
+    beside it (a virtualenv's ``bin``, or the wrappers the in-cluster Job writes); None if neither."""
+    path = Path(program)
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        first = ""
+    if first.startswith("#!"):
+        words = first[2:].split()
+        if words and Path(words[0]).name == "env" and len(words) > 1:
+            words = [shutil.which(words[1]) or words[1]]
+        if words and Path(words[0]).name.startswith("python") and Path(words[0]).exists():
+            return words[0]
+    for name in ("python3", "python"):
+        beside = path.parent / name
+        if beside.exists():
+            return str(beside)
+    return None
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def check_tokenizer(settings: BenchSettings, timeout_s: float = TOKENIZER_CHECK_TIMEOUT_S,
+                    environment: dict[str, str] | None = None) -> str:
+    """Load ``settings.tokenizer`` the way AIPerf will, before any level starts; returns the line to
+    show. Raises :class:`BenchError` (setting ``tokenizer``) saying that it could not load, the
+    library's reason in one line, and what to do."""
+    program = find_aiperf(settings.aiperf)
+    python = aiperf_python(program)
+    name, revision = settings.tokenizer, settings.tokenizer_revision or "main"
+    if python is None:
+        return f"tokenizer {name!r}: not checked ({program} names no Python); AIPerf loads it itself"
+    env = aiperf_environment(settings, environment)
+    started = time.monotonic()
+    try:
+        finished = subprocess.run([python, "-c", _TOKENIZER_CHECK, name, revision], capture_output=True,
+                                  text=True, env=env, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        outcome: dict[str, Any] = {"ok": False, "reason": f"it did not load within {timeout_s:g} s"}
+    else:
+        lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
+        try:
+            outcome = json.loads(lines[-1])
+        except (IndexError, json.JSONDecodeError):
+            outcome = {"ok": False, "reason": _last_line(finished.stderr)
+                       or f"the check exited with {finished.returncode} and printed nothing"}
+    seconds = time.monotonic() - started
+    if outcome["ok"] is None:  # an AIPerf without the module: the check cannot speak for it
+        return f"tokenizer {name!r}: not checked ({_first_line(outcome['reason'])}); AIPerf loads it itself"
+    if outcome["ok"]:
+        return f"tokenizer {name!r} loads ({seconds:.1f} s)"
+    offline = [v for v in OFFLINE_VARIABLES if env.get(v)]
+    if offline and Path(name).is_dir():
+        advice = (f"AIPerf {AIPERF_VERSION} reads a local directory only with {' and '.join(offline)} unset "
+                  "(a local directory needs no Hub): unset it")
+    else:
+        advice = ("pass --tokenizer PATH with a local tokenizer directory (docs/benchmark.md, 'An offline "
+                  "tokenizer'), or give this machine access to the Hugging Face Hub (HF_TOKEN for a gated model)")
+    where = f" at revision {revision!r}" if revision != "main" else ""
+    mode = f", offline mode: {', '.join(offline)} set" if offline else ""
+    sentence = (f"the tokenizer {name!r}{where} could not load: {_first_line(outcome['reason'])} (checked in "
+                f"{seconds:.1f} s before starting AIPerf{mode}). To fix: {advice}.")
+    raise BenchError(f"tokenizer: {sentence}", [("tokenizer", sentence)])
+
+
+# --- AIPerf's own reason when it fails -------------------------------------------------------------
+
+_LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d+\s+(?P<level>[A-Z]+)\s+(?P<message>.*?)(?:\s+\([\w./-]+\.py:\d+\))?$")
+_PANEL_FIELD = re.compile(r"^│\s*(?:• )?(?P<label>[A-Z][a-z]+):\s(?P<value>.*?)\s*│$")
+_PANEL_MORE = re.compile(r"^│\s{3,}(?P<value>\S.*?)\s*│$")
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit):\s.+")
+
+
+def _last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def aiperf_reason(log_text: str, limit: int = 2) -> list[str]:
+    """AIPerf 0.13's own reason for failing, from its console output (``aiperf.log``), at most
+    ``limit`` lines, the cause first.
+
+    Where AIPerf says it, in the order read: the Reason of the first error in its "AIPerf System Exit
+    Errors" panel (``aiperf/controller/controller_utils.py``, ``print_exit_errors``, rewrapped by
+    rich); else the last line of the last traceback (the tokenizer prefetch fails that way, before
+    the services start, ``aiperf/common/tokenizer_validator.py``); and the first ERROR line of its
+    log, the per-request error that the panel only points to ("see prior log output").
+    """
+    lines = log_text.splitlines()
+    reasons: list[str] = []
+    in_panel, field = False, None
+    for line in lines:
+        if "AIPerf System Exit Errors" in line:
+            in_panel = True
+            continue
+        if not in_panel:
+            continue
+        if line.startswith("╰"):
+            in_panel = False
+            continue
+        match = _PANEL_FIELD.match(line)
+        if match:
+            field = match["label"]
+            if field == "Reason":
+                reasons.append(match["value"])
+            continue
+        more = _PANEL_MORE.match(line)
+        if more and field == "Reason" and reasons:
+            reasons[-1] += " " + more["value"]
+    # The first error of the panel is the cause; the ones after it wrap it (a HookError, a
+    # LifecycleOperationError of the controller that waited for the failed service).
+    reasons = reasons[:1]
+    if not reasons:
+        tracebacks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+        if tracebacks:
+            last = next((line for line in lines[tracebacks[-1]:] if _EXCEPTION_LINE.match(line)), None)
+            if last:
+                reasons.append(last.strip())
+    errors = [m["message"] for m in map(_LOG_LINE.match, lines) if m and m["level"] in ("ERROR", "CRITICAL")]
+    if errors and not any(errors[0] in r or r in errors[0] for r in reasons):
+        reasons.append(errors[0])
+    if not reasons and _last_line(log_text):
+        reasons.append(_last_line(log_text))
+    unique = list(dict.fromkeys(" ".join(r.split()) for r in reasons))
+    return unique[:limit]
+
+
+def _aiperf_says(log_file: Path) -> str:
+    """``AIPerf says: ...`` from its log, or nothing when the log cannot be read."""
+    try:
+        reasons = aiperf_reason(log_file.read_text(errors="replace"))
+    except OSError:
+        return ""
+    return f"AIPerf says: {' / '.join(reasons)}. " if reasons else ""
 
 
 def level_name(concurrency: int | None) -> str:
@@ -443,6 +628,9 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     ``ui`` is AIPerf's ``--ui-type``: ``simple`` draws its progress bars on a terminal; with
     ``none`` its log goes to ``raw/<level>/aiperf.log`` and ``progress`` gets one line per step.
     """
+    # Before anything is written or removed: a tokenizer that cannot load fails here in seconds,
+    # with its reason, instead of inside AIPerf after its start-up and the Hub's retries.
+    progress(check_tokenizer(settings))
     out.mkdir(parents=True, exist_ok=True)
     # A rerun into the same directory must not leave the last run's files to be read as this one's.
     for stale in (SUMMARY_FILE, AGREEMENT_FILE, RUN_FILE):
@@ -470,10 +658,14 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
         errors = sum(1 for c in recorded["completions"] if c["error"])
         progress(f"agreement: {len(recorded['completions']) - errors} recorded, {errors} failed")
     _write_summary(out, entries)
-    served_nothing = [level_name(e["concurrency"]) for e in entries if e["requests_ok"] == 0]
+    served_nothing = [e for e in entries if e["requests_ok"] == 0]
     if served_nothing:
-        raise BenchIncomplete(f"no request succeeded at {', '.join(served_nothing)} (summary.json has the "
-                              f"errors; first check --url and --model): {settings.url}")
+        # AIPerf's reason for the first such level: the per-request error says which of the URL,
+        # the model name or the server is wrong.
+        says = _aiperf_says(_level_log(out / served_nothing[0]["raw"]))
+        raise BenchIncomplete(f"no request succeeded at {', '.join(level_name(e['concurrency']) for e in served_nothing)} "
+                              f"(summary.json has the errors; first check --url and --model): {settings.url}. "
+                              + says.rstrip())
     return entries
 
 
@@ -505,7 +697,7 @@ def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *,
             code = subprocess.run(command, stdout=None if ui != "none" else log,
                                   stderr=subprocess.STDOUT if ui == "none" else None,
                                   env=aiperf_environment(settings), check=False).returncode
-        log_file = artifact_dir / ("aiperf.log" if ui == "none" else "logs/aiperf.log")
+        log_file = _level_log(artifact_dir)
         if code != 0:
             _check_failed_level(artifact_dir, settings, concurrency, code, what, log_file)
         entry = summarize_level(artifact_dir, settings, concurrency, aiperf_exit_code=code,
@@ -531,7 +723,14 @@ def _check_failed_level(artifact_dir: Path, settings: BenchSettings, concurrency
     if not records or not complete or any(not r.get("error") for r in records):
         expected = f"{settings.requests} requests" if concurrency is not None else "the trace's requests"
         raise BenchIncomplete(f"aiperf exited with {code} at {what} after recording {len(records)} of "
-                              f"{expected}; its log: {log_file}")
+                              f"{expected}. {_aiperf_says(log_file)}Its log: {log_file}")
+
+
+def _level_log(artifact_dir: Path) -> Path:
+    """AIPerf's console output (``--ui-type none``, captured here), else its own log file (``simple``:
+    the console went to the terminal)."""
+    captured = artifact_dir / "aiperf.log"
+    return captured if captured.exists() and captured.stat().st_size else artifact_dir / "logs" / "aiperf.log"
 
 
 def _write_summary(out: Path, entries: list[dict[str, Any]]) -> None:

@@ -248,3 +248,19 @@ def test_the_in_cluster_package_runs_from_its_bundle_with_the_standard_library(m
     (entry,) = read_json(tmp_path / "out" / runner.SUMMARY_FILE)
     assert entry["requests_ok"] == 6 and entry["hourly_cost_usd"] == 1.5
     assert len(read_json(tmp_path / "out" / runner.AGREEMENT_FILE)["completions"]) == 2 <= len(PROMPTS)
+
+
+def test_when_aiperf_fails_its_own_reason_comes_first(tokenizer_dir, tmp_path, cli):
+    """No server at --url: every request fails, AIPerf exits 1, and the bench prints what AIPerf
+    said (its exit-error panel and the per-request error it points to), not only its log's path."""
+    from loopback import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    result = cli("bench", "--url", url, "--model", "tiny", "--tokenizer", str(tokenizer_dir), "--isl", "16",
+                 "--osl", "4", "--concurrency", "1", "--requests", "3", "--agreement-prompts", "0",
+                 "--out", str(tmp_path), check=False)
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 1, message
+    assert f"no request succeeded at c1 (summary.json has the errors; first check --url and --model): {url}. " \
+           "AIPerf says: All 3 inference request(s) failed." in message
+    assert "Error in aiohttp request: ClientConnectorError(" in message and "Connect call failed" in message

@@ -84,3 +84,84 @@ def test_compare_of_runs_that_cannot_be_compared_exits_1_with_the_reason(tmp_pat
     result = invoke("compare", str(RUNS / "disaggregated"), str(other), "--out", str(tmp_path / "o"))
     assert result.exit_code == 1, result.output
     assert result.output.startswith("not-comparable:") and "the workloads differ" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_tokenizer_that_cannot_load_stops_the_bench_before_aiperf_with_the_reason(tmp_path, monkeypatch, given):
+    """Offline (HF_HUB_OFFLINE=1) with an empty Hugging Face cache: no Hub is needed to fail. The
+    message is the check's, made before AIPerf started (nothing of AIPerf's in --out), with the
+    library's own reason and what to do; AIPerf itself took 48 s to fail here without the check."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    name = "ray-llm-eks-tests/no-such-tokenizer" if given else "Qwen/Qwen3.5-9B"  # the reference model.source
+    out = tmp_path / "run"
+    result = invoke("bench", "--url", "http://127.0.0.1:1", "--model", "tiny", *(["--tokenizer", name] if given else []),
+                    "--concurrency", "1", "--requests", "2", "--agreement-prompts", "0", "--out", str(out))
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert (f"error: --tokenizer: the tokenizer '{name}' could not load: TokenizerError: Failed to load tokenizer "
+            f"'{name}': OSError: Tokenizer '{name}' (revision 'main') is not present in the HuggingFace cache.") in message
+    assert "before starting AIPerf, offline mode: HF_HUB_OFFLINE set). To fix: pass --tokenizer PATH with a local " \
+           "tokenizer directory" in message
+    assert "or give this machine access to the Hugging Face Hub" in message
+    assert ("(--tokenizer not given: model.source of --config" in message) is not given
+    assert "aiperf exited" not in message and not out.exists()  # AIPerf never started
+
+
+def test_a_local_tokenizer_in_offline_mode_is_refused_with_aiperf_s_rule(tmp_path, monkeypatch, tokenizer_dir):
+    """AIPerf 0.13 in offline mode takes every tokenizer name for a cached Hub id, a directory too."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = invoke("bench", "--url", "http://127.0.0.1:1", "--model", "tiny", "--tokenizer", str(tokenizer_dir),
+                    "--agreement-prompts", "0", "--out", str(tmp_path / "run"))
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "HFValidationError: Repo id must be in the form" in message
+    assert "To fix: AIPerf 0.13.0 reads a local directory only with HF_HUB_OFFLINE unset" in message
+
+
+def test_compare_prints_how_the_verdict_moves_with_the_attainment_goal(tmp_path):
+    result = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert ("Verdict at --min-attainment 80%: adopt-disaggregation (+44%); 90% (used): adopt-disaggregation (+44%); "
+            "95%: not-comparable (no priced level of colocated meets it); 99%: not-comparable (no priced level of "
+            "colocated meets it).") in " ".join(result.output.split())
+    # The exit code is the verdict's at the goal used, whatever the other goals give.
+    strict = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path / "s"),
+                    "--min-attainment", "0.95", "--json")
+    assert strict.exit_code == 1
+    decision = json.loads(strict.stdout)
+    assert decision["decision"] == "not-comparable"
+    assert [(e["min_attainment"], e["used"], e["decision"]) for e in decision["sensitivity"]][:2] == \
+        [(0.8, False, "adopt-disaggregation"), (0.9, False, "adopt-disaggregation")]
+
+
+def test_compare_s_plots_mark_levels_below_the_goal_and_never_draw_backward(tmp_path, monkeypatch):
+    """`ray-llm-eks compare` as typed, on a colocated run whose top level serves less than c8 did:
+    the Figure objects it saves are read (every line's x rises; the below-goal levels are crosses)."""
+    from matplotlib.figure import Figure
+    from test_compare import copy_run, throughput_falls_at_the_top
+
+    saved: dict[str, Figure] = {}
+    original = Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        saved[Path(path).name] = figure
+        return original(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    fallen = copy_run(RUNS / "colocated", tmp_path / "colocated", throughput_falls_at_the_top)
+    result = invoke("compare", str(RUNS / "disaggregated"), str(fallen), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    assert set(saved) == {"latency_vs_throughput.png", "cost_per_accepted_response.png"}
+    summary = json.loads((fallen / "summary.json").read_text())
+    below = {e["concurrency"] for e in summary if e["accepted_responses"] / (e["requests_ok"] + e["requests_failed"]) < 0.9}
+    assert below == {1, 2, 4}
+    for figure in saved.values():
+        for axis in figure.axes:
+            for line in axis.get_lines():
+                assert list(line.get_xdata()) == sorted(line.get_xdata()), line.get_gid()
+            crosses = [c for c in axis.collections if c.get_gid() == "below-goal"]
+            assert crosses and all(c.get_paths() for c in crosses)
+            assert "level below the 90% attainment goal" in [t.get_text() for t in axis.get_legend().get_texts()]
+    (cost_axis,) = saved["cost_per_accepted_response.png"].axes
+    assert {int(x) for c in cost_axis.collections if c.get_gid() == "below-goal" for x, _ in c.get_offsets()} == below

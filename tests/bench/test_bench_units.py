@@ -265,3 +265,96 @@ def test_the_load_generator_stays_out_of_the_core_install():
     core = " ".join(project["dependencies"]).lower()
     assert not any(name in core for name in ("aiperf", "guidellm", "matplotlib", "transformers"))
     assert f"aiperf=={runner.AIPERF_VERSION}" in project["optional-dependencies"]["bench"]
+
+
+# --- the tokenizer check and AIPerf's own reason -------------------------------------------------
+
+FAILURES = DATA / "aiperf_failures"
+
+
+@pytest.mark.parametrize(("log", "reasons"), [
+    # No exit-error panel: the tokenizer prefetch fails before AIPerf's services start; the last
+    # line of its traceback is the reason (the log's 60 lines before it are the Hub's retries).
+    ("hub-unreachable.log", ["aiperf.common.exceptions.TokenizerError: Failed to load tokenizer 'Qwen/Qwen3.5-9B': "
+                             "OSError: We couldn't connect to 'https://huggingface.co' to load the files, and "
+                             "couldn't find them in the cached files."]),
+    # The panel's first Reason, unwrapped; the HookError after it only wraps it, and the first
+    # ERROR line says the same thing, so neither is repeated.
+    ("offline-local-directory.log", ["Failed to load tokenizer '/tmp/bench-h/tok': HFValidationError: Repo id must "
+                                     "be in the form 'repo_name' or 'namespace/repo_name': '/tmp/bench-h/tok'. Use "
+                                     "`repo_type` argument if needed."]),
+    # The panel points to "prior log output" for the per-request error: the first ERROR line is it.
+    ("connection-refused.log", ["All 4 inference request(s) failed. No successful responses were collected — check "
+                                "the server URL, endpoint path, and response format. See prior log output for "
+                                "per-request error details.",
+                                "Error in aiohttp request: ClientConnectorError(ConnectionKey(host='127.0.0.1', "
+                                "port=1, is_ssl=False, ssl=True, proxy=None, proxy_auth=None, proxy_headers_hash=None, "
+                                "server_hostname=None), ConnectionRefusedError(111, \"Connect call failed "
+                                "('127.0.0.1', 1)\"))"]),
+])
+def test_aiperf_s_reason_is_read_from_its_real_output(log, reasons):
+    assert runner.aiperf_reason((FAILURES / log).read_text()) == reasons
+
+
+def test_a_log_without_an_error_gives_its_last_line_and_an_empty_log_nothing():
+    assert runner.aiperf_reason("12:00:00.000 INFO     starting (x.py:1)\nKilled\n") == ["Killed"]
+    assert runner.aiperf_reason("") == []
+
+
+def test_an_aiperf_that_stopped_early_says_aiperf_s_reason_before_the_log_path(tmp_path):
+    (tmp_path / "aiperf.log").write_text((FAILURES / "hub-unreachable.log").read_text())
+    with pytest.raises(runner.BenchIncomplete) as raised:
+        runner._check_failed_level(tmp_path, settings(requests=4), 1, 1, "concurrency 1", tmp_path / "aiperf.log")
+    message = str(raised.value)
+    assert message.startswith("aiperf exited with 1 at concurrency 1 after recording 0 of 4 requests. AIPerf says: "
+                              "aiperf.common.exceptions.TokenizerError: Failed to load tokenizer 'Qwen/Qwen3.5-9B': ")
+    assert message.endswith(f"Its log: {tmp_path / 'aiperf.log'}")
+
+
+def test_aiperf_s_python_is_its_shebang_else_a_python_beside_it(tmp_path):
+    python = tmp_path / "venv" / "python3.11"
+    python.parent.mkdir()
+    python.write_text("")
+    console_script = tmp_path / "venv" / "aiperf"
+    console_script.write_text(f"#!{python}\nimport sys\n")
+    assert runner.aiperf_python(str(console_script)) == str(python)
+    # The in-cluster Job's pip --target wrapper is a shell script; it writes a python wrapper beside it.
+    wrapper_dir = tmp_path / "bin"
+    wrapper_dir.mkdir()
+    (wrapper_dir / "aiperf").write_text("#!/bin/sh\nPYTHONPATH=/work/site exec /usr/bin/python3 -m aiperf \"$@\"\n")
+    assert runner.aiperf_python(str(wrapper_dir / "aiperf")) is None
+    (wrapper_dir / "python").write_text("#!/bin/sh\n")
+    assert runner.aiperf_python(str(wrapper_dir / "aiperf")) == str(wrapper_dir / "python")
+
+
+def test_the_job_writes_that_python_wrapper_where_the_check_looks():
+    from ray_llm_eks.cdk8s_charts.bench import AIPERF_IN_POD, _script
+
+    beside = str(Path(AIPERF_IN_POD).parent / "python")
+    assert f"exec %s \"$@\"\\n' \"$PY\" > {beside}" in _script(60)
+
+
+def test_a_local_tokenizer_directory_loads_in_aiperf_s_python(tokenizer_dir, monkeypatch):
+    for variable in runner.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    line = runner.check_tokenizer(settings(tokenizer=str(tokenizer_dir), aiperf=None))
+    assert line.startswith(f"tokenizer {str(tokenizer_dir)!r} loads (")
+
+
+def test_an_aiperf_whose_python_is_unknown_is_not_checked_and_says_so(tmp_path):
+    program = tmp_path / "aiperf"
+    program.write_text("#!/bin/sh\n")
+    line = runner.check_tokenizer(settings(aiperf=str(program)))
+    assert line == f"tokenizer 't': not checked ({program} names no Python); AIPerf loads it itself"
+
+
+def test_a_tokenizer_saved_as_the_docs_say_loads_in_aiperf_s_python(tokenizer_dir, tmp_path, monkeypatch):
+    """docs/benchmark.md's recipe, `AutoTokenizer.from_pretrained(...).save_pretrained(DIR)`, from a
+    local tokenizer instead of the Hub (no Hub here): the directory it writes is one AIPerf loads."""
+    from transformers import AutoTokenizer
+
+    for variable in runner.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    saved = tmp_path / "tokenizers" / "copy"
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(str(saved))
+    assert runner.check_tokenizer(settings(tokenizer=str(saved), aiperf=None)).startswith(f"tokenizer {str(saved)!r} loads")

@@ -233,3 +233,137 @@ def test_the_committed_worked_example_is_this_comparison(report):
     committed = Path(__file__).resolve().parents[2] / "docs" / "benchmark-example"
     assert json.loads((committed / compare.VERDICT_FILE).read_text()) == json.loads(json.dumps(decision))
     assert (committed / compare.REPORT_FILE).read_text() == (out / compare.REPORT_FILE).read_text()
+
+
+# --- sensitivity to the attainment goal ----------------------------------------------------------
+
+def cheap_but_overloaded(run, summary, _):
+    """colocated's c32 accepts 85 % of its requests at a third of disaggregated's best cost: a
+    level that counts at an 80 % goal and not at 90 %."""
+    top = max(summary, key=lambda e: e["concurrency"])
+    top["accepted_responses"] = int(0.85 * (top["requests_ok"] + top["requests_failed"]))
+    top["cost_per_accepted_response_usd"] = 1 / best_per_dollar(DISAGGREGATED)[1] / 3
+
+
+def test_the_sensitivity_is_the_verdict_at_each_goal_from_the_same_records(tmp_path):
+    colocated = copy_run(COLOCATED, tmp_path / "colocated", cheap_but_overloaded)
+    decision = compare.compare(DISAGGREGATED, colocated, tmp_path / "o", plots=False)
+    a, b = compare.load(DISAGGREGATED), compare.load(colocated)
+    goals = [entry["min_attainment"] for entry in decision["sensitivity"]]
+    assert goals == [0.8, 0.9, 0.95, 0.99]
+    for entry in decision["sensitivity"]:
+        alone = compare.decide(a, b, min_attainment=entry["min_attainment"])
+        assert (entry["decision"], entry["winner"], entry["best"]) == (alone["decision"], alone["winner"], alone.get("best"))
+        assert entry["used"] is (entry["min_attainment"] == 0.9)
+    by_goal = {entry["min_attainment"]: entry for entry in decision["sensitivity"]}
+    # The verdict moves: at 80 % colocated's cheap, overloaded c32 counts and wins.
+    assert by_goal[0.8]["decision"] == "reject-disaggregation" and by_goal[0.8]["best"]["colocated"] == 32
+    assert by_goal[0.8]["ratio"] == pytest.approx(2.0)
+    assert by_goal[0.9]["decision"] == decision["decision"] == "adopt-disaggregation"
+    assert by_goal[0.9]["ratio"] == pytest.approx(best_per_dollar(DISAGGREGATED)[1] / best_per_dollar(colocated)[1] - 1)
+    line = compare.sensitivity_line(decision)
+    assert line.startswith("Verdict at --min-attainment 80%: reject-disaggregation (+200%); 90% (used): "
+                           "adopt-disaggregation (+")
+    assert line.endswith("99%: not-comparable (no priced level of colocated meets it).")
+    report = (tmp_path / "o" / compare.REPORT_FILE).read_text()
+    assert f"**Sensitivity.** {line}" in report
+    assert json.loads((tmp_path / "o" / compare.VERDICT_FILE).read_text())["sensitivity"] == \
+        json.loads(json.dumps(decision["sensitivity"]))
+
+
+def test_a_goal_outside_the_usual_ones_is_listed_in_its_place(tmp_path):
+    decision = compare.compare(DISAGGREGATED, COLOCATED, tmp_path, min_attainment=0.85, plots=False)
+    assert [(e["min_attainment"], e["used"]) for e in decision["sensitivity"]] == \
+        [(0.8, False), (0.85, True), (0.9, False), (0.95, False), (0.99, False)]
+    assert "85% (used): adopt-disaggregation (+" in compare.sensitivity_line(decision)
+
+
+# --- the plots, read from matplotlib's Figure objects --------------------------------------------
+
+def throughput_falls_at_the_top(run, summary, _):
+    """An overloaded top level serving less than c8 did: joined in load order, its line went back."""
+    top = max(summary, key=lambda e: e["concurrency"])
+    c8 = next(e for e in summary if e["concurrency"] == 8)
+    top["output_tokens_per_s"] = c8["output_tokens_per_s"] * 0.6
+
+
+def lines(axis, gid_prefix: str):
+    return [line for line in axis.get_lines() if (line.get_gid() or "").startswith(gid_prefix)]
+
+
+def markers(axis, gid: str) -> set[tuple[float, float]]:
+    return {(round(float(x), 6), round(float(y), 6)) for collection in axis.collections
+            if collection.get_gid() == gid for x, y in collection.get_offsets()}
+
+
+def test_latency_lines_never_go_back_and_a_fallen_level_starts_a_new_line(tmp_path):
+    import matplotlib.pyplot as plt
+
+    fallen = copy_run(COLOCATED, tmp_path / "colocated", throughput_falls_at_the_top)
+    a, b = compare.load(DISAGGREGATED), compare.load(fallen)
+    xs_in_load_order = [e["output_tokens_per_s"] for e in sorted(b.entries, key=lambda e: e["concurrency"])]
+    assert xs_in_load_order != sorted(xs_in_load_order)  # the case: a level's throughput went back
+    figure = compare.latency_figure(a, b)
+    try:
+        for axis, metric in zip(figure.axes, ("ttft_ms", "e2e_ms")):
+            for run in (a, b):
+                for p in ("p50", "p95", "p99"):
+                    drawn = lines(axis, f"{run.label} {p}")
+                    for line in drawn:
+                        x = list(line.get_xdata())
+                        assert x == sorted(x), (run.label, p, x)
+                    # Every level is on a line, each once, in load order.
+                    points = [(x, y) for line in drawn for x, y in zip(line.get_xdata(), line.get_ydata())]
+                    assert points == [(e["output_tokens_per_s"], e[metric][p]) for e in compare._swept(run)]
+                    assert len(drawn) == (2 if run is b else 1)
+            texts = [t.get_text() for t in axis.texts]
+            assert "a level serving less than the one before starts a new line" in texts
+    finally:
+        plt.close(figure)
+
+
+def test_levels_below_the_goal_carry_their_own_marker_and_legend_entry():
+    import matplotlib.pyplot as plt
+
+    a, b = compare.load(DISAGGREGATED), compare.load(COLOCATED)
+    below = [e for run in (a, b) for e in compare._swept(run) if compare.attainment(e) < 0.9]
+    meets = [e for run in (a, b) for e in compare._swept(run) if compare.attainment(e) >= 0.9]
+    assert sorted(e["concurrency"] for e in below) == [1, 2, 4]  # colocated's, the TTFT tail
+    figure = compare.latency_figure(a, b)
+    try:
+        for axis, metric in zip(figure.axes, ("ttft_ms", "e2e_ms")):
+            expected = {(round(e["output_tokens_per_s"], 6), round(e[metric][p], 6)) for e in below
+                        for p in ("p50", "p95", "p99")}
+            assert markers(axis, "below-goal") == expected
+            assert markers(axis, "at-goal").isdisjoint(expected)
+            assert len(markers(axis, "at-goal")) == 3 * len(meets)
+            assert "level below the 90% attainment goal" in [t.get_text() for t in axis.get_legend().get_texts()]
+    finally:
+        plt.close(figure)
+    figure = compare.cost_figure(a, b)
+    try:
+        (axis,) = figure.axes
+        assert markers(axis, "below-goal") == {(e["concurrency"], round(e["cost_per_accepted_response_usd"] * 1000, 6))
+                                               for e in below}
+        for line in lines(axis, ""):
+            x = list(line.get_xdata())
+            assert x == sorted(x)
+        assert "level below the 90% attainment goal" in [t.get_text() for t in axis.get_legend().get_texts()]
+        # The marker is the one the legend shows.
+        legend_marker = next(h for h, t in zip(axis.get_legend().legend_handles, axis.get_legend().get_texts())
+                             if t.get_text().startswith("level below"))
+        assert legend_marker.get_marker() == compare.BELOW_GOAL_MARKER
+    finally:
+        plt.close(figure)
+
+
+def test_at_a_lower_goal_the_same_levels_are_not_marked():
+    import matplotlib.pyplot as plt
+
+    figure = compare.cost_figure(compare.load(DISAGGREGATED), compare.load(COLOCATED), min_attainment=0.8)
+    try:
+        (axis,) = figure.axes
+        assert markers(axis, "below-goal") == set()
+        assert all(not t.get_text().startswith("level below") for t in axis.get_legend().get_texts())
+    finally:
+        plt.close(figure)
