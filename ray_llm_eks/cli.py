@@ -174,16 +174,10 @@ TABLE_CELL_PADDING = 2
 """rich's default: one space either side of a cell's text."""
 
 
-def _print_table(console: Console, title: str | None, columns: list[tuple[str, bool]], rows: list[list[str]],
-                 *, show_header: bool = True, show_lines: bool = False, transposed: bool = False) -> None:
-    """A table that never cuts a figure: ``columns`` are (header, numeric). Numbers keep one line
-    each (right-aligned, never wrapped); text wraps between words, never inside one. When even that
-    is wider than the terminal, a table of figures is printed turned (a column per row), and any
-    other (or a turned one still too wide) as a list of "header: value" lines per row.
-
-    rich alone would shrink every column evenly once wrapping text is not enough, and cut what no
-    longer fits with an ellipsis (``32,7…``), numbers included; so the widths are chosen here and
-    handed to rich fixed. Cells are rich markup."""
+def _column_needs(columns: list[tuple[str, bool]], rows: list[list[str]],
+                  show_header: bool) -> tuple[list[int], list[int]]:
+    """Per column, the narrowest width that cuts nothing (a numeric column: its widest figure; text:
+    its longest word) and the width that wraps nothing."""
     texts = [[Text.from_markup(cell) for cell in row] for row in rows]
     headers = [Text.from_markup(name) for name, _ in columns]
 
@@ -200,14 +194,29 @@ def _print_table(console: Console, title: str | None, columns: list[tuple[str, b
         need_max.append(max(whole(text) for text in [*cells, *header]))
         need_min.append(max([whole(text) if numeric else longest_word(text) for text in cells]
                             + [longest_word(text) for text in header]))
-    borders = len(columns) + 1
-    available = console.width - borders - TABLE_CELL_PADDING * len(columns)
+    return need_min, need_max
+
+
+def _print_table(console: Console, title: str | None, columns: list[tuple[str, bool]], rows: list[list[str]],
+                 *, show_header: bool = True, show_lines: bool = False) -> None:
+    """A table that never cuts a figure: ``columns`` are (header, numeric). Numbers keep one line
+    each (right-aligned, never wrapped); text wraps between words, never inside one. When even that
+    is wider than the terminal, a table of figures is printed turned (a column per row), and any
+    other (or one whose turned form is still too wide) as a list of "header: value" lines per row.
+
+    rich alone would shrink every column evenly once wrapping text is not enough, and cut what no
+    longer fits with an ellipsis (``32,7…``), numbers included; so the widths are chosen here and
+    handed to rich fixed. Cells are rich markup."""
+    need_min, need_max = _column_needs(columns, rows, show_header)
+    available = console.width - (len(columns) + 1) - TABLE_CELL_PADDING * len(columns)
     if sum(need_min) > available:
-        if show_header and not transposed and all(numeric for _, numeric in columns[1:]):
+        turned_columns = [("", False), *((row[0], True) for row in rows)]
+        turned_rows = [[name, *(row[i] for row in rows)] for i, (name, _) in enumerate(columns) if i]
+        turned_available = console.width - (len(turned_columns) + 1) - TABLE_CELL_PADDING * len(turned_columns)
+        if (show_header and all(numeric for _, numeric in columns[1:])
+                and sum(_column_needs(turned_columns, turned_rows, True)[0]) <= turned_available):
             # A table of figures (one column per figure) reads better turned: one column per row.
-            _print_table(console, title, [("", False), *((row[0], True) for row in rows)],
-                         [[name, *(row[i] for row in rows)] for i, (name, _) in enumerate(columns) if i],
-                         transposed=True)
+            _print_table(console, title, turned_columns, turned_rows)
             return
         _print_as_list(console, title, [name for name, _ in columns], rows, show_header=show_header)
         return
@@ -236,8 +245,10 @@ def _print_as_list(console: Console, title: str | None, names: list[str], rows: 
     """Each row as its first cell, then one "header: value" line per other cell (a narrow terminal)."""
     if title:
         console.print(title)
+    # A bare number says nothing on a line of its own ("1"): name it ("concurrency 1").
+    named = show_header and names[0] and all(row[0].replace(",", "").replace(".", "").isdigit() for row in rows)
     for row in rows:
-        console.print(f"[bold]{row[0]}[/]" if row[0] else "-")
+        console.print(f"[bold]{names[0] + ' ' if named else ''}{row[0]}[/]" if row[0] else "-")
         for name, cell in zip(names[1:], row[1:]):
             if cell:
                 label = f"{name}: " if show_header else ""
@@ -794,17 +805,24 @@ def bench(
         source = (" (--tokenizer not given: model.source of --config, or of the reference deployment)"
                   if tokenizer is None and any(name == "tokenizer" for name, _ in error.problems) else "")
         _fail(ExitCode.CHECK_FAILED, _with_flags(error) + source, False)
-    table = Table(title=f"{out}/summary.json")
-    for column in ("concurrency", "ok", "failed", "accepted", "TTFT p50/p99 ms", "e2e p99 ms", "output tok/s",
-                   "KV p50 ms", "$ / accepted"):
-        table.add_column(column, justify="right")
+    _print_summary(console, out, entries)
+
+
+def _print_summary(console: Console, out: Path, entries: list[dict[str, Any]]) -> None:
+    """bench's table of summary.json, one row per concurrency level."""
+    rows = []
     for e in entries:
         kv = e["kv_transfer_ms"]
-        table.add_row(str(e["concurrency"]), str(e["requests_ok"]), str(e["requests_failed"]), str(e["accepted_responses"]),
-                      f"{e['ttft_ms']['p50'] or 0:.1f} / {e['ttft_ms']['p99'] or 0:.1f}", f"{e['e2e_ms']['p99'] or 0:.0f}",
-                      f"{e['output_tokens_per_s']:.1f}", "n/a" if not kv or kv["p50"] is None else f"{kv['p50']:.2f}",
-                      "n/a" if e["cost_per_accepted_response_usd"] is None else f"{e['cost_per_accepted_response_usd']:.6f}")
-    console.print(table)
+        rows.append([str(e["concurrency"]), str(e["requests_ok"]), str(e["requests_failed"]),
+                     str(e["accepted_responses"]),
+                     f"{e['ttft_ms']['p50'] or 0:.1f} / {e['ttft_ms']['p99'] or 0:.1f}", f"{e['e2e_ms']['p99'] or 0:.0f}",
+                     f"{e['output_tokens_per_s']:.1f}", "n/a" if not kv or kv["p50"] is None else f"{kv['p50']:.2f}",
+                     "n/a" if e["cost_per_accepted_response_usd"] is None
+                     else f"{e['cost_per_accepted_response_usd']:.6f}"])
+    # Every column holds figures: at 80 columns the table turns (a column per level) rather than cut them.
+    _print_table(console, escape(f"{out}/summary.json"),
+                 [(column, True) for column in ("concurrency", "ok", "failed", "accepted", "TTFT p50/p99 ms",
+                                                "e2e p99 ms", "output tok/s", "KV p50 ms", "$ / accepted")], rows)
 
 
 @app.command()

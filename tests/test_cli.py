@@ -323,3 +323,23 @@ def test_preflight_and_the_gate_report_cut_nothing_at_60_columns(aws, ec2_quotas
                               ("NIXL bytes / mean transfer", "185729024 / 59.43361 ms")])
     text = console.export_text()
     assert "…" not in text and "185729024123" in text and "59.43361" in text and "0.9999873" in text
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_bench_summary_cuts_no_figure_at_any_width(width):
+    # A real run's summary.json (tests/data/bench/runs); the table bench prints after its levels.
+    from pathlib import Path
+
+    out = Path(__file__).parent / "data" / "bench" / "runs" / "disaggregated"
+    entries = json.loads((out / "summary.json").read_text())
+    console = cli.Console(width=width, record=True, highlight=False)
+    cli._print_summary(console, out, entries)
+    text = console.export_text()
+    assert "…" not in text
+    assert all(len(line) <= width for line in text.splitlines() if line.startswith(("┃", "│", "┏", "└")))
+    for entry in entries:
+        if entry["cost_per_accepted_response_usd"] is not None:
+            assert f"{entry['cost_per_accepted_response_usd']:.6f}" in text
+        assert f"{entry['output_tokens_per_s']:.1f}" in text
+    if width < 100:
+        assert "concurrency 32" in text  # the list names each level, not a bare "32"
