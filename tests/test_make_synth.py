@@ -1,7 +1,6 @@
 """`make synth` keeps the last good cdk.out until a new synthesis succeeds (a bad configuration
-must not delete the output a reviewer was reading). Checked on make's own plan of the recipe
-(`make -n`), since a real synthesis here would write into the working tree; it was run by hand
-with a good and then a bad configuration (the template's mtime unchanged after the failure)."""
+must not delete the output a reviewer was reading). The order of the recipe is checked on make's
+own plan (`make -n`); a bad configuration is run for real, as typed, in a copy of the entry points."""
 
 from __future__ import annotations
 
@@ -19,3 +18,23 @@ def test_synth_writes_beside_cdk_out_and_replaces_it_only_after_success():
     removals = [i for i, line in enumerate(planned) if line.split("&&")[0].split() == ["rm", "-rf", "cdk.out"]]
     assert removals and all(i > synth for i in removals), planned
     assert any("mv cdk.out.next cdk.out" in line for line in planned[synth + 1:]), planned
+
+
+def test_a_bad_configuration_keeps_the_last_good_output_as_typed(tmp_path):
+    # `make synth CONFIG=bad.yaml` for real, in a copy of the project's entry points (the package,
+    # the environments and node_modules linked), so the working tree's cdk.out is not touched.
+    for name in ("Makefile", "cdk.json", "app.py", "pyproject.toml", "package.json", "package-lock.json"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    for name in ("ray_llm_eks", ".venv", "node_modules"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    last_good = tmp_path / "cdk.out" / "RayLlmEks.template.json"
+    last_good.parent.mkdir()
+    last_good.write_text("{}")
+    (tmp_path / "bad.yaml").write_text("strict: false\nregion: us-west-3\n")
+    done = subprocess.run(["make", "-o", "bootstrap", "synth", "CONFIG=bad.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "region" in output and "us-west-3" in output, output
+    assert "Traceback" not in output, output
+    assert last_good.read_text() == "{}"
