@@ -299,6 +299,10 @@ class Deployment:
     def leg(self, role: str) -> Leg:
         return {PREFILL: self.prefill, DECODE: self.decode}[role]
 
+    def warnings(self) -> list[SpecError]:
+        """What deploys but will likely fail later, by configuration field (``ServingSpec.warnings``)."""
+        return [type(p)(_deployment_path(p.field), p.message) for p in self.specs().serving.warnings()]
+
     def reproducibility_problems(self) -> list[SpecError]:
         """What makes this deployment irreproducible, by configuration field (an error; a warning with ``strict: false``)."""
         return [type(p)(_deployment_path(p.field), p.message) for p in self.specs().serving.reproducibility_problems()]

@@ -122,35 +122,101 @@ def region(value: str, field: str = "region") -> str:
     return value
 
 
-def availability_zones(region_name: str, control_plane_azs: Sequence[str], data_plane_az: str) -> None:
-    """Two or more distinct control-plane AZs in the region, and the data-plane AZ one of them.
+def region_availability_zones(region_name: str) -> tuple[str, ...] | None:
+    """The AZ names of the region (``ray_llm_eks/data/generated/ec2_offerings.json``), or None for a
+    region the table does not know; Local Zones and Wavelength Zones are not among them."""
+    from .instance_types import offerings
 
-    Each problem names its own field: a wrong control-plane list is ``control_plane_azs``, a
-    wrong data-plane AZ is ``data_plane_az``.
+    azs = offerings()["availability_zones"].get(region_name) if isinstance(region_name, str) else None
+    return tuple(azs) if azs else None
+
+
+def az_region(az: str) -> str | None:
+    """The region an AZ name belongs to (``us-east-1`` of ``us-east-1a``), or None for no AZ name."""
+    match = _AZ.match(az) if isinstance(az, str) else None
+    return match.group(1) if match else None
+
+
+def _azs_accepted(region_name: str) -> str:
+    known = region_availability_zones(region_name)
+    if known is None:
+        return f"an AZ name of {region_name} such as {region_name}a"
+    return f"one of {', '.join(known)}"
+
+
+def availability_zone(value: str, region_name: str, field: str = "data_plane_az") -> str:
+    """An AZ of the region: its name starts with the region's, and the region's AZ table (moto's
+    snapshot of EC2 DescribeAvailabilityZones, with the letters older accounts see) lists it.
+    A region the table does not know gets the name check only. In the oldest regions AWS maps
+    letters to zones per account, so a listed letter may still be missing from one account:
+    ``ray-llm-eks preflight`` asks EC2 for the account's own."""
+    if not _in_region(value, region_name):
+        raise problem(field, value, f"not an availability zone of region {region_name}", _azs_accepted(region_name))
+    known = region_availability_zones(region_name)
+    if known is not None and value not in known:
+        raise problem(field, value, f"region {region_name} has no availability zone {value} (EC2's zones as "
+                                    "ray_llm_eks/data/generated/ec2_offerings.json records them)",
+                      _azs_accepted(region_name))
+    return value
+
+
+def availability_zones(region_name: str | None, control_plane_azs: Sequence[str], data_plane_az: str, *,
+                       azs_field: str = "control_plane_azs", az_field: str = "data_plane_az") -> None:
+    """Two or more distinct control-plane AZs of the region, and the data-plane AZ one of them.
+
+    Each problem names its own field: a wrong control-plane list is ``azs_field``, a wrong
+    data-plane AZ is ``az_field`` (the constructs call them ``availability_zones`` and
+    ``data_plane_az``). ``region_name`` None (an environment-agnostic stack): the region the
+    data-plane AZ names.
     """
     found = Collector()
+    if region_name is None:
+        region_name = az_region(data_plane_az)
+        if region_name is None:
+            raise problem(az_field, data_plane_az, "not an availability zone name", "a name such as us-west-2a")
     azs = list(control_plane_azs)
     if len(azs) < 2:
-        found.add(problem("control_plane_azs", azs, "EKS needs subnets in at least two availability zones",
+        found.add(problem(azs_field, azs, "EKS needs subnets in at least two availability zones",
                           f"two or more AZ names such as [{region_name}a, {region_name}b]"))
     elif len(set(azs)) != len(azs):
-        found.add(problem("control_plane_azs", azs, "availability zones must be distinct",
+        found.add(problem(azs_field, azs, "availability zones must be distinct",
                           f"distinct names such as [{region_name}a, {region_name}b]"))
     foreign = [az for az in azs if not _in_region(az, region_name)]
     if foreign:
-        found.add(problem("control_plane_azs", azs, f"{', '.join(foreign)} not in region {region_name}",
-                          f"AZ names of {region_name} such as [{region_name}a, {region_name}b]"))
-    if not _in_region(data_plane_az, region_name):
-        found.add(problem("data_plane_az", data_plane_az, f"not an availability zone of region {region_name}",
-                          f"one of control_plane_azs, such as {region_name}a"))
-    elif not foreign and data_plane_az not in azs:
-        found.add(problem("data_plane_az", data_plane_az, "not one of control_plane_azs", ", ".join(azs)))
+        found.add(problem(azs_field, azs, f"{', '.join(map(str, foreign))} not in region {region_name}",
+                          f"AZ names of {region_name}: {_azs_accepted(region_name)}"))
+    known = region_availability_zones(region_name)
+    missing = [az for az in azs if az not in foreign and known is not None and az not in known]
+    if missing:
+        found.add(problem(azs_field, azs, f"region {region_name} has no availability zone {', '.join(missing)}",
+                          _azs_accepted(region_name)))
+    if found.check(availability_zone, data_plane_az, region_name, az_field) is not None \
+            and not foreign and not missing and data_plane_az not in azs:
+        found.add(problem(az_field, data_plane_az, f"not one of {azs_field}", ", ".join(azs)))
     found.raise_if_any()
 
 
 def _in_region(az: str, region_name: str) -> bool:
-    match = _AZ.match(az) if isinstance(az, str) else None
-    return bool(match and match.group(1) == region_name)
+    return az_region(az) == region_name
+
+
+def instance_type_offered(region_name: str, instance_type: str, field: str, *, gpu: bool) -> str:
+    """An instance type EC2 offers in the region, where the library's offerings table knows the
+    region (``instance_types.offered_in``); an unknown region, or a type not in the library's
+    instance table (refused by its own check), passes. ``gpu``: what the field takes (an EFA GPU
+    type for a worker pool, a CPU-only type for the system pool), for the types it lists."""
+    from . import instance_types as types
+
+    offered = types.offered_in(region_name) if isinstance(region_name, str) else None
+    if offered is None or not isinstance(instance_type, str) or instance_type not in types.INSTANCE_TYPES \
+            or instance_type in offered:
+        return instance_type
+    fitting = sorted(offered & set(types.efa_gpu_names() if gpu else types.cpu_only_names()))
+    raise problem(field, instance_type, f"not offered in {region_name} (EC2's offerings as "
+                                        "ray_llm_eks/data/generated/ec2_offerings.json records them)",
+                  f"a type {region_name} offers: {', '.join(fitting)}" if fitting
+                  else f"another region: {region_name} offers none of the library's "
+                       f"{'EFA GPU' if gpu else 'CPU-only'} types")
 
 
 def stack_name(value: str, field: str = "stack_name") -> str:

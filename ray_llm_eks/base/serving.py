@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal, get_args
 
-from .models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
+from .models import GATED_HUB_ORGANISATIONS, ModelArchitecture, is_gated, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
 from .infrastructure import (
@@ -21,6 +21,7 @@ from .infrastructure import (
     KUBERAY_NAMESPACE,
     NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT,
     ipv4_network,
+    instance_type_offered,
     region as check_region,
     semver,
 )
@@ -530,6 +531,7 @@ class ServingSpec:
             found.add(problem("operator_namespace", self.operator_namespace, "not a DNS label",
                               "lowercase letters, digits and '-', at most 63"))
         self._check_image(found)
+        self._check_offerings(found)
         self._check_ray_auth(found)
         tensor_parallel_ok = self._check_tensor_parallel(found)
         for role in WORKER_ROLES:
@@ -564,6 +566,17 @@ class ServingSpec:
             found.add(problem("service.ray_auth", self.service.ray_auth.value,
                               f"Ray {self.ray_version} has no token authentication",
                               f"disabled, or Ray {'.'.join(map(str, RAY_AUTH_MIN_RAY))} or later"))
+
+    def _check_offerings(self, found: Collector) -> None:
+        # Where the stack's region is known at synth time and the library's offerings table knows
+        # it: every node group's type must be one EC2 offers there, or the deploy fails at the
+        # node group (CREATE_FAILED) after the VPC and the cluster took their 15 minutes.
+        if not _is_resolved_region(self.region):
+            return
+        found.check(instance_type_offered, self.region, self.system.instance_type, "system.instance_type", gpu=False)
+        for role in WORKER_ROLES:
+            found.check(instance_type_offered, self.region, self.pool(role).instance_type, f"{role}.instance_type",
+                        gpu=True)
 
     def _check_image(self, found: Collector) -> None:
         if not _is_resolved_region(self.region):
@@ -669,6 +682,21 @@ class ServingSpec:
             f"the {role} leg from zero each time and fail while its node starts"),
             "1 or more; or observability.enabled false (constructs: VerificationSpec(every_minutes=None))")
             for role in WORKER_ROLES if self.autoscaled(role) and self.pool(role).min_size == 0]
+
+    def warnings(self) -> list[SpecError]:
+        """What deploys but will likely fail later, said at synth time, never refused: a gated model
+        (``models.is_gated``) without ``model.hf_token_secret``. ``make synth`` and the constructs
+        add it as a CDK warning annotation, ``plan`` prints it and lists it under ``warnings``."""
+        found = []
+        if is_gated(self.model.source) and self.model.hf_token_secret is None:
+            organisation = next(o for o in GATED_HUB_ORGANISATIONS if self.model.source.lower().startswith(o))
+            found.append(problem(
+                "model.hf_token_secret", None,
+                f"model {self.model.source} is gated on the Hugging Face Hub (every repository under {organisation} "
+                "is): without a token the workers' download is refused (401) once the nodes are up",
+                "the name or ARN of a Secrets Manager secret holding a Hugging Face token of an account "
+                "that accepted the model's terms"))
+        return found
 
     def reproducibility_problems(self) -> list[SpecError]:
         """What makes this deployment irreproducible (a warning with ``strict=False``; an error by

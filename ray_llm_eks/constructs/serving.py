@@ -42,7 +42,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import cdk8s
-from aws_cdk import (ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, SecretValue, Stack, Token, aws_ec2 as ec2,
+from aws_cdk import (Annotations, ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, SecretValue, Stack, Token, aws_ec2 as ec2,
                      aws_eks_v2 as eks, aws_iam as iam, aws_secretsmanager as secretsmanager)
 from constructs import Construct
 
@@ -182,6 +182,8 @@ class RayLlmServing(Construct):
             nixl=nixl or NixlSpec(), topology=topology, service=service, ray_version=ray_version, strict=strict,
             kuberay_version=kuberay_version, operator_namespace=operator_namespace,
         )
+        for warning in self.spec.warnings():  # a gated model without a token (base decides)
+            Annotations.of(self).add_warning_v2(f"ray-llm-eks:{warning.field}", str(warning))
         # Client CIDRs over the cluster's own VPC would admit every pod to the API (the check
         # Deployment runs against network.vpc_cidr): here, the VPC CIDRs the app knows at synth time.
         validated(self, client_cidrs_outside, self.spec.service.client_cidrs, known_vpc_cidrs(cluster),
