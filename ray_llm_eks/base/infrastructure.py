@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from .errors import Collector, problem
+from .errors import Collector, a_list, problem, whole_number
 
 # --- defaults, each stated once ------------------------------------------------------------------
 
@@ -174,6 +174,8 @@ def availability_zones(region_name: str | None, control_plane_azs: Sequence[str]
         region_name = az_region(data_plane_az)
         if region_name is None:
             raise problem(az_field, data_plane_az, "not an availability zone name", "a name such as us-west-2a")
+    if (error := a_list(azs_field, control_plane_azs, f"{region_name}a, {region_name}b")) is not None:
+        raise error
     azs = list(control_plane_azs)
     if len(azs) < 2:
         found.add(problem(azs_field, azs, "EKS needs subnets in at least two availability zones",
@@ -234,6 +236,10 @@ def cluster_name(value: str | None, field: str = "cluster.name") -> str | None:
 
 
 def ipv4_network(field: str, value: str, example: str) -> ipaddress.IPv4Network:
+    if not isinstance(value, str):
+        # ipaddress takes an int as an address (10 is 0.0.0.10/32): only text is a CIDR block here.
+        raise problem(field, value, "not an IPv4 CIDR block (network address / prefix length)",
+                      f"a block such as {example}")
     try:
         return ipaddress.IPv4Network(value, strict=True)
     except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):
@@ -296,7 +302,9 @@ def client_cidrs_outside(client_cidrs: Sequence[str], cluster_cidrs: Sequence[st
 
 
 def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways") -> int:
-    if not isinstance(value, int) or not 1 <= value <= az_count:
+    if (error := whole_number(field, value, f"1 to {az_count}")) is not None:
+        raise error
+    if not 1 <= value <= az_count:
         raise problem(field, value, "NAT gateways are one in the data-plane AZ, or one per AZ",
                       f"1 to {az_count}")
     return value
@@ -304,6 +312,8 @@ def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways")
 
 def public_access_cidrs(values: Sequence[str], endpoint_access: str,
                         field: str = "cluster.public_access_cidrs") -> tuple[str, ...]:
+    if (error := a_list(field, values, "203.0.113.0/24")) is not None:
+        raise error
     for value in values:
         if ipv4_network(field, value, "203.0.113.0/24").prefixlen == 0:
             raise problem(field, value, "opens the Kubernetes API to the whole internet",
@@ -321,6 +331,8 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def namespaces(values: Sequence[str], field: str = "watch_namespaces") -> tuple[str, ...]:
+    if (error := a_list(field, values, "inference")) is not None:
+        raise error
     if not values:
         raise problem(field, list(values), "an operator that watches no namespace serves nothing",
                       "one or more namespace names, or None for every namespace")
@@ -337,6 +349,10 @@ def endpoint_access(value: str, field: str = "cluster.endpoint_access") -> str:
 
 
 def kubernetes_version(value: str, field: str = "cluster.kubernetes_version") -> str:
+    if not isinstance(value, str):
+        # 1.35 as a number is a float (and 1.30 would read as 1.3): a version is text.
+        raise problem(field, value, "not a version string", f"one of {', '.join(KUBERNETES_VERSIONS)}, quoted: "
+                      f"'{KUBERNETES_VERSIONS[0]}'")
     if value not in KUBERNETES_VERSIONS:
         raise problem(field, value, "no kubectl layer for this Kubernetes version in the install",
                       ", ".join(KUBERNETES_VERSIONS))
@@ -344,6 +360,8 @@ def kubernetes_version(value: str, field: str = "cluster.kubernetes_version") ->
 
 
 def control_plane_logs(values: Sequence[str], field: str = "cluster.control_plane_logs") -> tuple[str, ...]:
+    if (error := a_list(field, values, ", ".join(DEFAULT_CONTROL_PLANE_LOGS))) is not None:
+        raise error
     unknown = [v for v in values if v not in CONTROL_PLANE_LOG_TYPES]
     if unknown:
         raise problem(field, unknown, "not EKS control-plane log types", ", ".join(CONTROL_PLANE_LOG_TYPES))

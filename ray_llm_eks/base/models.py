@@ -111,7 +111,7 @@ class ModelArchitecture:
                               f"full_attention_layers ({self.full_attention_layers}) + linear_attention_layers "
                               f"({self.linear_attention_layers}) must equal num_hidden_layers ({self.num_hidden_layers})",
                               f"{self.num_hidden_layers - self.linear_attention_layers}"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def is_hybrid(self) -> bool:

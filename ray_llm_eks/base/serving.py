@@ -195,7 +195,7 @@ class ModelSpec:
                               "a ray_llm_eks.base.models.ModelArchitecture, or none for a model in the table"))
         elif self.architecture is not None and not self.architecture.name and isinstance(self.source, str):
             object.__setattr__(self, "architecture", replace(self.architecture, name=self.source))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def known_architecture(self) -> ModelArchitecture | None:
@@ -250,7 +250,7 @@ class ImageSpec:
                                             or any(c.isspace() for c in self.repository)):
             found.add(problem("repository", self.repository, "not an image repository",
                               "a repository such as 123456789012.dkr.ecr.us-east-1.amazonaws.com/ray"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def is_custom(self) -> bool:
@@ -298,7 +298,7 @@ class NixlSpec:
         if self.kv_buffer_device is not None and self.kv_buffer_device not in KV_BUFFER_DEVICES:
             found.add(problem("kv_buffer_device", self.kv_buffer_device, "not a KV buffer device",
                               f"{', '.join(KV_BUFFER_DEVICES)}, or none"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 @dataclass(frozen=True)
@@ -334,7 +334,7 @@ class GcsFaultTolerance:
         if not _is_int(self.cache_nodes) or not 1 <= self.cache_nodes <= 6:
             found.add(problem("cache_nodes", self.cache_nodes, "not a node count for one Valkey shard",
                               "1 (no replica) to 6 (a primary and five replicas)"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 @dataclass(frozen=True)
@@ -368,7 +368,7 @@ class Leg:
                                    or not 0 < target <= 100_000):
             found.add(problem("target_ongoing_requests", target, "not a request count per replica",
                               "a number above 0 (Ray Serve's default is 2), at most 100000"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def role(self) -> str:
@@ -425,7 +425,7 @@ class ServiceSettings:
             found.add(problem("gcs_fault_tolerance", self.gcs_fault_tolerance, "not a GcsFaultTolerance",
                               "GcsFaultTolerance(enabled=True), or leave it out"))
         self._check_access(found)
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     def _check_access(self, found: Collector) -> None:
         for name in ("client_namespaces", "client_cidrs", "egress_cidrs", "admission_exempt_agents",
@@ -526,7 +526,7 @@ class ServingSpec:
         if not isinstance(self.service, ServiceSettings):
             found.add(problem("service", self.service, "not ServiceSettings", "ServiceSettings(...), or leave it out"))
         if found.errors:
-            found.raise_if_any()
+            found.raise_if_any(self)
         if not isinstance(self.operator_namespace, str) or not _DNS_LABEL.match(self.operator_namespace):
             found.add(problem("operator_namespace", self.operator_namespace, "not a DNS label",
                               "lowercase letters, digits and '-', at most 63"))
@@ -546,7 +546,7 @@ class ServingSpec:
         for warning in self.reproducibility_problems() if self.strict else ():
             found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message} (or strict false: "
                                                "deploy unpinned, with a warning)"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     # --- checks ------------------------------------------------------------------------------------
 

@@ -70,10 +70,11 @@ class InferenceVpc(Construct):
             )
             return
 
-        azs = list(availability_zones or ())
         # The configuration's check (base.infrastructure), in this construct's prop names.
-        validated(self, infra.availability_zones, _stack_region(self), azs, data_plane_az,
+        validated(self, infra.availability_zones, _stack_region(self),
+                  [] if availability_zones is None else availability_zones, data_plane_az,
                   azs_field="availability_zones", az_field="data_plane_az")
+        azs = list(availability_zones or ())
         cidr = validated(self, infra.vpc_cidr, cidr or infra.DEFAULT_VPC_CIDR, len(azs), "cidr")
         nat_count = validated(self, infra.nat_gateways, infra.DEFAULT_NAT_GATEWAYS if nat_gateways is None
                               else nat_gateways, len(azs), "nat_gateways")

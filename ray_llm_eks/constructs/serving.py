@@ -64,7 +64,7 @@ from ..base.wire import metric_namespace
 from .identity import pod_identity
 from .nag import acknowledge_gate_signal, acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
-from .validation import ConstructValidationError, validated
+from .validation import ConstructValidationError, spec_prop, validated
 
 
 
@@ -170,16 +170,21 @@ class RayLlmServing(Construct):
                 f"{kuberay.NAMESPACE}, or leave it out (it follows the operator)")])
         operator_namespace = kuberay.NAMESPACE if kuberay is not None else (operator_namespace or KUBERAY_NAMESPACE)
         self.cluster = cluster
+        model = spec_prop(self, "model", ModelSpec, model, ModelSpec)
+        image = spec_prop(self, "image", ImageSpec, image, ImageSpec)
+        nixl = spec_prop(self, "nixl", NixlSpec, nixl, NixlSpec)
+        service = spec_prop(self, "service", ServiceSettings, service, ServiceSettings)
+        verification = spec_prop(self, "verification", VerificationSpec, verification, VerificationSpec)
+        observability = spec_prop(self, "observability", ObservabilitySpec, observability, lambda: None)
         self.observability = observability
-        service = service or ServiceSettings()
         if observability is not None and observability.enabled:
             # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
             service = service.exempting(*AGENT_EXEMPTIONS)
         # Build (and so check) the spec first: a refused combination fails before any resource exists.
         self.spec: ServingSpec = validated(
             self, ServingSpec, region=Stack.of(self).region, prefill=_leg(prefill), decode=_leg(decode),
-            system=_system_pool(system), model=model or ModelSpec(), image=image or ImageSpec(),
-            nixl=nixl or NixlSpec(), topology=topology, service=service, ray_version=ray_version, strict=strict,
+            system=_system_pool(system), model=model, image=image,
+            nixl=nixl, topology=topology, service=service, ray_version=ray_version, strict=strict,
             kuberay_version=kuberay_version, operator_namespace=operator_namespace,
         )
         for warning in self.spec.warnings():  # a gated model without a token (base decides)
@@ -214,7 +219,7 @@ class RayLlmServing(Construct):
                 "(and placement group), so the KV cache could not cross between them",
                 "both node groups built with the same EfaFabric (fabric=...)")])
 
-        self.verification = verification or VerificationSpec()
+        self.verification = verification
         conflicts = self.spec.scale_to_zero_conflicts(self.verification.every_minutes)
         if conflicts:
             raise ConstructValidationError(self, conflicts)
