@@ -240,6 +240,10 @@ def ipv4_network(field: str, value: str, example: str) -> ipaddress.IPv4Network:
         # ipaddress takes an int as an address (10 is 0.0.0.10/32): only text is a CIDR block here.
         raise problem(field, value, "not an IPv4 CIDR block (network address / prefix length)",
                       f"a block such as {example}")
+    if "/" not in value:
+        # ipaddress reads a bare address as a /32; AWS and Kubernetes want the prefix written.
+        raise problem(field, value, "not an IPv4 CIDR block: no /prefix length",
+                      f"a block such as {example}, or {value}/32 for one address")
     try:
         return ipaddress.IPv4Network(value, strict=True)
     except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):

@@ -131,7 +131,8 @@ def _enum(found: Collector, cls: type[Enum], value: Any, name: str) -> Any:
     try:
         return cls(value)
     except ValueError:
-        found.add(problem(name, value, f"not a {name.replace('_', ' ')}", ", ".join(m.value for m in cls)))
+        # The configuration says the same for the same value (config.py, pydantic's enum errors).
+        found.add(problem(name, value, "not one of the accepted values", ", ".join(m.value for m in cls)))
         return None
 
 

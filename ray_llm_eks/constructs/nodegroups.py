@@ -412,7 +412,7 @@ class EfaGpuNodeGroup(Construct):
         release_version: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        root_volume = validated(self, RootVolume, size_gib=root_volume_size_gib,
+        root_volume = validated(self, _root_volume, size_gib=root_volume_size_gib,
                                 throughput_mibps=root_volume_throughput_mibps, iops=root_volume_iops)
         self.pool: WorkerPool = validated(
             self, WorkerPool, role=role, instance_type=instance_type, min_size=min_size, desired_size=desired_size,
@@ -490,3 +490,11 @@ def _check_offered(scope: Construct, instance_type: str, *, gpu: bool) -> None:
     region_name = Stack.of(scope).region
     if not Token.is_unresolved(region_name):
         validated(scope, infra.instance_type_offered, region_name, instance_type, "instance_type", gpu=gpu)
+
+
+def _root_volume(**props: Any) -> RootVolume:
+    """``RootVolume(**props)``, its refusals named by this construct's props (``root_volume_size_gib``)."""
+    try:
+        return RootVolume(**props)
+    except SpecErrors as errors:
+        raise SpecErrors(type(e)(f"root_volume_{e.field}", e.message) for e in errors) from None
