@@ -122,6 +122,11 @@ class RayLlmServing(Construct):
         and Fluent Bit need host access). Default: none (no observability on this serving).
     :param depends_on: anything else the charts must be applied after.
 
+    ``model``, ``image``, ``nixl``, ``service``, ``verification`` and ``observability`` also take a
+    dict of their fields (``model={"max_model_len": 8192}``): built here, a refusal then names this
+    construct's path and the field (``.../Serving: model.max_model_len: ...``); a spec object built
+    before the call refuses at once, naming its type (``ModelSpec: max_model_len: ...``).
+
     Public attributes: ``spec`` (the ``ServingSpec``), ``specs`` (what ``plan`` reads), ``cluster``,
     ``observability``, ``cdk8s_app``, ``charts`` (apply order:
     ``serving-namespace``, ``serving-network-policy``, ``serving-admission-policy``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
