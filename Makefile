@@ -149,10 +149,13 @@ snapshot-update: bootstrap
 
 # Generated data (ray_llm_eks/data/generated/): the create-only properties of the resource types
 # ray_llm_eks.testing watches, from cfn-lint's bundled CloudFormation schemas. Run after a cfn-lint
-# upgrade; tests/test_replacement_table.py fails until then.
+# upgrade; tests/test_replacement_table.py fails until then. Also the regions (aws-cdk-lib's region
+# facts) and each region's AZs and instance offerings (moto's EC2 snapshots): run after upgrading
+# aws-cdk-lib or moto, or adding an instance type; tests/test_regions.py fails until then.
 generate: bootstrap
 	$(BIN)/python tools/generate_create_only_properties.py
 	$(BIN)/python tools/generate_regions.py
+	$(BIN)/python tools/generate_ec2_offerings.py
 
 # docs/configuration.md is generated from ray_llm_eks/config.py; a test fails when it is stale.
 docs: bootstrap

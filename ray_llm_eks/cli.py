@@ -343,6 +343,8 @@ def _print_plan(result: Plan) -> None:
         console.print(f"[yellow]warning:[/] these prices for {cost.region} are estimates, not confirmed against the "
                       f"AWS price list: {', '.join(cost.estimated_items)}{escape(note)}")
     console.print("[dim]Assumptions: " + "; ".join(result.assumptions) + "[/]")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     if result.pin_commands:
         # Printed plainly (no markup, no wrapping) so each command can be copied as it stands.
         console.print("[bold yellow]Unpinned (strict: false)[/]: resolve each pin with its command and set the field:")

@@ -15,6 +15,9 @@ the section's name.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -95,6 +98,40 @@ _PLAIN_TYPE_ERRORS: dict[str, tuple[str, str]] = {
 (``Input should be a dictionary or an instance of Leg``), which a configuration's author never wrote."""
 
 
+def _section(path: tuple[Any, ...]) -> Any:
+    """The dataclass of the section at ``path`` (as pydantic locates it), or None; a leg's ``pool``
+    is written flat, so the leg stands for both."""
+    section: Any = Deployment
+    for part in path:
+        if not dataclasses.is_dataclass(section):
+            return None
+        hint = typing.get_type_hints(section).get(str(part))
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            hint = next((a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), None)
+        section = hint
+    return section if dataclasses.is_dataclass(section) else None
+
+
+def _keys(path: tuple[Any, ...]) -> list[str]:
+    """The keys a configuration may write in the section at ``path`` (pydantic's location)."""
+    if len(path) == 2 and path[0] in WORKER_ROLES and path[1] == "pool":
+        path = path[:1]
+    section = _section(path)
+    if section is None:
+        return []
+    names = [f.name for f in fields(section) if f.init and not f.name.startswith("_")]
+    if section is Leg:  # written flat: the leg's own fields beside its pool's, the role being the section
+        names = [n for n in names if n != "pool"] + [f.name for f in fields(_section((*path, "pool"))) if f.name != "role"]
+    return names
+
+
+def _default(path: tuple[Any, ...]) -> Any:
+    """The default of the field at ``path``, or None (an example of what the field takes)."""
+    section = _section(path[:-1]) if path else None
+    field = next((f for f in fields(section) if f.name == str(path[-1])), None) if section is not None else None
+    return field.default if field is not None and field.default is not dataclasses.MISSING else None
+
+
 def _explain(error: ValidationError, source: str) -> ConfigError:
     lines = [f"invalid configuration in {source}:"]
     spec_errors: list[SpecError] = []
@@ -108,12 +145,22 @@ def _explain(error: ValidationError, source: str) -> ConfigError:
                 lines.append(f"  {prefix}{problem.field}: {problem.message}")
             continue
         if item["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-            lines.append(f"  {field}: unknown key (got {item['input']!r}); check the spelling against docs/configuration.md")
+            keys = _keys(tuple(item["loc"][:-1]))
+            accepted = f"the keys of this section: {', '.join(keys)}" if keys else "the keys docs/configuration.md lists"
+            lines.append(f"  {field}: unknown key (got {item['input']!r}); accepted: {accepted}")
             continue
         got = item.get("input")
         if item["type"] in _PLAIN_TYPE_ERRORS:
             what, accepted = _PLAIN_TYPE_ERRORS[item["type"]]
+            example = _default(tuple(item["loc"]))
+            if item["type"].startswith("int_") and isinstance(example, int) and not isinstance(example, bool):
+                accepted = f"a whole number, such as {example}"  # the field's own default, not 4096 everywhere
             lines.append(f"  {field}: {what} (got {got!r}); accepted: {accepted}")
+            continue
+        if item["type"] in ("enum", "literal_error"):
+            # pydantic says "Input should be 'a', 'b' or 'c'"; the same in the library's words.
+            expected = str((item.get("ctx") or {}).get("expected", "")).replace("'", "").replace(" or ", ", ")
+            lines.append(f"  {field}: not one of the accepted values (got {got!r}); accepted: {expected}")
             continue
         message = item["msg"].removeprefix("Value error, ")
         hidden = isinstance(got, dict) or got is None or repr(got) in message

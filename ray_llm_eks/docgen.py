@@ -34,6 +34,19 @@ refused, and every error names the field, the bad value and what is accepted. Ea
 part of the declared model the constructs take (`Deployment` in `ray_llm_eks.base.deployment`);
 a leg (`prefill`, `decode`) holds its node pool's fields and its own side by side.
 
+Regions, AZs and instance types are checked against tables, by `make synth`, `plan` and the
+constructs alike: the regions aws-cdk-lib's region facts know
+(`ray_llm_eks/data/generated/regions.json`), and each region's availability zones and the instance
+types EC2 offers there (`ray_llm_eks/data/generated/ec2_offerings.json`, from the snapshots of EC2
+`DescribeAvailabilityZones` and `DescribeInstanceTypeOfferings` that moto ships; `make generate`
+rewrites both). A region the offerings table does not know (no snapshot, for example
+`mx-central-1`) is accepted with any AZ named after it and any instance type; `ray-llm-eks
+preflight` asks EC2 itself. In the oldest regions AWS maps AZ letters to zones per account, so the
+table lists every letter some account has (`us-west-1c`, `ap-northeast-1b` for older accounts);
+Local Zones (`us-west-2-lax-1a`) are not availability zones here. A gated model (repositories under
+`meta-llama/` and `mistralai/` on the Hugging Face Hub) without `model.hf_token_secret` is
+accepted with a warning: its download would be refused once the nodes are up.
+
 | field | type | default | why |
 |---|---|---|---|
 """

@@ -298,6 +298,8 @@ class Plan:
     pin_commands: dict[str, str] = field(default_factory=dict)
     """The command that resolves each pin the deployment lacks, by field (``strict: false`` only:
     a strict deployment is refused before it is planned, with the same commands in the message)."""
+    warnings: tuple[str, ...] = ()
+    """What deploys but will likely fail later (``ServingSpec.warnings``: a gated model without a token)."""
 
     @property
     def fits(self) -> bool:
@@ -345,6 +347,7 @@ class Plan:
             ),
             "model": self.model.name,
             "pin_commands": dict(self.pin_commands),
+            "warnings": list(self.warnings),
             "topology": self.topology.value,
             "region": self.region,
             "data_plane_az": self.data_plane_az,
@@ -564,7 +567,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         cold_start=_cold_start(specs, model, dtype_bytes), cost=cost, tokens_per_second=tokens_per_second,
         assumptions=assumptions, cost_range=cost_range,
         capacity=capacity_plan(serving, workload) if workload is not None else None,
-        pin_commands=serving.pin_commands(),
+        pin_commands=serving.pin_commands(), warnings=tuple(str(w) for w in serving.warnings()),
     )
 
 

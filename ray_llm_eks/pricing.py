@@ -145,8 +145,11 @@ def _region(name: str, raw: dict[str, Any]) -> RegionPrices:
         itype: Price(float(entry["hour"]), _basis(entry["basis"], f"{name}.{itype}"))
         for itype, entry in raw["instances"].items()
     }
-    unavailable = frozenset(raw.get("unavailable") or [])
-    unknown = (set(instances) | unavailable) - set(instance_types.INSTANCE_TYPES)
+    # Which types the region lacks is the library's one offerings table (base.instance_types), not
+    # a second list here: every entry point refuses those types before a price is looked up.
+    offered = instance_types.offered_in(name)
+    unavailable = frozenset() if offered is None else frozenset(instance_types.INSTANCE_TYPES) - offered
+    unknown = set(instances) - set(instance_types.INSTANCE_TYPES)
     if unknown:
         raise ValueError(f"prices.yaml {name}: instance types not in instance_types.py: {sorted(unknown)}")
     return RegionPrices(

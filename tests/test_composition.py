@@ -45,8 +45,10 @@ COMBINATIONS = [
 ]
 
 
+# eu-central-1: a region other than the default that offers every instance type of the library's
+# table (ray_llm_eks/data/generated/ec2_offerings.json); eu-west-1 offers no g6 or g6e.
 def consumer_stack(name: str, prefill: str | ec2.InstanceType, decode: str, tp: int, prefill_nodes: int,
-                   decode_nodes: int, source: str, region: str = "eu-west-1") -> tuple[cdk.Stack, RayLlmServing]:
+                   decode_nodes: int, source: str, region: str = "eu-central-1") -> tuple[cdk.Stack, RayLlmServing]:
     app = cdk.App(context={**default_context(), **FAST_SYNTH_CONTEXT})
     stack = cdk.Stack(app, name, env=cdk.Environment(region=region))
     network = InferenceVpc(stack, "Network", data_plane_az=f"{region}a", availability_zones=[f"{region}a", f"{region}b"])
@@ -96,7 +98,7 @@ def test_pods_fit_their_nodes_and_replicas_follow_gpus_over_tensor_parallel(pref
         leg = serve[f"{role}_config"]
         assert leg["deployment_config"]["num_replicas"] == instance.gpus // tp * nodes
         assert leg["engine_kwargs"]["tensor_parallel_size"] == tp
-        assert container["image"].startswith("763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray")
+        assert container["image"].startswith("763104351884.dkr.ecr.eu-central-1.amazonaws.com/ray")
     head = ray_service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
     assert head["nodeSelector"] == {"role": "system"}
 

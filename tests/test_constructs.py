@@ -175,3 +175,27 @@ def test_example_app_passes_cdk_nag(example):
     _, _, outdir = example
     report = json.loads((outdir / "validation-report.json").read_text())
     assert all(p["conclusion"] == "success" for p in report["pluginReports"])
+
+
+def test_misused_props_outside_the_battery_name_the_construct_path_and_the_field(base):
+    """Misuses the configuration cannot make (its parser has no such prop), each refused with the
+    construct path, the field, the value and what is accepted, never an AttributeError or a jsii trace."""
+    from ray_llm_eks.constructs import InferenceObservability, KubeRayOperator
+
+    stack, network, cluster = base
+    with pytest.raises(ValueError, match=r"^Refusals/NoServing: serving: not a RayLlmServing \(got None\); accepted: "):
+        InferenceObservability(stack, "NoServing", serving=None)
+    with pytest.raises(ValueError, match=r"^Refusals/OneNamespace: watch_namespaces: not a list \(got 'inference'\); "
+                                         r"accepted: a list such as \[inference\]"):
+        KubeRayOperator(stack, "OneNamespace", cluster=cluster, watch_namespaces="inference")
+    with pytest.raises(ValueError, match=r"^Refusals/Typo: model: unknown field\(s\) of ModelSpec \(got \['max_len'\]\); "
+                                         r"accepted: source, served_name, "):
+        from ray_llm_eks.base import WorkerPool
+        from ray_llm_eks.constructs import RayLlmServing
+
+        RayLlmServing(stack, "Typo", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"),
+                      model={"max_len": 4096})
+    with pytest.raises(ValueError, match=r"^Refusals/ExistingVpc: data_plane_az: region us-west-2 has no availability "
+                                         r"zone us-west-2q"):
+        InferenceVpc(stack, "ExistingVpc", data_plane_az="us-west-2q", vpc=network.vpc,
+                     data_plane_subnet=network.data_plane_subnet)

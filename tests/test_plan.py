@@ -247,10 +247,14 @@ def test_a_region_without_prices_still_refuses_a_type_a_priced_region_does_not_o
                           data_plane_az="eu-west-1a"))
 
 
-def test_instance_type_not_offered_in_region_is_a_clear_error():
+def test_instance_type_not_offered_in_region_is_refused_before_pricing_and_the_prices_agree():
+    # The deployment itself is refused (as make synth refuses it), by the one offerings table.
+    with pytest.raises(ConfigError, match=r"prefill.instance_type: not offered in eu-west-1 .*\(got 'g6.8xlarge'\); "
+                                          r"accepted: a type eu-west-1 offers: g5.12xlarge, g5.8xlarge"):
+        _config(region="eu-west-1", control_plane_azs=["eu-west-1a", "eu-west-1b"], data_plane_az="eu-west-1a")
+    # The price table reads the same table: no second list of what a region lacks.
     with pytest.raises(PriceError, match="g6.8xlarge is not offered in eu-west-1"):
-        make_plan(_config(region="eu-west-1", control_plane_azs=["eu-west-1a", "eu-west-1b"],
-                          data_plane_az="eu-west-1a"))
+        load_price_table().region("eu-west-1").instance("g6.8xlarge")
 
 
 def test_estimated_prices_are_flagged():

@@ -31,9 +31,10 @@ def stated(pattern: str) -> int:
 
 
 def test_the_battery_of_bad_configurations_is_the_size_the_readme_says():
-    from test_one_validation import BAD_CONFIGS
+    from test_one_validation import BAD_CONFIGS, CONSTRUCT_CASES
 
     assert stated(r"One battery of (?P<n>) bad configurations") == len(BAD_CONFIGS)
+    assert stated(r"\((?P<n>) of them also through the equivalent construct call") == len(CONSTRUCT_CASES)
 
 
 def test_the_consumer_apps_are_as_many_as_the_readme_says():

@@ -55,7 +55,7 @@ class Network:
     def __post_init__(self) -> None:
         found = Collector()
         found.check(infra.retention_days, self.flow_log_retention_days, "flow_log_retention_days")
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class AddonVersions:
         found = Collector()
         for name in ("vpc_cni", "kube_proxy", "eks_pod_identity_agent", "coredns"):
             found.check(infra.addon_version, getattr(self, name), name)
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     def by_addon(self) -> dict[str, str]:
         """The versions given, by EKS add-on name."""
@@ -122,7 +122,7 @@ class ClusterSettings:
         found.check(infra.admin_role_arn, self.admin_role_arn, "admin_role_arn")
         found.check(infra.control_plane_logs, self.control_plane_logs, "control_plane_logs")
         found.check(infra.retention_days, self.control_plane_log_retention_days, "control_plane_log_retention_days")
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class Versions:
         found.check(infra.nvidia_device_plugin_version, self.nvidia_device_plugin, "nvidia_device_plugin")
         found.check(infra.semver, self.efa_device_plugin, "efa_device_plugin", v_prefix=True)
         found.check(infra.image_digest, self.kuberay_image_digest, "kuberay_image_digest")
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 @dataclass(frozen=True)
@@ -281,7 +281,7 @@ class Deployment:
         if serving is not None and verification is not None:
             found.errors.extend(type(e)(_deployment_path(e.field), e.message)
                                 for e in serving.scale_to_zero_conflicts(verification.every_minutes))
-        found.raise_if_any()
+        found.raise_if_any(self)
         assert serving is not None and verification is not None
         object.__setattr__(self, "_specs", Specs(serving=serving, verification=verification,
                                                  observability=self.observability))
@@ -300,6 +300,10 @@ class Deployment:
 
     def leg(self, role: str) -> Leg:
         return {PREFILL: self.prefill, DECODE: self.decode}[role]
+
+    def warnings(self) -> list[SpecError]:
+        """What deploys but will likely fail later, by configuration field (``ServingSpec.warnings``)."""
+        return [type(p)(_deployment_path(p.field), p.message) for p in self.specs().serving.warnings()]
 
     def reproducibility_problems(self) -> list[SpecError]:
         """What makes this deployment irreproducible, by configuration field (an error; a warning with ``strict: false``)."""

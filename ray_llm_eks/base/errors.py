@@ -31,9 +31,14 @@ class DoesNotFit(SpecError):
 class SpecErrors(ValueError):
     """Every problem found in one validation pass, so a user fixes them in one go."""
 
-    def __init__(self, errors: Iterable[SpecError]) -> None:
+    def __init__(self, errors: Iterable[SpecError], owner: str | None = None) -> None:
         self.errors: tuple[SpecError, ...] = tuple(errors)
-        super().__init__("\n".join(str(error) for error in self.errors))
+        self.owner = owner
+        """The spec type that refused its own fields when built (``ModelSpec``), or None. Built
+        outside any construct (``model=ModelSpec(max_model_len="4096")``), the object fails before
+        the construct that would take it exists, so its name stands where a construct path would."""
+        prefix = f"{owner}: " if owner else ""
+        super().__init__("\n".join(f"{prefix}{error}" for error in self.errors))
 
     def __iter__(self) -> Iterator[SpecError]:
         return iter(self.errors)
@@ -45,6 +50,28 @@ class SpecErrors(ValueError):
 def problem(field: str, value: Any, what: str, accepted: str, kind: type[SpecError] = SpecError) -> SpecError:
     """``<what> (got <value>); accepted: <accepted>``: the one shape every message takes."""
     return kind(field, f"{what} (got {value!r}); accepted: {accepted}")
+
+
+def is_whole_number(value: Any) -> bool:
+    """An int that is not a bool (YAML's ``true`` and Python's ``True`` are ints to ``isinstance``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def whole_number(field: str, value: Any, accepted: str) -> SpecError | None:
+    """``not a whole number`` for a count given as a string or a float (``"2"``, ``2.0``), rather
+    than a range message that would read "out of range (got '2')"; None for a whole number (the
+    caller checks its range)."""
+    if not is_whole_number(value):
+        return problem(field, value, "not a whole number", accepted)
+    return None
+
+
+def a_list(field: str, values: Any, example: str) -> SpecError | None:
+    """One string (or anything but a list) where a list belongs: a construct prop of names iterated
+    as it stands would read ``"api"`` as ``['a', 'p', 'i']``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        return problem(field, values, "not a list", f"a list such as [{example}]")
+    return None
 
 
 class Collector:
@@ -67,8 +94,10 @@ class Collector:
             self.add(error, prefix)
             return None
 
-    def raise_if_any(self) -> None:
+    def raise_if_any(self, owner: Any = None) -> None:
+        """Raise what was found; ``owner``: the spec object whose own fields these are (its type
+        names the refusal when nothing else, a construct or a configuration field, does)."""
         if self.errors:
             # Two checks may meet the same mistake (the region, say): report it once.
             unique = {(type(e), e.field, e.message): e for e in self.errors}
-            raise SpecErrors(unique.values())
+            raise SpecErrors(unique.values(), type(owner).__name__ if owner is not None else None)

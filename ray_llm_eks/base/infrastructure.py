@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from .errors import Collector, problem
+from .errors import Collector, a_list, problem, whole_number
 
 # --- defaults, each stated once ------------------------------------------------------------------
 
@@ -136,35 +136,103 @@ def region(value: str, field: str = "region") -> str:
     return value
 
 
-def availability_zones(region_name: str, control_plane_azs: Sequence[str], data_plane_az: str) -> None:
-    """Two or more distinct control-plane AZs in the region, and the data-plane AZ one of them.
+def region_availability_zones(region_name: str) -> tuple[str, ...] | None:
+    """The AZ names of the region (``ray_llm_eks/data/generated/ec2_offerings.json``), or None for a
+    region the table does not know; Local Zones and Wavelength Zones are not among them."""
+    from .instance_types import offerings
 
-    Each problem names its own field: a wrong control-plane list is ``control_plane_azs``, a
-    wrong data-plane AZ is ``data_plane_az``.
+    azs = offerings()["availability_zones"].get(region_name) if isinstance(region_name, str) else None
+    return tuple(azs) if azs else None
+
+
+def az_region(az: str) -> str | None:
+    """The region an AZ name belongs to (``us-east-1`` of ``us-east-1a``), or None for no AZ name."""
+    match = _AZ.match(az) if isinstance(az, str) else None
+    return match.group(1) if match else None
+
+
+def _azs_accepted(region_name: str) -> str:
+    known = region_availability_zones(region_name)
+    if known is None:
+        return f"an AZ name of {region_name} such as {region_name}a"
+    return f"one of {', '.join(known)}"
+
+
+def availability_zone(value: str, region_name: str, field: str = "data_plane_az") -> str:
+    """An AZ of the region: its name starts with the region's, and the region's AZ table (moto's
+    snapshot of EC2 DescribeAvailabilityZones, with the letters older accounts see) lists it.
+    A region the table does not know gets the name check only. In the oldest regions AWS maps
+    letters to zones per account, so a listed letter may still be missing from one account:
+    ``ray-llm-eks preflight`` asks EC2 for the account's own."""
+    if not _in_region(value, region_name):
+        raise problem(field, value, f"not an availability zone of region {region_name}", _azs_accepted(region_name))
+    known = region_availability_zones(region_name)
+    if known is not None and value not in known:
+        raise problem(field, value, f"region {region_name} has no availability zone {value} (EC2's zones as "
+                                    "ray_llm_eks/data/generated/ec2_offerings.json records them)",
+                      _azs_accepted(region_name))
+    return value
+
+
+def availability_zones(region_name: str | None, control_plane_azs: Sequence[str], data_plane_az: str, *,
+                       azs_field: str = "control_plane_azs", az_field: str = "data_plane_az") -> None:
+    """Two or more distinct control-plane AZs of the region, and the data-plane AZ one of them.
+
+    Each problem names its own field: a wrong control-plane list is ``azs_field``, a wrong
+    data-plane AZ is ``az_field`` (the constructs call them ``availability_zones`` and
+    ``data_plane_az``). ``region_name`` None (an environment-agnostic stack): the region the
+    data-plane AZ names.
     """
     found = Collector()
+    if region_name is None:
+        region_name = az_region(data_plane_az)
+        if region_name is None:
+            raise problem(az_field, data_plane_az, "not an availability zone name", "a name such as us-west-2a")
+    if (error := a_list(azs_field, control_plane_azs, f"{region_name}a, {region_name}b")) is not None:
+        raise error
     azs = list(control_plane_azs)
     if len(azs) < 2:
-        found.add(problem("control_plane_azs", azs, "EKS needs subnets in at least two availability zones",
+        found.add(problem(azs_field, azs, "EKS needs subnets in at least two availability zones",
                           f"two or more AZ names such as [{region_name}a, {region_name}b]"))
     elif len(set(azs)) != len(azs):
-        found.add(problem("control_plane_azs", azs, "availability zones must be distinct",
+        found.add(problem(azs_field, azs, "availability zones must be distinct",
                           f"distinct names such as [{region_name}a, {region_name}b]"))
     foreign = [az for az in azs if not _in_region(az, region_name)]
     if foreign:
-        found.add(problem("control_plane_azs", azs, f"{', '.join(foreign)} not in region {region_name}",
-                          f"AZ names of {region_name} such as [{region_name}a, {region_name}b]"))
-    if not _in_region(data_plane_az, region_name):
-        found.add(problem("data_plane_az", data_plane_az, f"not an availability zone of region {region_name}",
-                          f"one of control_plane_azs, such as {region_name}a"))
-    elif not foreign and data_plane_az not in azs:
-        found.add(problem("data_plane_az", data_plane_az, "not one of control_plane_azs", ", ".join(azs)))
+        found.add(problem(azs_field, azs, f"{', '.join(map(str, foreign))} not in region {region_name}",
+                          f"AZ names of {region_name}: {_azs_accepted(region_name)}"))
+    known = region_availability_zones(region_name)
+    missing = [az for az in azs if az not in foreign and known is not None and az not in known]
+    if missing:
+        found.add(problem(azs_field, azs, f"region {region_name} has no availability zone {', '.join(missing)}",
+                          _azs_accepted(region_name)))
+    if found.check(availability_zone, data_plane_az, region_name, az_field) is not None \
+            and not foreign and not missing and data_plane_az not in azs:
+        found.add(problem(az_field, data_plane_az, f"not one of {azs_field}", ", ".join(azs)))
     found.raise_if_any()
 
 
 def _in_region(az: str, region_name: str) -> bool:
-    match = _AZ.match(az) if isinstance(az, str) else None
-    return bool(match and match.group(1) == region_name)
+    return az_region(az) == region_name
+
+
+def instance_type_offered(region_name: str, instance_type: str, field: str, *, gpu: bool) -> str:
+    """An instance type EC2 offers in the region, where the library's offerings table knows the
+    region (``instance_types.offered_in``); an unknown region, or a type not in the library's
+    instance table (refused by its own check), passes. ``gpu``: what the field takes (an EFA GPU
+    type for a worker pool, a CPU-only type for the system pool), for the types it lists."""
+    from . import instance_types as types
+
+    offered = types.offered_in(region_name) if isinstance(region_name, str) else None
+    if offered is None or not isinstance(instance_type, str) or instance_type not in types.INSTANCE_TYPES \
+            or instance_type in offered:
+        return instance_type
+    fitting = sorted(offered & set(types.efa_gpu_names() if gpu else types.cpu_only_names()))
+    raise problem(field, instance_type, f"not offered in {region_name} (EC2's offerings as "
+                                        "ray_llm_eks/data/generated/ec2_offerings.json records them)",
+                  f"a type {region_name} offers: {', '.join(fitting)}" if fitting
+                  else f"another region: {region_name} offers none of the library's "
+                       f"{'EFA GPU' if gpu else 'CPU-only'} types")
 
 
 def stack_name(value: str, field: str = "stack_name") -> str:
@@ -182,6 +250,14 @@ def cluster_name(value: str | None, field: str = "cluster.name") -> str | None:
 
 
 def ipv4_network(field: str, value: str, example: str) -> ipaddress.IPv4Network:
+    if not isinstance(value, str):
+        # ipaddress takes an int as an address (10 is 0.0.0.10/32): only text is a CIDR block here.
+        raise problem(field, value, "not an IPv4 CIDR block (network address / prefix length)",
+                      f"a block such as {example}")
+    if "/" not in value:
+        # ipaddress reads a bare address as a /32; AWS and Kubernetes want the prefix written.
+        raise problem(field, value, "not an IPv4 CIDR block: no /prefix length",
+                      f"a block such as {example}, or {value}/32 for one address")
     try:
         return ipaddress.IPv4Network(value, strict=True)
     except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):
@@ -244,7 +320,9 @@ def client_cidrs_outside(client_cidrs: Sequence[str], cluster_cidrs: Sequence[st
 
 
 def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways") -> int:
-    if not isinstance(value, int) or not 1 <= value <= az_count:
+    if (error := whole_number(field, value, f"1 to {az_count}")) is not None:
+        raise error
+    if not 1 <= value <= az_count:
         raise problem(field, value, "NAT gateways are one in the data-plane AZ, or one per AZ",
                       f"1 to {az_count}")
     return value
@@ -252,6 +330,8 @@ def nat_gateways(value: int, az_count: int, field: str = "network.nat_gateways")
 
 def public_access_cidrs(values: Sequence[str], endpoint_access: str,
                         field: str = "cluster.public_access_cidrs") -> tuple[str, ...]:
+    if (error := a_list(field, values, "203.0.113.0/24")) is not None:
+        raise error
     for value in values:
         if ipv4_network(field, value, "203.0.113.0/24").prefixlen == 0:
             raise problem(field, value, "opens the Kubernetes API to the whole internet",
@@ -269,6 +349,8 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def namespaces(values: Sequence[str], field: str = "watch_namespaces") -> tuple[str, ...]:
+    if (error := a_list(field, values, "inference")) is not None:
+        raise error
     if not values:
         raise problem(field, list(values), "an operator that watches no namespace serves nothing",
                       "one or more namespace names, or None for every namespace")
@@ -285,6 +367,10 @@ def endpoint_access(value: str, field: str = "cluster.endpoint_access") -> str:
 
 
 def kubernetes_version(value: str, field: str = "cluster.kubernetes_version") -> str:
+    if not isinstance(value, str):
+        # 1.35 as a number is a float (and 1.30 would read as 1.3): a version is text.
+        raise problem(field, value, "not a version string", f"one of {', '.join(KUBERNETES_VERSIONS)}, quoted: "
+                      f"'{KUBERNETES_VERSIONS[0]}'")
     if value not in KUBERNETES_VERSIONS:
         raise problem(field, value, "no kubectl layer for this Kubernetes version in the install",
                       ", ".join(KUBERNETES_VERSIONS))
@@ -292,6 +378,8 @@ def kubernetes_version(value: str, field: str = "cluster.kubernetes_version") ->
 
 
 def control_plane_logs(values: Sequence[str], field: str = "cluster.control_plane_logs") -> tuple[str, ...]:
+    if (error := a_list(field, values, ", ".join(DEFAULT_CONTROL_PLANE_LOGS))) is not None:
+        raise error
     unknown = [v for v in values if v not in CONTROL_PLANE_LOG_TYPES]
     if unknown:
         raise problem(field, unknown, "not EKS control-plane log types", ", ".join(CONTROL_PLANE_LOG_TYPES))

@@ -13,7 +13,10 @@ about EFA or GPU memory costs a failed deploy, so unknown types must be added he
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -103,3 +106,22 @@ def efa_gpu_names() -> list[str]:
 
 def cpu_only_names() -> list[str]:
     return sorted(n for n, t in INSTANCE_TYPES.items() if not t.has_gpu)
+
+
+OFFERINGS_FILE = Path(__file__).resolve().parent.parent / "data" / "generated" / "ec2_offerings.json"
+"""Each region's availability zones and which of the types above EC2 offers there: moto's snapshots
+of EC2 DescribeAvailabilityZones and DescribeInstanceTypeOfferings (``make generate``,
+tools/generate_ec2_offerings.py, which names the moto version). The library's one table of
+offerings: every entry point (``make synth``, ``plan``, the constructs) and ``plan``'s prices read it."""
+
+
+@lru_cache(maxsize=1)
+def offerings() -> dict:
+    return json.loads(OFFERINGS_FILE.read_text())
+
+
+def offered_in(region_name: str) -> frozenset[str] | None:
+    """The types of this table EC2 offers in the region; None for a region the table does not know
+    (the snapshot has no record of it), which the checks then accept."""
+    offered = offerings()["instance_types"].get(region_name)
+    return None if offered is None else frozenset(offered)

@@ -24,6 +24,25 @@ def is_hybrid_gated_deltanet(model_source: str) -> bool:
     return any(source.startswith(prefix.lower()) for prefix in HYBRID_GATED_DELTANET_FAMILIES)
 
 
+# Hugging Face organisations whose model repositories are gated: the Hub serves their files only
+# to an account that accepted the repository's terms, with that account's token (anonymous
+# downloads get 401). A documented rule, matched case-insensitively against model_source:
+# - meta-llama/: every Llama repository asks "You need to agree to share your contact information
+#   to access this model" above its license (huggingface.co/meta-llama/Llama-3.1-8B-Instruct,
+#   huggingface.co/meta-llama/Meta-Llama-3.1-8B);
+# - mistralai/: their model cards carry ``extra_gated_description`` front matter, which is what
+#   gates a repository on the Hub (huggingface.co/mistralai/Mistral-7B-Instruct-v0.3 README.md).
+# A repository outside these organisations may be gated too: the rule finds these, and a token
+# is always accepted.
+GATED_HUB_ORGANISATIONS: tuple[str, ...] = ("meta-llama/", "mistralai/")
+
+
+def is_gated(model_source: str) -> bool:
+    """Whether the Hub gates this repository, by the rule above (a local path never is)."""
+    source = model_source.lower() if isinstance(model_source, str) else ""
+    return any(source.startswith(organisation) for organisation in GATED_HUB_ORGANISATIONS)
+
+
 # ---------------------------------------------------------------------------------------------
 # Architecture facts that size GPU memory, KV cache and KV transfer (used by `ray-llm-eks plan`).
 # ---------------------------------------------------------------------------------------------
@@ -92,7 +111,7 @@ class ModelArchitecture:
                               f"full_attention_layers ({self.full_attention_layers}) + linear_attention_layers "
                               f"({self.linear_attention_layers}) must equal num_hidden_layers ({self.num_hidden_layers})",
                               f"{self.num_hidden_layers - self.linear_attention_layers}"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def is_hybrid(self) -> bool:

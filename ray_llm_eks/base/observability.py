@@ -166,4 +166,4 @@ class ObservabilitySpec:
                 or not 1 <= self.ttft_p99_slo_ms <= 600_000:
             found.add(problem("ttft_p99_slo_ms", self.ttft_p99_slo_ms, "not a latency in milliseconds",
                               "a whole number from 1 to 600000"))
-        found.raise_if_any()
+        found.raise_if_any(self)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from . import instance_types
 from .digest import canonical_digest
 from .instance_types import InstanceType
-from .errors import Collector, problem
+from .errors import Collector, problem, whole_number
 from .placement import SYSTEM_LABELS, Taint, require_worker_role, worker_labels, worker_taint
 
 DEFAULT_GPU_INSTANCE_TYPE = "g6.8xlarge"
@@ -78,7 +78,8 @@ class RootVolume:
         for name, low, high in (("size_gib", 20, 16384), ("throughput_mibps", 125, 1000), ("iops", 3000, 16000)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                found.add(problem(name, value, "outside gp3's range", f"{low} to {high}"))
+                found.add(whole_number(name, value, f"{low} to {high}")
+                          or problem(name, value, "outside gp3's range", f"{low} to {high}"))
         if not found.errors:
             # gp3 rules: at most 500 IOPS per GiB, and at most 0.25 MiB/s per provisioned IOPS.
             if self.iops > 500 * self.size_gib:
@@ -88,14 +89,15 @@ class RootVolume:
                 found.add(problem("throughput_mibps", self.throughput_mibps,
                                   f"more than gp3's 0.25 MiB/s per IOPS at {self.iops} IOPS",
                                   f"at most {self.iops // 4}"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 def _sizes(found: Collector, min_size: int, desired_size: int, max_size: int) -> None:
     in_range = True
     for name, value, low in (("min_size", min_size, 0), ("desired_size", desired_size, 0), ("max_size", max_size, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_NODES:
-            found.add(problem(name, value, "node count out of range", f"{low} to {MAX_NODES}"))
+            found.add(whole_number(name, value, f"{low} to {MAX_NODES}")
+                      or problem(name, value, "node count out of range", f"{low} to {MAX_NODES}"))
             in_range = False
     if in_range and min_size > max_size:
         found.add(problem("min_size", min_size, f"min_size is above max_size ({max_size})",
@@ -141,7 +143,7 @@ class WorkerPool:
                               "(host-staged KV transfer, no FI_EFA_USE_DEVICE_RDMA) were written for G-series",
                               f"a G-series type: {', '.join(instance_types.efa_gpu_names())}"))
         _sizes(found, self.min_size, self.desired_size, self.max_size)
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def instance(self) -> InstanceType:
@@ -193,11 +195,13 @@ class SystemPool:
         object.__setattr__(self, "instance_type", instance_type_name(self.instance_type))
         found.check(cpu_instance, self.instance_type)
         if not isinstance(self.count, int) or isinstance(self.count, bool) or not 1 <= self.count <= 10:
-            found.add(problem("count", self.count, "system node count out of range", "1 to 10"))
+            found.add(whole_number("count", self.count, "1 to 10")
+                      or problem("count", self.count, "system node count out of range", "1 to 10"))
         size = self.root_volume_size_gib
         if not isinstance(size, int) or isinstance(size, bool) or not 20 <= size <= 16384:
-            found.add(problem("root_volume_size_gib", size, "outside gp3's range", "20 to 16384"))
-        found.raise_if_any()
+            found.add(whole_number("root_volume_size_gib", size, "20 to 16384")
+                      or problem("root_volume_size_gib", size, "outside gp3's range", "20 to 16384"))
+        found.raise_if_any(self)
 
     @property
     def instance(self) -> InstanceType:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal, get_args
 
-from .models import ModelArchitecture, is_hybrid_gated_deltanet, known_architecture
+from .models import GATED_HUB_ORGANISATIONS, ModelArchitecture, is_gated, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
 from .infrastructure import (
@@ -21,6 +21,7 @@ from .infrastructure import (
     KUBERAY_NAMESPACE,
     NVIDIA_DEVICE_PLUGIN_SERVICE_ACCOUNT,
     ipv4_network,
+    instance_type_offered,
     region as check_region,
     semver,
 )
@@ -130,7 +131,8 @@ def _enum(found: Collector, cls: type[Enum], value: Any, name: str) -> Any:
     try:
         return cls(value)
     except ValueError:
-        found.add(problem(name, value, f"not a {name.replace('_', ' ')}", ", ".join(m.value for m in cls)))
+        # The configuration says the same for the same value (config.py, pydantic's enum errors).
+        found.add(problem(name, value, "not one of the accepted values", ", ".join(m.value for m in cls)))
         return None
 
 
@@ -194,7 +196,7 @@ class ModelSpec:
                               "a ray_llm_eks.base.models.ModelArchitecture, or none for a model in the table"))
         elif self.architecture is not None and not self.architecture.name and isinstance(self.source, str):
             object.__setattr__(self, "architecture", replace(self.architecture, name=self.source))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def known_architecture(self) -> ModelArchitecture | None:
@@ -249,7 +251,7 @@ class ImageSpec:
                                             or any(c.isspace() for c in self.repository)):
             found.add(problem("repository", self.repository, "not an image repository",
                               "a repository such as 123456789012.dkr.ecr.us-east-1.amazonaws.com/ray"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def is_custom(self) -> bool:
@@ -297,7 +299,7 @@ class NixlSpec:
         if self.kv_buffer_device is not None and self.kv_buffer_device not in KV_BUFFER_DEVICES:
             found.add(problem("kv_buffer_device", self.kv_buffer_device, "not a KV buffer device",
                               f"{', '.join(KV_BUFFER_DEVICES)}, or none"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 @dataclass(frozen=True)
@@ -333,7 +335,7 @@ class GcsFaultTolerance:
         if not _is_int(self.cache_nodes) or not 1 <= self.cache_nodes <= 6:
             found.add(problem("cache_nodes", self.cache_nodes, "not a node count for one Valkey shard",
                               "1 (no replica) to 6 (a primary and five replicas)"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
 
 @dataclass(frozen=True)
@@ -367,7 +369,7 @@ class Leg:
                                    or not 0 < target <= 100_000):
             found.add(problem("target_ongoing_requests", target, "not a request count per replica",
                               "a number above 0 (Ray Serve's default is 2), at most 100000"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def role(self) -> str:
@@ -424,7 +426,7 @@ class ServiceSettings:
             found.add(problem("gcs_fault_tolerance", self.gcs_fault_tolerance, "not a GcsFaultTolerance",
                               "GcsFaultTolerance(enabled=True), or leave it out"))
         self._check_access(found)
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     def _check_access(self, found: Collector) -> None:
         for name in ("client_namespaces", "client_cidrs", "egress_cidrs", "admission_exempt_agents",
@@ -525,11 +527,12 @@ class ServingSpec:
         if not isinstance(self.service, ServiceSettings):
             found.add(problem("service", self.service, "not ServiceSettings", "ServiceSettings(...), or leave it out"))
         if found.errors:
-            found.raise_if_any()
+            found.raise_if_any(self)
         if not isinstance(self.operator_namespace, str) or not _DNS_LABEL.match(self.operator_namespace):
             found.add(problem("operator_namespace", self.operator_namespace, "not a DNS label",
                               "lowercase letters, digits and '-', at most 63"))
         self._check_image(found)
+        self._check_offerings(found)
         self._check_ray_auth(found)
         tensor_parallel_ok = self._check_tensor_parallel(found)
         for role in WORKER_ROLES:
@@ -544,7 +547,7 @@ class ServingSpec:
         for warning in self.reproducibility_problems() if self.strict else ():
             found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message} (or strict false: "
                                                "deploy unpinned, with a warning)"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     # --- checks ------------------------------------------------------------------------------------
 
@@ -564,6 +567,17 @@ class ServingSpec:
             found.add(problem("service.ray_auth", self.service.ray_auth.value,
                               f"Ray {self.ray_version} has no token authentication",
                               f"disabled, or Ray {'.'.join(map(str, RAY_AUTH_MIN_RAY))} or later"))
+
+    def _check_offerings(self, found: Collector) -> None:
+        # Where the stack's region is known at synth time and the library's offerings table knows
+        # it: every node group's type must be one EC2 offers there, or the deploy fails at the
+        # node group (CREATE_FAILED) after the VPC and the cluster took their 15 minutes.
+        if not _is_resolved_region(self.region):
+            return
+        found.check(instance_type_offered, self.region, self.system.instance_type, "system.instance_type", gpu=False)
+        for role in WORKER_ROLES:
+            found.check(instance_type_offered, self.region, self.pool(role).instance_type, f"{role}.instance_type",
+                        gpu=True)
 
     def _check_image(self, found: Collector) -> None:
         if not _is_resolved_region(self.region):
@@ -669,6 +683,21 @@ class ServingSpec:
             f"the {role} leg from zero each time and fail while its node starts"),
             "1 or more; or observability.enabled false (constructs: VerificationSpec(every_minutes=None))")
             for role in WORKER_ROLES if self.autoscaled(role) and self.pool(role).min_size == 0]
+
+    def warnings(self) -> list[SpecError]:
+        """What deploys but will likely fail later, said at synth time, never refused: a gated model
+        (``models.is_gated``) without ``model.hf_token_secret``. ``make synth`` and the constructs
+        add it as a CDK warning annotation, ``plan`` prints it and lists it under ``warnings``."""
+        found = []
+        if is_gated(self.model.source) and self.model.hf_token_secret is None:
+            organisation = next(o for o in GATED_HUB_ORGANISATIONS if self.model.source.lower().startswith(o))
+            found.append(problem(
+                "model.hf_token_secret", None,
+                f"model {self.model.source} is gated on the Hugging Face Hub (every repository under {organisation} "
+                "is): without a token the workers' download is refused (401) once the nodes are up",
+                "the name or ARN of a Secrets Manager secret holding a Hugging Face token of an account "
+                "that accepted the model's terms"))
+        return found
 
     def reproducibility_problems(self) -> list[SpecError]:
         """What makes this deployment irreproducible (a warning with ``strict=False``; an error by

@@ -76,7 +76,7 @@ class VerificationSpec:
         if self.every_minutes is not None and self.every_minutes not in CONTINUOUS_EVERY_MINUTES:
             found.add(problem("every_minutes", self.every_minutes, "not a period continuous verification can run at",
                               ", ".join(map(str, CONTINUOUS_EVERY_MINUTES)) + " (minutes), or none"))
-        found.raise_if_any()
+        found.raise_if_any(self)
 
     @property
     def schedule(self) -> str | None:

@@ -270,7 +270,7 @@ class KubeRayOperator(Construct):
         validated(self, infra.image_digest, image_digest, "image_digest")
         self.version = version
         if watch_namespaces is not None:
-            validated(self, infra.namespaces, list(watch_namespaces), "watch_namespaces")
+            validated(self, infra.namespaces, watch_namespaces, "watch_namespaces")
         self.watch_namespaces = tuple(watch_namespaces) if watch_namespaces is not None else None
         library: dict[str, object] = {
             "nodeSelector": dict(node_selector or (system_nodes.labels if system_nodes else SYSTEM_LABELS))}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from aws_cdk import Aws, Fn, RemovalPolicy, Token, aws_ec2 as ec2, aws_logs as logs
+from aws_cdk import Aws, Fn, RemovalPolicy, Stack, Token, aws_ec2 as ec2, aws_logs as logs
 from constructs import Construct
 
 from ..base import infrastructure as infra
@@ -70,14 +70,11 @@ class InferenceVpc(Construct):
             )
             return
 
+        # The configuration's check (base.infrastructure), in this construct's prop names.
+        validated(self, infra.availability_zones, _stack_region(self),
+                  [] if availability_zones is None else availability_zones, data_plane_az,
+                  azs_field="availability_zones", az_field="data_plane_az")
         azs = list(availability_zones or ())
-        if len(azs) < 2:
-            raise ConstructValidationError(self, [problem(
-                "availability_zones", azs, "EKS needs subnets in at least two availability zones",
-                "two or more AZ names")])
-        if data_plane_az not in azs:
-            raise ConstructValidationError(self, [problem(
-                "data_plane_az", data_plane_az, "not one of availability_zones", ", ".join(azs))])
         cidr = validated(self, infra.vpc_cidr, cidr or infra.DEFAULT_VPC_CIDR, len(azs), "cidr")
         nat_count = validated(self, infra.nat_gateways, infra.DEFAULT_NAT_GATEWAYS if nat_gateways is None
                               else nat_gateways, len(azs), "nat_gateways")
@@ -148,6 +145,9 @@ class InferenceVpc(Construct):
                 given[0], new_vpc_props[given[0]], "give either an existing vpc or the props to create one, "
                 f"not both; with vpc set, remove: {', '.join(given)}", "an existing vpc XOR new-VPC props")])
 
+        if not Token.is_unresolved(self.data_plane_az):
+            region_name = _stack_region(self) or infra.az_region(self.data_plane_az)
+            validated(self, infra.availability_zone, self.data_plane_az, region_name, "data_plane_az")
         subnet_az = data_plane_subnet.availability_zone
         if not Token.is_unresolved(subnet_az) and subnet_az != self.data_plane_az:
             raise ConstructValidationError(self, [problem(
@@ -160,3 +160,9 @@ class InferenceVpc(Construct):
     def data_plane_subnets(self) -> ec2.SubnetSelection:
         """The data-plane subnet as a selection, for node groups and anything else that must sit beside them."""
         return ec2.SubnetSelection(subnets=[self.data_plane_subnet])
+
+
+def _stack_region(scope: Construct) -> str | None:
+    """The stack's region, or None for an environment-agnostic stack (a token until deploy time)."""
+    region_name = Stack.of(scope).region
+    return None if Token.is_unresolved(region_name) else region_name

@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from aws_cdk import Tags, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
+from aws_cdk import Stack, Tags, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
 
+from ..base import infrastructure as infra
 from ..base.errors import SpecError, SpecErrors, problem
 from ..base.placement import Taint
 from ..base.scaling import node_template_tags
@@ -271,6 +272,7 @@ class SystemNodeGroup(Construct):
         super().__init__(scope, construct_id)
         self.pool = validated(self, SystemPool, instance_type=instance_type, count=count,
                               root_volume_size_gib=root_volume_size_gib)
+        _check_offered(self, self.pool.instance_type, gpu=False)
         self.role = node_role or _node_role_for(self, cluster)
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
@@ -410,12 +412,13 @@ class EfaGpuNodeGroup(Construct):
         release_version: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        root_volume = validated(self, RootVolume, size_gib=root_volume_size_gib,
+        root_volume = validated(self, _root_volume, size_gib=root_volume_size_gib,
                                 throughput_mibps=root_volume_throughput_mibps, iops=root_volume_iops)
         self.pool: WorkerPool = validated(
             self, WorkerPool, role=role, instance_type=instance_type, min_size=min_size, desired_size=desired_size,
             max_size=max_size, root_volume=root_volume, placement_group=placement_group,
         )
+        _check_offered(self, self.pool.instance_type, gpu=True)
         eks_cluster = eks_cluster_of(cluster)
         self.nodegroup_options: dict[str, Any] = validated(
             self, node_group_options, capacity_type=capacity_type, max_unavailable=max_unavailable,
@@ -479,3 +482,19 @@ class EfaGpuNodeGroup(Construct):
             # (constructs/autoscaler.py); read from the node group itself (eks:DescribeNodegroup).
             for key, value in node_template_tags(self.pool.gpus_per_node).items():
                 Tags.of(self.nodegroup).add(key, value)
+
+
+def _check_offered(scope: Construct, instance_type: str, *, gpu: bool) -> None:
+    """The type must be one EC2 offers in the stack's region, where the region is known at synth
+    time and the library's offerings table knows it (the configuration's check, base.infrastructure)."""
+    region_name = Stack.of(scope).region
+    if not Token.is_unresolved(region_name):
+        validated(scope, infra.instance_type_offered, region_name, instance_type, "instance_type", gpu=gpu)
+
+
+def _root_volume(**props: Any) -> RootVolume:
+    """``RootVolume(**props)``, its refusals named by this construct's props (``root_volume_size_gib``)."""
+    try:
+        return RootVolume(**props)
+    except SpecErrors as errors:
+        raise SpecErrors(type(e)(f"root_volume_{e.field}", e.message) for e in errors) from None

@@ -114,6 +114,9 @@ class InferenceObservability(Construct):
                  addon_version: str | None = DEFAULT_ADDON_VERSION,
                  after: Sequence[Construct] = ()) -> None:
         super().__init__(scope, construct_id)
+        if not isinstance(serving, RayLlmServing):
+            raise ConstructValidationError(self, [problem(
+                "serving", serving, "not a RayLlmServing", "the RayLlmServing construct this watches")])
         if serving.observability is None or not serving.observability.enabled:
             raise ConstructValidationError(self, [problem(
                 "serving", serving.node.path, "built without observability, so its admission policy would refuse "

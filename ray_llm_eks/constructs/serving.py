@@ -43,7 +43,7 @@ from dataclasses import replace
 from typing import Sequence
 
 import cdk8s
-from aws_cdk import (ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, SecretValue, Stack, Token, aws_ec2 as ec2,
+from aws_cdk import (Annotations, ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, SecretValue, Stack, Token, aws_ec2 as ec2,
                      aws_eks_v2 as eks, aws_iam as iam, aws_secretsmanager as secretsmanager)
 from constructs import Construct
 
@@ -66,7 +66,7 @@ from .identity import pod_identity
 from .kubernetes_side import kubernetes_owner_of
 from .nag import acknowledge_gate_signal, acknowledge_monitor_role
 from .nodegroups import EfaGpuNodeGroup, SystemNodeGroup
-from .validation import ConstructValidationError, validated
+from .validation import ConstructValidationError, spec_prop, validated
 
 
 
@@ -131,6 +131,11 @@ class RayLlmServing(Construct):
         (docs/verification.md, "In GitOps mode"). ``kuberay``, ``device_plugins`` and
         ``node_autoscaler`` given to a ``cdk`` serving must be ``cdk`` too (the charts need them applied first).
 
+    ``model``, ``image``, ``nixl``, ``service``, ``verification`` and ``observability`` also take a
+    dict of their fields (``model={"max_model_len": 8192}``): built here, a refusal then names this
+    construct's path and the field (``.../Serving: model.max_model_len: ...``); a spec object built
+    before the call refuses at once, naming its type (``ModelSpec: max_model_len: ...``).
+
     Public attributes: ``spec`` (the ``ServingSpec``), ``specs`` (what ``plan`` reads), ``cluster``,
     ``observability``, ``cdk8s_app``, ``charts`` (apply order:
     ``serving-namespace``, ``serving-network-policy``, ``serving-admission-policy``, ``serving-rayservice``), ``manifests`` (by chart id), ``pod_role``,
@@ -190,18 +195,25 @@ class RayLlmServing(Construct):
                 f"{kuberay.NAMESPACE}, or leave it out (it follows the operator)")])
         operator_namespace = kuberay.NAMESPACE if kuberay is not None else (operator_namespace or KUBERAY_NAMESPACE)
         self.cluster = cluster
+        model = spec_prop(self, "model", ModelSpec, model, ModelSpec)
+        image = spec_prop(self, "image", ImageSpec, image, ImageSpec)
+        nixl = spec_prop(self, "nixl", NixlSpec, nixl, NixlSpec)
+        service = spec_prop(self, "service", ServiceSettings, service, ServiceSettings)
+        verification = spec_prop(self, "verification", VerificationSpec, verification, VerificationSpec)
+        observability = spec_prop(self, "observability", ObservabilitySpec, observability, lambda: None)
         self.observability = observability
-        service = service or ServiceSettings()
         if observability is not None and observability.enabled:
             # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
             service = service.exempting(*AGENT_EXEMPTIONS)
         # Build (and so check) the spec first: a refused combination fails before any resource exists.
         self.spec: ServingSpec = validated(
             self, ServingSpec, region=Stack.of(self).region, prefill=_leg(prefill), decode=_leg(decode),
-            system=_system_pool(system), model=model or ModelSpec(), image=image or ImageSpec(),
-            nixl=nixl or NixlSpec(), topology=topology, service=service, ray_version=ray_version, strict=strict,
+            system=_system_pool(system), model=model, image=image,
+            nixl=nixl, topology=topology, service=service, ray_version=ray_version, strict=strict,
             kuberay_version=kuberay_version, operator_namespace=operator_namespace,
         )
+        for warning in self.spec.warnings():  # a gated model without a token (base decides)
+            Annotations.of(self).add_warning_v2(f"ray-llm-eks:{warning.field}", str(warning))
         # Client CIDRs over the cluster's own VPC would admit every pod to the API (the check
         # Deployment runs against network.vpc_cidr): here, the VPC CIDRs the app knows at synth time.
         validated(self, client_cidrs_outside, self.spec.service.client_cidrs, known_vpc_cidrs(cluster),
@@ -232,7 +244,7 @@ class RayLlmServing(Construct):
                 "(and placement group), so the KV cache could not cross between them",
                 "both node groups built with the same EfaFabric (fabric=...)")])
 
-        self.verification = verification or VerificationSpec()
+        self.verification = verification
         if self.kubernetes_owner is KubernetesOwner.gitops:
             # No stack applies the gate, so no CloudFormation wait: the GitOps tool waits for the Job.
             self.verification = replace(self.verification, wait=False)

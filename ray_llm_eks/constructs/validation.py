@@ -7,11 +7,12 @@ is the one ``make synth`` and ``ray-llm-eks plan`` print for the same mistake.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from dataclasses import fields
+from typing import Any, Callable, Mapping, TypeVar
 
 from constructs import Construct
 
-from ..base.errors import SpecError, SpecErrors
+from ..base.errors import SpecError, SpecErrors, problem
 
 T = TypeVar("T")
 
@@ -34,3 +35,28 @@ def validated(scope: Construct, build: Callable[..., T], *args: Any, **kwargs: A
     except SpecError as error:
         raise ConstructValidationError(scope, [error]) from None
 
+
+
+def spec_prop(scope: Construct, name: str, spec_type: type[T], value: Any, default: Callable[[], T | None]) -> T | None:
+    """A construct prop of a spec type (``model``, ``image``, ...): the object, or its fields as a
+    dict, built here so that a refusal names this construct's path and ``<name>.<field>``
+    (``Inference/Serving: model.max_model_len: not a token count (got '4096')``). A spec object
+    built by the caller refuses its fields at once, before this construct exists, naming its type
+    (``ModelSpec: max_model_len: ...``); the dict form keeps the construct path."""
+    if value is None:
+        return default()
+    if isinstance(value, spec_type):
+        return value
+    names = [f.name for f in fields(spec_type) if f.init]  # type: ignore[arg-type]
+    if isinstance(value, Mapping):
+        unknown = sorted(str(key) for key in value if key not in names)
+        if unknown:
+            raise ConstructValidationError(scope, [problem(
+                name, unknown, f"unknown field(s) of {spec_type.__name__}", ", ".join(names))])
+        try:
+            return spec_type(**value)
+        except SpecErrors as errors:
+            raise ConstructValidationError(scope, errors.within(name)) from None
+    raise ConstructValidationError(scope, [problem(
+        name, value, f"not a {spec_type.__name__}",
+        f"{spec_type.__name__}(...) or a dict of its fields ({', '.join(names)})")])

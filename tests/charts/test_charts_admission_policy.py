@@ -401,13 +401,14 @@ def test_agents_are_configurable_by_account():
                       user=DAEMONSET_CONTROLLER)  # no longer listed
 
 
+# A spec object built alone names its type first (base.errors.SpecErrors.owner).
 @pytest.mark.parametrize(("settings", "message"), [
     ({"admission_exempt_namespaces": ("kube-system",)},
-     r"^admission_exempt_namespaces: replaced by serving\.admission_exempt_agents"),
-    ({"admission_exempt_agents": ("inference/ray-llm",)}, r"^admission_exempt_agents: an account in the serving namespace"),
-    ({"admission_exempt_agents": ("aws-node",)}, r"^admission_exempt_agents: not 'namespace/service-account'"),
-    ({"other_serving_namespaces": ("inference",)}, r"^other_serving_namespaces: this deployment's own"),
-    ({"other_serving_namespaces": ("Llm!",)}, r"^other_serving_namespaces: not a namespace name"),
+     r"^ServiceSettings: admission_exempt_namespaces: replaced by serving\.admission_exempt_agents"),
+    ({"admission_exempt_agents": ("inference/ray-llm",)}, r"^ServiceSettings: admission_exempt_agents: an account in the serving namespace"),
+    ({"admission_exempt_agents": ("aws-node",)}, r"^ServiceSettings: admission_exempt_agents: not 'namespace/service-account'"),
+    ({"other_serving_namespaces": ("inference",)}, r"^ServiceSettings: other_serving_namespaces: this deployment's own"),
+    ({"other_serving_namespaces": ("Llm!",)}, r"^ServiceSettings: other_serving_namespaces: not a namespace name"),
 ])
 def test_the_settings_refuse_what_would_open_the_serving_namespace(settings, message):
     with pytest.raises(SpecErrors, match=message):

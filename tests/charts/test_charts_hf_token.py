@@ -57,7 +57,7 @@ def test_the_head_carries_no_token(with_secret):
 
 @pytest.mark.parametrize("value", ["", "arn:aws:s3:::bucket/token", "has space", "x" * 513])
 def test_a_bad_secret_is_refused_with_the_field(value):
-    with pytest.raises(SpecErrors, match=r"^hf_token_secret: not a Secrets Manager secret ARN or name"):
+    with pytest.raises(SpecErrors, match=r"^ModelSpec: hf_token_secret: not a Secrets Manager secret ARN or name"):
         ModelSpec(hf_token_secret=value)
 
 

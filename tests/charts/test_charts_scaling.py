@@ -176,7 +176,8 @@ def test_a_configured_target_is_written_as_given():
      "target_ongoing_requests", "not a request count per replica"),
 ])
 def test_impossible_ranges_are_refused_with_the_field(legs, field, says):
-    with pytest.raises(SpecErrors, match=rf"(^|\n){field}: [^\n]*{says}"):
+    # A part built alone names its type first (``WorkerPool: desired_size: ...``, base.errors.SpecErrors.owner).
+    with pytest.raises(SpecErrors, match=rf"(^|\n)(\w+: )?{field}: [^\n]*{says}"):
         _deployment(legs, observability=UNWATCHED)
 
 
