@@ -241,12 +241,6 @@ def test_a_region_without_prices_gets_every_other_figure_and_an_unknown_price():
         assert summary[key] == reference[key], key
 
 
-def test_a_region_without_prices_still_refuses_a_type_a_priced_region_does_not_offer():
-    with pytest.raises(PriceError, match="g6.8xlarge is not offered in eu-west-1"):
-        make_plan(_config(region="eu-west-1", control_plane_azs=["eu-west-1a", "eu-west-1b"],
-                          data_plane_az="eu-west-1a"))
-
-
 def test_instance_type_not_offered_in_region_is_refused_before_pricing_and_the_prices_agree():
     # The deployment itself is refused (as make synth refuses it), by the one offerings table.
     with pytest.raises(ConfigError, match=r"prefill.instance_type: not offered in eu-west-1 .*\(got 'g6.8xlarge'\); "
