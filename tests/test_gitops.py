@@ -313,17 +313,10 @@ def test_render_command_says_when_the_stack_still_owns_the_objects(tmp_path):
 
 
 def _composed():
-    import aws_cdk as cdk
+    from helpers.composition import cluster_stack, serving_nodes
 
-    from ray_llm_eks.constructs import EfaFabric, EfaGpuNodeGroup, InferenceCluster, InferenceVpc, SystemNodeGroup
-
-    stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(account="111111111111", region="us-west-2"))
-    network = InferenceVpc(stack, "Net", availability_zones=["us-west-2a", "us-west-2b"], data_plane_az="us-west-2a")
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
-    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
-    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
-    legs = {role: EfaGpuNodeGroup(stack, role, cluster=cluster, fabric=fabric, role=role,
-                                  subnet=network.data_plane_subnet) for role in ("prefill", "decode")}
+    stack, network, cluster = cluster_stack("S")
+    system, legs = serving_nodes(stack, network, cluster)
     return stack, cluster, system, legs
 
 

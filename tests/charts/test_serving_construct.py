@@ -222,20 +222,12 @@ def test_the_operator_watches_only_the_serving_namespace(stack_disaggregated):
 
 
 def test_serving_refuses_an_operator_that_does_not_watch_its_namespace():
-    import aws_cdk as cdk
-
-    from ray_llm_eks.constructs import (EfaFabric, EfaGpuNodeGroup, InferenceCluster, InferenceVpc, KubeRayOperator,
-                                        RayLlmServing, SystemNodeGroup)
+    from helpers.composition import cluster_stack, serving_nodes
+    from ray_llm_eks.constructs import KubeRayOperator, RayLlmServing
     from ray_llm_eks.constructs.validation import ConstructValidationError
 
-    app = cdk.App()
-    stack = cdk.Stack(app, "S", env=cdk.Environment(account="111111111111", region="us-west-2"))
-    network = InferenceVpc(stack, "Net", availability_zones=["us-west-2a", "us-west-2b"], data_plane_az="us-west-2a")
-    cluster = InferenceCluster(stack, "Cluster", vpc=network.vpc)
-    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
-    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
-    legs = {role: EfaGpuNodeGroup(stack, role, cluster=cluster, fabric=fabric, role=role,
-                                  subnet=network.data_plane_subnet) for role in ("prefill", "decode")}
+    stack, network, cluster = cluster_stack("S")
+    system, legs = serving_nodes(stack, network, cluster)
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system, watch_namespaces=["elsewhere"])
     with pytest.raises(ConstructValidationError, match=r"S/Serving: kuberay: the operator watches only those "
                                                        r"namespaces.*inference.*accepted: KubeRayOperator"):

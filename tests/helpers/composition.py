@@ -38,10 +38,7 @@ def compose(service: ServiceSettings | None = None) -> Composed:
     """Every construct the stack composes, wired by hand; ``service`` as the user gives it (default:
     the reference deployment's)."""
     stack, network, cluster = cluster_stack("Composed")
-    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
-    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
-    legs = {role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet,
-                                  fabric=fabric, role=role) for role in ("prefill", "decode")}
+    system, legs = serving_nodes(stack, network, cluster)
     plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()))
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
     observability = ObservabilitySpec()
@@ -60,3 +57,13 @@ def cluster_stack(name: str, region: str = "us-west-2", *, agnostic: bool = Fals
     stack = cdk.Stack(app, name) if agnostic else cdk.Stack(app, name, env=cdk.Environment(region=region))
     network = InferenceVpc(stack, "Network", data_plane_az=f"{region}a", availability_zones=[f"{region}a", f"{region}b"])
     return stack, network, InferenceCluster(stack, "Cluster", vpc=network.vpc)
+
+
+def serving_nodes(stack: cdk.Stack, network: InferenceVpc,
+                  cluster: InferenceCluster) -> tuple[SystemNodeGroup, dict[str, EfaGpuNodeGroup]]:
+    """The system node group and the two GPU legs on one EFA fabric: ``(system, {"prefill": ..., "decode": ...})``."""
+    system = SystemNodeGroup(stack, "System", cluster=cluster, subnet=network.data_plane_subnet)
+    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc)
+    legs = {role: EfaGpuNodeGroup(stack, role.title(), cluster=cluster, subnet=network.data_plane_subnet,
+                                  fabric=fabric, role=role) for role in ("prefill", "decode")}
+    return system, legs
