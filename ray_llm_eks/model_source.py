@@ -172,7 +172,8 @@ def resolve_auto(data: dict[str, Any], *, cache_dir: str | Path | None = None) -
     source = model.get("source", _default_source())
     revision = model.get("revision")
     if not isinstance(source, str) or not source.strip():
-        return data  # the declared model names an empty or non-text source
+        # Nothing to read: the declared model refuses the source itself, and "auto" names no architecture.
+        return {**data, "model": {key: value for key, value in model.items() if key != "architecture"}}
     try:
         architecture = architecture_for(source, revision if isinstance(revision, str) else None, cache_dir=cache_dir)
     except ArchitectureUnavailable as error:

@@ -177,6 +177,12 @@ class ModelArchitecture:
         return self.linear_attention_layers > 0
 
     @property
+    def parameters_per_token(self) -> int:
+        """The parameters one token's forward pass multiplies through (2 FLOPs each): a MoE's
+        active parameters, a dense model's all."""
+        return self.active_parameter_count or self.parameter_count
+
+    @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 

@@ -158,7 +158,7 @@ class ModelSpec:
     """Skip CUDA graph capture: faster start, less memory, as the reference does."""
     tensor_parallel_size: int = 1
     """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
-    architecture: ModelArchitecture | Literal["auto"] | None = None
+    architecture: ModelArchitecture | None = None
     """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.base.models``). Dense models leave the ``linear_*``, ``sliding_*``, MLA and MoE fields at 0. ``auto``: read config.json when the configuration is loaded (``make synth``, ``plan``) from the table, a local directory, an ``s3://`` URI or the Hugging Face Hub (``HF_TOKEN``; ``HF_HUB_OFFLINE`` honoured), and refuse the file, saying what to do, when none is reachable; code building a construct resolves it first with ``ray_llm_eks.model_source.architecture_for(source, revision)``."""
     hf_token_secret: str | None = None
     """An AWS Secrets Manager secret (ARN, or name in the stack's region and account) whose

@@ -1,0 +1,224 @@
+"""The models people serve P/D with, the memory check's MoE and attention variants, and
+``model.architecture: auto`` (a local directory, moto's S3, and no access)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers.pins import unpinned_config
+from ray_llm_eks.base.errors import SpecErrors
+from ray_llm_eks.base.instance_types import INSTANCE_TYPES
+from ray_llm_eks.base.memory import memory_budget
+from ray_llm_eks.base.models import (
+    KNOWN_ARCHITECTURES, KNOWN_TERMS, MXFP4_BITS_PER_PARAMETER, ModelArchitecture, architecture_from_config,
+    is_gated, known_architecture,
+)
+from ray_llm_eks.base.serving import ModelSpec
+from ray_llm_eks.config import ConfigError
+from ray_llm_eks.model_source import architecture_for
+from ray_llm_eks.planning import GIB, make_plan
+
+CONFIGS = Path(__file__).parent / "data" / "model_configs"
+NEW_MODELS = ("meta-llama/Llama-3.3-70B-Instruct", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
+              "openai/gpt-oss-120b", "openai/gpt-oss-20b")
+
+
+def _config_json(name: str) -> dict:
+    return json.loads((CONFIGS / (name.replace("/", "--") + ".json")).read_text())
+
+
+def _facts(architecture: ModelArchitecture) -> dict:
+    return {k: v for k, v in dataclasses.asdict(architecture).items() if k not in ("name", "source")}
+
+
+@pytest.mark.parametrize("name", NEW_MODELS)
+def test_each_table_entry_is_what_its_config_json_says(name):
+    derived = architecture_from_config(_config_json(name), name=name, source="test")
+    assert _facts(derived) == _facts(known_architecture(name))
+
+
+# docs/plan.md, "The table's models": the hand calculation, bf16, max_model_len 4096. Per model:
+# weights (bytes), KV bytes per token of the growing layers (TP 1), the sliding-window layers' bytes
+# for one 4096-token sequence (TP 1), one 4096-token sequence (TP 1), the same per GPU at TP 4.
+HAND = {
+    "meta-llama/Llama-3.3-70B-Instruct": (141_107_412_992, 327_680, 0, 1_342_177_280, 335_544_320),
+    "Qwen/Qwen3-32B": (65_524_246_528, 262_144, 0, 1_073_741_824, 268_435_456),
+    "Qwen/Qwen3-30B-A3B": (61_064_245_248, 98_304, 0, 402_653_184, 100_663_296),
+    "Qwen/Qwen3-235B-A22B": (470_187_269_120, 192_512, 0, 788_529_152, 197_132_288),
+    "openai/gpt-oss-120b": (65_248_815_744, 36_864, 4_718_592, 155_713_536, 38_928_384),
+    "openai/gpt-oss-20b": (13_761_264_768, 24_576, 3_145_728, 103_809_024, 25_952_256),
+}
+
+
+@pytest.mark.parametrize("name", NEW_MODELS)
+def test_memory_figures_match_the_hand_calculation(name):
+    weights, per_token, window, sequence, sequence_tp4 = HAND[name]
+    model = known_architecture(name)
+    assert model.weight_bytes(2) == weights
+    assert model.kv_cache_bytes_per_token(2) == per_token
+    assert model.sliding_window_bytes_per_sequence(2, 4096) == window
+    assert model.sequence_bytes(2, 4096) == sequence
+    assert model.sequence_bytes(2, 4096, 4) == sequence_tp4
+
+
+@pytest.mark.parametrize("name", [n for n in NEW_MODELS if n != "Qwen/Qwen3-235B-A22B"])
+def test_plan_prints_the_hand_calculation(name):
+    """Every model but Qwen3-235B-A22B fits a g6e.12xlarge with TP 4 (four 44.7 GiB L40S)."""
+    weights, per_token, window, _, sequence_tp4 = HAND[name]
+    figures = make_plan(unpinned_config({
+        "model": {"source": name, "served_name": "m", "tensor_parallel_size": 4, "max_model_len": 4096},
+        "prefill": {"instance_type": "g6e.12xlarge"}, "decode": {"instance_type": "g6e.12xlarge"}})).summary()
+    assert figures["weights_gib"] == round(weights / GIB, 4)
+    assert figures["kv_cache_bytes_per_token"] == per_token
+    assert figures["sliding_window_bytes_per_sequence"] == window // 4  # gpt-oss: 8 KV heads, 2 per GPU
+    assert figures["bytes_per_max_length_sequence"] == sequence_tp4
+    assert figures["parameter_count"] == known_architecture(name).parameter_count
+
+
+def test_a_moe_keeps_every_expert_resident_on_every_gpu_of_the_leg():
+    moe = known_architecture("Qwen/Qwen3-235B-A22B")
+    budget = memory_budget("decode", INSTANCE_TYPES["g6e.12xlarge"], 4, moe, max_model_len=4096,
+                           gpu_memory_utilization=0.9, dtype="bfloat16")
+    assert budget.weights_gib == pytest.approx(470_187_269_120 / 4 / GIB)  # total, not the 22B active
+    assert not budget.fits and budget.weights_do_not_fit
+    assert moe.parameters_per_token == 22_190_763_520
+
+
+def test_gpt_oss_experts_count_at_mxfp4_width():
+    model = known_architecture("openai/gpt-oss-120b")
+    plain = model.parameter_count - model.quantized_parameter_count
+    assert model.quantized_bits_per_parameter == MXFP4_BITS_PER_PARAMETER == 4.25
+    assert model.weight_bytes(2) == plain * 2 + model.quantized_parameter_count * 17 // 32
+
+
+def test_sliding_window_layers_stop_growing_at_their_window():
+    model = known_architecture("openai/gpt-oss-20b")  # 12 sliding layers, window 128, 2048 B per layer-token
+    assert model.sliding_window_bytes_per_sequence(2, 100) == 12 * 100 * 2048
+    assert model.sliding_window_bytes_per_sequence(2, 128) == model.sliding_window_bytes_per_sequence(2, 100_000)
+    assert model.sequence_bytes(2, 8192) - model.sequence_bytes(2, 4096) == 4096 * 12 * 2048  # the full layers only
+
+
+DEEPSEEK_LIKE = {  # the MLA keys of DeepSeek-V3's config.json, with fewer layers and experts
+    "model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+    "num_key_value_heads": 16, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+    "v_head_dim": 128, "n_routed_experts": 8, "num_experts_per_tok": 2, "vocab_size": 1000, "torch_dtype": "bfloat16",
+}
+
+
+def test_mla_caches_one_latent_per_token_per_layer_on_every_gpu():
+    model = architecture_from_config(DEEPSEEK_LIKE, name="x/mla", source="test", checkpoint_bytes=2_000_000)
+    assert (model.kv_lora_rank, model.qk_rope_head_dim, model.num_experts) == (512, 64, 8)
+    assert model.parameter_count == 1_000_000  # checkpoint bytes / 2 (bf16): no formula for this family
+    assert model.kv_cache_bytes_per_token(2) == 4 * (512 + 64) * 2
+    assert model.kv_cache_bytes_per_token(2, 8) == model.kv_cache_bytes_per_token(2)  # not split by TP
+
+
+def test_a_family_with_no_formula_and_no_index_is_refused_naming_what_to_do():
+    with pytest.raises(SpecErrors) as caught:
+        architecture_from_config(DEEPSEEK_LIKE, name="x/mla", source="test")
+    assert "config.json model_type: a family whose parameters the library cannot count" in str(caught.value)
+    assert "or model.architecture by hand" in str(caught.value)
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"sliding_window_layers": 2, "full_attention_layers": 2}, "sliding_window"),
+    ({"kv_lora_rank": 512}, "kv_lora_rank"),
+    ({"num_experts": 8, "num_experts_per_token": 9}, "num_experts_per_token"),
+    ({"quantized_parameter_count": 10}, "quantized_bits_per_parameter"),
+    ({"active_parameter_count": 10**12}, "active_parameter_count"),
+])
+def test_inconsistent_variant_fields_are_refused(changes, field):
+    base = {"parameter_count": 10**9, "num_hidden_layers": 4, "full_attention_layers": 4, "num_attention_heads": 8,
+            "num_key_value_heads": 8, "head_dim": 64}
+    with pytest.raises(SpecErrors) as caught:
+        ModelArchitecture(**{**base, **changes})
+    assert [e.field for e in caught.value.errors] == [field]
+
+
+def test_every_table_model_has_its_licence_and_gate_and_the_rule_agrees():
+    assert set(KNOWN_TERMS) == set(KNOWN_ARCHITECTURES)
+    for key, terms in KNOWN_TERMS.items():
+        assert terms.gated is is_gated(KNOWN_ARCHITECTURES[key].name), key
+    assert KNOWN_TERMS["meta-llama/llama-3.3-70b-instruct"].gated
+    assert KNOWN_TERMS["openai/gpt-oss-120b"].licence.startswith("apache-2.0")
+
+
+def test_llama_33_without_a_token_gets_the_gated_warning():
+    deployment = unpinned_config({
+        "model": {"source": "meta-llama/Llama-3.3-70B-Instruct", "served_name": "llama", "tensor_parallel_size": 4},
+        "prefill": {"instance_type": "g6e.12xlarge"}, "decode": {"instance_type": "g6e.12xlarge"}})
+    warnings = [w for w in make_plan(deployment).summary()["warnings"] if w.startswith("model.hf_token_secret")]
+    assert len(warnings) == 1 and "meta-llama/Llama-3.3-70B-Instruct is gated" in warnings[0]
+
+
+# --- model.architecture: auto ------------------------------------------------------------------
+
+def _auto(source: str, **model) -> dict:
+    return {"model": {"source": source, "served_name": "m", "architecture": "auto", "tensor_parallel_size": 4, **model},
+            "prefill": {"instance_type": "g6e.12xlarge"}, "decode": {"instance_type": "g6e.12xlarge"}}
+
+
+def test_auto_reads_a_local_directory(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(_config_json("Qwen/Qwen3-30B-A3B")))
+    deployment = unpinned_config(_auto(str(tmp_path)))
+    assert _facts(deployment.model.architecture) == _facts(known_architecture("Qwen/Qwen3-30B-A3B"))
+    assert deployment.model.architecture.source == f"{tmp_path}/config.json (model.architecture: auto)"
+
+
+def test_auto_reads_the_checkpoint_index_for_a_family_with_no_formula(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(DEEPSEEK_LIKE))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2_000_000_000}}))
+    model = architecture_for(str(tmp_path))
+    assert model.parameter_count == 1_000_000_000 and model.kv_lora_rank == 512
+    assert model.source.endswith("config.json and model.safetensors.index.json (model.architecture: auto)")
+
+
+def test_auto_reads_s3_with_moto(monkeypatch):
+    from moto import mock_aws
+    import boto3
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="weights")
+        s3.put_object(Bucket="weights", Key="gpt-oss-20b/config.json",
+                      Body=json.dumps(_config_json("openai/gpt-oss-20b")).encode())
+        deployment = unpinned_config(_auto("s3://weights/gpt-oss-20b/"))
+        with pytest.raises(ConfigError) as caught:
+            unpinned_config(_auto("s3://weights/elsewhere"))
+    assert _facts(deployment.model.architecture) == _facts(known_architecture("openai/gpt-oss-20b"))
+    assert "s3://weights/elsewhere has no config.json" in str(caught.value)
+
+
+def test_auto_without_access_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError) as caught:
+        unpinned_config(_auto("some-org/not-in-the-table"))
+    message = str(caught.value)
+    assert ("  model.architecture: 'auto' reads the config.json of model.source 'some-org/not-in-the-table', and could "
+            "not: huggingface.co/some-org/not-in-the-table config.json: HF_HUB_OFFLINE is set and the file is not in "
+            "the local Hugging Face cache (got 'auto'); accepted: model.architecture written by hand") in message
+    assert "a local directory or s3:// URI holding config.json" in message
+    assert [e.field for e in caught.value.errors] == ["model.architecture"]
+    with pytest.raises(ConfigError, match=r"has no config.json"):
+        unpinned_config(_auto(str(tmp_path)))
+
+
+def test_auto_for_a_table_model_needs_no_access(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    deployment = unpinned_config(_auto("Qwen/Qwen3-32B"))
+    assert deployment.model.architecture == known_architecture("Qwen/Qwen3-32B")
+
+
+def test_the_declared_model_takes_only_a_resolved_architecture():
+    with pytest.raises(SpecErrors) as caught:
+        ModelSpec(source="x/y", architecture="auto")
+    assert "ray_llm_eks.model_source.architecture_for(source, revision)" in str(caught.value)
+    assert ModelSpec(source="Qwen/Qwen3-32B", architecture=architecture_for("Qwen/Qwen3-32B")).known_architecture \
+        == known_architecture("Qwen/Qwen3-32B")
