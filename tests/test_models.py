@@ -65,6 +65,17 @@ def test_memory_figures_match_the_hand_calculation(name):
     assert model.sequence_bytes(2, 4096, 4) == sequence_tp4
 
 
+def test_docs_plan_md_shows_the_same_hand_calculation():
+    text = (Path(__file__).parents[1] / "docs" / "plan.md").read_text()
+    section = text.split("### The table's models (hand calculation)")[1].split("### Worked example")[0]
+    for name, figures in HAND.items():
+        model = known_architecture(name)
+        assert f"{model.parameter_count:,}" in section, name
+        assert f"{figures[0]:,}" in section and f"{figures[0] / GIB:.4f}" in section, name
+        for figure in figures[1:]:
+            assert figure == 0 or f"{figure:,}" in section, (name, figure)
+
+
 @pytest.mark.parametrize("name", [n for n in NEW_MODELS if n != "Qwen/Qwen3-235B-A22B"])
 def test_plan_prints_the_hand_calculation(name):
     """Every model but Qwen3-235B-A22B fits a g6e.12xlarge with TP 4 (four 44.7 GiB L40S)."""
