@@ -233,3 +233,21 @@ def test_the_declared_model_takes_only_a_resolved_architecture():
     assert "ray_llm_eks.model_source.architecture_for(source, revision)" in str(caught.value)
     assert ModelSpec(source="Qwen/Qwen3-32B", architecture=architecture_for("Qwen/Qwen3-32B")).known_architecture \
         == known_architecture("Qwen/Qwen3-32B")
+
+
+def test_plan_exits_2_with_the_same_line_when_auto_has_no_access(monkeypatch, tmp_path):
+    """``plan`` and ``make synth`` load the file with the same ``load_config``; plan exits 2 (a
+    configuration error) and prints the line."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from helpers.pins import UNPINNED
+    from ray_llm_eks import cli
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = tmp_path / "auto.yaml"
+    path.write_text(yaml.safe_dump({**UNPINNED, **_auto("some-org/not-in-the-table")}))
+    result = CliRunner().invoke(cli.app, ["plan", "--config", str(path)], env={"COLUMNS": "400"})
+    assert result.exit_code == 2, result.output
+    assert "model.architecture: 'auto' reads the config.json of model.source 'some-org/not-in-the-table'" in \
+        " ".join(result.output.split())
