@@ -263,3 +263,16 @@ def test_plan_states_the_variant_assumptions_it_made():
         "parameters",
         "18 sliding-window layers hold at most 128 tokens per sequence (vLLM's hybrid KV cache manager, kept on with "
         "NIXL, which supports it)")
+
+
+def test_auto_reads_a_hybrid_vision_language_config_with_its_index(tmp_path):
+    """Shaped as Qwen/Qwen3.5-9B's config.json: the language model's facts under ``text_config``,
+    ``layer_types`` with linear_attention layers; its family has no formula, so the index counts."""
+    layer_types = (["linear_attention"] * 3 + ["full_attention"]) * 8
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": {
+        "model_type": "qwen3_5_text", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 256, "layer_types": layer_types, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32", "dtype": "bfloat16"}}))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 19_306_216_416}}))
+    assert _facts(architecture_for(str(tmp_path))) == _facts(known_architecture("Qwen/Qwen3.5-9B"))
