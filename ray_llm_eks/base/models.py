@@ -465,7 +465,8 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
         # derives every entry from them with architecture_from_config. Parameter counts are
         # count_parameters' formulas, worked by hand in docs/plan.md ("The table's models"); they
         # agree with the model cards' rounded figures (70B; 32.8B; 30.5B/3.3B active;
-        # 235B/22B active; gpt-oss 116.83B and 20.91B, whose cards leave the embedding out of "active").
+        # 235B/22B active; gpt-oss 116.83B and 20.91B, whose cards leave the embedding out of "active"),
+        # and exactly with transformers' own models of these configs (tools/check_parameter_counts.py).
         ModelArchitecture(
             name="meta-llama/Llama-3.3-70B-Instruct",
             # dense GQA: 80 layers, hidden 8192, 64 heads (head_dim 8192/64 = 128), 8 KV heads,
