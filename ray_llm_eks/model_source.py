@@ -145,7 +145,7 @@ def architecture_for(source: str, revision: str | None = None, *,
         raise ArchitectureUnavailable(f"{where}/config.json is not a JSON object")
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     checkpoint_bytes = None
-    if text.get("model_type") not in COUNTED_FAMILIES:
+    if text is not config or text.get("model_type") not in COUNTED_FAMILIES:  # see architecture_from_config
         index = read("model.safetensors.index.json")
         if index is not None:
             try:

@@ -276,3 +276,13 @@ def test_auto_reads_a_hybrid_vision_language_config_with_its_index(tmp_path):
         "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32", "dtype": "bfloat16"}}))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 19_306_216_416}}))
     assert _facts(architecture_for(str(tmp_path))) == _facts(known_architecture("Qwen/Qwen3.5-9B"))
+
+
+def test_a_vision_language_model_is_never_counted_by_the_text_formulas():
+    """Its text_config may be a counted family (Mistral 3 nests a ``mistral`` one), but the vision
+    tower is resident too: only the checkpoint's index sizes it."""
+    wrapper = {"model_type": "mistral3", "text_config": {**_config_json("Qwen/Qwen3-32B"), "model_type": "mistral"}}
+    with pytest.raises(SpecErrors, match="or a vision-language model"):
+        architecture_from_config(wrapper, name="x/vlm", source="test")
+    counted = architecture_from_config(wrapper, name="x/vlm", source="test", checkpoint_bytes=2 * 33_000_000_000)
+    assert counted.parameter_count == 33_000_000_000

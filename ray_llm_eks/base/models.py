@@ -348,11 +348,15 @@ def architecture_from_config(config: dict, *, name: str, source: str,
     Layers are classified from ``layer_types`` when it is there (``full_attention``,
     ``sliding_attention``, ``linear_attention``), otherwise all full attention, or all sliding
     when ``use_sliding_window``/``sliding_window`` says every layer slides (Mistral v0.1 style).
-    Parameters are counted from config.json for :data:`COUNTED_FAMILIES`; for any other family
+    Parameters are counted from config.json for :data:`COUNTED_FAMILIES` (text-only models); for any
+    other family, and for a vision-language model (a ``text_config``),
     ``checkpoint_bytes`` (``model.safetensors.index.json`` ``metadata.total_size``) divided by the
     dtype's bytes gives them. A quantized checkpoint outside gpt-oss's MXFP4 is refused: its
     parameter count cannot be read from its size.
     """
+    # A vision-language model's text_config counts only the language model; its vision tower is
+    # resident too, so such a checkpoint is counted from its index, never by the formulas.
+    multimodal = isinstance(config.get("text_config"), dict)
     config = _text_config(config)
     family = config.get("model_type")
     layers = _count(config, "num_hidden_layers")
@@ -374,7 +378,7 @@ def architecture_from_config(config: dict, *, name: str, source: str,
     dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     quantization = config.get("quantization_config")
     method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    if family in COUNTED_FAMILIES and (method is None or (family == "gpt_oss" and method == "mxfp4")):
+    if family in COUNTED_FAMILIES and not multimodal and (method is None or (family == "gpt_oss" and method == "mxfp4")):
         total, active, quantized = count_parameters(config)
         if method is None:
             quantized = 0
@@ -386,7 +390,8 @@ def architecture_from_config(config: dict, *, name: str, source: str,
         total, active, quantized = checkpoint_bytes // CONFIG_DTYPE_BYTES[dtype], 0, 0
     else:
         raise SpecErrors([problem("config.json model_type", family, "a family whose parameters the library "
-                                  "cannot count from config.json, and no model.safetensors.index.json was found",
+                                  "cannot count from config.json (or a vision-language model, whose vision tower "
+                                  "config.json does not size), and no model.safetensors.index.json was found",
                                   f"{', '.join(COUNTED_FAMILIES)}; or a source that also holds "
                                   "model.safetensors.index.json; or model.architecture by hand")])
     experts = _count(config, "num_experts", "num_local_experts", "n_routed_experts", default=0)
