@@ -291,7 +291,7 @@ def count_parameters(config: dict) -> tuple[int, int, int]:
     """(total, active per token, MXFP4-quantized) parameters of a model of a family in
     :data:`COUNTED_FAMILIES`, from its config.json (the text model's mapping).
 
-    Per layer: attention q/k/v/o projections (``attention_bias``: their biases; Qwen3: per-head
+    Per layer: attention q/k/v/o projections (``attention_bias``: their biases; Qwen2: q/k/v biases; Qwen3: per-head
     q/k RMSNorm of ``head_dim``; gpt-oss: one learned sink per head and biases on q/k/v/o),
     two RMSNorms of ``hidden_size``, and a SwiGLU MLP of three ``hidden x intermediate``
     matrices, or for MoE a router (``hidden x experts``, gpt-oss with a bias) and that many
@@ -307,11 +307,12 @@ def count_parameters(config: dict) -> tuple[int, int, int]:
     head_dim = _count(config, "head_dim", default=hidden // heads)
     vocab = _count(config, "vocab_size")
     gpt_oss = family == "gpt_oss"
-    bias = bool(config.get("attention_bias")) or family == "qwen2"
     q, kv = heads * head_dim, kv_heads * head_dim
     attention = hidden * q + 2 * hidden * kv + q * hidden
-    if bias:
-        attention += q + 2 * kv + (hidden if gpt_oss else 0)  # Qwen2 has no o_proj bias; gpt-oss does
+    if family == "qwen2":
+        attention += q + 2 * kv  # Qwen2: q/k/v biases always, none on o_proj
+    elif config.get("attention_bias"):
+        attention += q + 2 * kv + hidden  # attention_bias puts a bias on q, k, v and o
     if family in ("qwen3", "qwen3_moe"):
         attention += 2 * head_dim  # q_norm, k_norm
     if gpt_oss:
@@ -324,15 +325,21 @@ def count_parameters(config: dict) -> tuple[int, int, int]:
         matrices = 3 * hidden * inner
         expert = matrices + ((2 * inner + hidden) if gpt_oss else 0)  # gate_up and down biases
         mlp, active_mlp = router + experts * expert, router + per_token * expert
-        quantized = layers * experts * matrices if gpt_oss else 0
+        # Qwen3-MoE: layers in mlp_only_layers, or off the decoder_sparse_step, keep a dense MLP
+        # (transformers Qwen3MoeDecoderLayer).
+        dense_only = set(config.get("mlp_only_layers") or ())
+        step = _count(config, "decoder_sparse_step", default=1) or 1
+        moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+        quantized = moe_layers * experts * matrices if gpt_oss else 0
     else:
-        mlp = active_mlp = 3 * hidden * _count(config, "intermediate_size")
-        quantized = 0
+        moe_layers = mlp = active_mlp = quantized = 0
+    dense = 3 * hidden * _count(config, "intermediate_size") if moe_layers < layers else 0
+    if config.get("mlp_bias") and dense:
+        dense += 2 * _count(config, "intermediate_size") + hidden  # gate, up and down biases
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2) + hidden
     norms = 2 * hidden
-    total = layers * (attention + mlp + norms) + embeddings
-    active = layers * (attention + active_mlp + norms) + embeddings
-    return total, active, quantized
+    shared = layers * (attention + norms) + (layers - moe_layers) * dense + embeddings
+    return shared + moe_layers * mlp, shared + moe_layers * active_mlp, quantized
 
 
 def _text_config(config: dict) -> dict:
