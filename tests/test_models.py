@@ -286,3 +286,19 @@ def test_a_vision_language_model_is_never_counted_by_the_text_formulas():
         architecture_from_config(wrapper, name="x/vlm", source="test")
     counted = architecture_from_config(wrapper, name="x/vlm", source="test", checkpoint_bytes=2 * 33_000_000_000)
     assert counted.parameter_count == 33_000_000_000
+
+
+def test_the_formulas_other_branches_equal_transformers_counts():
+    """Counts transformers 5.24.0 gave for these small configs (tools/check_parameter_counts.py,
+    ``VARIANTS``, run 2026-12-03 on the meta device): the branches the table's models do not take."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check", Path(__file__).parents[1] / "tools" / "check_parameter_counts.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    from ray_llm_eks.base.models import count_parameters
+
+    measured = {"llama, attention and MLP biases": 9_956_864, "qwen2 (q/k/v biases)": 9_944_576,
+                "qwen3, attention biases": 9_947_136, "qwen3_moe, a dense layer and sparse step 2": 13_095_936,
+                "mistral, tied embeddings": 9_429_504}
+    assert {label: count_parameters(config)[0] for label, config in check.VARIANTS.items()} == measured
