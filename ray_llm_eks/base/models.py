@@ -67,11 +67,11 @@ class ModelArchitecture:
     source: str = "model.architecture in the configuration"
     """Where every figure below was read, so it can be re-checked."""
     parameter_count: int
-    """Total parameters in the checkpoint vLLM loads, with a vision-language model's vision tower (weights bytes = parameters x dtype bytes)."""
+    """Total parameters in the checkpoint vLLM loads, with a vision-language model's vision tower and every MoE expert (weights bytes = parameters x dtype bytes, the quantized ones at their own width)."""
     num_hidden_layers: int
     """Decoder layers (config.json ``num_hidden_layers``)."""
     full_attention_layers: int
-    """Layers with full attention: only these hold a per-token KV cache."""
+    """Layers with full attention: only these hold a KV cache that grows with every token."""
     num_attention_heads: int
     """Query heads of a full-attention layer."""
     num_key_value_heads: int
