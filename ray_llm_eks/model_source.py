@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,12 @@ TIMEOUT_SECONDS = 10.0
 """Bound on each network read: connect and read timeouts for S3 (botocore ``Config``), the Hub's
 metadata request (``hf_hub_download(etag_timeout=...)``; its download timeout is
 ``HF_HUB_DOWNLOAD_TIMEOUT``, default 10 s, huggingface_hub ``constants.py``)."""
+
+HUB_DEADLINE_SECONDS = 20.0
+"""Bound on one Hub file read, retries included: huggingface_hub retries a failed request up to 5
+times with backoff (``utils/_http.py`` ``_http_backoff_base``, 1.33.0), which took 28 s here with no
+name resolution; past this deadline ``auto`` reports the Hub unreachable (the read goes on in a
+daemon thread, which does not hold the process)."""
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _OFFLINE_VALUES = {"1", "on", "yes", "true"}  # huggingface_hub constants._is_true
@@ -93,10 +100,29 @@ def _hub_reader(repo_id: str, revision: str | None, cache_dir: str | Path | None
                                       "(pip install huggingface_hub)") from None
     offline = _offline()
 
+    def download(name: str) -> str:
+        result: list[Any] = []
+
+        def run() -> None:
+            try:
+                result.append(hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir,
+                                              etag_timeout=TIMEOUT_SECONDS, local_files_only=offline))
+            except BaseException as error:  # handed to the caller's thread below
+                result.append(error)
+
+        worker = threading.Thread(target=run, name=f"hf-{name}", daemon=True)
+        worker.start()
+        worker.join(HUB_DEADLINE_SECONDS)
+        if not result:
+            raise ArchitectureUnavailable(f"huggingface.co/{repo_id} {name}: no answer within "
+                                          f"{HUB_DEADLINE_SECONDS:g} s")
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        return result[0]
+
     def read(name: str) -> bytes | None:
         try:
-            path = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir, etag_timeout=TIMEOUT_SECONDS,
-                                   local_files_only=offline)
+            path = download(name)
         except LocalEntryNotFoundError:
             why = ("HF_HUB_OFFLINE is set and the file is not in the local Hugging Face cache" if offline
                    else "the Hub did not answer and the file is not in the local Hugging Face cache")

@@ -302,3 +302,22 @@ def test_the_formulas_other_branches_equal_transformers_counts():
                 "qwen3, attention biases": 9_947_136, "qwen3_moe, a dense layer and sparse step 2": 13_095_936,
                 "mistral, tied embeddings": 9_429_504}
     assert {label: count_parameters(config)[0] for label, config in check.VARIANTS.items()} == measured
+
+
+def test_a_hub_that_does_not_answer_is_reported_at_the_deadline(monkeypatch):
+    """huggingface_hub retries with backoff on its own; ``auto`` stops waiting at its deadline."""
+    import threading
+
+    import huggingface_hub
+
+    from ray_llm_eks import model_source
+
+    released = threading.Event()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *args, **kwargs: released.wait())
+    monkeypatch.setattr(model_source, "HUB_DEADLINE_SECONDS", 0.05)
+    try:
+        with pytest.raises(model_source.ArchitectureUnavailable, match=r"config.json: no answer within 0.05 s"):
+            architecture_for("some-org/slow-hub")
+    finally:
+        released.set()
