@@ -321,3 +321,23 @@ def test_a_hub_that_does_not_answer_is_reported_at_the_deadline(monkeypatch):
             architecture_for("some-org/slow-hub")
     finally:
         released.set()
+
+
+def test_a_gated_repository_without_a_token_names_the_hub_error(monkeypatch):
+    import httpx
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError
+
+    url = "https://huggingface.co/some-org/gated/resolve/main/config.json"
+
+    def refuse(*args, **kwargs):
+        raise GatedRepoError(f"401 Client Error. Cannot access gated repo for url {url}.\nAccess is restricted.",
+                             response=httpx.Response(401, request=httpx.Request("HEAD", url)))
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
+    with pytest.raises(ConfigError) as caught:
+        unpinned_config(_auto("some-org/gated"))
+    assert (f"could not: huggingface.co/some-org/gated config.json: GatedRepoError: 401 Client Error. Cannot access "
+            f"gated repo for url {url}. (got 'auto')") in str(caught.value)
+    assert "HF_TOKEN for a gated repository" in str(caught.value)
