@@ -341,3 +341,13 @@ def test_a_gated_repository_without_a_token_names_the_hub_error(monkeypatch):
     assert (f"could not: huggingface.co/some-org/gated config.json: GatedRepoError: 401 Client Error. Cannot access "
             f"gated repo for url {url}. (got 'auto')") in str(caught.value)
     assert "HF_TOKEN for a gated repository" in str(caught.value)
+
+
+@pytest.mark.parametrize(("name", "shape"), [
+    ("Qwen/Qwen3-32B", "dense"),
+    ("Qwen/Qwen3.5-9B", "hybrid: 8 of 32 layers full attention"),
+    ("Qwen/Qwen3-30B-A3B", "MoE: 128 experts, 8 per token, 3.35 B active"),
+    ("openai/gpt-oss-20b", "MoE: 32 experts, 4 per token, 4.19 B active; 12 of 24 layers sliding window (128 tokens)"),
+])
+def test_plan_heading_names_the_kind_of_model(name, shape):
+    assert known_architecture(name).shape == shape

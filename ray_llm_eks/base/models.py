@@ -177,6 +177,22 @@ class ModelArchitecture:
         return self.linear_attention_layers > 0
 
     @property
+    def shape(self) -> str:
+        """What kind of model this is, in a few words (``plan``'s heading)."""
+        parts = []
+        if self.num_experts:
+            parts.append(f"MoE: {self.num_experts} experts, {self.num_experts_per_token} per token, "
+                         f"{self.parameters_per_token / 1e9:.2f} B active")
+        if self.is_hybrid:
+            parts.append(f"hybrid: {self.full_attention_layers} of {self.num_hidden_layers} layers full attention")
+        if self.sliding_window_layers:
+            parts.append(f"{self.sliding_window_layers} of {self.num_hidden_layers} layers sliding window "
+                         f"({self.sliding_window} tokens)")
+        if self.is_mla:
+            parts.append("MLA")
+        return "; ".join(parts) or "dense"
+
+    @property
     def parameters_per_token(self) -> int:
         """The parameters one token's forward pass multiplies through (2 FLOPs each): a MoE's
         active parameters, a dense model's all."""
