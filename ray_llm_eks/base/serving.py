@@ -647,6 +647,7 @@ class ServingSpec:
         if self.model.known_architecture is None:
             found.add(problem("model.architecture", None, f"model.source {self.model.source!r} is not in the "
                               "package's architecture table, so whether it fits in GPU memory cannot be checked",
+                              "model.architecture: auto (reads the model's config.json where it is reachable), or "
                               "model.architecture from the model's config.json (parameter_count, num_hidden_layers, "
                               "full_attention_layers, num_attention_heads, num_key_value_heads, head_dim, and the "
                               "linear_* fields for hybrid models)"))
