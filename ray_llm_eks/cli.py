@@ -264,7 +264,7 @@ def _print_plan(result: Plan) -> None:
     model = result.model
     console.print(Panel.fit(
         f"[bold]{model.name}[/] ({model.parameter_count / 1e9:.2f} B parameters, "
-        f"{'hybrid: ' + str(model.full_attention_layers) + ' of ' + str(model.num_hidden_layers) + ' layers full attention' if model.is_hybrid else 'dense'})\n"
+        f"{model.shape})\n"
         f"topology [bold]{result.topology.value}[/], region {result.region}, data-plane AZ {result.data_plane_az}, "
         f"endpoint {result.endpoint} on port 8000 (OpenAI /v1/chat/completions)",
         title="ray-llm-eks plan", border_style="cyan",

@@ -29,6 +29,7 @@ from .base.deployment import Deployment, Specs
 from .base.errors import DoesNotFit, SpecError, SpecErrors
 from .base.placement import WORKER_ROLES
 from .base.serving import EndpointType, Leg, SecurityProfile, Topology
+from .model_source import resolve_auto
 
 __all__ = [
     "ConfigError", "Deployment", "DeploymentConfig", "EndpointType", "SecurityProfile", "Specs", "Topology",
@@ -182,6 +183,11 @@ def parse_config(data: dict[str, Any] | None, source: str = "configuration") -> 
             raise ConfigError(f"invalid configuration in {source}:\n  {role}.{key}: unknown key (got "
                               f"{section[key]!r}); the section's name is the role, and its pool's fields sit in it "
                               "directly (docs/configuration.md)")
+    try:
+        data = resolve_auto(data)  # model.architecture: auto, read here so synth, plan and RayLlmStack agree
+    except SpecErrors as errors:
+        lines = [f"  {error.field}: {error.message}" for error in errors.errors]
+        raise ConfigError("\n".join([f"invalid configuration in {source}:", *lines]), tuple(errors.errors)) from None
     try:
         return _ADAPTER.validate_python(_legs_as_model(data))
     except ValidationError as error:

@@ -104,7 +104,8 @@ def _prefill_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
     # attention scores, 2 x layers x context x d_attn per token, which summed over a causal prompt
     # of L tokens is 2 x layers x L^2 x d_attn; only full-attention layers have it.
     d_attn = model.num_attention_heads * model.head_dim
-    flops = 2 * model.parameter_count * workload.isl + 2 * model.full_attention_layers * workload.isl ** 2 * d_attn
+    # A MoE multiplies each token through its active parameters only (parameters_per_token).
+    flops = 2 * model.parameters_per_token * workload.isl + 2 * model.full_attention_layers * workload.isl ** 2 * d_attn
     seconds = flops / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
     return _leg(spec, PREFILL, {"flops_per_request": float(flops), "seconds_per_request": round(seconds, 6)},
                 workload.rate * seconds)
@@ -116,7 +117,7 @@ def _decode_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
     budget = next(b for b in spec.memory_budgets() if b.role == DECODE)
     kv_per_token, state = budget.kv_cache_bytes_per_token, budget.linear_state_bytes_per_sequence
     context = workload.isl + workload.osl
-    batch = math.floor(budget.kv_pool_gib * GIB / (context * kv_per_token + state))
+    batch = math.floor(budget.kv_pool_gib * GIB / model.sequence_bytes(dtype, context, tp))
     if batch < 1:
         raise PlanError(f"--isl {workload.isl} + --osl {workload.osl}: one sequence of {context} tokens does not fit "
                         f"the decode leg's KV pool ({budget.kv_pool_gib:.2f} GiB per GPU); accepted: fewer tokens, or "
@@ -124,9 +125,10 @@ def _decode_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
     # Each step reads the weights once and, per sequence, its KV cache (half the answer written
     # on average) and reads and writes a hybrid model's linear state; memory-bound unless the
     # batch's 2N FLOPs per token take longer (then compute-bound).
-    per_sequence = (workload.isl + workload.osl / 2) * kv_per_token + 2 * state
+    per_sequence = ((workload.isl + workload.osl / 2) * kv_per_token + 2 * state
+                    + model.sliding_window_bytes_per_sequence(dtype, context, tp))
     memory = (model.weight_bytes(dtype) / tp + batch * per_sequence) / (instance.gpu_memory_bandwidth_gbps * 1e9 * DECODE_MBU)
-    compute = 2 * model.parameter_count * batch / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
+    compute = 2 * model.parameters_per_token * batch / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
     step = max(memory, compute)
     tokens_per_second = batch / step
     return _leg(spec, DECODE, {"batch": float(batch), "step_ms": round(step * 1000, 3),
@@ -335,6 +337,10 @@ class Plan:
             "kv_cache_bytes_per_token": self.model.kv_cache_bytes_per_token(self.dtype_bytes),
             "linear_state_bytes_per_sequence": self.model.linear_state_bytes_per_sequence(self.dtype_bytes),
             "weights_gib": round(self.model.weight_bytes(self.dtype_bytes) / GIB, 4),
+            "sliding_window_bytes_per_sequence": decode.sliding_window_bytes_per_sequence,
+            "bytes_per_max_length_sequence": decode.bytes_per_max_length_sequence,
+            "parameter_count": self.model.parameter_count,
+            "active_parameter_count": self.model.parameters_per_token,
             "kv_pool_gib": round(decode.kv_pool_gib, 4),
             "max_concurrent_sequences": decode.max_concurrent_sequences,
             "cold_start_seconds": round(self.cold_start.seconds, 3),
@@ -550,8 +556,24 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     nodes.extend(NodePlan(role, specs.pool(role).instance_type, specs.pool(role).desired_size,
                           *_facts(specs.pool(role).instance)) for role in WORKER_ROLES)
 
+    if model.quantized_parameter_count:
+        weights = (f"weights = {model.parameter_count - model.quantized_parameter_count:,} parameters x {dtype_bytes} "
+                   f"bytes ({serving.model.dtype}) + {model.quantized_parameter_count:,} quantized parameters x "
+                   f"{model.quantized_bits_per_parameter} bits")
+    else:
+        weights = f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({serving.model.dtype})"
+    variants = tuple(text for present, text in (
+        (model.num_experts > 0, f"MoE: all {model.num_experts} experts are resident on every worker (1/TP per GPU); "
+                                f"compute follows the {model.parameters_per_token:,} active parameters"),
+        (model.sliding_window_layers > 0, f"{model.sliding_window_layers} sliding-window layers hold at most "
+                                          f"{model.sliding_window} tokens per sequence (vLLM's hybrid KV cache "
+                                          "manager, kept on with NIXL, which supports it)"),
+        (model.is_mla, f"MLA: one latent of {model.kv_lora_rank + model.qk_rope_head_dim} elements per token per "
+                       "layer, whole on every GPU of a TP group"),
+    ) if present)
     assumptions = (
-        f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({serving.model.dtype})",
+        weights,
+        *variants,
         f"GPU memory as EC2 reports it ({', '.join(sorted({f'{t.gpu_model} {t.gpu_memory_mib:,} MiB' for t in instance_types.INSTANCE_TYPES.values() if t.has_gpu}))})",
         f"KV pool = GPU memory x gpu_memory_utilization - weights - {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB "
         "activation/runtime reserve (vLLM measures the reserve at startup; compare its 'Available KV cache memory' line)",

@@ -119,7 +119,7 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     ({"model": {"max_model_len": 0}}, "model.max_model_len", "not a token count"),
     ({"model": {"gpu_memory_utilization": 1.5}}, "model.gpu_memory_utilization", "(0, 1]"),
     ({"model": {"served_name": "qwen 9b"}}, "model.served_name", "no whitespace"),
-    ({"model": {"source": "meta-llama/Llama-3.3-70B-Instruct"}}, "model.architecture", "not in the package's"),
+    ({"model": {"source": "mistralai/Mistral-Large-Instruct-2411"}}, "model.architecture", "not in the package's"),
     ({"model": {"source": "x/dense-70b", "architecture": {
         "parameter_count": 70_553_706_496, "num_hidden_layers": 80, "full_attention_layers": 80,
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}}},

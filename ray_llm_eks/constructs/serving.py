@@ -104,6 +104,9 @@ class RayLlmServing(Construct):
         Ray asks for would stay Pending). Default: none (fixed node groups).
     :param model: the model and engine settings. Default: ``ModelSpec()``, Qwen/Qwen3.5-9B in
         bfloat16, ``max_model_len`` 4096, ``gpu_memory_utilization`` 0.9, eager, tensor parallel 1.
+        Its ``architecture`` must be resolved (a model in the table needs none): ``"auto"`` is refused
+        here, since reading config.json is I/O; resolve it first with
+        ``ray_llm_eks.model_source.architecture_for(source, revision)``, as the configuration loader does.
     :param image: the Ray LLM image. Default: the AWS DLC ``ray:serve-llm-cuda-v1.0`` in the
         stack's own region (the stack needs an explicit ``env`` region, or give ``repository``).
     :param nixl: NIXL settings. Default: backends ``["LIBFABRIC"]`` (what uses EFA).
