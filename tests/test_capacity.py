@@ -8,20 +8,28 @@ stubbed answer against botocore's EC2 service model (shape ``CapacityReservation
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
+import yaml
+from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
+from botocore.validate import validate_parameters
+from typer.testing import CliRunner
 
+from helpers.aws import BOOTSTRAP_PARAMETER, StubbedEksSession
 from helpers.composition import cluster_stack
 from helpers.pins import unpinned_config
+from ray_llm_eks import cli
 from ray_llm_eks.base import Capacity, WorkerPool
 from ray_llm_eks.base.errors import SpecErrors
 from ray_llm_eks.config import ConfigError
 from ray_llm_eks.constructs import ConstructValidationError, EfaFabric, EfaGpuNodeGroup
 from ray_llm_eks.planning import make_plan
-from ray_llm_eks.preflight import CheckStatus, check_capacity_reservations, check_titles
+from ray_llm_eks.preflight import (G_AND_VT_QUOTA, STANDARD_QUOTA, CheckStatus, check_capacity_reservations,
+                                   check_titles)
 from ray_llm_eks.pricing import PriceBasis, load_price_table
 from test_upstream_checkers_aws import ACCEPTED_CFN_LINT_WARNINGS, cfn_lint
 
@@ -118,7 +126,7 @@ def test_an_unknown_capacity_key_names_the_accepted_ones():
 
 @pytest.fixture(scope="module")
 def reserved(synth):
-    return synth(RESERVED)
+    return synth(RESERVED, nag=True)
 
 
 def _group(reserved, role: str) -> tuple[dict, dict]:
@@ -157,10 +165,14 @@ def test_an_odcr_node_group_targets_its_reservation_on_demand(reserved):
     assert reserved.resources("AWS::EC2::PlacementGroup") == {}
 
 
-def test_the_reserved_template_passes_cfn_lint(reserved):
+def test_the_reserved_template_passes_cfn_lint_and_cdk_nag(reserved):
     findings = cfn_lint(reserved.outdir / f"{reserved.stack.artifact_id}.template.json")
     assert [f for f in findings if f[0].startswith("E")] == []
     assert [f for f in findings if f[0] not in ACCEPTED_CFN_LINT_WARNINGS] == []
+    report = json.loads((reserved.outdir / "validation-report.json").read_text())
+    assert {p["pluginName"]: p["conclusion"] for p in report["pluginReports"]} == {
+        p["pluginName"]: "success" for p in report["pluginReports"]}
+    assert "AwsSolutions" in {p["pluginName"] for p in report["pluginReports"]}
 
 
 # --- the construct, used directly ------------------------------------------------------------------
@@ -359,3 +371,42 @@ def test_plan_prices_a_block_at_its_rate_and_an_odcr_at_on_demand():
     # The block's line differs from the On-Demand plan by exactly the rate difference.
     plain = make_plan(unpinned_config())
     assert plan.cost.hourly_usd - plain.cost.hourly_usd == pytest.approx(4.25 - on_demand.usd_per_hour)
+
+
+# --- the whole preflight run, through the CLI ------------------------------------------------------
+
+class ReservationsSession(StubbedEksSession):
+    """moto for every EC2 call but DescribeCapacityReservations (moto lacks it), answered here with
+    ``answer``, validated against botocore's EC2 output shape first as the Stubber would."""
+
+    answer: dict = {}
+
+    def client(self, service_name, *args, **kwargs):
+        client = super().client(service_name, *args, **kwargs)
+        if service_name == "ec2":
+            operation = client.meta.service_model.operation_model("DescribeCapacityReservations")
+            validate_parameters(self.answer, operation.output_shape)
+            answer = self.answer
+            client.meta.events.register("before-call.ec2.DescribeCapacityReservations",
+                                        lambda **_: (AWSResponse(None, 200, {}, None), answer))
+        return client
+
+
+def test_cli_preflight_runs_the_reservation_check_and_prints_its_warning(aws, ec2_quotas, monkeypatch, tmp_path):
+    ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
+    boto3.client("ssm", region_name="us-west-2").put_parameter(Name=BOOTSTRAP_PARAMETER, Value="27", Type="String")
+    soon = datetime.now(timezone.utc) + timedelta(hours=3)
+    monkeypatch.setattr(ReservationsSession, "answer", {"CapacityReservations": [
+        _block(EndDate=soon, StartDate=soon - timedelta(days=1)), _reservation(ODCR_ID, EndDate=soon + timedelta(days=7))]})
+    monkeypatch.setattr(boto3, "Session", ReservationsSession)
+    config = tmp_path / "reserved.yaml"
+    config.write_text(yaml.safe_dump({"strict": False, **RESERVED}))
+    result = CliRunner().invoke(cli.app, ["preflight", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("PASS") == 5 and result.output.count("WARN") == 1
+    assert "all 6 checks passed" in result.output
+    data = json.loads(CliRunner().invoke(cli.app, ["preflight", "--config", str(config), "--json"]).stdout)
+    assert [c["name"] for c in data["checks"]] == ["instance-types-offered", "efa-supported", "vcpu-quotas",
+                                                   "eks-version", "capacity-reservations", "cdk-bootstrap"]
+    assert data["passed"] is True and data["checks"][4]["status"] == "warn"
+    assert f"{BLOCK_ID} ends {soon.strftime('%Y-%m-%d %H:%M')} UTC, within 24 h" in data["checks"][4]["detail"]
