@@ -44,6 +44,7 @@ _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRet
 
 from .base import instance_types
 from .base.deployment import Deployment
+from .base.pools import CAPACITY_BLOCK, ODCR
 
 CDK_DEFAULT_QUALIFIER = "hnb659fds"
 # Templates synthesized by CDK v2 carry a CheckBootstrapVersion rule that rejects bootstrap
@@ -437,11 +438,12 @@ def check_capacity_reservations(ec2: Any, config: Deployment, now: datetime | No
             wrong.append(f"holds {total} instances, max_size needs {needed}")
             fixes.append(f"lower {roles}.max_size to {total} in all, or reserve {needed} instances")
         kind = pools[0].capacity.type
+        # ReservationType: "default" (an ODCR) or "capacity-block" (botocore's EC2 model, CapacityReservationType).
         is_block = reservation.get("ReservationType") == "capacity-block"
-        if is_block != (kind == "capacity-block"):
+        if is_block != (kind == CAPACITY_BLOCK):
             actual = "a Capacity Block" if is_block else "an On-Demand Capacity Reservation"
             wrong.append(f"is {actual}, capacity.type is {kind}")
-            fixes.append(f"set {roles}.capacity.type to {'capacity-block' if is_block else 'odcr'}")
+            fixes.append(f"set {roles}.capacity.type to {CAPACITY_BLOCK if is_block else ODCR}")
         state, start, end = reservation.get("State"), reservation.get("StartDate"), reservation.get("EndDate")
         if state not in _USABLE_STATES:
             wrong.append(f"is {state}")
