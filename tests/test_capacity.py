@@ -410,3 +410,15 @@ def test_cli_preflight_runs_the_reservation_check_and_prints_its_warning(aws, ec
                                                    "eks-version", "capacity-reservations", "cdk-bootstrap"]
     assert data["passed"] is True and data["checks"][4]["status"] == "warn"
     assert f"{BLOCK_ID} ends {soon.strftime('%Y-%m-%d %H:%M')} UTC, within 24 h" in data["checks"][4]["detail"]
+
+
+def test_cli_plan_names_the_price_each_reserved_leg_uses(tmp_path):
+    config = tmp_path / "reserved.yaml"
+    config.write_text(yaml.safe_dump({"strict": False, **RESERVED}))
+    result = CliRunner().invoke(cli.app, ["plan", "--config", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    lines = {line["item"].split(" ", 1)[0]: line for line in json.loads(result.stdout)["cost_lines"]
+             if " node g6.8xlarge" in line["item"]}
+    assert lines["prefill"]["usd_per_hour"] == 4.25 and lines["prefill"]["basis"] == "configured"
+    assert "prefill.capacity.hourly_rate_usd" in lines["prefill"]["item"]
+    assert lines["decode"]["basis"] == "us_parity" and "the On-Demand rate" in lines["decode"]["item"]
