@@ -212,8 +212,9 @@ def _managed_nodegroup(
 
     Given an ``InferenceCluster``, the node group waits for its networking add-ons: a node is
     NotReady until the VPC CNI runs on it. ``options``: more ``aws_eks_v2.Nodegroup`` props
-    (:func:`node_group_options`). ``instance_type`` None: the launch template names it (EKS refuses
-    instance types in both places).
+    (:func:`node_group_options`). ``instance_type`` None: the launch template names it (EKS API,
+    CreateNodegroup ``instanceTypes``: "if you specify an instance type in your launch template and
+    specify any instanceTypes, the node group deployment will fail").
     """
     min_size, desired_size, max_size = sizes
     nodegroup = eks.Nodegroup(
