@@ -437,13 +437,13 @@ def check_capacity_reservations(ec2: Any, config: Deployment, now: datetime | No
         if total < needed:
             wrong.append(f"holds {total} instances, max_size needs {needed}")
             fixes.append(f"lower {roles}.max_size to {total} in all, or reserve {needed} instances")
-        kind = pools[0].capacity.type
         # ReservationType: "default" (an ODCR) or "capacity-block" (botocore's EC2 model, CapacityReservationType).
         is_block = reservation.get("ReservationType") == "capacity-block"
-        if is_block != (kind == CAPACITY_BLOCK):
-            actual = "a Capacity Block" if is_block else "an On-Demand Capacity Reservation"
-            wrong.append(f"is {actual}, capacity.type is {kind}")
-            fixes.append(f"set {roles}.capacity.type to {CAPACITY_BLOCK if is_block else ODCR}")
+        for pool in pools:
+            if is_block != (pool.capacity.type == CAPACITY_BLOCK):
+                actual = "a Capacity Block" if is_block else "an On-Demand Capacity Reservation"
+                wrong.append(f"is {actual}, {pool.role}.capacity.type is {pool.capacity.type}")
+                fixes.append(f"set {pool.role}.capacity.type to {CAPACITY_BLOCK if is_block else ODCR}")
         state, start, end = reservation.get("State"), reservation.get("StartDate"), reservation.get("EndDate")
         if state not in _USABLE_STATES:
             wrong.append(f"is {state}")

@@ -296,8 +296,8 @@ def test_preflight_fails_every_mismatch_with_its_fix():
                      _reservation(ODCR_ID, ReservationType="capacity-block", InstancePlatform="Windows")])
     assert result.status is CheckStatus.failed
     assert result.detail == (
-        f"{ODCR_ID} (decode) is for Windows, the nodes boot Linux/UNIX (AL2023); is a Capacity Block, capacity.type "
-        f"is odcr; {BLOCK_ID} (prefill) is in us-west-2b, the data plane in us-west-2a; reserves p5.48xlarge, "
+        f"{ODCR_ID} (decode) is for Windows, the nodes boot Linux/UNIX (AL2023); is a Capacity Block, "
+        f"decode.capacity.type is odcr; {BLOCK_ID} (prefill) is in us-west-2b, the data plane in us-west-2a; reserves p5.48xlarge, "
         "prefill runs g6.8xlarge; holds 0 instances, max_size needs 1; is expired")
     assert result.fix == (
         "use a Linux/UNIX reservation; set decode.capacity.type to capacity-block; set data_plane_az to us-west-2b, "
@@ -312,6 +312,15 @@ def test_preflight_counts_both_legs_against_a_shared_reservation():
     result = _check([_reservation(ODCR_ID, TotalInstanceCount=3)], config=unpinned_config(shared))
     assert result.detail == f"{ODCR_ID} (prefill and decode) holds 3 instances, max_size needs 4"
     assert result.fix == "lower prefill and decode.max_size to 3 in all, or reserve 4 instances"
+
+
+def test_preflight_refuses_one_reservation_taken_as_two_kinds():
+    mixed = {"prefill": {"placement_group": False, "capacity": {**BLOCK, "reservation_id": ODCR_ID}},
+             "decode": {"placement_group": False, "capacity": ODCR}}
+    result = _check([_reservation(ODCR_ID)], config=unpinned_config(mixed))
+    assert result.detail == (f"{ODCR_ID} (prefill and decode) is an On-Demand Capacity Reservation, "
+                             "prefill.capacity.type is capacity-block")
+    assert result.fix == "set prefill.capacity.type to odcr"
 
 
 def test_preflight_fails_a_reservation_that_has_ended_though_ec2_still_says_active():
