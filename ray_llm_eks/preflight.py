@@ -8,9 +8,10 @@ credentials, and says how to fix a failure:
 * ``vcpu-quotas``: do the On-Demand vCPU quotas (G and VT: L-DB2E81BA; Standard: L-1216C47A),
   minus what is already running, cover the planned nodes?
 * ``eks-version``: does EKS offer the configured Kubernetes version in the region?
-* ``capacity-reservations`` (only when a leg names a reservation): does each reservation exist in
-  the data-plane AZ, for the leg's instance type and platform, with enough instances for the
-  legs' ``max_size``, active or scheduled, not ended (and is a Capacity Block one)?
+* ``capacity-reservations`` (only when a leg uses a reservation): does each reservation named by
+  ID exist in the data-plane AZ, for the leg's instance type, platform and default tenancy, with
+  enough instances for the legs' ``max_size``, active or scheduled, not ended (and is a Capacity
+  Block one exactly when the leg says so)?
 * ``cdk-bootstrap``: is the environment bootstrapped (SSM ``/cdk-bootstrap/<qualifier>/version``
   at a version current CDK accepts), and can the caller assume the CDK deploy role?
 
@@ -432,6 +433,12 @@ def check_capacity_reservations(ec2: Any, config: Deployment, now: datetime | No
         if platform != _LINUX:
             wrong.append(f"is for {platform}, the nodes boot {_LINUX} (AL2023)")
             fixes.append(f"use a {_LINUX} reservation")
+        tenancy = reservation.get("Tenancy", "default")
+        if tenancy != "default":
+            # The launch template asks for no tenancy, so the nodes launch on shared hardware and
+            # match only a default-tenancy reservation (tenancy is one of the attributes EC2 matches).
+            wrong.append(f"has {tenancy} tenancy, the nodes launch with default tenancy")
+            fixes.append("use a reservation with default tenancy")
         total = reservation.get("TotalInstanceCount", 0)
         needed = sum(pool.max_size for pool in pools)
         if total < needed:

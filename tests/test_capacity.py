@@ -293,14 +293,16 @@ def test_preflight_runs_the_check_only_with_a_reserved_leg():
 def test_preflight_fails_every_mismatch_with_its_fix():
     result = _check([_block(AvailabilityZone="us-west-2b", InstanceType="p5.48xlarge", TotalInstanceCount=0,
                             State="expired"),
-                     _reservation(ODCR_ID, ReservationType="capacity-block", InstancePlatform="Windows")])
+                     _reservation(ODCR_ID, ReservationType="capacity-block", InstancePlatform="Windows",
+                                  Tenancy="dedicated")])
     assert result.status is CheckStatus.failed
     assert result.detail == (
-        f"{ODCR_ID} (decode) is for Windows, the nodes boot Linux/UNIX (AL2023); is a Capacity Block, "
+        f"{ODCR_ID} (decode) is for Windows, the nodes boot Linux/UNIX (AL2023); has dedicated tenancy, the nodes "
+        "launch with default tenancy; is a Capacity Block, "
         f"decode.capacity.type is odcr; {BLOCK_ID} (prefill) is in us-west-2b, the data plane in us-west-2a; reserves p5.48xlarge, "
         "prefill runs g6.8xlarge; holds 0 instances, max_size needs 1; is expired")
     assert result.fix == (
-        "use a Linux/UNIX reservation; set decode.capacity.type to capacity-block; set data_plane_az to us-west-2b, "
+        "use a Linux/UNIX reservation; use a reservation with default tenancy; set decode.capacity.type to capacity-block; set data_plane_az to us-west-2b, "
         "or use a reservation in us-west-2a; set prefill.instance_type to p5.48xlarge, or use a reservation for "
         "g6.8xlarge; lower prefill.max_size to 0 in all, or reserve 1 instances; use an active or scheduled "
         "reservation")
