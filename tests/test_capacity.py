@@ -183,16 +183,21 @@ def construct_stack():
     return stack, network, cluster, EfaFabric(stack, "Fabric", vpc=network.vpc, placement_group=False)
 
 
-def test_the_construct_takes_a_resource_group_or_a_preference(construct_stack):
+def test_the_construct_takes_a_resource_group_or_a_preference(tmp_path):
     from aws_cdk import assertions
-    stack, network, cluster, fabric = construct_stack
+    stack, network, cluster = cluster_stack("CapacityTargets")  # its own: the refusals' stack is never synthesized
+    fabric = EfaFabric(stack, "Fabric", vpc=network.vpc, placement_group=False)
     by_group = EfaGpuNodeGroup(stack, "ByGroup", cluster=cluster, subnet=network.data_plane_subnet, role="decode",
                                fabric=fabric, placement_group=False,
                                capacity=Capacity(type="odcr", resource_group_arn=GROUP_ARN))
     only = EfaGpuNodeGroup(stack, "Only", cluster=cluster, subnet=network.data_plane_subnet, role="prefill",
                            fabric=fabric, placement_group=False,
                            capacity=Capacity(type="odcr", preference="capacity-reservations-only"))
-    resources = assertions.Template.from_stack(stack).to_json()["Resources"]
+    template = assertions.Template.from_stack(stack).to_json()
+    resources = template["Resources"]
+    (tmp_path / "template.json").write_text(json.dumps(template))
+    findings = cfn_lint(tmp_path / "template.json")
+    assert [f for f in findings if f[0].startswith("E")] == []
 
     def specification(group):
         data = resources[stack.get_logical_id(group.launch_template)]["Properties"]["LaunchTemplateData"]
