@@ -409,12 +409,12 @@ def preflight(
 
 
 def _run_with_progress(deployment: DeploymentConfig, session: Any) -> PreflightReport:
-    from .preflight import CHECK_TITLES, run_preflight
+    from .preflight import check_titles, run_preflight
 
     # Transient: the bar disappears once the results table is ready.
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), console=_error_console(), transient=True) as progress:
-        task = progress.add_task("checking credentials", total=len(CHECK_TITLES))
+        task = progress.add_task("checking credentials", total=len(check_titles(deployment)))
         started: list[str] = []
 
         def advance(title: str) -> None:
@@ -432,7 +432,8 @@ def _print_report(report: PreflightReport) -> None:
     console = _console()
     rows = []
     for result in report.results:
-        mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+        mark = ("[bold red]FAIL[/]" if not result.passed
+                else "[bold yellow]WARN[/]" if result.status.value == "warn" else "[bold green]PASS[/]")
         text = escape(result.detail) if result.passed else f"{escape(result.detail)}\n[yellow]fix:[/] {escape(result.fix)}"
         rows.append([escape(result.title), mark, text])
     _print_table(console, f"preflight: account {report.account}, {report.region} ({escape(report.caller_arn)})",

@@ -469,8 +469,21 @@ def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "de
     line(f"system node {system.instance_type}", system.count, "node", per_node(system.instance_type, system.count))
     for role in WORKER_ROLES:
         pool = specs.pool(role)
-        count = _nodes(pool, size)
-        line(f"{role} node {pool.instance_type}", count, "node", per_node(pool.instance_type, count))
+        count, capacity = _nodes(pool, size), pool.capacity
+        if capacity.capacity_block:
+            # A Capacity Block has its own price, paid upfront for the whole block; the table's
+            # On-Demand rate does not apply, so the configuration's rate prices the plan's nodes.
+            rate = capacity.hourly_rate_usd
+            line(f"{role} node {pool.instance_type} (Capacity Block {capacity.reservation_id}: "
+                 f"{role}.capacity.hourly_rate_usd; the block is paid for in full, used or not)", count, "node",
+                 lambda p, r=rate, n=count: (r * n, PriceBasis.configured))
+        elif capacity.reserved:
+            # EC2 user guide, "Capacity Reservation pricing and billing": a Capacity Reservation is
+            # charged at the equivalent On-Demand rate whether instances run in it or not.
+            line(f"{role} node {pool.instance_type} (ODCR: the On-Demand rate, billed for the whole "
+                 "reservation whether used or not)", count, "node", per_node(pool.instance_type, count))
+        else:
+            line(f"{role} node {pool.instance_type}", count, "node", per_node(pool.instance_type, count))
     nat = footprint.nat_gateways
     line("NAT gateway (hours only)", nat, "gateway", lambda p: (p.nat_gateway.usd_per_hour * nat, p.nat_gateway.basis))
     line("public IPv4 of the NAT gateway", nat, "address", lambda p: (p.public_ipv4_hour * nat, PriceBasis.confirmed))

@@ -8,6 +8,10 @@ credentials, and says how to fix a failure:
 * ``vcpu-quotas``: do the On-Demand vCPU quotas (G and VT: L-DB2E81BA; Standard: L-1216C47A),
   minus what is already running, cover the planned nodes?
 * ``eks-version``: does EKS offer the configured Kubernetes version in the region?
+* ``capacity-reservations`` (only when a leg uses a reservation): does each reservation named by
+  ID exist in the data-plane AZ, for the leg's instance type, platform and default tenancy, with
+  enough instances for the legs' ``max_size``, active or scheduled, not ended (and is a Capacity
+  Block one exactly when the leg says so)?
 * ``cdk-bootstrap``: is the environment bootstrapped (SSM ``/cdk-bootstrap/<qualifier>/version``
   at a version current CDK accepts), and can the caller assume the CDK deploy role?
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
@@ -40,6 +45,7 @@ _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRet
 
 from .base import instance_types
 from .base.deployment import Deployment
+from .base.pools import CAPACITY_BLOCK, ODCR
 
 CDK_DEFAULT_QUALIFIER = "hnb659fds"
 # Templates synthesized by CDK v2 carry a CheckBootstrapVersion rule that rejects bootstrap
@@ -79,6 +85,8 @@ class AwsUnreachable(RuntimeError):
 
 class CheckStatus(str, Enum):
     passed = "pass"
+    warned = "warn"
+    """Passed, with something to act on soon (a Capacity Block that ends within a day)."""
     failed = "fail"
 
 
@@ -92,7 +100,7 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        return self.status is CheckStatus.passed
+        return self.status is not CheckStatus.failed
 
 
 @dataclass(frozen=True)
@@ -358,6 +366,124 @@ def check_cdk_bootstrap(ssm: Any, sts: Any, account: str, region: str,
     return _passed(name, title, f"bootstrap version {version}; the caller can assume the CDK deploy role")
 
 
+RESERVATION_ENDS_SOON = timedelta(hours=24)
+"""A reservation ending within this is a warning: EKS scales a Capacity Block node group to 0
+forty minutes before the block ends and EC2 starts shutting its instances down thirty minutes
+before (EKS user guide, capacity-blocks-mng), so a deploy then serves for less than a day."""
+_USABLE_STATES = {"active", "scheduled"}
+_LINUX = "Linux/UNIX"  # the platform of the AL2023 EKS-optimized AMIs the GPU node groups boot
+
+
+def _reserved_legs(config: Deployment) -> dict[str, list[Any]]:
+    """The legs targeting a reservation by ID, by reservation ID (both legs may share one)."""
+    legs: dict[str, list[Any]] = {}
+    for leg in (config.prefill, config.decode):
+        if leg.pool.capacity.reservation_id is not None:
+            legs.setdefault(leg.pool.capacity.reservation_id, []).append(leg.pool)
+    return legs
+
+
+def _when(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def check_capacity_reservations(ec2: Any, config: Deployment, now: datetime | None = None) -> CheckResult:
+    """Each reservation a leg targets by ID, as ``DescribeCapacityReservations`` reports it.
+
+    A leg using a resource group or a preference names no single reservation: EC2 matches one at
+    launch, so it is listed in the detail as not checked."""
+    name, title = "capacity-reservations", "capacity reservations match the legs"
+    now = now or datetime.now(timezone.utc)
+    legs = _reserved_legs(config)
+    try:
+        # No IDs would list every reservation of the account: nothing to ask then.
+        response = (ec2.describe_capacity_reservations(CapacityReservationIds=sorted(legs)) if legs
+                    else {"CapacityReservations": []})
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("InvalidCapacityReservationId.NotFound",
+                                                           "InvalidCapacityReservationId.Malformed"):
+            return _failed(name, title, f"EC2 does not know {', '.join(sorted(legs))} in {config.region}: "
+                           f"{error.response['Error'].get('Message', '')}",
+                           "set capacity.reservation_id to a reservation of this account in this region "
+                           "(`aws ec2 describe-capacity-reservations`)")
+        detail, fix = _api_problem(error, "ec2:DescribeCapacityReservations")
+        return _failed(name, title, detail, fix)
+    except BotoCoreError as error:
+        detail, fix = _api_problem(error, "ec2:DescribeCapacityReservations")
+        return _failed(name, title, detail, fix)
+    found = {r["CapacityReservationId"]: r for r in response.get("CapacityReservations", [])}
+    passed, problems, fixes, warnings = [], [], [], []
+    for reservation_id, pools in sorted(legs.items()):
+        roles = " and ".join(pool.role for pool in pools)
+        reservation = found.get(reservation_id)
+        if reservation is None:
+            problems.append(f"{reservation_id} ({roles}): not found")
+            fixes.append(f"{roles}.capacity.reservation_id: a reservation of this account in {config.region}")
+            continue
+        wrong: list[str] = []
+        az, itype = reservation.get("AvailabilityZone"), reservation.get("InstanceType")
+        if az != config.data_plane_az:
+            wrong.append(f"is in {az}, the data plane in {config.data_plane_az}")
+            fixes.append(f"set data_plane_az to {az}, or use a reservation in {config.data_plane_az}")
+        for pool in pools:
+            if itype != pool.instance_type:
+                wrong.append(f"reserves {itype}, {pool.role} runs {pool.instance_type}")
+                fixes.append(f"set {pool.role}.instance_type to {itype}, or use a reservation for {pool.instance_type}")
+        platform = reservation.get("InstancePlatform")
+        if platform != _LINUX:
+            wrong.append(f"is for {platform}, the nodes boot {_LINUX} (AL2023)")
+            fixes.append(f"use a {_LINUX} reservation")
+        tenancy = reservation.get("Tenancy", "default")
+        if tenancy != "default":
+            # The launch template asks for no tenancy, so the nodes launch on shared hardware and
+            # match only a default-tenancy reservation (tenancy is one of the attributes EC2 matches).
+            wrong.append(f"has {tenancy} tenancy, the nodes launch with default tenancy")
+            fixes.append("use a reservation with default tenancy")
+        total = reservation.get("TotalInstanceCount", 0)
+        needed = sum(pool.max_size for pool in pools)
+        if total < needed:
+            wrong.append(f"holds {total} instances, max_size needs {needed}")
+            fixes.append(f"lower {roles}.max_size to {total} in all, or reserve {needed} instances")
+        # ReservationType: "default" (an ODCR) or "capacity-block" (botocore's EC2 model, CapacityReservationType).
+        is_block = reservation.get("ReservationType") == "capacity-block"
+        for pool in pools:
+            if is_block != (pool.capacity.type == CAPACITY_BLOCK):
+                actual = "a Capacity Block" if is_block else "an On-Demand Capacity Reservation"
+                wrong.append(f"is {actual}, {pool.role}.capacity.type is {pool.capacity.type}")
+                fixes.append(f"set {pool.role}.capacity.type to {CAPACITY_BLOCK if is_block else ODCR}")
+        state, start, end = reservation.get("State"), reservation.get("StartDate"), reservation.get("EndDate")
+        if state not in _USABLE_STATES:
+            wrong.append(f"is {state}")
+            fixes.append("use an active or scheduled reservation")
+        elif end is not None and end <= now:
+            wrong.append(f"ended {_when(end)}")
+            fixes.append("use a reservation that has not ended")
+        if wrong:
+            problems.append(f"{reservation_id} ({roles}) " + "; ".join(wrong))
+            continue
+        when = []
+        if state == "scheduled" and start is not None:
+            # EKS keeps a non-zero desired size and launches fail until the block starts (capacity-blocks-mng).
+            when.append(f"starts {_when(start)}: nodes fail to launch until then")
+        if end is not None:
+            when.append(f"ends {_when(end)}")
+            if end - now <= RESERVATION_ENDS_SOON:
+                warnings.append(f"{reservation_id} ends {_when(end)}, within {RESERVATION_ENDS_SOON.total_seconds() / 3600:g} h"
+                                + ("; EKS scales the node group to 0 forty minutes before" if is_block else ""))
+        passed.append(f"{reservation_id} ({roles}): {itype} x {total} ({reservation.get('AvailableInstanceCount', 0)} "
+                      f"available) in {az}, {state}" + (f", {', '.join(when)}" if when else ""))
+    unchecked = [f"{leg.pool.role} ({leg.pool.capacity.resource_group_arn or 'preference ' + str(leg.pool.capacity.preference)})"
+                 for leg in (config.prefill, config.decode)
+                 if leg.pool.capacity.reserved and leg.pool.capacity.reservation_id is None]
+    if unchecked:
+        passed.append(f"not checked, EC2 picks the reservation at launch: {', '.join(unchecked)}")
+    if problems:
+        return _failed(name, title, "; ".join(problems), "; ".join(dict.fromkeys(fixes)))
+    if warnings:
+        return CheckResult(name, title, CheckStatus.warned, "; ".join(passed + warnings))
+    return _passed(name, title, "; ".join(passed))
+
+
 # --- the whole run ---------------------------------------------------------------------------
 
 CHECK_TITLES = (
@@ -367,6 +493,14 @@ CHECK_TITLES = (
     "EKS Kubernetes version",
     "CDK bootstrap",
 )
+CAPACITY_TITLE = "capacity reservations"
+
+
+def check_titles(config: Deployment) -> tuple[str, ...]:
+    """The checks ``run_preflight`` runs for ``config``, in order (the reservations only when a leg
+    names one or uses one)."""
+    reserved = any(leg.pool.capacity.reserved for leg in (config.prefill, config.decode))
+    return CHECK_TITLES[:4] + ((CAPACITY_TITLE,) if reserved else ()) + CHECK_TITLES[4:]
 
 
 def caller_identity(session: boto3.Session) -> dict[str, str]:
@@ -408,6 +542,9 @@ def run_preflight(config: Deployment, session: boto3.Session | None = None,
     announce(CHECK_TITLES[3])
     results.append(check_eks_version(session.client("eks", region_name=config.region),
                                      config.cluster.kubernetes_version, config.region))
+    if CAPACITY_TITLE in check_titles(config):
+        announce(CAPACITY_TITLE)
+        results.append(check_capacity_reservations(ec2, config))
     announce(CHECK_TITLES[4])
     results.append(check_cdk_bootstrap(session.client("ssm", region_name=config.region),
                                        session.client("sts", region_name=config.region), account, config.region,

@@ -36,6 +36,8 @@ class PriceBasis(str, Enum):
     confirmed = "confirmed"
     us_parity = "us_parity"
     estimate = "estimate"
+    configured = "configured"
+    """A price the configuration gives, not the table: a Capacity Block's ``capacity.hourly_rate_usd``."""
 
 
 @dataclass(frozen=True)

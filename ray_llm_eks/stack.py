@@ -125,6 +125,7 @@ class RayLlmEksStack(cdk.Stack):
                 root_volume_throughput_mibps=pool.root_volume.throughput_mibps,
                 root_volume_iops=pool.root_volume.iops,
                 placement_group=pool.placement_group,
+                capacity=pool.capacity,
             )
         self.prefill_nodes = self.gpu_node_groups[PREFILL]
         self.decode_nodes = self.gpu_node_groups[DECODE]

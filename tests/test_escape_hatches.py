@@ -184,8 +184,8 @@ def refusals():
 
 @pytest.mark.parametrize(("props", "message"), [
     ({"capacity_type": eks.CapacityType.CAPACITY_BLOCK},
-     r"capacity_type: a Capacity Block node group needs .* does not yet accept a capacity reservation "
-     r"\(got 'CAPACITY_BLOCK'\); accepted: ON_DEMAND or SPOT"),
+     r"capacity_type: a Capacity Block node group needs its launch template to target the reservation .*"
+     r"\(got 'CAPACITY_BLOCK'\); accepted: ON_DEMAND or SPOT, or capacity=Capacity\(type='capacity-block'"),
     ({"capacity_type": "spot"}, r"capacity_type: not an EKS capacity type \(got 'spot'\)"),
     ({"max_unavailable": 2}, r"max_unavailable: .* at most max_size \(got 2\); accepted: a whole number from 1 to 1"),
     ({"max_unavailable_percentage": 0}, r"max_unavailable_percentage: .*\(got 0\); accepted: a whole number from 1 to 100"),

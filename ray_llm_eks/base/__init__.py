@@ -32,7 +32,7 @@ from .placement import (
     WORKER_ROLES,
     Taint,
 )
-from .pools import RootVolume, SystemPool, WorkerPool
+from .pools import Capacity, RootVolume, SystemPool, WorkerPool
 from .serving import (
     EndpointType,
     ImageSpec,
@@ -67,6 +67,7 @@ __all__ = [
     "ImageSpec",
     "ModelSpec",
     "NixlSpec",
+    "Capacity",
     "RootVolume",
     "SecurityProfile",
     "RayAuth",

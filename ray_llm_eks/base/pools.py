@@ -7,6 +7,7 @@ GPUs, CPU, memory, replicas, node selector and toleration all derive from the no
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from . import instance_types
@@ -92,6 +93,106 @@ class RootVolume:
         found.raise_if_any(self)
 
 
+ON_DEMAND, ODCR, CAPACITY_BLOCK = "on-demand", "odcr", "capacity-block"
+CAPACITY_TYPES = (ON_DEMAND, ODCR, CAPACITY_BLOCK)
+ODCR_PREFERENCES = ("open", "capacity-reservations-only")
+"""``CapacityReservationPreference`` values that use reservations (AWS::EC2::LaunchTemplate
+CapacityReservationSpecification also takes ``none``, which is plain On-Demand: ``type: on-demand``)."""
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_RESOURCE_GROUP_ARN = re.compile(r"^arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Where a leg's GPU nodes get their capacity: On-Demand, an On-Demand Capacity Reservation
+    (ODCR) or a Capacity Block for ML.
+
+    AWS's rules, checked here (the reservation itself is checked by ``ray-llm-eks preflight``):
+    - A Capacity Block is targeted by its reservation ID (EKS user guide, capacity-blocks-mng: the
+      launch template has ``InstanceMarketOptions.MarketType capacity-block``,
+      ``CapacityReservationTarget.CapacityReservationId`` and the ``InstanceType``; the node group's
+      capacity type is ``CAPACITY_BLOCK``). It is paid for upfront at its own price, so ``plan``
+      needs that price: ``hourly_rate_usd``.
+    - An ODCR is targeted by ID, by a Capacity Reservation resource group, or used through a
+      preference (``open``: any matching open reservation; ``capacity-reservations-only``: only a
+      reservation, else the launch fails). It is billed at the On-Demand rate whether used or not
+      (EC2 user guide, "Capacity Reservation pricing and billing"), so it has no rate of its own.
+    """
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    type: str = ON_DEMAND
+    """`on-demand` (EC2's default), `odcr` (an On-Demand Capacity Reservation) or `capacity-block` (a Capacity Block for ML); a reserved leg needs `placement_group: false`."""
+    reservation_id: str | None = None
+    """The reservation's ID (`cr-` and 8 or 17 hex digits): required for a Capacity Block; for an ODCR, one of reservation_id, resource_group_arn or preference."""
+    resource_group_arn: str | None = None
+    """ODCR only: a Capacity Reservation resource group (`arn:aws:resource-groups:<region>:<account>:group/<name>`); the nodes use any reservation in it that matches."""
+    preference: str | None = None
+    """ODCR only: `open` (any open reservation that matches) or `capacity-reservations-only` (a reservation or no launch)."""
+    hourly_rate_usd: float | None = None
+    """Capacity Block only, required: its price per instance-hour in USD (Capacity Blocks are priced per reservation, not at the On-Demand rate); plan prices the leg's nodes at it."""
+
+    def __post_init__(self) -> None:
+        found = Collector()
+        kind = self.type
+        if kind not in CAPACITY_TYPES:
+            found.add(problem("type", kind, "not a capacity type", ", ".join(CAPACITY_TYPES)))
+            found.raise_if_any(self)
+        given = {name: getattr(self, name) for name in ("reservation_id", "resource_group_arn", "preference",
+                                                         "hourly_rate_usd") if getattr(self, name) is not None}
+        if self.reservation_id is not None and (not isinstance(self.reservation_id, str)
+                                                or not _RESERVATION_ID.match(self.reservation_id)):
+            found.add(problem("reservation_id", self.reservation_id, "not a Capacity Reservation ID",
+                              "cr- and 8 or 17 lowercase hex digits, as `aws ec2 describe-capacity-reservations` prints"))
+        if self.resource_group_arn is not None and (not isinstance(self.resource_group_arn, str)
+                                                    or not _RESOURCE_GROUP_ARN.match(self.resource_group_arn)):
+            found.add(problem("resource_group_arn", self.resource_group_arn, "not a resource group ARN",
+                              "arn:aws:resource-groups:<region>:<account>:group/<name>"))
+        if self.preference is not None and self.preference not in ODCR_PREFERENCES:
+            found.add(problem("preference", self.preference, "not a Capacity Reservation preference that uses "
+                              "reservations", f"{', '.join(ODCR_PREFERENCES)} (none is type: on-demand)"))
+        rate = self.hourly_rate_usd
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 10_000):
+            found.add(problem("hourly_rate_usd", rate, "not a price per instance-hour",
+                              "a number of USD above 0 (the Capacity Block's price / instances / hours)"))
+        if kind == ON_DEMAND:
+            for name, value in given.items():
+                found.add(problem(name, value, "set while type is on-demand",
+                                  f"type: odcr or capacity-block with {name}, or leave {name} out"))
+        elif kind == ODCR:
+            targets = [name for name in ("reservation_id", "resource_group_arn", "preference") if name in given]
+            if len(targets) != 1:
+                found.add(problem("type", kind, "an ODCR is targeted by exactly one of reservation_id, "
+                                  f"resource_group_arn and preference; given: {', '.join(targets) or 'none'}",
+                                  "one of them"))
+            if "hourly_rate_usd" in given:
+                found.add(problem("hourly_rate_usd", rate, "an ODCR is billed at the On-Demand rate whether used or "
+                                  "not (EC2 user guide, Capacity Reservation pricing and billing)",
+                                  "leave it out: plan prices an ODCR at the On-Demand rate"))
+        else:
+            if self.reservation_id is None:
+                found.add(problem("reservation_id", None, "a Capacity Block node group targets its reservation by ID "
+                                  "(EKS user guide, capacity-blocks-mng)", "the block's cr- ID"))
+            for name in ("resource_group_arn", "preference"):
+                if name in given:
+                    found.add(problem(name, given[name], "an EKS Capacity Block node group targets the block by "
+                                      "CapacityReservationId only", f"leave {name} out; give reservation_id"))
+            if rate is None:
+                found.add(problem("hourly_rate_usd", None, "a Capacity Block is priced per reservation, not at the "
+                                  "On-Demand rate, so plan needs its price",
+                                  "the block's price per instance-hour in USD (its upfront fee / instances / hours)"))
+        found.raise_if_any(self)
+
+    @property
+    def reserved(self) -> bool:
+        """The nodes launch into a reservation (an ODCR or a Capacity Block)."""
+        return self.type != ON_DEMAND
+
+    @property
+    def capacity_block(self) -> bool:
+        return self.type == CAPACITY_BLOCK
+
+
 def _sizes(found: Collector, min_size: int, desired_size: int, max_size: int) -> None:
     in_range = True
     for name, value, low in (("min_size", min_size, 0), ("desired_size", desired_size, 0), ("max_size", max_size, 1)):
@@ -130,8 +231,10 @@ class WorkerPool:
     root_volume: RootVolume = field(default_factory=RootVolume)
     """gp3 root volume, sized in the launch template."""
     placement_group: bool = True
-    """Join the shared cluster placement group; turn off with capacity reservations
-    (eksctl #7949, terraform-aws-eks #3730 report insufficient capacity)."""
+    """Join the shared cluster placement group; must be false with capacity.type odcr or capacity-block
+    (eksctl #7949, terraform-aws-eks #3730 report insufficient capacity; ParallelCluster refuses it with a Capacity Block)."""
+    capacity: Capacity = field(default_factory=Capacity)
+    """Where the nodes' capacity comes from: On-Demand, an On-Demand Capacity Reservation or a Capacity Block for ML (README, Capacity reservations)."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -143,6 +246,16 @@ class WorkerPool:
                               "(host-staged KV transfer, no FI_EFA_USE_DEVICE_RDMA) were written for G-series",
                               f"a G-series type: {', '.join(instance_types.efa_gpu_names())}"))
         _sizes(found, self.min_size, self.desired_size, self.max_size)
+        if not isinstance(self.capacity, Capacity):
+            found.add(problem("capacity", self.capacity, "not a capacity setting", "a Capacity (type, reservation_id, ...)"))
+        elif self.capacity.reserved and self.placement_group:
+            # The stack's placement group is new: no reservation was made in it, and EC2 places a
+            # reserved instance where the reservation is. eksctl creates none when a reservation is
+            # set (eksctl PR #8220 for #7949); AWS ParallelCluster refuses a placement group with a
+            # Capacity Block (aws-parallelcluster PR #6311), whose instances are already colocated.
+            found.add(problem("placement_group", True, f"capacity.type {self.capacity.type} launches the nodes where "
+                              "the reservation is, not in this stack's new cluster placement group (launches fail "
+                              "with insufficient capacity: eksctl #7949, terraform-aws-eks #3730)", "false"))
         found.raise_if_any(self)
 
     @property
@@ -155,8 +268,13 @@ class WorkerPool:
         hex digits: a change gives the launch template a new version and rolls every node, so the
         pods' template carries it (``ray-llm-eks/node-pool``) and the deployment gate runs again
         after the roll. Sizes are left out: they change no node."""
-        return canonical_digest({"instance_type": self.instance_type, "root_volume": asdict(self.root_volume),
-                        "placement_group": self.placement_group})
+        identity = {"instance_type": self.instance_type, "root_volume": asdict(self.root_volume),
+                    "placement_group": self.placement_group}
+        if self.capacity.reserved:
+            # Where the nodes launch changes the launch template; the rate does not (plan only).
+            # Left out On-Demand, so a deployment's digest is what it was before reservations existed.
+            identity["capacity"] = {k: v for k, v in asdict(self.capacity).items() if k != "hourly_rate_usd"}
+        return canonical_digest(identity)
 
     @property
     def autoscaled(self) -> bool:

@@ -27,7 +27,8 @@ from ..base.errors import SpecError, SpecErrors, problem
 from ..base.placement import Taint
 from ..base.scaling import node_template_tags
 from ..base.wire import LABEL_PREFIX
-from ..base.pools import DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, RootVolume, SystemPool, WorkerPool
+from ..base.pools import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, Capacity, RootVolume, SystemPool,
+                          WorkerPool)
 from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
 from .validation import ConstructValidationError, validated
@@ -68,6 +69,7 @@ _RELEASE_VERSION = re.compile(r"^(?P<kubernetes>\d+\.\d+)\.\d+-\d{8}$")
 def node_group_options(
     *,
     capacity_type: CapacityTypeLike,
+    capacity: Capacity | None = None,
     max_unavailable: int | None,
     max_unavailable_percentage: int | None,
     release_version: str | None,
@@ -78,7 +80,8 @@ def node_group_options(
 
     Raises ``SpecErrors`` with every problem found. ``kubernetes_version`` is the cluster's when
     known (an ``InferenceCluster`` or ``aws_eks_v2.Cluster``), so a release of another minor is
-    refused here rather than by EKS mid-deploy.
+    refused here rather than by EKS mid-deploy. ``capacity``: the pool's; a Capacity Block makes the
+    capacity type ``CAPACITY_BLOCK`` (EKS rejects any other for it), an ODCR refuses ``SPOT``.
     """
     errors: list[SpecError] = []
     options: dict[str, Any] = {}
@@ -88,13 +91,25 @@ def node_group_options(
     if not isinstance(capacity_type, eks.CapacityType):
         errors.append(problem("capacity_type", capacity_type, "not an EKS capacity type",
                               "eks.CapacityType.ON_DEMAND or eks.CapacityType.SPOT (or their names)"))
+    elif capacity is not None and capacity.capacity_block:
+        # EKS user guide, capacity-blocks-mng: "capacity type ... CAPACITY_BLOCK", or the create
+        # request is rejected. ON_DEMAND is also the prop's default, so it stands for "not given".
+        if capacity_type not in (DEFAULT_CAPACITY_TYPE, eks.CapacityType.CAPACITY_BLOCK):
+            errors.append(problem("capacity_type", capacity_type.name, "a Capacity Block's nodes are neither "
+                                  "On-Demand nor Spot: EKS requires capacity type CAPACITY_BLOCK for them",
+                                  "CAPACITY_BLOCK, or leave capacity_type unset"))
+        else:
+            options["capacity_type"] = eks.CapacityType.CAPACITY_BLOCK
     elif capacity_type is eks.CapacityType.CAPACITY_BLOCK:
         errors.append(problem(
             "capacity_type", capacity_type.name,
             "a Capacity Block node group needs its launch template to target the reservation "
             "(InstanceMarketOptions MarketType capacity-block, CapacityReservationSpecification with the "
-            "reservation's ID; EKS user guide, capacity-blocks-mng), and this construct does not yet accept a "
-            "capacity reservation", "ON_DEMAND or SPOT"))
+            "reservation's ID; EKS user guide, capacity-blocks-mng)",
+            "ON_DEMAND or SPOT, or capacity=Capacity(type='capacity-block', reservation_id=..., hourly_rate_usd=...)"))
+    elif capacity is not None and capacity.reserved and capacity_type is eks.CapacityType.SPOT:
+        errors.append(problem("capacity_type", capacity_type.name, "an On-Demand Capacity Reservation holds "
+                              "On-Demand capacity: Spot Instances do not launch into it", "ON_DEMAND"))
     elif capacity_type is not DEFAULT_CAPACITY_TYPE:
         options["capacity_type"] = capacity_type
     if max_unavailable is not None and max_unavailable_percentage is not None:
@@ -184,7 +199,7 @@ def _managed_nodegroup(
     *,
     cluster: ClusterLike,
     ami_type: eks.NodegroupAmiType,
-    instance_type: str,
+    instance_type: str | None,
     sizes: tuple[int, int, int],
     subnet: ec2.ISubnet,
     labels: dict[str, str],
@@ -197,7 +212,9 @@ def _managed_nodegroup(
 
     Given an ``InferenceCluster``, the node group waits for its networking add-ons: a node is
     NotReady until the VPC CNI runs on it. ``options``: more ``aws_eks_v2.Nodegroup`` props
-    (:func:`node_group_options`).
+    (:func:`node_group_options`). ``instance_type`` None: the launch template names it (EKS API,
+    CreateNodegroup ``instanceTypes``: "if you specify an instance type in your launch template and
+    specify any instanceTypes, the node group deployment will fail").
     """
     min_size, desired_size, max_size = sizes
     nodegroup = eks.Nodegroup(
@@ -205,7 +222,7 @@ def _managed_nodegroup(
         "Nodegroup",
         cluster=eks_cluster_of(cluster),
         ami_type=ami_type,
-        instance_types=[ec2.InstanceType(instance_type)],
+        instance_types=[ec2.InstanceType(instance_type)] if instance_type is not None else None,
         min_size=min_size,
         desired_size=desired_size,
         max_size=max_size,
@@ -229,6 +246,30 @@ def _metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
     return ec2.CfnLaunchTemplate.MetadataOptionsProperty(
         http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
     )
+
+
+def _capacity_launch_data(capacity: Capacity, instance_type: str) -> dict[str, Any]:
+    """The launch-template fields that put a node into its reservation (none for On-Demand).
+
+    - Capacity Block (EKS user guide, capacity-blocks-mng): ``InstanceMarketOptions.MarketType
+      capacity-block``, ``CapacityReservationTarget.CapacityReservationId``, and the ``InstanceType``
+      in the launch template (so the node group names none; eksctl does the same,
+      managed_nodegroup.go).
+    - ODCR: ``CapacityReservationTarget`` (ID or resource group ARN) or ``CapacityReservationPreference``.
+    """
+    if not capacity.reserved:
+        return {}
+    target = None
+    if capacity.reservation_id is not None or capacity.resource_group_arn is not None:
+        target = ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+            capacity_reservation_id=capacity.reservation_id,
+            capacity_reservation_resource_group_arn=capacity.resource_group_arn)
+    data: dict[str, Any] = {"capacity_reservation_specification": ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+        capacity_reservation_target=target, capacity_reservation_preference=capacity.preference)}
+    if capacity.capacity_block:
+        data["instance_market_options"] = ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
+        data["instance_type"] = instance_type
+    return data
 
 
 def _gp3_root(size_gib: int, throughput_mibps: int | None = None, iops: int | None = None):
@@ -364,8 +405,15 @@ class EfaGpuNodeGroup(Construct):
     - ``capacity_type``: ``eks.CapacityType.ON_DEMAND`` (EKS's default, left out of the template)
       or ``SPOT`` (or the name as a string). Spot GPU nodes may be reclaimed at two minutes'
       notice, taking a prefill or decode engine with them; changing it replaces the node group.
-      ``CAPACITY_BLOCK`` is refused: it needs a capacity reservation in the launch template,
-      which the construct does not yet accept.
+      ``CAPACITY_BLOCK`` comes with ``capacity`` of type ``capacity-block`` (and is set by it);
+      ``SPOT`` is refused with a reservation.
+    - ``capacity``: a :class:`~ray_llm_eks.base.pools.Capacity` (default On-Demand). An ODCR adds
+      the launch template's ``CapacityReservationSpecification`` (target or preference); a
+      Capacity Block adds ``InstanceMarketOptions`` ``capacity-block``, the reservation ID and the
+      ``InstanceType`` to the launch template, names no instance type on the node group, and sets
+      capacity type ``CAPACITY_BLOCK`` (EKS user guide, capacity-blocks-mng). Either needs
+      ``placement_group=False``. EKS scales a Capacity Block node group to 0 forty minutes before
+      the block ends; set ``desired_size`` to 0 before updating it (same guide).
     - ``max_unavailable`` (1 to ``max_size``) or ``max_unavailable_percentage`` (1 to 100), not
       both: how many nodes EKS replaces at once when the AMI release or the launch template
       changes. Default: neither, so EKS replaces one node at a time. With one node per role an
@@ -410,6 +458,7 @@ class EfaGpuNodeGroup(Construct):
         max_unavailable: int | None = None,
         max_unavailable_percentage: int | None = None,
         release_version: str | None = None,
+        capacity: Capacity | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         root_volume = validated(self, _root_volume, size_gib=root_volume_size_gib,
@@ -417,11 +466,13 @@ class EfaGpuNodeGroup(Construct):
         self.pool: WorkerPool = validated(
             self, WorkerPool, role=role, instance_type=instance_type, min_size=min_size, desired_size=desired_size,
             max_size=max_size, root_volume=root_volume, placement_group=placement_group,
+            capacity=capacity if capacity is not None else Capacity(),
         )
         _check_offered(self, self.pool.instance_type, gpu=True)
         eks_cluster = eks_cluster_of(cluster)
         self.nodegroup_options: dict[str, Any] = validated(
-            self, node_group_options, capacity_type=capacity_type, max_unavailable=max_unavailable,
+            self, node_group_options, capacity_type=capacity_type, capacity=self.pool.capacity,
+            max_unavailable=max_unavailable,
             max_unavailable_percentage=max_unavailable_percentage, release_version=release_version,
             max_size=self.pool.max_size,
             kubernetes_version=_kubernetes_version(eks_cluster))
@@ -461,13 +512,14 @@ class EfaGpuNodeGroup(Construct):
                 ],
                 metadata_options=_metadata_options(),
                 placement=placement,
+                **_capacity_launch_data(self.pool.capacity, self.pool.instance_type),
             ),
         )
         self.nodegroup = _managed_nodegroup(
             self,
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            instance_type=self.pool.instance_type,
+            instance_type=None if self.pool.capacity.capacity_block else self.pool.instance_type,
             sizes=(self.pool.min_size, self.pool.desired_size, self.pool.max_size),
             subnet=subnet,
             labels=self.labels,
