@@ -7,24 +7,25 @@ class's ``initialize_state``). Ray Serve LLM takes it in a model config's ``depl
 (``ray/llm/_internal/serve/core/configs/llm_config.py``, ``LLMConfig.deployment_config``: "Supported
 fields are ... ``request_router_config``").
 
-Paths below are in the Ray 2.58.0 wheel (the image's Ray; the same files in 2.58.1 for the router
-and its public module). What each leg's router decides in the P/D graph that ``build_pd_openai_app`` builds (Ray 2.58.0
-``ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py:222-300``: ingress ->
-``Decode:`` deployment -> ``Prefill:`` deployment):
+Paths below are in the Ray 2.58.0 wheel (the image's Ray; the router and its public module are the
+same files in 2.58.1). What each leg's router decides in the P/D graph that
+``build_pd_openai_app`` builds (``ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py:222-300``:
+ingress -> ``Decode:`` deployment -> ``Prefill:`` deployment):
 
 - the **prefill** leg's router picks the prefill replica each decode replica calls. The call
   carries a deep copy of the client's request (``engines/vllm/kv_transfer/base.py:213-232``,
   ``prepare_prefill_request``: ``request.model_copy(deep=True)``, clamped to one token;
-  ``prefill_decode/pd_server.py:303-322`` prepares it and dispatches it through the prefill handle), so its ``messages`` or ``prompt`` are the client's, which is what
-  ``PrefixCacheAffinityRouter`` matches on (``_extract_text_from_request``);
+  ``prefill_decode/pd_server.py:303-322`` prepares it and calls the prefill handle with it), so
+  its ``messages`` or ``prompt`` are the client's, which is what ``PrefixCacheAffinityRouter``
+  matches on (``_extract_text_from_request``);
 - the **decode** leg's router picks the decode replica the ingress calls. Decode is handed the
   prompt's KV cache by NIXL, so its own prefix cache saves no prefill compute there.
 
 Without a router of its own a leg keeps Ray's choice: ``PowerOfTwoChoicesRequestRouter``
 (``ray/serve/_private/constants.py``, ``DEFAULT_REQUEST_ROUTER_PATH``), and ``RoundRobinRouter``
 for a decode deployment that is the ingress when ``RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1``
-(``core/ingress/builder.py:35-46``; off by default, ``serve/constants.py:65``). Nothing is written
-for that default, so Ray's own default stays Ray's.
+(``core/ingress/builder.py:35-46``; off by default, ``ray/llm/_internal/serve/constants.py:65``).
+Nothing is written for that default, so Ray's own default stays Ray's.
 
 ``prefix-cache-affinity`` is ``ray.serve.llm.request_router.PrefixCacheAffinityRouter``
 (``ray/serve/llm/request_router.py``, ``@PublicAPI(stability="beta")``, a subclass of
