@@ -30,20 +30,23 @@ import yaml
 from helpers.twin import capture, chat, get, wait_until
 from ray_llm_eks.cdk8s_charts.serve_config import request_router_config
 from ray_llm_eks.config import parse_config
+from ray_llm_eks.twin import tiny_model
 from ray_llm_eks.verification import metrics
 
 pytestmark = pytest.mark.twin
 GROUPS, PER_GROUP = 4, 4
-SUBJECTS = ("the harbour's tide tables", "a violin maker's varnish", "the orchard's frost log",
-            "a lighthouse keeper's ledger")
-# About 700 tokens each with the twin's tokenizer (the NIXL test's 660-word prompt is 794 tokens):
-# five of vLLM's 128-token CPU blocks, whatever the chat template adds in front.
-PREFIXES = tuple(f"Notes on {subject}, entry {{n}}: everything recorded about {subject} so far. "
-                 for subject in SUBJECTS)
+SENTENCES = tuple(dict.fromkeys(tiny_model.CORPUS))
+"""The twin tokenizer's own corpus (four sentences), so a word is a token or two: other words split
+into byte pieces (680 words of other text measured 2,800 to 3,550 tokens, near ``max_model_len``)."""
+REPEATS = 11
+"""Each prefix is the four sentences rotated to start at its own (so no two prefixes share a first
+cache block, nor more than a few characters for the router), repeated: about 705 tokens with the
+twin's tokenizer (64 a repeat, measured with ``tiny_model.build_tokenizer``), five full blocks of
+vLLM's CPU block size, 128 (``vllm/platforms/cpu.py:119-120``)."""
 
 
 def prefix(group: int) -> str:
-    return "".join(PREFIXES[group].format(n=n) for n in range(40))
+    return " ".join((SENTENCES[group:] + SENTENCES[:group]) * REPEATS) + " "
 
 
 def two_prefill_replicas(run, router: dict | None) -> dict:
@@ -88,8 +91,8 @@ def measure(run, router: dict | None) -> dict[str, float]:
     model = run.settings()["model"]
     for question in range(PER_GROUP):
         for group in range(GROUPS):
-            chat(run.openai_url, model, f"{prefix(group)}Question {question}: what changed in entry {question}?",
-                 max_tokens=2)
+            chat(run.openai_url, model, f"{prefix(group)}question {question}: what changed in the cache at time "
+                 f"{question}?", max_tokens=2)
     # Ray's metrics agent exports every few seconds: wait until the queries stop moving.
     last, since = None, time.monotonic()
 
