@@ -915,8 +915,9 @@ def default_kv_buffer_device(instances: Iterable[InstanceType]) -> str:
       (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nixl.html, step 7).
 
     One value for both legs: a pair where one leg's nodes have GPUDirect RDMA and the other's do
-    not gets the host buffer on both (a mixed pair, VRAM on one side and DRAM on the other, is
-    allowed by NIXL but has not been run here).
+    not gets the host buffer on both. A mixed pair (VRAM on one side, DRAM on the other) is not
+    refused by vLLM, whose NIXL handshake compares a hash without the buffer device
+    (``nixl/metadata.py:113-128``), but it has not been run anywhere this library was tested.
 
     No environment is set for GPUDirect: libfabric uses the EFA device's RDMA "when available based
     on RDMA device ID/version" when ``FI_EFA_USE_DEVICE_RDMA`` is unset, and setting it to 1 aborts
