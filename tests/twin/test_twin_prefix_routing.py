@@ -85,28 +85,35 @@ def prefill_counters(run) -> dict[str, dict[str, float]]:
     return {name: metrics.series(samples, f"prefix_cache_{name}") for name in ("queries", "hits")}
 
 
+def settled_counters(run, what: str, quiet_seconds: float = 12.0) -> dict[str, dict[str, float]]:
+    """The prefill node's counters once they have not moved for ``quiet_seconds`` (longer than
+    Ray's metrics export period), so a reading holds every request served before it."""
+    last, since = prefill_counters(run), time.monotonic()
+
+    def quiet():
+        nonlocal last, since
+        now = prefill_counters(run)
+        if now != last:
+            last, since = now, time.monotonic()
+        return now if time.monotonic() - since >= quiet_seconds else None
+
+    return wait_until(quiet, 180, what)
+
+
 def measure(run, router: dict | None) -> dict[str, float]:
     run.use("disaggregated", two_prefill_replicas(run, router))
-    before = prefill_counters(run)
+    # Whatever the deployment sent prefill while it started (Ray Serve LLM's P/D warm-up) is
+    # exported before this reading, not inside the measurement.
+    before = settled_counters(run, "the prefill node's counters to settle after the deployment")
     model = run.settings()["model"]
     for question in range(PER_GROUP):
         for group in range(GROUPS):
             chat(run.openai_url, model, f"{prefix(group)}question {question}: what changed in the cache at time "
                  f"{question}?", max_tokens=2)
-    # Ray's metrics agent exports every few seconds: wait until the queries stop moving.
-    last, since = None, time.monotonic()
-
-    def quiet():
-        nonlocal last, since
-        now = metrics.series_delta(before["queries"], prefill_counters(run)["queries"])
-        if now != last:
-            last, since = now, time.monotonic()
-        return now > 0 and time.monotonic() - since >= 12.0
-
-    wait_until(quiet, 180, "the prefill replicas' vllm:prefix_cache_queries to settle")
-    after = prefill_counters(run)
+    after = settled_counters(run, "the prefill replicas' vllm:prefix_cache_queries to settle")
     queries = metrics.series_delta(before["queries"], after["queries"])
     hits = metrics.series_delta(before["hits"], after["hits"])
+    assert queries > 0, f"no vllm:prefix_cache_queries moved on the prefill node: {after}"
     replicas = sum(1 for key, value in after["queries"].items() if value > before["queries"].get(key, 0.0))
     return {"queries": queries, "hits": hits, "hit_rate": hits / queries, "replicas_queried": replicas}
 
