@@ -219,3 +219,15 @@ def test_an_explicit_kv_buffer_device_wins():
     assert spec.kv_buffer_device == "cuda"
     args = build_serve_config(spec).to_dict()["applications"][0]["args"]
     assert _kv(args, "prefill")["kv_buffer_device"] == _kv(args, "decode")["kv_buffer_device"] == "cuda"
+
+
+def test_the_example_in_docs_scaling_is_accepted_and_renders_the_router():
+    import yaml
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "scaling.md").read_text()
+    section = text[text.index("## Prefix-aware routing"):]
+    example = yaml.safe_load(section[section.index("```yaml") + len("```yaml"):section.index("```", section.index("```yaml") + 7)])
+    args = args_of(example)
+    assert args["prefill_config"]["deployment_config"]["num_replicas"] == 2
+    assert args["prefill_config"]["deployment_config"]["request_router_config"] == {
+        "request_router_class": PREFIX_CACHE_AFFINITY_ROUTER, "request_router_kwargs": {"imbalanced_threshold": 8.0}}
