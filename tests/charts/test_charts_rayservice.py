@@ -116,6 +116,7 @@ def test_both_legs_use_nixl_over_libfabric_in_their_own_kv_role(disaggregated, r
     assert kv == {
         "kv_connector": "NixlConnector",
         "kv_role": kv_role,
+        "kv_buffer_device": "cpu",  # g6.8xlarge: no GPUDirect RDMA (base.serving.default_kv_buffer_device)
         "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
     }
 
