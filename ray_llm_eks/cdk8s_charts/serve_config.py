@@ -222,6 +222,21 @@ class ReplicaAutoscaling:
 
 
 @dataclass(frozen=True)
+class RequestRouterConfig:
+    """Ray Serve's ``request_router_config`` for one deployment (Ray 2.58 ``ray.serve.config.RequestRouterConfig``):
+    the router class by its import path and the keyword arguments of its ``initialize_state``.
+    Only a leg whose ``request_router`` is not Ray's default writes one
+    (:mod:`ray_llm_eks.base.routing`, where what each leg's router decides is explained)."""
+
+    request_router_class: str
+    request_router_kwargs: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request_router_class": self.request_router_class,
+                "request_router_kwargs": dict(self.request_router_kwargs)}
+
+
+@dataclass(frozen=True)
 class LlmConfig:
     """One Ray Serve LLM ``LLMConfig`` (a model deployment)."""
 
@@ -235,12 +250,16 @@ class LlmConfig:
     nixl_side_channel_port_base: int | None = None
     placement_group_config: PlacementGroupConfig | None = None
     autoscaling: ReplicaAutoscaling | None = None
+    request_router: RequestRouterConfig | None = None
 
     @property
     def deployment_config(self) -> dict[str, Any]:
-        if self.autoscaling is not None:
-            return {"autoscaling_config": self.autoscaling.to_dict()}
-        return {"num_replicas": self.num_replicas}
+        config: dict[str, Any] = (
+            {"autoscaling_config": self.autoscaling.to_dict()} if self.autoscaling is not None
+            else {"num_replicas": self.num_replicas})
+        if self.request_router is not None:
+            config["request_router_config"] = self.request_router.to_dict()
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         experimental = (
@@ -331,7 +350,7 @@ def engine_kwargs(spec: ServingSpec, role: str, *, with_kv_transfer: bool) -> En
     model = spec.model
     kv = (
         KvTransferConfig(backends=tuple(spec.nixl.backends), kv_role=KV_ROLE[role],
-                         kv_buffer_device=spec.nixl.kv_buffer_device)
+                         kv_buffer_device=spec.kv_buffer_device)
         if with_kv_transfer
         else None
     )
@@ -355,6 +374,14 @@ def replica_autoscaling(spec: ServingSpec, role: str) -> ReplicaAutoscaling | No
                               target_ongoing_requests=spec.target_ongoing_requests(role))
 
 
+def request_router_config(spec: ServingSpec, role: str) -> RequestRouterConfig | None:
+    """The leg's ``request_router_config``, or None to keep Ray Serve's default router."""
+    router = spec.leg(role).request_router
+    if router.router_class is None:
+        return None
+    return RequestRouterConfig(request_router_class=router.router_class, request_router_kwargs=router.kwargs)
+
+
 def pd_leg(spec: ServingSpec, role: str) -> LlmConfig:
     return LlmConfig(
         model_id=spec.model.served_name,
@@ -365,6 +392,7 @@ def pd_leg(spec: ServingSpec, role: str) -> LlmConfig:
         nixl_side_channel_port_base=NIXL_SIDE_CHANNEL_PORT_BASE[role],
         placement_group_config=placement_group_config(spec, role, pinned=True),
         autoscaling=replica_autoscaling(spec, role),
+        request_router=request_router_config(spec, role),
     )
 
 
@@ -393,6 +421,8 @@ def colocated_model(spec: ServingSpec) -> LlmConfig:
         accelerator_type=accelerator_type(spec.pool(PREFILL).instance),
         # Either worker group may host a replica: no role resource, same bundle shape.
         placement_group_config=placement_group_config(spec, PREFILL, pinned=False),
+        # One deployment: the prefill leg's router (the spec refuses a different decode router).
+        request_router=request_router_config(spec, PREFILL),
     )
 
 

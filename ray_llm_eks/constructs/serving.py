@@ -91,7 +91,7 @@ class RayLlmServing(Construct):
     :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster.
     :param prefill: the prefill leg: its ``EfaGpuNodeGroup`` (or that group's ``pool``), or a
         :class:`~ray_llm_eks.base.serving.Leg` of that pool with settings of its own
-        (``tensor_parallel_size``, ``target_ongoing_requests``). The prefill worker group gets one
+        (``tensor_parallel_size``, ``target_ongoing_requests``, ``request_router``). The prefill worker group gets one
         pod per node with all its GPUs, and ``desired_size x GPUs / tensor parallel`` replicas.
     :param decode: the decode leg, likewise.
     :param system: the ``SystemNodeGroup`` (or its ``pool``) the Ray head runs on and is sized

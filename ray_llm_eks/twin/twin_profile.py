@@ -34,7 +34,8 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("serve: model_loading_config.model_source", "the tiny model built on this machine, never a hub download"),
     ("serve: accelerator_type removed", "Ray 2.58 refuses an accelerator type on the CPU (llm_config.py)"),
     ("serve: bundles GPU -> CPU", "one CPU per engine worker instead of a GPU; the role resource stays"),
-    ("serve: kv_transfer_config.kv_buffer_device cpu", "vLLM's NixlConnector on the CPU stages KV in host memory"),
+    ("serve: kv_transfer_config.kv_buffer_device cpu", "vLLM's NixlConnector on the CPU platform takes only the host "
+     "buffer (the rendered default without GPUDirect RDMA already; a P-series render says cuda)"),
     ("ray start: num-gpus 0, num-cpus 3", "no GPU; the replica actor, its engine worker and an ingress replica (the head advertises 0 CPUs as rendered)"),
     ("ray start: object-store-memory 256 MiB", "three Ray nodes and two engines share 24 GiB"),
     ("env: FI_PROVIDER efa -> tcp", "no EFA device: libfabric's tcp provider over the node's veth"),

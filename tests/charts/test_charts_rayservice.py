@@ -116,6 +116,7 @@ def test_both_legs_use_nixl_over_libfabric_in_their_own_kv_role(disaggregated, r
     assert kv == {
         "kv_connector": "NixlConnector",
         "kv_role": kv_role,
+        "kv_buffer_device": "cpu",  # g6.8xlarge: no GPUDirect RDMA (base.serving.default_kv_buffer_device)
         "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
     }
 
@@ -131,10 +132,17 @@ def test_colocated_has_no_kv_connector(colocated):
     assert "kv_transfer_config" not in model["engine_kwargs"]
 
 
-def test_kv_buffer_device_is_emitted_only_when_configured(scenario):
-    for role in ROLES:
-        kv = scenario("hardened").application["args"][f"{role}_config"]["engine_kwargs"]["kv_transfer_config"]
-        assert kv["kv_buffer_device"] == "cpu"
+def test_kv_buffer_device_is_the_host_buffer_on_g_series_and_no_gpudirect_variable_is_set(scenario):
+    """Every scenario runs on G-series (no GPUDirect RDMA): the host buffer, given or by default.
+    libfabric uses the device's RDMA when available with FI_EFA_USE_DEVICE_RDMA unset, and setting
+    it to 1 aborts on a device without RDMA (``base.serving.default_kv_buffer_device``)."""
+    for name in ("hardened", "disaggregated", "multi_gpu"):
+        rendered = scenario(name)
+        for role in ROLES:
+            kv = rendered.application["args"][f"{role}_config"]["engine_kwargs"]["kv_transfer_config"]
+            assert kv["kv_buffer_device"] == "cpu", (name, role)
+            names = {e["name"] for e in rendered.worker_container(role).get("env") or ()}
+            assert not any(n.startswith("FI_EFA_USE_DEVICE_RDMA") for n in names), (name, role)
 
 
 def test_a_pinned_revision_reaches_the_model_and_the_tokenizer(scenario):
