@@ -209,7 +209,6 @@ def _managed_nodegroup(
         "Nodegroup",
         cluster=eks_cluster_of(cluster),
         ami_type=ami_type,
-        instance_types=[ec2.InstanceType(instance_type)],
         min_size=min_size,
         desired_size=desired_size,
         max_size=max_size,
@@ -222,6 +221,15 @@ def _managed_nodegroup(
         ),
         **dict(options or {}),
     )
+    # The node group's InstanceTypes, written on the resource itself rather than through the L2's
+    # ``instance_types``: aws-cdk-lib 2.275.0 checks the AMI type against its own list of GPU
+    # classes (aws-eks-v2/lib/private/nodegroup.js ``isGpuInstanceType``: P2, P3, P3DN, P4D, P4DE,
+    # G3, G3S, G4DN, G4AD, G5, G5G, G6, G6E, INF1, INF2), which lacks P5, P5E and P5EN, so it
+    # refuses AL2023_x86_64_NVIDIA for p5.48xlarge. The template is what the L2 writes for the
+    # types it knows; which AMI fits which type is checked here instead (``ray_llm_eks.base.pools``).
+    resource = nodegroup.node.default_child
+    assert isinstance(resource, eks.CfnNodegroup)
+    resource.instance_types = [ec2.InstanceType(instance_type).to_string()]
     if isinstance(cluster, InferenceCluster):
         for addon in cluster.networking_addons:
             nodegroup.node.add_dependency(addon)
