@@ -83,3 +83,22 @@ def test_each_worker_pod_requests_every_efa_device_of_its_node(build):
         resources = container["resources"]
         assert resources["limits"][EFA_RESOURCE] == resources["requests"][EFA_RESOURCE] == DOCUMENTED_EFA[instance_type]
         assert resources["limits"][GPU_RESOURCE] == 8
+
+
+@pytest.mark.parametrize("instance_type", sorted(DOCUMENTED_EFA))
+def test_the_gate_expects_every_efa_device_on_each_node(instance_type):
+    from helpers.gate import render_deployment
+    from helpers.pins import unpinned_config
+
+    deployed = render_deployment(unpinned_config({"prefill": {"instance_type": instance_type},
+                                                  "decode": {"instance_type": instance_type}}))
+    roles = deployed.settings["roles"]
+    assert {role: spec["efa_per_node"] for role, spec in roles.items()} == {
+        "prefill": DOCUMENTED_EFA[instance_type], "decode": DOCUMENTED_EFA[instance_type]}
+
+
+def test_a_single_card_type_leaves_the_gate_settings_as_they_were():
+    from helpers.gate import render_deployment
+    from helpers.pins import unpinned_config
+
+    assert all("efa_per_node" not in spec for spec in render_deployment(unpinned_config()).settings["roles"].values())
