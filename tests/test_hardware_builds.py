@@ -54,6 +54,19 @@ def test_cdk_nag_and_the_project_rules_pass(build):
     assert run["templates"] and len(run["clusters"]) == 1
 
 
+def test_every_pod_is_admitted_by_the_builds_own_admission_policy(build):
+    from helpers.admission import created_pods, denials, policy_of
+
+    _, built = build
+    objects = [o for logical_id in built.resources("Custom::AWSCDK-EKS-KubernetesResource")
+               for o in built.manifest_objects(logical_id)]
+    policy = policy_of(objects)
+    pods = created_pods(objects)
+    assert any(what.endswith(" prefill") for what, *_ in pods) and any(what.endswith(" decode") for what, *_ in pods)
+    for what, pod, namespace, user in pods:
+        assert denials(policy, namespace, pod, user=user) == [], what
+
+
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 def test_launch_template_attaches_an_efa_only_interface_on_every_network_card(build, role):
     instance_type, built = build
