@@ -386,7 +386,9 @@ def efa_devices_per_replica(instance: instance_types.InstanceType, tensor_parall
     EFA devices that share the same PCIe root with one GPU", EKS user guide, device-management-efa).
     So a replica of ``tensor_parallel_size`` GPUs reaches that share of the node's devices, at
     least one (on g6e.48xlarge two GPUs share a device; with one device, every GPU uses it):
-    TP 8 on an 8-GPU node, all of them."""
+    TP 8 on an 8-GPU node, all of them. A host buffer (``kv_buffer_device: cpu``) is registered on
+    the NUMA node's devices or all of them instead (the same file, DRAM), so on a multi-card
+    G-series type with TP below its GPU count the figure can be low there."""
     devices = instance.efa_interfaces
     return min(devices, max(1, math.ceil(devices * tensor_parallel_size / instance.gpus)))
 

@@ -21,7 +21,7 @@ EFA support; EKS launch-template docs):
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from aws_cdk import Stack, Tags, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
@@ -227,8 +227,7 @@ def _managed_nodegroup(
     # G3, G3S, G4DN, G4AD, G5, G5G, G6, G6E, INF1, INF2), which lacks P5, P5E and P5EN, so it
     # refuses AL2023_x86_64_NVIDIA for p5.48xlarge. The template is what the L2 writes for the
     # types it knows; which AMI fits which type is checked here instead (``ray_llm_eks.base.pools``).
-    resource = nodegroup.node.default_child
-    assert isinstance(resource, eks.CfnNodegroup)
+    resource = cast(eks.CfnNodegroup, nodegroup.node.default_child)
     resource.instance_types = [ec2.InstanceType(instance_type).to_string()]
     if isinstance(cluster, InferenceCluster):
         for addon in cluster.networking_addons:
