@@ -15,10 +15,12 @@ from test_infrastructure import launch_template_of, nodegroups_by_role
 from test_upstream_checkers_aws import ACCEPTED_CFN_LINT_WARNINGS, AWS_CDK_LIB_W3005, cfn_lint
 
 HARDWARE_BUILDS = {
-    # name: (instance type, tensor_parallel_size); us-west-2 offers all three (moto's snapshot).
-    "p5-tp8": ("p5.48xlarge", 8),
-    "p4d": ("p4d.24xlarge", 4),
-    "g6e-48xlarge": ("g6e.48xlarge", 1),
+    # name: (instance type, tensor_parallel_size, decode overrides); us-west-2 offers all three
+    # (moto's snapshot). The p4d build's decode group autoscales (1 to 2 nodes), so Cluster
+    # Autoscaler's scale-from-zero tags are checked on a multi-card type too.
+    "p5-tp8": ("p5.48xlarge", 8, {}),
+    "p4d": ("p4d.24xlarge", 4, {"min_size": 1, "desired_size": 1, "max_size": 2}),
+    "g6e-48xlarge": ("g6e.48xlarge", 1, {}),
 }
 
 # The EFA devices AWS documents for each type (EC2 DescribeInstanceTypes EfaInfo.MaximumEfaInterfaces;
@@ -29,9 +31,9 @@ DOCUMENTED_EFA = {"p5.48xlarge": 32, "p4d.24xlarge": 4, "g6e.48xlarge": 4}
 
 @pytest.fixture(params=sorted(HARDWARE_BUILDS))
 def build(request, synth):
-    instance_type, tp = HARDWARE_BUILDS[request.param]
+    instance_type, tp, decode = HARDWARE_BUILDS[request.param]
     return instance_type, synth({"prefill": {"instance_type": instance_type},
-                                 "decode": {"instance_type": instance_type},
+                                 "decode": {"instance_type": instance_type, **decode},
                                  "model": {"tensor_parallel_size": tp}}, nag=True)
 
 
@@ -83,6 +85,16 @@ def test_launch_template_attaches_an_efa_only_interface_on_every_network_card(bu
     # Every interface: both security groups, no subnet (EKS places the node), no IP on EFA-only ones.
     assert len({json.dumps(i["Groups"]) for i in interfaces}) == 1 and len(interfaces[0]["Groups"]) == 2
     assert not any("SubnetId" in i or "PrivateIpAddress" in i or "Ipv6AddressCount" in i for i in interfaces)
+
+
+def test_an_autoscaled_group_tells_cluster_autoscaler_every_efa_device(build):
+    instance_type, built = build
+    decode = nodegroups_by_role(built)["decode"]
+    tag = "k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"
+    if decode["ScalingConfig"]["MinSize"] == decode["ScalingConfig"]["MaxSize"]:
+        assert tag not in (decode.get("Tags") or {})
+    else:  # the p4d build: a node from zero offers what the pod requests, all 4 devices
+        assert decode["Tags"][tag] == str(DOCUMENTED_EFA[instance_type]) == "4"
 
 
 def test_each_worker_pod_requests_every_efa_device_of_its_node(build):
