@@ -146,8 +146,9 @@ _TYPES = [
                  network_gbps=100, efa=True, efa_interfaces=1, nvme_gb=3800),
     InstanceType("g6e.16xlarge", vcpus=64, memory_gib=512, gpus=1, **_L40S,
                  network_gbps=35, efa=True, efa_interfaces=1, nvme_gb=1900),
-    # "G6e instances support up to four network cards and can provide up to 400 Gbps" (AWS EC2 User
-    # Guide, EFA for G6e): one EFA interface per card.
+    # "G6e instances support up to four network cards and can provide up to 400 Gbps" (an older AWS
+    # EC2 User Guide page, https://docs.aws.amazon.com/pt_br/AWSEC2/latest/UserGuide/p5-efa.html, in
+    # Portuguese): one EFA interface per card, as DescribeInstanceTypes' MaximumEfaInterfaces says.
     InstanceType("g6e.24xlarge", vcpus=96, memory_gib=768, gpus=4, **_L40S,
                  network_gbps=200, efa=True, network_cards=2, efa_interfaces=2, nvme_gb=3800),
     InstanceType("g6e.48xlarge", vcpus=192, memory_gib=1536, gpus=8, **_L40S,
