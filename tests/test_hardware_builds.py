@@ -108,6 +108,9 @@ def test_each_worker_pod_requests_every_efa_device_of_its_node(build):
         resources = container["resources"]
         assert resources["limits"][EFA_RESOURCE] == resources["requests"][EFA_RESOURCE] == DOCUMENTED_EFA[instance_type]
         assert resources["limits"][GPU_RESOURCE] == 8
+    # Ray knows the GPU model, so each leg keeps its accelerator pinning (serve_config.RAY_ACCELERATOR_TYPES).
+    gpu = INSTANCE_TYPES[instance_type].gpu_model
+    assert service["spec"]["serveConfigV2"].count(f'"accelerator_type": "{gpu}"') == 2
 
 
 @pytest.mark.parametrize("instance_type", sorted(DOCUMENTED_EFA))
