@@ -296,7 +296,8 @@ def _print_plan(result: Plan) -> None:
         console.print(
             f"[bold]KV transfer per request[/] ({transfer.prompt_tokens} prompt tokens): "
             f"{_gib(transfer.bytes_per_request)} ({transfer.bytes_per_request:,} bytes) -> "
-            f"[green]{transfer.efa_seconds * 1000:.1f} ms[/] over EFA at {transfer.efa_gbps:g} Gbps, "
+            f"[green]{transfer.efa_seconds * 1000:.1f} ms[/] over EFA at {transfer.efa_gbps:g} Gbps "
+            f"({transfer.efa_devices_per_replica} EFA device(s) per replica; {transfer.node_efa_gbps:g} Gbps per node), "
             f"[yellow]{transfer.tcp_fallback_seconds * 1000:.1f} ms[/] on the TCP fallback at "
             f"{transfer.tcp_fallback_gbps:g} Gbps\n  [dim]{transfer.assumption}[/]"
         )

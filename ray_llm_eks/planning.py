@@ -18,7 +18,8 @@ from .base import instance_types
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
 from .base.models import ModelArchitecture
-from .pricing import PriceBasis, PriceError, PriceTable, RegionPrices, UnpricedRegion, load_price_table
+from .pricing import (PriceBasis, PriceError, PriceTable, RegionPrices, UnpricedInstance, UnpricedRegion,
+                      load_price_table)
 from .base.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
 from .base.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
 from .base.units import GIB
@@ -206,6 +207,11 @@ class KvTransfer:
     tcp_fallback_seconds: float
     applies: bool
     assumption: str
+    node_efa_gbps: float = 0.0
+    """All the EFA devices of a node together (the slower leg's node): what TP 8 on an 8-GPU node,
+    or a node's replicas together, can reach."""
+    efa_devices_per_replica: int = 1
+    """EFA devices one replica's transfer uses (the fewer of the two legs'): ``efa_gbps`` is their sum."""
 
 
 @dataclass(frozen=True)
@@ -376,18 +382,47 @@ class Plan:
 
 # --- transfer and cold start ---------------------------------------------------------------------
 
+def efa_devices_per_replica(instance: instance_types.InstanceType, tensor_parallel_size: int) -> int:
+    """The EFA devices one model replica's KV cache moves over: those of its GPUs' PCIe topology.
+
+    NIXL's LIBFABRIC backend opens a rail on every EFA device the pod has and registers a GPU's
+    memory on the devices of that GPU's PCIe topology only (ai-dynamo/nixl v1.3.1
+    ``src/utils/libfabric/libfabric_rail_manager.cpp`` ``selectRailsForMemory`` ->
+    ``getEfaDevicesForPci``), and the devices are spread evenly over the GPUs (p5.48xlarge: "four
+    EFA devices that share the same PCIe root with one GPU", EKS user guide, device-management-efa).
+    So a replica of ``tensor_parallel_size`` GPUs reaches that share of the node's devices, at
+    least one (on g6e.48xlarge two GPUs share a device; with one device, every GPU uses it):
+    TP 8 on an 8-GPU node, all of them. A host buffer (``kv_buffer_device: cpu``) is registered on
+    the NUMA node's devices or all of them instead (the same file, DRAM), so on a multi-card
+    G-series type with TP below its GPU count the figure can be low there."""
+    devices = instance.efa_interfaces
+    return min(devices, max(1, math.ceil(devices * tensor_parallel_size / instance.gpus)))
+
+
 def _kv_transfer(specs: Specs) -> KvTransfer:
     serving = specs.serving
     prompt = serving.model.max_model_len
     size = serving.kv_transfer_bytes(prompt)
-    link = min(pool.instance.network_gbps for pool in serving.pools)
+    legs = {role: (serving.pool(role).instance, serving.tensor_parallel_size(role)) for role in WORKER_ROLES}
+    devices = {role: efa_devices_per_replica(instance, tp) for role, (instance, tp) in legs.items()}
+    rates = {role: devices[role] * legs[role][0].efa_gbps_per_interface for role in WORKER_ROLES}
+    # The sender's and the receiver's rails both carry every byte: the slower side sets the rate.
+    link = min(rates.values())
+    node_link = min(pool.instance.efa_gbps for pool in serving.pools)
     in_placement_group = all(pool.placement_group for pool in serving.pools)
     tcp = TCP_SINGLE_FLOW_GBPS_IN_PLACEMENT_GROUP if in_placement_group else TCP_SINGLE_FLOW_GBPS
     applies = serving.topology is Topology.disaggregated
+    staging = ("GPUDirect RDMA: the NICs read and write GPU memory" if all(
+        instance.gpudirect_rdma for instance, _ in legs.values()) else
+        "no GPUDirect RDMA on G-series, so the KV cache is staged through host memory")
+    per_leg = "; ".join(f"{role}: TP {legs[role][1]} reaches {devices[role]} of {legs[role][0].efa_interfaces} "
+                        f"EFA device(s) x {legs[role][0].efa_gbps_per_interface:g} Gbps" for role in WORKER_ROLES)
     assumption = (
-        f"EFA at the node's {link:g} Gbps line rate (an upper bound: G-series has no GPUDirect RDMA, so the "
-        f"KV cache is staged through host memory); TCP fallback = one flow at {tcp:g} Gbps, EC2's single-flow "
-        f"limit {'inside' if in_placement_group else 'outside'} a cluster placement group"
+        f"EFA at {link:g} Gbps per request, the line rate of the EFA devices one replica's GPUs reach "
+        f"({per_leg}; the node's {node_link:g} Gbps over all its EFA devices when TP spans the node). An "
+        f"upper bound ({staging}); TP 8 on an 8-GPU node moves the cache over every device. TCP fallback "
+        f"= one flow at {tcp:g} Gbps, EC2's single-flow limit {'inside' if in_placement_group else 'outside'} "
+        "a cluster placement group"
     )
     if not applies:
         assumption = "colocated topology: prefill and decode run in the same worker, no KV cache crosses the network"
@@ -400,6 +435,8 @@ def _kv_transfer(specs: Specs) -> KvTransfer:
         tcp_fallback_seconds=size * 8 / (tcp * GIGABIT) if applies else 0.0,
         applies=applies,
         assumption=assumption,
+        node_efa_gbps=node_link,
+        efa_devices_per_replica=min(devices.values()),
     )
 
 
@@ -455,11 +492,19 @@ def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "de
     def line(item: str, quantity: float, unit: str,
              price: Callable[[RegionPrices], tuple[float, PriceBasis]]) -> None:
         """One line; ``price`` gives its USD per hour and basis from the region's prices, when there are any."""
+        nonlocal unknown
         if prices is None:
             lines.append(CostLine(item, quantity, unit, None, None))
-        else:
+            return
+        try:
             usd, basis = price(prices)
-            lines.append(CostLine(item, quantity, unit, usd, basis))
+        except UnpricedInstance as error:
+            # An offered type without a known price (a P-series outside us-east-1): this line and
+            # so the total are unknown, with the reason; the other lines keep their prices.
+            unknown = unknown or str(error)
+            lines.append(CostLine(item, quantity, unit, None, None))
+            return
+        lines.append(CostLine(item, quantity, unit, usd, basis))
 
     def per_node(instance_type: str, count: int) -> Callable[[RegionPrices], tuple[float, PriceBasis]]:
         return lambda p: (p.instance(instance_type).usd_per_hour * count, p.instance(instance_type).basis)

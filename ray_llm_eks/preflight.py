@@ -5,7 +5,7 @@ credentials, and says how to fix a failure:
 
 * ``instance-types-offered``: are the system and GPU instance types offered in the data-plane AZ?
 * ``efa-supported``: does EC2 report EFA support for every GPU instance type?
-* ``vcpu-quotas``: do the On-Demand vCPU quotas (G and VT: L-DB2E81BA; Standard: L-1216C47A),
+* ``vcpu-quotas``: do the On-Demand vCPU quotas (G and VT: L-DB2E81BA; P: L-417A185B; Standard: L-1216C47A),
   minus what is already running, cover the planned nodes?
 * ``eks-version``: does EKS offer the configured Kubernetes version in the region?
 * ``capacity-reservations`` (only when a leg uses a reservation): does each reservation named by
@@ -54,18 +54,21 @@ CDK_MIN_BOOTSTRAP_VERSION = 6
 
 G_AND_VT_QUOTA = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
 STANDARD_QUOTA = "L-1216C47A"  # Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances (vCPUs)
+P_QUOTA = "L-417A185B"  # Running On-Demand P instances (vCPUs): p4d, p4de, p5, p5e, p5en
 
 # Which On-Demand vCPU quota an instance family counts against (Service Quotas, EC2). Families
-# with quotas of their own (P, Inf, Trn, DL, X, F, HPC, Mac, high memory) map to None; the
+# with quotas of their own that the library has no type of (Inf, Trn, DL, X, F, HPC, Mac, high
+# memory) map to None; the
 # longer prefixes are tried first so that "inf2" is not mistaken for the standard "i" family.
 _QUOTA_BY_FAMILY_PREFIX: tuple[tuple[str, str | None], ...] = (
     ("inf", None), ("trn", None), ("dl", None), ("hpc", None), ("mac", None), ("u-", None),
-    ("vt", G_AND_VT_QUOTA), ("g", G_AND_VT_QUOTA), ("p", None), ("x", None), ("f", None),
+    ("vt", G_AND_VT_QUOTA), ("g", G_AND_VT_QUOTA), ("p", P_QUOTA), ("x", None), ("f", None),
     *((letter, STANDARD_QUOTA) for letter in ("a", "c", "d", "h", "i", "m", "r", "t", "z")),
 )
 _QUOTA_NAMES = {
     G_AND_VT_QUOTA: "Running On-Demand G and VT instances",
     STANDARD_QUOTA: "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+    P_QUOTA: "Running On-Demand P instances",
 }
 
 # Error codes that mean "these credentials do not work", as opposed to "not allowed to do this".
@@ -209,14 +212,14 @@ class _QuotaNeed:
 
 
 def quota_code_for(instance_type: str) -> str:
-    """The On-Demand vCPU quota code an instance type counts against (G/VT or Standard)."""
+    """The On-Demand vCPU quota code an instance type counts against (G/VT, P or Standard)."""
     family = instance_type.split(".", 1)[0]
     for prefix, code in _QUOTA_BY_FAMILY_PREFIX:
         if family.startswith(prefix):
             if code is None:
                 break
             return code
-    raise ValueError(f"instance family {family!r} counts against neither the G/VT nor the Standard quota")
+    raise ValueError(f"instance family {family!r} counts against none of the G/VT, P and Standard quotas")
 
 
 def planned_vcpus_by_quota(config: Deployment) -> dict[str, _QuotaNeed]:
@@ -250,7 +253,7 @@ def _running_vcpus_by_quota(ec2: Any) -> dict[str, int]:
                 try:
                     code = quota_code_for(instance["InstanceType"])
                 except ValueError:
-                    continue  # P, Inf, Trn, X, ... count against quotas this deployment does not use
+                    continue  # Inf, Trn, X, ... count against quotas this deployment does not use
                 cpu = instance.get("CpuOptions") or {}
                 vcpus = cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 1)
                 if not vcpus:

@@ -32,9 +32,18 @@ class UnpricedRegion(PriceError):
     plain :class:`PriceError`)."""
 
 
+class UnpricedInstance(PriceError):
+    """The region has prices, and offers the instance type, but the table has no price for the type
+    there (no source found: prices.yaml gives none rather than a guess). ``plan`` marks the cost
+    unknown with this reason, as for an :class:`UnpricedRegion`."""
+
+
 class PriceBasis(str, Enum):
     confirmed = "confirmed"
     us_parity = "us_parity"
+    price_list = "price_list"
+    """The AWS Price List API's figure, as a dated file generated from it in a public repository
+    records it (prices.yaml ``sources`` names the file and its date)."""
     estimate = "estimate"
     configured = "configured"
     """A price the configuration gives, not the table: a Capacity Block's ``capacity.hourly_rate_usd``."""
@@ -99,7 +108,7 @@ class RegionPrices:
             )
         price = self.instances.get(instance_type)
         if price is None:
-            raise PriceError(
+            raise UnpricedInstance(
                 f"the price table has no price for instance type {instance_type!r} in {self.region}; "
                 f"known here: {', '.join(sorted(self.instances))}"
             )

@@ -247,20 +247,23 @@ def test_gpu_node_group_ami_labels_taint_sizes_and_single_subnet(default, role):
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
-def test_gpu_launch_template_has_one_efa_interface_with_both_security_groups(default, role):
+def test_gpu_launch_template_has_the_primary_ena_and_one_efa_only_interface_with_both_security_groups(default, role):
+    # g6.8xlarge has one network card: the primary ENA at card 0 device 0 and the EFA-only
+    # interface at card 0 device 1 (AWS's rules, InstanceType.network_interfaces).
     data = launch_template_of(default, nodegroups_by_role(default)[role])
     assert "SecurityGroupIds" not in data and "SecurityGroups" not in data
-    (interface,) = data["NetworkInterfaces"]
-    assert interface["InterfaceType"] == "efa"
-    assert interface["DeviceIndex"] == 0
-    assert interface["NetworkCardIndex"] == 0
-    assert "SubnetId" not in interface
+    primary, efa = data["NetworkInterfaces"]
+    assert (primary["NetworkCardIndex"], primary["DeviceIndex"], primary["InterfaceType"]) == (0, 0, "interface")
+    assert (efa["NetworkCardIndex"], efa["DeviceIndex"], efa["InterfaceType"]) == (0, 1, "efa-only")
     efa_sg = default.logical_id(default.stack.gpu_node_groups[role].efa_security_group)
     cluster_id = default.logical_id(default.stack.cluster.cluster)
-    assert interface["Groups"] == [
-        {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]},
-        {"Fn::GetAtt": [efa_sg, "GroupId"]},
-    ]
+    for interface in (primary, efa):
+        assert "SubnetId" not in interface
+        assert interface["DeleteOnTermination"] is True
+        assert interface["Groups"] == [
+            {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]},
+            {"Fn::GetAtt": [efa_sg, "GroupId"]},
+        ]
 
 
 def test_prefill_and_decode_share_one_efa_security_group_open_only_to_itself(default):

@@ -33,5 +33,29 @@ def test_row_matches_describe_instance_types(described, name):
     assert ours.efa == network.get("EfaSupported", False)
     assert ours.network_cards == network["MaximumNetworkCards"]
     assert ours.network_burst_only == network["NetworkPerformance"].startswith("Up to")
-    assert ours.network_gbps == float(re.search(r"[\d.]+", network["NetworkPerformance"]).group())
+    # "25 Gigabit", "Up to 12.5 Gigabit", and p4d's "4x 100 Gigabit" (four cards of 100).
+    cards, gbps = re.search(r"(?:(\d+)x )?([\d.]+) Gigabit", network["NetworkPerformance"]).groups()
+    assert ours.network_gbps == int(cards or 1) * float(gbps)
+    assert ours.efa_interfaces == network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)
     assert ours.nvme_gb == ec2.get("InstanceStorageInfo", {}).get("TotalSizeInGB", 0)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in INSTANCE_TYPES.items() if t.efa))
+def test_every_network_card_takes_an_efa_only_interface(described, name):
+    # The launch template puts an EFA-only interface on every card (card 0 beside the primary ENA):
+    # that needs one EFA per card and efa-only on each (NetworkCards[].InterfaceTypes).
+    ours, network = INSTANCE_TYPES[name], described[name]["NetworkInfo"]
+    assert ours.efa_interfaces == ours.network_cards == len(network["NetworkCards"])
+    assert all("efa-only" in card["InterfaceTypes"] for card in network["NetworkCards"])
+    # Card 0 holds the primary ENA and an EFA-only interface: it must take two interfaces.
+    assert network["NetworkCards"][0]["MaximumNetworkInterfaces"] >= 2
+
+
+def test_p_series_facts_as_aws_states_them():
+    p5, p5en, p4d = (INSTANCE_TYPES[n] for n in ("p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"))
+    assert (p5.gpus, p5.gpu_model, p5.efa_interfaces, p5.efa_gbps, p5.efa_gbps_per_interface) == (8, "H100", 32, 3200, 100)
+    assert (p5en.efa_interfaces, p5en.efa_gbps_per_interface) == (16, 200)
+    assert (p4d.efa_interfaces, p4d.efa_gbps, p4d.gpu_memory_mib) == (4, 400, 40_960)
+    assert all(INSTANCE_TYPES[n].gpudirect_rdma for n in ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge",
+                                                          "p5e.48xlarge", "p5en.48xlarge"))
+    assert not any(t.gpudirect_rdma for n, t in INSTANCE_TYPES.items() if n.startswith("g"))

@@ -91,7 +91,7 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
     # node groups
     ({"prefill": {"instance_type": "m7i.xlarge"}}, "prefill.instance_type", "has no GPU"),
     ({"decode": {"instance_type": "g6.4xlarge"}}, "decode.instance_type", "does not support EFA"),
-    ({"decode": {"instance_type": "p5.48xlarge"}}, "decode.instance_type", "not in the library's instance table"),
+    ({"decode": {"instance_type": "p6-b200.48xlarge"}}, "decode.instance_type", "not in the library's instance table"),
     ({"system": {"instance_type": "g6.8xlarge"}}, "system.instance_type", "has a GPU"),
     ({"prefill": {"min_size": 0, "desired_size": 0}}, "prefill.desired_size", "no GPU to run on"),
     ({"decode": {"desired_size": 3, "max_size": 2}}, "decode.desired_size", "min_size <= desired_size <= max_size"),
@@ -239,8 +239,8 @@ NEW_BAD_INPUTS: list[tuple[dict, str, str, object, str, str]] = [
     ({**_in("me-south-1"), "prefill": {"instance_type": "g5.8xlarge"}, "decode": {"instance_type": "g5.8xlarge"}},
      "system.instance_type", "me-south-1 offers none of the library's CPU-only types",
      _system_nodes("me-south-1"), "instance_type", "offers none of the library's CPU-only types"),
-    (_in("us-west-1"), "decode.instance_type", "us-west-1 offers none of the library's EFA GPU types",
-     _gpu_nodes("us-west-1", "decode"), "instance_type", "offers none of the library's EFA GPU types"),
+    (_in("eu-south-1"), "decode.instance_type", "eu-south-1 offers none of the library's EFA GPU types",
+     _gpu_nodes("eu-south-1", "decode"), "instance_type", "offers none of the library's EFA GPU types"),
     (_in("af-south-1"), "prefill.instance_type", f"{NOT_OFFERED} af-south-1",
      _gpu_nodes("af-south-1"), "instance_type", f"{NOT_OFFERED} af-south-1"),
     # wrong-type scalars in several sections

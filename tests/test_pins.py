@@ -47,10 +47,21 @@ def test_the_kuberay_image_goes_by_digest_on_the_charts_tag(synth):
 @pytest.mark.parametrize(("data", "field", "says"), [
     ({"cluster": {"addon_versions": {"vpc_cni": "latest"}}}, "cluster.addon_versions.vpc_cni", "not an EKS add-on version"),
     ({"versions": {"kuberay_image_digest": "v1.5.1"}}, "versions.kuberay_image_digest", "not an image digest"),
+    # EFA-only interfaces (every GPU node's) need vpc-cni 1.18.5 or later (EKS user guide, node-efa).
+    ({"cluster": {"addon_versions": {"vpc_cni": "v1.18.4-eksbuild.1"}}}, "cluster.addon_versions.vpc_cni",
+     r"older than v1\.18\.5"),
 ])
 def test_a_bad_pin_is_refused_with_its_field(data, field, says):
     with pytest.raises(ConfigError, match=rf"{field}: {says}"):
         parse_config({"strict": False, **data})
+
+
+def test_vpc_cni_from_the_efa_only_minimum_on_is_accepted():
+    assert infra.vpc_cni_version("v1.18.5-eksbuild.1", "vpc_cni") == "v1.18.5-eksbuild.1"
+    assert infra.vpc_cni_version("v1.20.4-eksbuild.2", "vpc_cni") == "v1.20.4-eksbuild.2"
+    assert infra.vpc_cni_version(None, "vpc_cni") is None
+    with pytest.raises(Exception, match="older than v1.18.5"):
+        infra.vpc_cni_version("v1.9.10-eksbuild.1", "vpc_cni")
 
 
 def test_the_commands_that_resolve_them():

@@ -10,7 +10,7 @@ from ray_llm_eks.config import ConfigError, DeploymentConfig
 from ray_llm_eks.base.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
 from ray_llm_eks.base.memory import memory_budget
-from ray_llm_eks.pricing import PriceBasis, PriceError, load_price_table
+from ray_llm_eks.pricing import PriceBasis, PriceError, UnpricedInstance, load_price_table
 
 REQUIRED_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-northeast-1", "sa-east-1")
 
@@ -150,8 +150,12 @@ def test_70b_model_on_one_l4_does_not_fit_and_says_what_to_change():
     assert not decode.fits and decode.weights_do_not_fit
     assert "do not fit" in decode.problem and "short by" in decode.problem
     assert decode.max_concurrent_sequences == 0
-    # 131.4 GiB of BF16 weights: only 4 x L40S (g6e.12xlarge, 4 x 44.7 GiB) can hold them.
-    assert decode.fixes == ("use a larger GPU instance type for decode: g6e.12xlarge with tensor_parallel_size 4",)
+    # 131.4 GiB of BF16 weights: 4 or 8 x L40S (44.7 GiB each) or 8 x A100/H100/H200 can hold them.
+    assert decode.fixes == ("use a larger GPU instance type for decode: g6e.12xlarge with tensor_parallel_size 4, "
+                            "g6e.24xlarge with tensor_parallel_size 4, g6e.48xlarge with tensor_parallel_size 8, "
+                            "p4d.24xlarge with tensor_parallel_size 8, p4de.24xlarge with tensor_parallel_size 8, "
+                            "p5.48xlarge with tensor_parallel_size 8, p5e.48xlarge with tensor_parallel_size 8, "
+                            "p5en.48xlarge with tensor_parallel_size 8",)
     # The configuration (so synth and plan alike) refuses it, naming the instance type to change.
     error = _refusal(model={"source": "example/dense-70b", "served_name": "dense-70b", "architecture": DENSE_70B})
     assert error.does_not_fit
@@ -160,8 +164,9 @@ def test_70b_model_on_one_l4_does_not_fit_and_says_what_to_change():
 
 
 def test_model_too_big_for_every_known_instance_suggests_quantization():
-    huge = ModelArchitecture(name="example/dense-400b", source="test",
-                             **{**DENSE_70B, "parameter_count": 400_000_000_000})
+    # 700B x 2 B = 1,304 GiB: more than 8 x H200 (8 x 141 GiB x 0.9), the largest node known.
+    huge = ModelArchitecture(name="example/dense-700b", source="test",
+                             **{**DENSE_70B, "parameter_count": 700_000_000_000})
     decode = memory_budget("decode", instance_types.INSTANCE_TYPES["g6.8xlarge"], 1, huge,
                            max_model_len=4096, gpu_memory_utilization=0.9, dtype="bfloat16")
     assert not decode.fits
@@ -193,17 +198,88 @@ def test_config_architecture_overrides_the_table():
     assert plan.summary()["kv_cache_bytes_per_token"] == 16 * 2 * 2 * 64 * 2
 
 
+# --- P-series: the worked example of docs/plan.md ("The reference model on p5.48xlarge") ------
+
+def _on(instance_type: str, region: str = "us-east-1", tp: int = 8, **overrides) -> DeploymentConfig:
+    azs = {"us-east-1": ["us-east-1a", "us-east-1b"], "us-west-2": ["us-west-2a", "us-west-2b"]}[region]
+    return _config(region=region, data_plane_az=azs[0], control_plane_azs=azs,
+                   prefill={"instance_type": instance_type}, decode={"instance_type": instance_type},
+                   model={"tensor_parallel_size": tp}, **overrides)
+
+
+def test_reference_model_on_p5_within_the_hand_checked_bounds():
+    # Every bound is the hand calculation of docs/plan.md, rounded outwards in its last digit.
+    summary = make_plan(_on("p5.48xlarge")).summary()
+    budget = next(m for m in summary["memory"] if m["role"] == "decode")
+    assert budget["tensor_parallel_size"] == 8
+    assert 2.2475 <= budget["weights_gib"] <= 2.2476          # 19,306,216,416 B / 8 / 2^30
+    assert budget["usable_gib"] == 72.0                       # 81,920 MiB / 1024 x 0.9
+    assert 68.2524 <= summary["kv_pool_gib"] <= 68.2526       # 72 - 2.2475 - 1.5
+    assert budget["kv_cache_bytes_per_token"] == 8192         # 8 x 2 x 1 (replicated) x 256 x 2
+    assert budget["bytes_per_max_length_sequence"] == 39_993_344
+    assert 1830 <= summary["max_concurrent_sequences"] <= 1833
+    transfer = summary["kv_transfer"]
+    assert summary["kv_transfer_bytes_per_request"] == 185_729_024
+    assert (transfer["efa_gbps"], transfer["node_efa_gbps"], transfer["efa_devices_per_replica"]) == (3200, 3200, 32)
+    assert 0.000464 <= summary["kv_transfer_seconds_per_request"] <= 0.000465   # x 8 / 3.2e12
+    assert 0.1485 <= summary["kv_transfer_seconds_per_request_tcp_fallback"] <= 0.1486
+    assert "GPUDirect RDMA" in transfer["assumption"]
+    assert 110.766 <= summary["hourly_cost_usd"] <= 110.767
+    node = {line["item"]: line for line in summary["cost_lines"]}["decode node p5.48xlarge"]
+    assert (node["usd_per_hour"], node["basis"]) == (55.04, "price_list")
+
+
+@pytest.mark.parametrize("instance_type, tp, devices, gbps", [
+    ("p5.48xlarge", 1, 4, 400),      # a single GPU reaches the 4 EFA devices of its PCIe root
+    ("p5.48xlarge", 2, 8, 800),
+    ("p5en.48xlarge", 8, 16, 3200),  # 16 cards of 200 Gbps
+    ("p4d.24xlarge", 8, 4, 400),
+    ("p4d.24xlarge", 1, 1, 100),
+    ("g6e.48xlarge", 8, 4, 400),
+    ("g6e.48xlarge", 1, 1, 100),     # two L40S share one device
+    ("g6e.12xlarge", 1, 1, 100),     # one device for four GPUs: each uses all of it
+])
+def test_kv_transfer_rate_is_the_efa_devices_a_replica_reaches(instance_type, tp, devices, gbps):
+    plan = make_plan(_on(instance_type, tp=tp))
+    assert (plan.kv_transfer.efa_devices_per_replica, plan.kv_transfer.efa_gbps) == (devices, gbps)
+    assert plan.kv_transfer.node_efa_gbps == instance_types.INSTANCE_TYPES[instance_type].efa_gbps
+
+
+def test_reference_kv_transfer_is_unchanged_on_one_efa_device():
+    transfer = make_plan(unpinned()).kv_transfer
+    assert (transfer.efa_gbps, transfer.node_efa_gbps, transfer.efa_devices_per_replica) == (25, 25, 1)
+    assert "no GPUDirect RDMA" in transfer.assumption
+
+
+def test_an_offered_type_without_a_price_makes_the_cost_unknown_not_an_error():
+    # p5.48xlarge is offered in us-west-2 (moto's snapshot) but priced only in us-east-1.
+    plan = make_plan(_on("p5.48xlarge", region="us-west-2"))
+    assert plan.cost.hourly_usd is None and "p5.48xlarge" in plan.cost.unknown_reason
+    lines = {line.item: line for line in plan.cost.lines}
+    assert lines["decode node p5.48xlarge"].usd_per_hour is None
+    assert lines["EKS control plane"].usd_per_hour == 0.10   # the other lines keep their prices
+    assert plan.kv_transfer.efa_gbps == 3200
+
+
 # --- the price table ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("region", REQUIRED_REGIONS)
 def test_price_table_covers_every_known_instance_type(region):
     prices = load_price_table().region(region)
+    us_east_1 = load_price_table().region("us-east-1")
     for name in instance_types.known_names():
         if name in prices.unavailable:
             with pytest.raises(PriceError, match="not offered"):
                 prices.instance(name)
-        else:
+        elif name in prices.instances:
             assert prices.instance(name).usd_per_hour > 0
+        else:
+            # Only the types whose one source is the us-east-1 price list go without a price
+            # elsewhere (prices.yaml sources.instances_price_list), and plan reports them unknown.
+            assert name not in us_east_1.instances or us_east_1.instance(name).basis is PriceBasis.price_list
+            assert instance_types.INSTANCE_TYPES[name].gpudirect_rdma or name.startswith("g6e.")
+            with pytest.raises(UnpricedInstance, match="no price for instance type"):
+                prices.instance(name)
     assert prices.eks_cluster_hour == 0.10
 
 

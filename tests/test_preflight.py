@@ -21,6 +21,7 @@ from helpers.aws import BOOTSTRAP_PARAMETER, MOTO_ACCOUNT, REGION, StubbedEksSes
 from helpers.pins import unpinned, unpinned_config
 from ray_llm_eks.preflight import (
     G_AND_VT_QUOTA,
+    P_QUOTA,
     STANDARD_QUOTA,
     CheckStatus,
     NoCredentials,
@@ -117,6 +118,24 @@ def test_quotas_ignore_spot_instances(aws, ec2_quotas):
                       InstanceMarketOptions={"MarketType": "spot"})
     result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), unpinned())
     assert result.status is CheckStatus.passed, result.detail
+
+
+def _p5_pair():
+    return unpinned_config({"prefill": {"instance_type": "p5.48xlarge"}, "decode": {"instance_type": "p5.48xlarge"},
+                            "model": {"tensor_parallel_size": 8}})
+
+
+def test_p_series_counts_against_the_p_quota(aws, ec2_quotas):
+    needs = planned_vcpus_by_quota(_p5_pair())
+    assert needs[P_QUOTA].planned_vcpus == 2 * 192 and G_AND_VT_QUOTA not in needs
+    ec2_quotas.update({P_QUOTA: 384, STANDARD_QUOTA: 32})
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)
+    result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), _p5_pair())
+    assert result.status is CheckStatus.failed
+    assert "L-417A185B: 384 vCPUs needed, 288 available (quota 384, in use 96)" in result.detail
+    assert "--quota-code L-417A185B --desired-value 480" in result.fix
 
 
 # --- EKS version -----------------------------------------------------------------------------

@@ -68,7 +68,7 @@ class AddonVersions:
     __pydantic_config__ = _FORBID
 
     vpc_cni: str | None = None
-    """vpc-cni, as `aws eks describe-addon-versions` names it (v1.14.0-eksbuild.3 or later for NetworkPolicy)."""
+    """vpc-cni, as `aws eks describe-addon-versions` names it (v1.18.5 or later: the GPU nodes' EFA-only interfaces)."""
     kube_proxy: str | None = None
     """kube-proxy; its minor must match the cluster's Kubernetes minor."""
     eks_pod_identity_agent: str | None = None
@@ -78,7 +78,8 @@ class AddonVersions:
 
     def __post_init__(self) -> None:
         found = Collector()
-        for name in ("vpc_cni", "kube_proxy", "eks_pod_identity_agent", "coredns"):
+        found.check(infra.vpc_cni_version, self.vpc_cni, "vpc_cni")
+        for name in ("kube_proxy", "eks_pod_identity_agent", "coredns"):
             found.check(infra.addon_version, getattr(self, name), name)
         found.raise_if_any(self)
 

@@ -438,6 +438,24 @@ def addon_version(value: str | None, field: str) -> str | None:
     return value
 
 
+VPC_CNI_MINIMUM = (1, 18, 5)
+"""The oldest vpc-cni the GPU nodes work with: their launch templates attach EFA-only interfaces
+("You must have VPC CNI version 1.18.5 or later for EFA-only interfaces", EKS user guide, node-efa;
+it also covers NetworkPolicy, v1.14.0-eksbuild.3 or later)."""
+
+
+def vpc_cni_version(value: str | None, field: str) -> str | None:
+    """A vpc-cni add-on version (:func:`addon_version`) no older than :data:`VPC_CNI_MINIMUM`, or None."""
+    addon_version(value, field)
+    if value is not None:
+        found = tuple(int(part) for part in value[1:].split("-", 1)[0].split("."))
+        if found < VPC_CNI_MINIMUM:
+            minimum = ".".join(map(str, VPC_CNI_MINIMUM))
+            raise problem(field, value, f"older than v{minimum}, the first vpc-cni that handles the GPU nodes' "
+                          "EFA-only interfaces", f"v{minimum}-eksbuild.1 or later")
+    return value
+
+
 def addon_version_command(addon: str, kubernetes_version: str) -> str:
     """The command that prints the add-on version EKS installs by default on this Kubernetes version."""
     return (f"aws eks describe-addon-versions --kubernetes-version {kubernetes_version} --addon-name {addon} "

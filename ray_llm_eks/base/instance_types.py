@@ -1,11 +1,18 @@
 """The EC2 instance types the library knows, with the facts that drive validation and sizing.
 
 Sources: EC2 DescribeInstanceTypes (tests/test_instance_types.py checks every row against the
-snapshot of that API that moto ships), the Amazon EC2 instance type pages for accelerated
-computing (G5, G6, G6e) and general purpose (M7i), and the EFA supported-instance list
-(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types).
-G-series has no GPUDirect RDMA (aws-ofi-nccl #547: only P-series from p4d), so
-``gpudirect_rdma`` is False for every type listed here.
+snapshot of that API that moto ships: vCPUs, memory, GPUs and their memory, instance store,
+network performance, network cards and ``EfaInfo.MaximumEfaInterfaces``), the Amazon EC2
+instance type pages for accelerated computing (G5, G6, G6e, P4d, P5) and general purpose (M7i),
+and the EFA supported-instance list (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types).
+The same figures for the P-series and the larger g6e sizes are in Karpenter's generated table
+(aws/karpenter-provider-aws@1d927085 ``website/content/en/docs/reference/instance-types.md``, made
+from DescribeInstanceTypes; ``vpc.amazonaws.com/efa`` there is ``MaximumEfaInterfaces``).
+
+GPUDirect RDMA: only the P-series from p4d have it; G-series do not, though the L40S could
+(aws-ofi-nccl #547, maintainer, 2025-03-08 and 2025-08-12: "the only instance types in EC2 that
+support GPUDirect RDMA are the P-series starting with p4d"; aws/aws-ofi-nccl@2daf7d30
+``src/platform-aws.cpp`` sets ``gdr_required = true`` for p4d, p4de, p5/p5e and p5en).
 
 An instance type missing from this table is refused (``ray_llm_eks.base.pools``): a wrong guess
 about EFA or GPU memory costs a failed deploy, so unknown types must be added here with their facts.
@@ -35,6 +42,11 @@ class InstanceType:
     network_burst_only: bool = False
     efa: bool = False
     network_cards: int = 1
+    efa_interfaces: int = 0
+    """EFA interfaces the type takes (``NetworkInfo.EfaInfo.MaximumEfaInterfaces``): one per
+    network card on every EFA type here. The GPU node group's launch template attaches this many
+    (``constructs.nodegroups``), the EFA device plugin advertises one ``vpc.amazonaws.com/efa``
+    per interface, and the worker pod requests them all."""
     nvme_gb: int = 0
     """Total local NVMe instance store, in GB as AWS states it."""
     gpudirect_rdma: bool = False
@@ -51,6 +63,39 @@ class InstanceType:
     def has_gpu(self) -> bool:
         return self.gpus > 0
 
+    def network_interfaces(self) -> tuple[tuple[int, int, str], ...]:
+        """The launch template's interfaces, as ``(NetworkCardIndex, DeviceIndex, InterfaceType)``:
+        an EFA interface on every network card, by AWS's rules (EC2 User Guide, "Maximize network
+        bandwidth on Amazon EC2 instances with multiple network cards", efa-acc-inst-types.html):
+
+        - the primary interface, card 0 device 0, is an ENA interface ("You can't use an EFA-only
+          network interface as the primary network interface");
+        - "If the network card index 0 supports EFA, create an EFA-only network interface for
+          network card index 0, device index 1";
+        - every further card: "device index 0, for EFA-only network interface".
+
+        EFA-only interfaces take no IP address, so a p5.48xlarge uses one private IP for 32 EFA
+        devices (the same page, P5 use case 1; EKS's p6-b200 launch template in
+        device-management-efa has the same layout). Empty for a type without EFA."""
+        if not self.efa_interfaces:
+            return ()
+        return ((0, 0, "interface"), (0, 1, "efa-only"),
+                *((card, 0, "efa-only") for card in range(1, self.efa_interfaces)))
+
+    @property
+    def efa_gbps(self) -> float:
+        """What all the type's EFA interfaces carry together: its whole network bandwidth, as every
+        network card has one (AWS, "EFA configuration for P5 and P5e instances": with an EFA-only
+        interface on each of the 32 cards, "up to 3200 Gbps of EFA networking bandwidth"; EC2
+        User Guide efa-acc-inst-types.html). 0 without EFA."""
+        return self.network_gbps if self.efa_interfaces else 0.0
+
+    @property
+    def efa_gbps_per_interface(self) -> float:
+        """One EFA interface's share of :attr:`efa_gbps` (the cards of a type are alike: 100 Gbps
+        each on p4d and p5, 200 on p5en)."""
+        return self.efa_gbps / self.efa_interfaces if self.efa_interfaces else 0.0
+
 
 # GPU peak figures (datasheets; the planner's throughput model, ``ray_llm_eks.planning``):
 # L4: 242 TFLOPS FP16/BF16 tensor "with sparsity", so 121 dense; 300 GB/s (NVIDIA L4 datasheet,
@@ -63,6 +108,19 @@ class InstanceType:
 _L4 = dict(gpu_model="L4", gpu_memory_mib=22_888, gpu_dense_bf16_tflops=121.0, gpu_memory_bandwidth_gbps=300.0)
 _L40S = dict(gpu_model="L40S", gpu_memory_mib=45_776, gpu_dense_bf16_tflops=362.05, gpu_memory_bandwidth_gbps=864.0)
 _A10G = dict(gpu_model="A10G", gpu_memory_mib=22_888, gpu_dense_bf16_tflops=70.0, gpu_memory_bandwidth_gbps=600.0)
+# A100 SXM4: 312 BF16 tensor TFLOPS dense (624 with sparsity); 1,555 GB/s (40 GB) and 2,039 GB/s
+#     (80 GB SXM) (NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/).
+# H100 SXM5: 1,979 BF16 tensor TFLOPS "with sparsity", so 989.4 dense; 3,350 GB/s (NVIDIA H100
+#     datasheet, https://www.nvidia.com/en-us/data-center/h100/; the same table reproduced at
+#     archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html, "Specifications 1/2 lower without sparsity").
+# H200 SXM: the H100's tensor cores (1,979 sparse, 989.4 dense BF16) with 141 GB HBM3e at
+#     4,800 GB/s (NVIDIA H200 page, https://www.nvidia.com/en-us/data-center/h200/).
+# A100, H200 datasheet figures were not re-fetched in this session (the datasheets' well-known values).
+_A100_40 = dict(gpu_model="A100", gpu_memory_mib=40_960, gpu_dense_bf16_tflops=312.0, gpu_memory_bandwidth_gbps=1555.0)
+_A100_80 = dict(gpu_model="A100", gpu_memory_mib=81_920, gpu_dense_bf16_tflops=312.0, gpu_memory_bandwidth_gbps=2039.0)
+_H100 = dict(gpu_model="H100", gpu_memory_mib=81_920, gpu_dense_bf16_tflops=989.4, gpu_memory_bandwidth_gbps=3350.0)
+_H200 = dict(gpu_model="H200", gpu_memory_mib=144_384, gpu_dense_bf16_tflops=989.4, gpu_memory_bandwidth_gbps=4800.0)
+_GDR = dict(gpudirect_rdma=True)
 
 _TYPES = [
     # General purpose, for the system node (CoreDNS, KubeRay operator, Ray head).
@@ -76,21 +134,44 @@ _TYPES = [
     InstanceType("g6.4xlarge", vcpus=16, memory_gib=64, gpus=1, **_L4,
                  network_gbps=25, network_burst_only=True, nvme_gb=600),
     InstanceType("g6.8xlarge", vcpus=32, memory_gib=128, gpus=1, **_L4,
-                 network_gbps=25, efa=True, nvme_gb=900),
+                 network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=900),
     InstanceType("g6.12xlarge", vcpus=48, memory_gib=192, gpus=4, **_L4,
-                 network_gbps=40, efa=True, nvme_gb=3760),
+                 network_gbps=40, efa=True, efa_interfaces=1, nvme_gb=3760),
     InstanceType("g6.16xlarge", vcpus=64, memory_gib=256, gpus=1, **_L4,
-                 network_gbps=25, efa=True, nvme_gb=1880),
+                 network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=1880),
     # NVIDIA L40S (48 GB).
     InstanceType("g6e.8xlarge", vcpus=32, memory_gib=256, gpus=1, **_L40S,
-                 network_gbps=25, efa=True, nvme_gb=900),
+                 network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=900),
     InstanceType("g6e.12xlarge", vcpus=48, memory_gib=384, gpus=4, **_L40S,
-                 network_gbps=100, efa=True, nvme_gb=3800),
+                 network_gbps=100, efa=True, efa_interfaces=1, nvme_gb=3800),
+    InstanceType("g6e.16xlarge", vcpus=64, memory_gib=512, gpus=1, **_L40S,
+                 network_gbps=35, efa=True, efa_interfaces=1, nvme_gb=1900),
+    # "G6e instances support up to four network cards and can provide up to 400 Gbps" (an older AWS
+    # EC2 User Guide page, https://docs.aws.amazon.com/pt_br/AWSEC2/latest/UserGuide/p5-efa.html, in
+    # Portuguese): one EFA interface per card, as DescribeInstanceTypes' MaximumEfaInterfaces says.
+    InstanceType("g6e.24xlarge", vcpus=96, memory_gib=768, gpus=4, **_L40S,
+                 network_gbps=200, efa=True, network_cards=2, efa_interfaces=2, nvme_gb=3800),
+    InstanceType("g6e.48xlarge", vcpus=192, memory_gib=1536, gpus=8, **_L40S,
+                 network_gbps=400, efa=True, network_cards=4, efa_interfaces=4, nvme_gb=7600),
+    # P-series: eight GPUs on NVLink, GPUDirect RDMA, an EFA interface on every network card.
+    # p4d/p4de: "4x 100 Gigabit" (DescribeInstanceTypes), 4 cards; p5/p5e: 32 cards of 100 Gbps,
+    # "3,200 Gbps, of which up to 800 Gbps can be utilized for IP network traffic" (EC2 User Guide,
+    # efa-acc-inst-types.html, P5 and P5e); p5en: 16 cards of 200 Gbps.
+    InstanceType("p4d.24xlarge", vcpus=96, memory_gib=1152, gpus=8, **_A100_40, **_GDR,
+                 network_gbps=400, efa=True, network_cards=4, efa_interfaces=4, nvme_gb=8000),
+    InstanceType("p4de.24xlarge", vcpus=96, memory_gib=1152, gpus=8, **_A100_80, **_GDR,
+                 network_gbps=400, efa=True, network_cards=4, efa_interfaces=4, nvme_gb=8000),
+    InstanceType("p5.48xlarge", vcpus=192, memory_gib=2048, gpus=8, **_H100, **_GDR,
+                 network_gbps=3200, efa=True, network_cards=32, efa_interfaces=32, nvme_gb=30400),
+    InstanceType("p5e.48xlarge", vcpus=192, memory_gib=2048, gpus=8, **_H200, **_GDR,
+                 network_gbps=3200, efa=True, network_cards=32, efa_interfaces=32, nvme_gb=30400),
+    InstanceType("p5en.48xlarge", vcpus=192, memory_gib=2048, gpus=8, **_H200, **_GDR,
+                 network_gbps=3200, efa=True, network_cards=16, efa_interfaces=16, nvme_gb=30400),
     # NVIDIA A10G (24 GB).
     InstanceType("g5.8xlarge", vcpus=32, memory_gib=128, gpus=1, **_A10G,
-                 network_gbps=25, efa=True, nvme_gb=900),
+                 network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=900),
     InstanceType("g5.12xlarge", vcpus=48, memory_gib=192, gpus=4, **_A10G,
-                 network_gbps=40, efa=True, nvme_gb=3800),
+                 network_gbps=40, efa=True, efa_interfaces=1, nvme_gb=3800),
 ]
 
 INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in _TYPES}

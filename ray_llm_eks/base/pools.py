@@ -240,11 +240,10 @@ class WorkerPool:
         found = Collector()
         found.check(require_worker_role, self.role)
         object.__setattr__(self, "instance_type", instance_type_name(self.instance_type))
-        instance = found.check(efa_gpu_instance, self.instance_type)
-        if instance is not None and instance.gpudirect_rdma:
-            found.add(problem("instance_type", self.instance_type, "has GPUDirect RDMA: the worker settings "
-                              "(host-staged KV transfer, no FI_EFA_USE_DEVICE_RDMA) were written for G-series",
-                              f"a G-series type: {', '.join(instance_types.efa_gpu_names())}"))
+        # P-series (GPUDirect RDMA) is accepted: libfabric uses the device's RDMA when it has it,
+        # with FI_EFA_USE_DEVICE_RDMA left unset (ofiwg/libfabric man/fi_efa.7.md: "If not set, RDMA
+        # operations will occur when available"), so the worker settings hold for both series.
+        found.check(efa_gpu_instance, self.instance_type)
         _sizes(found, self.min_size, self.desired_size, self.max_size)
         if not isinstance(self.capacity, Capacity):
             found.add(problem("capacity", self.capacity, "not a capacity setting", "a Capacity (type, reservation_id, ...)"))
@@ -285,6 +284,13 @@ class WorkerPool:
     @property
     def gpus_per_node(self) -> int:
         return self.instance.gpus
+
+    @property
+    def efa_per_node(self) -> int:
+        """EFA devices a node of this pool has: one per EFA interface its launch template attaches,
+        an interface on every network card (``InstanceType.efa_interfaces``). The worker pod, the
+        only one on its node, requests them all."""
+        return self.instance.efa_interfaces
 
     @property
     def labels(self) -> dict[str, str]:

@@ -101,6 +101,6 @@ def node_template_tags(gpus: int, efa_interfaces: int = 1) -> dict[str, str]:
     """The node group tags that let Cluster Autoscaler scale a GPU group from zero: it infers
     ``nvidia.com/gpu`` from the instance type anyway (stated here too, so a template never
     differs from a node), and cannot infer ``vpc.amazonaws.com/efa`` (one per EFA interface the
-    launch template attaches: one). cluster-autoscaler ``cloudprovider/aws/README.md`` (v1.35.2),
+    launch template attaches: one per network card, ``WorkerPool.efa_per_node``). cluster-autoscaler ``cloudprovider/aws/README.md`` (v1.35.2),
     "Auto-Discovery Setup"; read from the managed node group's tags since 1.28."""
     return {GPU_TEMPLATE_TAG: str(gpus), EFA_TEMPLATE_TAG: str(efa_interfaces)}

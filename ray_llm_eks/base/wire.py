@@ -195,6 +195,10 @@ class RoleExpectation:
     min_nodes: int | None = None
     """An autoscaled role's node group bounds; None: fixed at ``nodes``."""
     max_nodes: int | None = None
+    efa_per_node: int = 1
+    """Allocatable ``vpc.amazonaws.com/efa`` each node must advertise: one per EFA interface its
+    launch template attaches (``WorkerPool.efa_per_node``; 32 on p5.48xlarge). Written only when
+    not 1, so a gate.json of a single-card type is what it was before multi-card types."""
 
     @property
     def autoscaled(self) -> bool:

@@ -21,7 +21,13 @@ Worker choices, each with its reason:
   (which trims the outer quotes and unmarshals the JSON). The older docs form
   ``'"{\"Custom1\": 1}"'`` also works in bash but leaves backslashes that KubeRay's parser
   cannot read.
-- EFA: ``vpc.amazonaws.com/efa: 1`` (the EFA device plugin mounts ``/dev/infiniband/uverbs*``).
+- EFA: ``vpc.amazonaws.com/efa`` = every EFA device of the node (``WorkerPool.efa_per_node``: 32
+  on p5.48xlarge, 4 on p4d.24xlarge and g6e.48xlarge, 1 on single-card types). The device plugin
+  advertises one per EFA interface and mounts the ``/dev/infiniband/uverbs*`` of the ones a pod
+  gets ("Each EFA device is exclusively allocated to one Pod", EKS user guide,
+  device-management-efa); NIXL's LIBFABRIC backend opens one rail per device it sees
+  (nixl v1.3.1 ``libfabric_rail_manager.cpp`` ``createRails``), so a pod with one device would
+  leave the other cards unused.
 - ``FI_PROVIDER=efa`` makes libfabric use EFA rather than probing TCP/sockets providers.
 - ``FI_EFA_USE_HUGE_PAGE=0`` instead of requesting ``hugepages-2Mi``: EFA nodes pre-allocate
   2 MiB huge pages and libfabric's EFA provider maps its bounce buffers from them, but a pod
@@ -30,8 +36,11 @@ Worker choices, each with its reason:
   the AMI sets and we do not control (a pod asking for more stays Pending). The KV cache itself
   is registered user memory (CUDA or host), not libfabric's bounce buffers, so the cost of
   regular pages is small (BRIEF section 2: "request hugepages-2Mi or set FI_EFA_USE_HUGE_PAGE=0").
-- ``FI_EFA_USE_DEVICE_RDMA`` is never set: G-series GPUs have no GPUDirect RDMA
-  (aws-ofi-nccl #547), and the instance table's ``gpudirect_rdma`` is False for all of them.
+- ``FI_EFA_USE_DEVICE_RDMA`` is never set: G-series has no GPUDirect RDMA (aws-ofi-nccl #547),
+  where setting it to 1 aborts the application, and on P-series libfabric uses the device's RDMA
+  anyway when it is unset ("If not set, RDMA operations will occur when available",
+  ofiwg/libfabric ``man/fi_efa.7.md``; aws-ofi-nccl ``doc/efa-env-var.md``: "Do not set for
+  libfabric>=1.18.0").
 - ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` on every worker: vLLM 0.26's NIXL path asserts it for every
   hybrid (Mamba/Gated-DeltaNet-style) model, whatever its name
   (``kv_connector/v1/nixl/base_worker.py``; vLLM PR #41869), and non-hybrid models ignore it.
@@ -285,7 +294,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                     ports=_ports([*WORKER_PORTS, *nixl_ports]),
                     resources=guaranteed(
                         spec.worker_resources(role),
-                        {GPU_RESOURCE: pool.gpus_per_node, EFA_RESOURCE: 1},
+                        {GPU_RESOURCE: pool.gpus_per_node, EFA_RESOURCE: pool.efa_per_node},
                     ),
                     security_context=worker_security_context(spec.service.security_profile),
                     volume_mounts=[

@@ -82,10 +82,13 @@ def role_resource(role: str) -> str:
     return require_worker_role(role)
 
 
-RAY_ACCELERATOR_TYPES = frozenset({"L4", "A10G", "L40S"})
+RAY_ACCELERATOR_TYPES = frozenset({"L4", "A10G", "L40S", "A100", "H100", "H200"})
 """GPU models of the instance table that Ray 2.58 accepts as ``accelerator_type``
-(``ray.util.accelerators``: ``NVIDIA_L4``, ``NVIDIA_TESLA_A10G``, ``NVIDIA_L40S``). A test
-checks this set against Ray's own ``AcceleratorType`` enum."""
+(``ray.util.accelerators``: ``NVIDIA_L4``, ``NVIDIA_TESLA_A10G``, ``NVIDIA_L40S``,
+``NVIDIA_A100``, ``NVIDIA_H100``, ``NVIDIA_H200``). Ray labels a node with the GPU name's model
+token (``ray/_private/accelerators/nvidia_gpu.py`` ``_gpu_name_to_accelerator_type``: "NVIDIA
+A100-SXM4-80GB" gives "A100", "NVIDIA H100 80GB HBM3" "H100"), so "A100" holds on p4d and p4de
+alike. A test checks this set against Ray's own ``AcceleratorType`` enum."""
 
 
 def _without_none(values: dict[str, Any]) -> dict[str, Any]:

@@ -129,7 +129,7 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         roles={
             role: RoleExpectation(
                 nodes=spec.pool(role).desired_size, node_selector={ROLE_LABEL: role},
-                gpus_per_node=spec.pool(role).gpus_per_node,
+                gpus_per_node=spec.pool(role).gpus_per_node, efa_per_node=spec.pool(role).efa_per_node,
                 min_nodes=spec.pool(role).min_size if spec.autoscaled(role) else None,
                 max_nodes=spec.pool(role).max_size if spec.autoscaled(role) else None)
             for role in WORKER_ROLES

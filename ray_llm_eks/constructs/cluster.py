@@ -147,7 +147,8 @@ class InferenceCluster(Construct):
         for name, version in self.addon_versions.items():
             if name not in infra.CORE_ADDONS:
                 validated(self, _unknown_addon, name, "addon_versions")
-            validated(self, infra.addon_version, version, f"addon_versions.{name}")
+            check = infra.vpc_cni_version if name == "vpc-cni" else infra.addon_version
+            validated(self, check, version, f"addon_versions.{name}")
         access = ENDPOINT_ACCESS[endpoint_access]
         if endpoint_access == "public-and-private":
             access = access.only_from(*public_access_cidrs)

@@ -2,9 +2,13 @@
 
 Facts (BRIEF section 2, "GPU node groups with EFA"; eksctl ``efaEnabled``; terraform-aws-eks
 EFA support; EKS launch-template docs):
-- EFA needs its own launch template network interface: ``InterfaceType: efa``, ``DeviceIndex 0``,
-  ``NetworkCardIndex 0``, security groups in the interface's ``Groups``, no ``SubnetId`` (EKS
-  places the node in the node group's subnet) and no top-level ``SecurityGroupIds``.
+- EFA needs launch template network interfaces: the primary ENA interface at card 0 device 0,
+  then an ``efa-only`` interface at card 0 device 1 and at device 0 of every further card
+  (``InstanceType.network_interfaces``, AWS's rules for multiple network cards), security groups
+  in each interface's ``Groups``, no ``SubnetId`` (EKS places the node in the node group's subnet:
+  "Do not specify SubnetId in the launch template when using EKS managed node groups", EKS user
+  guide device-management-efa) and no top-level ``SecurityGroupIds``. EFA-only interfaces need
+  VPC CNI v1.18.5 or later (EKS user guide, node-efa).
 - A launch template that names any security group stops EKS from attaching the cluster security
   group, so the interface carries both the cluster security group and the EFA security group.
 - The EFA security group allows all traffic in from and out to itself: EFA's SRD transport is
@@ -17,7 +21,7 @@ EFA support; EKS launch-template docs):
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from aws_cdk import Stack, Tags, Token, aws_ec2 as ec2, aws_eks_v2 as eks, aws_iam as iam
 from constructs import Construct
@@ -222,7 +226,6 @@ def _managed_nodegroup(
         "Nodegroup",
         cluster=eks_cluster_of(cluster),
         ami_type=ami_type,
-        instance_types=[ec2.InstanceType(instance_type)] if instance_type is not None else None,
         min_size=min_size,
         desired_size=desired_size,
         max_size=max_size,
@@ -235,6 +238,15 @@ def _managed_nodegroup(
         ),
         **dict(options or {}),
     )
+    # The node group's InstanceTypes, written on the resource itself rather than through the L2's
+    # ``instance_types``: aws-cdk-lib 2.275.0 checks the AMI type against its own list of GPU
+    # classes (aws-eks-v2/lib/private/nodegroup.js ``isGpuInstanceType``: P2, P3, P3DN, P4D, P4DE,
+    # G3, G3S, G4DN, G4AD, G5, G5G, G6, G6E, INF1, INF2), which lacks P5, P5E and P5EN, so it
+    # refuses AL2023_x86_64_NVIDIA for p5.48xlarge. The template is what the L2 writes for the
+    # types it knows; which AMI fits which type is checked here instead (``ray_llm_eks.base.pools``).
+    if instance_type is not None:
+        resource = cast(eks.CfnNodegroup, nodegroup.node.default_child)
+        resource.instance_types = [ec2.InstanceType(instance_type).to_string()]
     if isinstance(cluster, InferenceCluster):
         for addon in cluster.networking_addons:
             nodegroup.node.add_dependency(addon)
@@ -380,13 +392,14 @@ class EfaFabric(Construct):
 
 
 class EfaGpuNodeGroup(Construct):
-    """A GPU node group with one EFA interface per node, for the ``prefill`` or ``decode`` role.
+    """A GPU node group with an EFA interface on every network card, for the ``prefill`` or ``decode`` role.
 
     Default settings:
     - ``g6.8xlarge`` (one L4, EFA), AMI ``AL2023_x86_64_NVIDIA``, min/desired/max 1.
-    - Launch template: one network interface (``InterfaceType efa``, ``DeviceIndex 0``,
-      ``NetworkCardIndex 0``) whose ``Groups`` are the cluster security group and the fabric's
-      EFA security group; encrypted gp3 root volume of 200 GiB at 1000 MiB/s and 16000 IOPS
+    - Launch template: the primary ENA interface (card 0, device 0), an EFA-only interface at
+      card 0 device 1 and at device 0 of every further card (32 EFA devices on p5.48xlarge, 4 on
+      p4d.24xlarge and g6e.48xlarge, 1 on g6.8xlarge), each with the cluster security group and
+      the fabric's EFA security group in its ``Groups``; encrypted gp3 root volume of 200 GiB at 1000 MiB/s and 16000 IOPS
       (gp3's baseline 125 MiB/s makes an 18 GiB checkpoint take ~147 s to read; 1000 MiB/s ~18 s);
       IMDSv2 required, hop limit 1.
     - ``fabric``: the ``EfaFabric`` shared with the other role's node group (pass the same one
@@ -494,18 +507,23 @@ class EfaGpuNodeGroup(Construct):
             placement = ec2.CfnLaunchTemplate.PlacementProperty(
                 group_name=self.placement_group.placement_group_name
             )
+        # Every interface carries both groups: the ENA one for pod and node traffic (the cluster
+        # group, which EKS no longer adds once a launch template names a group), the EFA-only ones
+        # for SRD between prefill and decode (the fabric's group admits only its members).
+        groups = [eks_cluster.cluster_security_group_id, self.efa_security_group.security_group_id]
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
                 network_interfaces=[
                     ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
-                        device_index=0,
-                        network_card_index=0,
-                        interface_type="efa",
-                        groups=[eks_cluster.cluster_security_group_id, self.efa_security_group.security_group_id],
+                        device_index=device,
+                        network_card_index=card,
+                        interface_type=interface_type,
+                        groups=groups,
                         delete_on_termination=True,
                     )
+                    for card, device, interface_type in self.instance.network_interfaces()
                 ],
                 block_device_mappings=[
                     _gp3_root(root_volume.size_gib, root_volume.throughput_mibps, root_volume.iops)
@@ -532,7 +550,7 @@ class EfaGpuNodeGroup(Construct):
         if self.pool.autoscaled:
             # What a node of this group offers, for Cluster Autoscaler to scale it from zero
             # (constructs/autoscaler.py); read from the node group itself (eks:DescribeNodegroup).
-            for key, value in node_template_tags(self.pool.gpus_per_node).items():
+            for key, value in node_template_tags(self.pool.gpus_per_node, self.pool.efa_per_node).items():
                 Tags.of(self.nodegroup).add(key, value)
 
 

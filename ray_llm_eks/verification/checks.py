@@ -1,6 +1,7 @@
 """Phases 3 to 5 of the gate, on the cluster the rollout found ready.
 
-3. **Nodes, pods, engine.** Allocatable ``vpc.amazonaws.com/efa`` on every GPU node; each pod's
+3. **Nodes, pods, engine.** Allocatable ``vpc.amazonaws.com/efa`` on every GPU node, as many as
+   its launch template attaches (``efa_per_node``: one per network card); each pod's
    image (and digest) and worker environment; the Serve application's deployed arguments against
    the rendered Serve config.
 4. **Probes.** ``probes`` streamed chat completions through the OpenAI Service; EFA byte counters
@@ -44,6 +45,11 @@ class Checks(Phase):
                 if efa_count < 1:
                     self.report.fail(f"{role} node {name} has no allocatable {wire.EFA_RESOURCE} (the EFA device plugin "
                                      "is not running there, or the instance has no EFA interface)")
+                elif efa_count < expect.efa_per_node:
+                    # The worker pod requests every device and would stay Pending on this node.
+                    self.report.fail(f"{role} node {name} has {efa_count} allocatable {wire.EFA_RESOURCE}, expected "
+                                     f"{expect.efa_per_node} (one per EFA interface of the launch template: the node "
+                                     "was launched without them all, or the device plugin found fewer)")
                 if gpu_count < expect.gpus_per_node:
                     self.report.fail(f"{role} node {name} has {gpu_count} allocatable {wire.GPU_RESOURCE}, expected "
                                      f"{expect.gpus_per_node}")

@@ -92,6 +92,29 @@ def test_each_failure_fails_for_its_reason(in_cluster_copy, fake: FakeDeployment
     assert any(reason in r for r in report["reasons"]), report["reasons"]
 
 
+def _every_card(settings: dict, efa_per_node: int) -> dict:
+    # A multi-card type (p5.48xlarge: 32 EFA interfaces, one per network card).
+    return {**settings, "roles": {role: {**spec, "efa_per_node": efa_per_node}
+                                  for role, spec in settings["roles"].items()}}
+
+
+@pytest.mark.parametrize(("allocatable", "passes"), [("32", True), ("4", False)])
+def test_each_node_must_advertise_every_efa_device_of_its_launch_template(in_cluster_copy, fake: FakeDeployment,
+                                                                        allocatable: str, passes: bool):
+    fake.scenario = Scenario(efa_allocatable=allocatable)
+    result = run_gate(in_cluster_copy, fake, _every_card(fake.gate_settings(), 32))
+    report = _report(result)
+    assert {n["role"]: n["efa_allocatable"] for n in report["nodes"]} == {"prefill": int(allocatable),
+                                                                          "decode": int(allocatable)}
+    if passes:
+        assert result.returncode == 0, report["reasons"]
+    else:
+        assert result.returncode == 1
+        assert "prefill node" in " ".join(report["reasons"])
+        assert any("has 4 allocatable vpc.amazonaws.com/efa, expected 32" in r for r in report["reasons"]), \
+            report["reasons"]
+
+
 def test_stale_pods_are_recreated_from_the_deployed_spec(in_cluster_copy, fake: FakeDeployment):
     # KubeRay 1.4.0 keeps naming the deleted cluster as active for a while: deleted once, waited on.
     fake.scenario = Scenario(promote_after_polls=4)

@@ -65,6 +65,33 @@ def test_counters_are_read_per_device(tmp_path):
     assert efa.read_counters(tmp_path / "no-efa") == {}
 
 
+def test_a_p5_node_sums_the_counters_of_all_32_devices(tmp_path):
+    # p5.48xlarge with an EFA interface on every card: 32 devices under /sys/class/infiniband,
+    # one rail each in NIXL. The node's bytes are the sum over every device, each device judged
+    # by the larger of its plain and RDMA counters (P-series pulls the cache with RDMA reads).
+    for card in range(32):
+        _tree(tmp_path, f"rdmap{card + 79}s0", tx_bytes=0, rx_bytes=0, rdma_read_bytes=0, rdma_read_resp_bytes=0)
+    before = efa.read_counters(tmp_path)
+    assert len(before) == 32
+    for card in range(32):
+        # Every device served 1 MB of RDMA reads; the first 4 also sent 10 bytes of plain traffic.
+        _tree(tmp_path, f"rdmap{card + 79}s0", tx_bytes=10 if card < 4 else 0, rx_bytes=0,
+              rdma_read_bytes=2_000_000, rdma_read_resp_bytes=1_000_000)
+    delta = efa.node_delta(before, efa.read_counters(tmp_path))
+    assert delta["devices"] == sorted(f"rdmap{card + 79}s0" for card in range(32))
+    assert delta["sent_bytes"] == 32 * 1_000_000
+    assert delta["received_bytes"] == 32 * 2_000_000
+    assert len(delta["by_device"]) == 32
+
+
+def test_a_device_that_moved_nothing_still_counts_in_its_nodes_sum():
+    # Four devices (p4d, g6e.48xlarge), traffic on two of them: the node's figure is their sum.
+    before = {f"rdmap{i}s0": {"tx_bytes": 0, "rx_bytes": 0} for i in range(4)}
+    after = {**before, "rdmap0s0": {"tx_bytes": 700, "rx_bytes": 1}, "rdmap3s0": {"tx_bytes": 300, "rx_bytes": 2}}
+    delta = efa.node_delta(before, after)
+    assert (delta["sent_bytes"], delta["received_bytes"]) == (1000, 3)
+
+
 def test_g_series_moves_bytes_in_tx_rx_not_rdma():
     before = {"rdmap0s6": {"tx_bytes": 100, "rx_bytes": 100, "rdma_read_bytes": 0, "rdma_read_resp_bytes": 0}}
     after = {"rdmap0s6": {"tx_bytes": 5100, "rx_bytes": 200, "rdma_read_bytes": 0, "rdma_read_resp_bytes": 0}}

@@ -154,6 +154,25 @@ def test_each_gpu_nodes_efa_bytes_and_their_minimum():
     assert figures["min_node_efa_bytes"] == 200
 
 
+def test_each_node_sums_all_its_efa_devices_and_the_minimum_stays_per_node():
+    """Multi-card nodes (p4d: 4 EFA devices): a node's figure is the sum over its devices, and the
+    minimum is taken over nodes, so a node whose devices together moved little is still the minimum."""
+    def four(values: tuple[int, int, int, int], key: str) -> dict:
+        return {f"rdmap{i}s0": {"tx_bytes": 0, "rx_bytes": 0, key: v} for i, v in enumerate(values)}
+
+    worker = Worker()
+    zero = (0, 0, 0, 0)
+    nodes_before = {"p1": ("prefill", four(zero, "tx_bytes")), "d1": ("decode", four(zero, "rx_bytes")),
+                    "d2": ("decode", four(zero, "rx_bytes"))}
+    nodes_after = {"p1": ("prefill", four((100, 200, 300, 400), "tx_bytes")),
+                   "d1": ("decode", four((250, 250, 250, 250), "rx_bytes")),
+                   "d2": ("decode", four((0, 0, 0, 40), "rx_bytes"))}
+    figures = window(snapshot({"w": ("decode", worker.text)}, nodes_before, at=0.0),
+                     snapshot({"w": ("decode", worker.text)}, nodes_after, at=60.0), disaggregated=True)
+    assert figures["efa_bytes_by_node"] == {"p1": 1000, "d1": 1000, "d2": 40}
+    assert figures["min_node_efa_bytes"] == 40
+
+
 def test_colocated_reports_no_kv_figures():
     worker = Worker()
     before = snapshot({"w": ("colocated", worker.text)}, {}, at=0.0)
