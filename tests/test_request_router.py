@@ -214,6 +214,16 @@ def test_the_device_buffer_only_when_every_leg_has_gpudirect_rdma():
     assert default_kv_buffer_device([without, with_gdr]) == "cpu"
 
 
+def test_every_p_series_type_in_the_table_defaults_to_the_device_buffer():
+    # The instance table's GPUDirect fact drives the default: P-series (p4d onwards) register VRAM.
+    p_series = {name: t for name, t in INSTANCE_TYPES.items() if name.startswith("p")}
+    assert {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"} <= set(p_series)
+    for name, instance in p_series.items():
+        assert instance.gpudirect_rdma, name
+        assert default_kv_buffer_device([instance, instance]) == "cuda", name
+    assert default_kv_buffer_device([INSTANCE_TYPES["p5.48xlarge"], INSTANCE_TYPES["g6e.48xlarge"]]) == "cpu"
+
+
 def test_an_explicit_kv_buffer_device_wins():
     spec = unpinned(nixl=NixlSpec(kv_buffer_device="cuda")).specs().serving
     assert spec.kv_buffer_device == "cuda"
