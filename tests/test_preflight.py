@@ -100,11 +100,17 @@ def test_quotas_fail_when_the_g_quota_is_too_small(aws, ec2_quotas):
     assert "--quota-code L-DB2E81BA --desired-value 64" in result.fix
 
 
-def test_quotas_count_instances_already_running(aws, ec2_quotas):
-    ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
+def _running(instance_type: str, **options):
+    """An EC2 client of the mocked account, with one ``instance_type`` instance already running in it."""
     ec2 = boto3.client("ec2", region_name=REGION)
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    ec2.run_instances(ImageId=image, InstanceType="g6.8xlarge", MinCount=1, MaxCount=1)
+    ec2.run_instances(ImageId=image, InstanceType=instance_type, MinCount=1, MaxCount=1, **options)
+    return ec2
+
+
+def test_quotas_count_instances_already_running(aws, ec2_quotas):
+    ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
+    ec2 = _running("g6.8xlarge")
     result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), unpinned())
     assert result.status is CheckStatus.failed
     assert "64 vCPUs needed, 32 available (quota 64, in use 32)" in result.detail
@@ -112,10 +118,7 @@ def test_quotas_count_instances_already_running(aws, ec2_quotas):
 
 def test_quotas_ignore_spot_instances(aws, ec2_quotas):
     ec2_quotas.update({G_AND_VT_QUOTA: 64, STANDARD_QUOTA: 32})
-    ec2 = boto3.client("ec2", region_name=REGION)
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    ec2.run_instances(ImageId=image, InstanceType="g6.8xlarge", MinCount=1, MaxCount=1,
-                      InstanceMarketOptions={"MarketType": "spot"})
+    ec2 = _running("g6.8xlarge", InstanceMarketOptions={"MarketType": "spot"})
     result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), unpinned())
     assert result.status is CheckStatus.passed, result.detail
 
@@ -129,9 +132,7 @@ def test_p_series_counts_against_the_p_quota(aws, ec2_quotas):
     needs = planned_vcpus_by_quota(_p5_pair())
     assert needs[P_QUOTA].planned_vcpus == 2 * 192 and G_AND_VT_QUOTA not in needs
     ec2_quotas.update({P_QUOTA: 384, STANDARD_QUOTA: 32})
-    ec2 = boto3.client("ec2", region_name=REGION)
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    ec2.run_instances(ImageId=image, InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)
+    ec2 = _running("p4d.24xlarge")
     result = check_vcpu_quotas(ec2, boto3.client("service-quotas", region_name=REGION), _p5_pair())
     assert result.status is CheckStatus.failed
     assert "L-417A185B: 384 vCPUs needed, 288 available (quota 384, in use 96)" in result.detail
