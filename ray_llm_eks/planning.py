@@ -21,7 +21,9 @@ from .base.models import ModelArchitecture
 from .base.cost import SIZES, CostLine, Footprint, cost_estimate  # noqa: F401 - this module's names before the move
 from .base.cost import CostEstimate as BaseCostEstimate
 from .base.pricing import PriceBasis, PriceError, PriceTable, load_price_table  # noqa: F401 - likewise
+from .base.errors import SpecError
 from .base.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
+from .base.spend import SpendSpec, check_max_hourly
 from .base.units import GIB
 from .base.placement import DECODE, PREFILL, WORKER_ROLES
 from .base.serving import ServingSpec, Topology
@@ -247,6 +249,49 @@ def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "de
     return CostEstimate(**{f.name: getattr(estimate, f.name) for f in fields(estimate)})
 
 @dataclass(frozen=True)
+class IdleCost:
+    """What the GPU nodes cost per hour while serving nothing (docs/plan.md, "Idle cost").
+
+    A GPU node is paid by the hour whether it serves or not, so with zero traffic the GPU node
+    lines of the cost are all idle: at every GPU node group's ``min_size`` (the floor the
+    deployment never goes below, autoscaled or not) and at its ``desired_size`` (what the
+    deployment runs until something scales it). The prices are the cost table's GPU node lines
+    (a Capacity Block at its configured rate); root volumes, the system node, the control plane
+    and the NAT gateway are paid too, and are in the hourly totals, not here. None: price unknown."""
+
+    gpus_min: int
+    gpus_desired: int
+    usd_per_hour_min: float | None
+    usd_per_hour_desired: float | None
+    by_role: dict[str, dict[str, Any]]
+    """Per leg: ``instance_type``, ``nodes_min``, ``nodes_desired``, ``usd_per_hour_min``, ``usd_per_hour_desired``."""
+
+
+@dataclass(frozen=True)
+class DuplicateModelMemory:
+    """GPU memory the model's weights take, in GiB (docs/plan.md, "Duplicate model memory").
+
+    Every model replica holds the whole model (its TP group's GPUs each 1/TP of it), so the
+    deployment holds ``copies`` = the replicas of both legs at their desired sizes. A
+    disaggregated request passes through one prefill replica and one decode replica: its path
+    holds the weights twice where a colocated replica holds them once, and ``duplicate_gib`` is
+    that second copy (0 when colocated). That memory is not KV cache."""
+
+    topology: str
+    weights_gib_per_replica: float
+    replicas: dict[str, int]
+    """Model replicas per leg at the node groups' desired sizes."""
+    copies: int
+    total_gib: float
+    per_request_path_gib: float
+    """Weights held by the replicas one request passes through: two legs when disaggregated."""
+    colocated_per_request_path_gib: float
+    duplicate_gib: float
+    share_of_worker_gpu_memory: float
+    """``total_gib`` over the GPU memory of every worker node at its desired size."""
+
+
+@dataclass(frozen=True)
 class Plan:
     model: ModelArchitecture
     topology: Topology
@@ -271,6 +316,11 @@ class Plan:
     a strict deployment is refused before it is planned, with the same commands in the message)."""
     warnings: tuple[str, ...] = ()
     """What deploys but will likely fail later (``ServingSpec.warnings``: a gated model without a token)."""
+    idle: IdleCost | None = None
+    model_memory: DuplicateModelMemory | None = None
+    spend: SpendSpec | None = None
+    stack_name: str | None = None
+    """The stack's name where the plan knows it (a configuration): the cost-allocation tag's default value."""
 
     @property
     def fits(self) -> bool:
@@ -339,8 +389,35 @@ class Plan:
                            for line in self.cost.lines],
             "cost_excluded": list(self.cost.excluded),
             "assumptions": list(self.assumptions),
+            "idle": asdict(self.idle) if self.idle else None,
+            "duplicate_model_memory": asdict(self.model_memory) if self.model_memory else None,
+            "spend": self.spend_summary(),
         }
         return result
+
+    def spend_summary(self) -> dict[str, Any] | None:
+        """The ``spend`` section as planned: the cap against the cost at max sizes, the budget
+        against the monthly cost at desired sizes, the alerts and the tag the budget filters on."""
+        spend = self.spend
+        if spend is None:
+            return None
+        hours, high = self.cost.hours_per_month, self.cost_range.get("max")
+        monthly = self.cost.monthly_usd
+        value = spend.tag_value(self.stack_name) if self.stack_name else spend.cost_allocation_tag_value
+        return {
+            "max_hourly_usd": spend.max_hourly_usd,
+            "hourly_cost_usd_max": None if high is None else round(high, 6),
+            "max_hourly_headroom_usd": (None if spend.max_hourly_usd is None or high is None
+                                        else round(spend.max_hourly_usd - high, 6)),
+            "monthly_budget_usd": spend.monthly_budget_usd,
+            "monthly_cost_usd": None if monthly is None else round(monthly, 4),
+            "monthly_cost_usd_max": None if high is None else round(high * hours, 4),
+            "alerts": [{"type": kind, "percent": percent} for kind, percent in spend.alerts()]
+            if spend.monthly_budget_usd is not None else [],
+            "cost_allocation_tag": {"key": spend.cost_allocation_tag_key, "value": value},
+            "budget_filter": (f"user:{spend.cost_allocation_tag_key}${value}"
+                              if spend.monthly_budget_usd is not None and value is not None else None),
+        }
 
 
 # --- transfer and cold start ---------------------------------------------------------------------
@@ -442,7 +519,14 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     dtype_bytes = DTYPE_BYTES[serving.model.dtype]
     table = price_table or load_price_table()
     cost = _cost(specs, footprint, table)  # first: a type the region cannot price is an error before anything else
-    cost_range = {size: _cost(specs, footprint, table, size).hourly_usd for size in ("min", "max")}
+    at_size = {"min": _cost(specs, footprint, table, "min"), "desired": cost, "max": _cost(specs, footprint, table, "max")}
+    cost_range = {size: at_size[size].hourly_usd for size in ("min", "max")}
+    if not isinstance(deployment, Deployment):
+        # A configuration checked its cap when it was built; composed constructs' specs here, the same check.
+        try:
+            check_max_hourly(specs.spend, specs, footprint, table)
+        except SpecError as error:
+            raise PlanError(str(error.within("spend"))) from None
 
     nodes = [NodePlan("system", specs.system.instance_type, specs.system.count, *_facts(specs.system.instance))]
     nodes.extend(NodePlan(role, specs.pool(role).instance_type, specs.pool(role).desired_size,
@@ -482,6 +566,49 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         assumptions=assumptions, cost_range=cost_range,
         capacity=capacity_plan(serving, workload) if workload is not None else None,
         pin_commands=serving.pin_commands(), warnings=tuple(str(w) for w in serving.warnings()),
+        idle=_idle(specs, at_size), model_memory=_model_memory(serving, dtype_bytes), spend=specs.spend,
+        stack_name=deployment.stack_name if isinstance(deployment, Deployment) else None,
+    )
+
+
+def _gpu_node_usd(cost: CostEstimate, role: str) -> float | None:
+    """The GPU node line of ``role`` in a cost (None: unknown)."""
+    if not cost.known:
+        return None
+    line = next(line for line in cost.lines if line.item.startswith(f"{role} node "))
+    return line.usd_per_hour
+
+
+def _idle(specs: Specs, at_size: dict[str, CostEstimate]) -> IdleCost:
+    by_role: dict[str, dict[str, Any]] = {}
+    for role in WORKER_ROLES:
+        pool = specs.pool(role)
+        by_role[role] = {"instance_type": pool.instance_type, "nodes_min": pool.min_size,
+                         "nodes_desired": pool.desired_size,
+                         **{f"usd_per_hour_{size}": _gpu_node_usd(at_size[size], role) for size in ("min", "desired")}}
+
+    def total(size: str) -> float | None:
+        figures = [by_role[role][f"usd_per_hour_{size}"] for role in WORKER_ROLES]
+        return None if any(f is None for f in figures) else round(sum(figures), 6)
+
+    gpus = {size: sum(getattr(specs.pool(role), f"{size}_size") * specs.pool(role).gpus_per_node for role in WORKER_ROLES)
+            for size in ("min", "desired")}
+    return IdleCost(gpus_min=gpus["min"], gpus_desired=gpus["desired"], usd_per_hour_min=total("min"),
+                    usd_per_hour_desired=total("desired"), by_role=by_role)
+
+
+def _model_memory(serving: ServingSpec, dtype_bytes: int) -> DuplicateModelMemory:
+    weights = serving.architecture.weight_bytes(dtype_bytes) / GIB
+    replicas = {role: serving.replicas(role) for role in WORKER_ROLES}
+    copies = sum(replicas.values())
+    legs = 2 if serving.topology is Topology.disaggregated else 1
+    worker_gpu_gib = sum(serving.pool(role).desired_size * serving.pool(role).gpus_per_node
+                         * serving.pool(role).instance.gpu_memory_gib for role in WORKER_ROLES)
+    return DuplicateModelMemory(
+        topology=serving.topology.value, weights_gib_per_replica=round(weights, 4), replicas=replicas,
+        copies=copies, total_gib=round(weights * copies, 4), per_request_path_gib=round(weights * legs, 4),
+        colocated_per_request_path_gib=round(weights, 4), duplicate_gib=round(weights * (legs - 1), 4),
+        share_of_worker_gpu_memory=round(weights * copies / worker_gpu_gib, 4),
     )
 
 
