@@ -319,8 +319,9 @@ class Plan:
     idle: IdleCost | None = None
     model_memory: DuplicateModelMemory | None = None
     spend: SpendSpec | None = None
-    stack_name: str | None = None
-    """The stack's name where the plan knows it (a configuration): the cost-allocation tag's default value."""
+    stack_name: str | None = field(default=None, compare=False)
+    """The stack's name where the plan knows it (a configuration): the cost-allocation tag's default
+    value. Not compared: composed constructs plan like their configuration without it."""
 
     @property
     def fits(self) -> bool:
