@@ -317,3 +317,36 @@ def test_the_spend_template_passes_cfn_lint_and_cdk_nag(spent):
     report = json.loads((spent.outdir / "validation-report.json").read_text())
     assert all(p["conclusion"] == "success" for p in report["pluginReports"])
     assert spent.validation_runs and all(run["success"] for run in spent.validation_runs)
+
+
+def test_the_construct_used_directly_wires_the_budget_to_the_topic_it_is_given_and_refuses_none():
+    from aws_cdk.assertions import Match, Template
+
+    from helpers.composition import compose
+    from ray_llm_eks.constructs import ConstructValidationError, InferenceSpend
+
+    composed = compose()
+    with pytest.raises(ConstructValidationError) as caught:
+        InferenceSpend(composed.stack, "NoTopic", spend={"monthly_budget_usd": 500}, serving=composed.serving)
+    assert str(caught.value) == (
+        "Composed/NoTopic: observability: the budget's alerts (spend.monthly_budget_usd) go to the observability SNS "
+        "topic, and none was given (got None); accepted: observability=InferenceObservability(...), or no "
+        "monthly_budget_usd")
+    spend = InferenceSpend(composed.stack, "Spend", spend=SpendSpec(monthly_budget_usd=500, forecasted_alert_percent=(),
+                                                                    cost_allocation_tag_value="team-a"),
+                           serving=composed.serving, observability=composed.observability)
+    assert spend.tag == ("ray-llm-eks/stack", "team-a") and spend.max_hourly_usd_at_max is None
+    template = Template.from_stack(composed.stack)
+    topic = {"Ref": composed.stack.get_logical_id(composed.observability.topic.node.default_child)}
+    template.has_resource_properties("AWS::Budgets::Budget", {
+        "Budget": Match.object_like({"BudgetLimit": {"Amount": 500, "Unit": "USD"},
+                                     "CostFilters": {"TagKeyValue": ["user:ray-llm-eks/stack$team-a"]}}),
+        "NotificationsWithSubscribers": [
+            {"Notification": Match.object_like({"NotificationType": "ACTUAL", "Threshold": 80}),
+             "Subscribers": [{"SubscriptionType": "SNS", "Address": topic}]},
+            {"Notification": Match.object_like({"NotificationType": "ACTUAL", "Threshold": 100}),
+             "Subscribers": [{"SubscriptionType": "SNS", "Address": topic}]}],
+    })
+    template.has_resource_properties("AWS::SNS::TopicPolicy", {"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Sid": "AWSBudgetsSNSPublishingPermissions", "Principal": {"Service": "budgets.amazonaws.com"},
+                           "Action": "SNS:Publish"})])}})

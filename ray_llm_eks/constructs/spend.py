@@ -92,10 +92,13 @@ class InferenceSpend(Construct):
             raise ConstructValidationError(self, [problem(
                 "observability", observability, "not an InferenceObservability",
                 "the InferenceObservability whose topic gets the alerts, or None")])
-        missing = needs_topic_problem(settings, observability is not None)
-        if missing is not None:
-            raise ConstructValidationError(self, [missing.within("spend")])
+        if needs_topic_problem(settings, observability is not None) is not None:
+            # The configuration's rule, in this construct's props.
+            raise ConstructValidationError(self, [problem(
+                "observability", None, "the budget's alerts (spend.monthly_budget_usd) go to the observability SNS "
+                "topic, and none was given", "observability=InferenceObservability(...), or no monthly_budget_usd")])
         stack = Stack.of(self)
+        # The data-plane AZ does not enter the cost (base.cost prices the region and the NAT gateways).
         footprint = footprint or Footprint(serving.spec.region, "", infra.DEFAULT_NAT_GATEWAYS)
         try:
             self.max_hourly_usd_at_max = check_max_hourly(settings, serving.specs, footprint)
