@@ -331,6 +331,7 @@ def _print_plan(result: Plan) -> None:
         console.print(f"[bold]Autoscaled range[/]: ${low:.2f} per hour with every GPU node group at its min_size, "
                       f"${high:.2f} at its max_size (${low * cost.hours_per_month:,.2f} to "
                       f"${high * cost.hours_per_month:,.2f} per month)")
+    _print_idle_and_spend(console, result)
     if result.capacity is not None:
         _print_capacity(console, result.capacity)
     if result.tokens_per_second:
@@ -352,6 +353,43 @@ def _print_plan(result: Plan) -> None:
         for field_name, command in result.pin_commands.items():
             console.print(f"  {field_name}:", markup=False)
             console.print(f"    {command}", markup=False, soft_wrap=True)
+
+
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.2f}"
+
+
+def _print_idle_and_spend(console: Any, result: Plan) -> None:
+    """Idle cost, the weights' copies, and the spend limits (docs/plan.md explains each)."""
+    idle, memory = result.idle, result.model_memory
+    if idle is not None:
+        console.print(f"[bold]Idle cost[/] (GPU nodes paid while serving nothing): {_usd(idle.usd_per_hour_min)} per "
+                      f"hour at min sizes ({idle.gpus_min} GPUs), {_usd(idle.usd_per_hour_desired)} per hour at desired "
+                      f"sizes ({idle.gpus_desired} GPUs) with zero traffic")
+    if memory is not None:
+        legs = ", ".join(f"{role} {n}" for role, n in memory.replicas.items())
+        twice = (f"a request's path holds them twice (a prefill and a decode replica): {memory.per_request_path_gib:.2f} "
+                 f"GiB against {memory.colocated_per_request_path_gib:.2f} GiB colocated, {memory.duplicate_gib:.2f} "
+                 "GiB duplicated" if memory.duplicate_gib else "colocated: each request's replica holds them once")
+        console.print(f"[bold]Model memory[/]: weights {memory.weights_gib_per_replica:.2f} GiB per replica, "
+                      f"{memory.copies} copies ({legs}) = {memory.total_gib:.2f} GiB, "
+                      f"{memory.share_of_worker_gpu_memory:.0%} of the workers' GPU memory; {twice}")
+    spend = result.spend_summary()
+    if spend is None:
+        return
+    if spend["max_hourly_usd"] is not None:
+        console.print(f"[bold]Spend cap[/]: max_hourly_usd ${spend['max_hourly_usd']:.2f}, "
+                      f"{_usd(spend['hourly_cost_usd_max'])} per hour at max sizes "
+                      f"(headroom {_usd(spend['max_hourly_headroom_usd'])})")
+    if spend["monthly_budget_usd"] is not None:
+        alerts = ", ".join(f"{a['type'].lower()} {a['percent']:g}%" for a in spend["alerts"])
+        console.print(f"[bold]Budget[/]: ${spend['monthly_budget_usd']:,.2f} per month on {spend['budget_filter']} "
+                      f"(alerts: {alerts}); the deployment costs {_usd(spend['monthly_cost_usd'])} a month at desired "
+                      f"sizes. Activate the tag first (README, \"Cost allocation tag\")", markup=True)
+        monthly = spend["monthly_cost_usd"]
+        if monthly is not None and monthly > spend["monthly_budget_usd"]:
+            console.print("[yellow]warning:[/] the budget is below the month's cost at desired sizes: its 100% alert "
+                          "will fire every month")
 
 
 def _print_capacity(console: Any, capacity: CapacityPlan) -> None:

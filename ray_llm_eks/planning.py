@@ -3,7 +3,7 @@
 Pure computation: no AWS calls. Inputs are the declared :class:`~ray_llm_eks.base.deployment.Deployment` (or a composed deployment's :class:`Specs` and :class:`Footprint`),
 the model architecture table (:mod:`ray_llm_eks.base.models`, or ``model.architecture`` in the
 config), the instance facts (:mod:`ray_llm_eks.base.instance_types`) and the dated price table
-(:mod:`ray_llm_eks.pricing`). ``docs/plan.md`` works the reference deployment by hand.
+(:mod:`ray_llm_eks.base.pricing`). ``docs/plan.md`` works the reference deployment by hand.
 
 Every assumption that is not a published fact is a named constant below with the reason.
 """
@@ -11,20 +11,22 @@ Every assumption that is not a published fact is a named constant below with the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from .base import instance_types
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
 from .base.models import ModelArchitecture
-from .pricing import (PriceBasis, PriceError, PriceTable, RegionPrices, UnpricedInstance, UnpricedRegion,
-                      load_price_table)
-from .base.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
+from .base.cost import SIZES, CostLine, Footprint, cost_estimate  # noqa: F401 - this module's names before the move
+from .base.cost import CostEstimate as BaseCostEstimate
+from .base.pricing import PriceBasis, PriceError, PriceTable, load_price_table  # noqa: F401 - likewise
+from .base.errors import SpecError
 from .base.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
+from .base.spend import SpendSpec, check_max_hourly
 from .base.units import GIB
 from .base.placement import DECODE, PREFILL, WORKER_ROLES
-from .base.serving import EndpointType, ServingSpec, Topology
+from .base.serving import ServingSpec, Topology
 
 MEBIBYTE = 2**20  # gp3 throughput is provisioned in MiB/s (EC2 CreateVolume / launch template "Throughput").
 GIGABIT = 10**9
@@ -228,51 +230,8 @@ class ColdStart:
 
 
 @dataclass(frozen=True)
-class CostLine:
-    item: str
-    quantity: float
-    unit: str
-    usd_per_hour: float | None
-    """None: unknown (a region the price table has no prices for), never 0."""
-    basis: PriceBasis | None
-
-
-@dataclass(frozen=True)
-class CostEstimate:
-    region: str
-    lines: tuple[CostLine, ...]
-    hours_per_month: int
-    price_table_as_of: str
-    price_sources: dict[str, str]
-    excluded: tuple[str, ...]
-    estimate_note: str | None
-    unknown_reason: str | None = None
-    """Why the lines have no prices (the region is not in the price table); None when priced."""
-
-    @property
-    def known(self) -> bool:
-        return self.unknown_reason is None
-
-    @property
-    def hourly_usd(self) -> float | None:
-        """None when the price is unknown (:attr:`unknown_reason`)."""
-        if not self.known:
-            return None
-        return sum(line.usd_per_hour or 0.0 for line in self.lines)
-
-    @property
-    def monthly_usd(self) -> float | None:
-        hourly = self.hourly_usd
-        return None if hourly is None else hourly * self.hours_per_month
-
-    @property
-    def has_estimates(self) -> bool:
-        return bool(self.estimated_items)
-
-    @property
-    def estimated_items(self) -> tuple[str, ...]:
-        """The lines whose price is an estimate (``basis: estimate`` in prices.yaml), by item."""
-        return tuple(line.item for line in self.lines if line.basis is PriceBasis.estimate)
+class CostEstimate(BaseCostEstimate):
+    """The base layer's estimate (:mod:`ray_llm_eks.base.cost`), with the per-token price the benchmark shares."""
 
     def usd_per_million_output_tokens(self, tokens_per_second: float) -> float | None:
         if tokens_per_second <= 0:
@@ -281,6 +240,55 @@ class CostEstimate:
             return None
         # One formula for the plan and the benchmark's summary.
         return bench_cost.usd_per_million_output_tokens(self.hourly_usd, tokens_per_second)
+
+
+def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "desired") -> CostEstimate:
+    """The deployment's cost with every GPU node group at its ``min``, ``desired`` or ``max`` size
+    (:func:`ray_llm_eks.base.cost.cost_estimate`)."""
+    estimate = cost_estimate(specs, footprint, table, size)
+    return CostEstimate(**{f.name: getattr(estimate, f.name) for f in fields(estimate)})
+
+@dataclass(frozen=True)
+class IdleCost:
+    """What the GPU nodes cost per hour while serving nothing (docs/plan.md, "Idle cost").
+
+    A GPU node is paid by the hour whether it serves or not, so with zero traffic the GPU node
+    lines of the cost are all idle: at every GPU node group's ``min_size`` (the floor the
+    deployment never goes below, autoscaled or not) and at its ``desired_size`` (what the
+    deployment runs until something scales it). The prices are the cost table's GPU node lines
+    (a Capacity Block at its configured rate); root volumes, the system node, the control plane
+    and the NAT gateway are paid too, and are in the hourly totals, not here. None: price unknown."""
+
+    gpus_min: int
+    gpus_desired: int
+    usd_per_hour_min: float | None
+    usd_per_hour_desired: float | None
+    by_role: dict[str, dict[str, Any]]
+    """Per leg: ``instance_type``, ``nodes_min``, ``nodes_desired``, ``usd_per_hour_min``, ``usd_per_hour_desired``."""
+
+
+@dataclass(frozen=True)
+class DuplicateModelMemory:
+    """GPU memory the model's weights take, in GiB (docs/plan.md, "Duplicate model memory").
+
+    Every model replica holds the whole model (its TP group's GPUs each 1/TP of it), so the
+    deployment holds ``copies`` = the replicas of both legs at their desired sizes. A
+    disaggregated request passes through one prefill replica and one decode replica: its path
+    holds the weights twice where a colocated replica holds them once, and ``duplicate_gib`` is
+    that second copy (0 when colocated). That memory is not KV cache."""
+
+    topology: str
+    weights_gib_per_replica: float
+    replicas: dict[str, int]
+    """Model replicas per leg at the node groups' desired sizes."""
+    copies: int
+    total_gib: float
+    per_request_path_gib: float
+    """Weights held by the replicas one request passes through: two legs when disaggregated."""
+    colocated_per_request_path_gib: float
+    duplicate_gib: float
+    share_of_worker_gpu_memory: float
+    """``total_gib`` over the GPU memory of every worker node at its desired size."""
 
 
 @dataclass(frozen=True)
@@ -308,6 +316,12 @@ class Plan:
     a strict deployment is refused before it is planned, with the same commands in the message)."""
     warnings: tuple[str, ...] = ()
     """What deploys but will likely fail later (``ServingSpec.warnings``: a gated model without a token)."""
+    idle: IdleCost | None = None
+    model_memory: DuplicateModelMemory | None = None
+    spend: SpendSpec | None = None
+    stack_name: str | None = field(default=None, compare=False)
+    """The stack's name where the plan knows it (a configuration): the cost-allocation tag's default
+    value. Not compared: composed constructs plan like their configuration without it."""
 
     @property
     def fits(self) -> bool:
@@ -376,8 +390,35 @@ class Plan:
                            for line in self.cost.lines],
             "cost_excluded": list(self.cost.excluded),
             "assumptions": list(self.assumptions),
+            "idle": asdict(self.idle) if self.idle else None,
+            "duplicate_model_memory": asdict(self.model_memory) if self.model_memory else None,
+            "spend": self.spend_summary(),
         }
         return result
+
+    def spend_summary(self) -> dict[str, Any] | None:
+        """The ``spend`` section as planned: the cap against the cost at max sizes, the budget
+        against the monthly cost at desired sizes, the alerts and the tag the budget filters on."""
+        spend = self.spend
+        if spend is None:
+            return None
+        hours, high = self.cost.hours_per_month, self.cost_range.get("max")
+        monthly = self.cost.monthly_usd
+        value = spend.tag_value(self.stack_name) if self.stack_name else spend.cost_allocation_tag_value
+        return {
+            "max_hourly_usd": spend.max_hourly_usd,
+            "hourly_cost_usd_max": None if high is None else round(high, 6),
+            "max_hourly_headroom_usd": (None if spend.max_hourly_usd is None or high is None
+                                        else round(spend.max_hourly_usd - high, 6)),
+            "monthly_budget_usd": spend.monthly_budget_usd,
+            "monthly_cost_usd": None if monthly is None else round(monthly, 4),
+            "monthly_cost_usd_max": None if high is None else round(high * hours, 4),
+            "alerts": [{"type": kind, "percent": percent} for kind, percent in spend.alerts()]
+            if spend.monthly_budget_usd is not None else [],
+            "cost_allocation_tag": {"key": spend.cost_allocation_tag_key, "value": value},
+            "budget_filter": (f"user:{spend.cost_allocation_tag_key}${value}"
+                              if spend.monthly_budget_usd is not None and value is not None else None),
+        }
 
 
 # --- transfer and cold start ---------------------------------------------------------------------
@@ -450,135 +491,6 @@ def _cold_start(specs: Specs, model: ModelArchitecture, dtype_bytes: int) -> Col
     )
 
 
-# --- cost -----------------------------------------------------------------------------------------
-
-SIZES = ("min", "desired", "max")
-
-
-def _nodes(pool: Any, size: str) -> int:
-    return {"min": pool.min_size, "desired": pool.desired_size, "max": pool.max_size}[size]
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """What a plan needs beyond the constructs' specs: where the nodes run and the NAT gateways paid for.
-
-    A configuration gives it (:meth:`of`); a deployment composed from constructs passes its own,
-    for example ``Footprint(region, vpc.data_plane_az, nat_gateways=1)``.
-    """
-
-    region: str
-    data_plane_az: str
-    nat_gateways: int
-
-    @classmethod
-    def of(cls, deployment: Deployment) -> Footprint:
-        return cls(deployment.region, deployment.data_plane_az, deployment.network.nat_gateways)
-
-
-def _cost(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "desired") -> CostEstimate:
-    """The deployment's cost with every GPU node group at its ``min``, ``desired`` or ``max`` size.
-
-    In a region the table has no prices for (:class:`~ray_llm_eks.pricing.UnpricedRegion`), every
-    line keeps its item and quantity and has no price (None), and the estimate carries the reason."""
-    try:
-        prices: RegionPrices | None = table.region(footprint.region)
-        unknown = None
-    except UnpricedRegion as error:
-        prices, unknown = None, str(error)
-    hours = table.hours_per_month
-    lines: list[CostLine] = []
-
-    def line(item: str, quantity: float, unit: str,
-             price: Callable[[RegionPrices], tuple[float, PriceBasis]]) -> None:
-        """One line; ``price`` gives its USD per hour and basis from the region's prices, when there are any."""
-        nonlocal unknown
-        if prices is None:
-            lines.append(CostLine(item, quantity, unit, None, None))
-            return
-        try:
-            usd, basis = price(prices)
-        except UnpricedInstance as error:
-            # An offered type without a known price (a P-series outside us-east-1): this line and
-            # so the total are unknown, with the reason; the other lines keep their prices.
-            unknown = unknown or str(error)
-            lines.append(CostLine(item, quantity, unit, None, None))
-            return
-        lines.append(CostLine(item, quantity, unit, usd, basis))
-
-    def per_node(instance_type: str, count: int) -> Callable[[RegionPrices], tuple[float, PriceBasis]]:
-        return lambda p: (p.instance(instance_type).usd_per_hour * count, p.instance(instance_type).basis)
-
-    line("EKS control plane", 1, "cluster", lambda p: (p.eks_cluster_hour, PriceBasis.confirmed))
-    system = specs.system
-    line(f"system node {system.instance_type}", system.count, "node", per_node(system.instance_type, system.count))
-    for role in WORKER_ROLES:
-        pool = specs.pool(role)
-        count, capacity = _nodes(pool, size), pool.capacity
-        if capacity.capacity_block:
-            # A Capacity Block has its own price, paid upfront for the whole block; the table's
-            # On-Demand rate does not apply, so the configuration's rate prices the plan's nodes.
-            rate = capacity.hourly_rate_usd
-            line(f"{role} node {pool.instance_type} (Capacity Block {capacity.reservation_id}: "
-                 f"{role}.capacity.hourly_rate_usd; the block is paid for in full, used or not)", count, "node",
-                 lambda p, r=rate, n=count: (r * n, PriceBasis.configured))
-        elif capacity.reserved:
-            # EC2 user guide, "Capacity Reservation pricing and billing": a Capacity Reservation is
-            # charged at the equivalent On-Demand rate whether instances run in it or not.
-            line(f"{role} node {pool.instance_type} (ODCR: the On-Demand rate, billed for the whole "
-                 "reservation whether used or not)", count, "node", per_node(pool.instance_type, count))
-        else:
-            line(f"{role} node {pool.instance_type}", count, "node", per_node(pool.instance_type, count))
-    nat = footprint.nat_gateways
-    line("NAT gateway (hours only)", nat, "gateway", lambda p: (p.nat_gateway.usd_per_hour * nat, p.nat_gateway.basis))
-    line("public IPv4 of the NAT gateway", nat, "address", lambda p: (p.public_ipv4_hour * nat, PriceBasis.confirmed))
-    for role in WORKER_ROLES:
-        pool = specs.pool(role)
-        volume, count = pool.root_volume, _nodes(pool, size)
-        line(f"{role} root gp3 {volume.size_gib} GiB, {volume.throughput_mibps} MiB/s, {volume.iops} IOPS",
-             count, "volume",
-             lambda p, v=volume, n=count: (p.gp3.volume_usd_per_month(v.size_gib, v.throughput_mibps, v.iops)
-                                           / hours * n, p.gp3.basis))
-    line(f"system root gp3 {system.root_volume_size_gib} GiB", system.count, "volume",
-         lambda p: (p.gp3.volume_usd_per_month(system.root_volume_size_gib, p.gp3.BASELINE_THROUGHPUT_MIBPS,
-                                               p.gp3.BASELINE_IOPS) / hours * system.count, p.gp3.basis))
-    gcs = specs.serving.service.gcs_fault_tolerance
-    if gcs.enabled:
-        line(f"GCS cache {gcs.cache_node_type} (ElastiCache for Valkey)", gcs.cache_nodes, "node",
-             lambda p: (p.cache_node(gcs.cache_node_type).usd_per_hour * gcs.cache_nodes,
-                        p.cache_node(gcs.cache_node_type).basis))
-    if specs.observability.enabled:
-        if table.cloudwatch is None:
-            raise PriceError("the price table has no CloudWatch prices, which observability needs")
-        cw = table.cloudwatch
-        disaggregated = specs.serving.topology is Topology.disaggregated
-        continuous = specs.verification.every_minutes is not None
-        alarms = alarm_names(disaggregated, continuous)
-        alarm_metrics = sum(ALARM_METRICS.get(name, 1) for name in alarms)  # a math alarm: per metric
-        metrics = len(LOG_METRICS) + (len(published_metrics(disaggregated)) if continuous else 0)
-        monthly = DASHBOARDS * cw.dashboard_month + alarm_metrics * cw.alarm_month + metrics * cw.custom_metric_month
-        # The table's CloudWatch figures hold for the covered regions only: unknown elsewhere too.
-        line(f"CloudWatch: {DASHBOARDS} dashboard, {len(alarms)} alarms, {metrics} custom metrics", 1, "set",
-             lambda p: (monthly / hours, cw.basis))
-    excluded = [
-        "NAT gateway data processing and internet data transfer (per GB, traffic-dependent)",
-        "CloudWatch Logs for VPC flow logs and the control plane (per GB ingested)",
-        "ECR storage and image pulls; Hugging Face downloads go through the NAT gateway",
-    ]
-    if specs.observability.enabled:
-        excluded.append("Container Insights observations and container log ingestion (per observation / per GB, "
-                        "traffic-dependent)")
-    if gcs.enabled:
-        excluded.append("the GCS cache's backup storage beyond the free allowance and its cross-AZ replication traffic")
-    if specs.serving.service.endpoint is EndpointType.internal_nlb:
-        excluded.append("the internal Network Load Balancer (hourly + LCU; not in the price table)")
-    return CostEstimate(
-        region=footprint.region, lines=tuple(lines), hours_per_month=hours, price_table_as_of=table.as_of,
-        price_sources=table.sources, excluded=tuple(excluded),
-        estimate_note=prices.multiplier_note if prices is not None else None, unknown_reason=unknown,
-    )
-
-
 # --- the plan -------------------------------------------------------------------------------------
 
 def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = None,
@@ -608,7 +520,14 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     dtype_bytes = DTYPE_BYTES[serving.model.dtype]
     table = price_table or load_price_table()
     cost = _cost(specs, footprint, table)  # first: a type the region cannot price is an error before anything else
-    cost_range = {size: _cost(specs, footprint, table, size).hourly_usd for size in ("min", "max")}
+    at_size = {"min": _cost(specs, footprint, table, "min"), "desired": cost, "max": _cost(specs, footprint, table, "max")}
+    cost_range = {size: at_size[size].hourly_usd for size in ("min", "max")}
+    if not isinstance(deployment, Deployment):
+        # A configuration checked its cap when it was built; composed constructs' specs here, the same check.
+        try:
+            check_max_hourly(specs.spend, specs, footprint, table)
+        except SpecError as error:
+            raise PlanError(str(error.within("spend"))) from None
 
     nodes = [NodePlan("system", specs.system.instance_type, specs.system.count, *_facts(specs.system.instance))]
     nodes.extend(NodePlan(role, specs.pool(role).instance_type, specs.pool(role).desired_size,
@@ -648,6 +567,49 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         assumptions=assumptions, cost_range=cost_range,
         capacity=capacity_plan(serving, workload) if workload is not None else None,
         pin_commands=serving.pin_commands(), warnings=tuple(str(w) for w in serving.warnings()),
+        idle=_idle(specs, at_size), model_memory=_model_memory(serving, dtype_bytes), spend=specs.spend,
+        stack_name=deployment.stack_name if isinstance(deployment, Deployment) else None,
+    )
+
+
+def _gpu_node_usd(cost: CostEstimate, role: str) -> float | None:
+    """The GPU node line of ``role`` in a cost (None: unknown)."""
+    if not cost.known:
+        return None
+    line = next(line for line in cost.lines if line.item.startswith(f"{role} node "))
+    return line.usd_per_hour
+
+
+def _idle(specs: Specs, at_size: dict[str, CostEstimate]) -> IdleCost:
+    by_role: dict[str, dict[str, Any]] = {}
+    for role in WORKER_ROLES:
+        pool = specs.pool(role)
+        by_role[role] = {"instance_type": pool.instance_type, "nodes_min": pool.min_size,
+                         "nodes_desired": pool.desired_size,
+                         **{f"usd_per_hour_{size}": _gpu_node_usd(at_size[size], role) for size in ("min", "desired")}}
+
+    def total(size: str) -> float | None:
+        figures = [by_role[role][f"usd_per_hour_{size}"] for role in WORKER_ROLES]
+        return None if any(f is None for f in figures) else round(sum(figures), 6)
+
+    gpus = {size: sum(getattr(specs.pool(role), f"{size}_size") * specs.pool(role).gpus_per_node for role in WORKER_ROLES)
+            for size in ("min", "desired")}
+    return IdleCost(gpus_min=gpus["min"], gpus_desired=gpus["desired"], usd_per_hour_min=total("min"),
+                    usd_per_hour_desired=total("desired"), by_role=by_role)
+
+
+def _model_memory(serving: ServingSpec, dtype_bytes: int) -> DuplicateModelMemory:
+    weights = serving.architecture.weight_bytes(dtype_bytes) / GIB
+    replicas = {role: serving.replicas(role) for role in WORKER_ROLES}
+    copies = sum(replicas.values())
+    legs = 2 if serving.topology is Topology.disaggregated else 1
+    worker_gpu_gib = sum(serving.pool(role).desired_size * serving.pool(role).gpus_per_node
+                         * serving.pool(role).instance.gpu_memory_gib for role in WORKER_ROLES)
+    return DuplicateModelMemory(
+        topology=serving.topology.value, weights_gib_per_replica=round(weights, 4), replicas=replicas,
+        copies=copies, total_gib=round(weights * copies, 4), per_request_path_gib=round(weights * legs, 4),
+        colocated_per_request_path_gib=round(weights, 4), duplicate_gib=round(weights * (legs - 1), 4),
+        share_of_worker_gpu_memory=round(weights * copies / worker_gpu_gib, 4),
     )
 
 

@@ -25,7 +25,9 @@ from .constructs.network import InferenceVpc
 from .constructs.observability import InferenceObservability
 from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
+from .constructs.spend import InferenceSpend
 from .constructs.validation import ConstructValidationError
+from .base.cost import Footprint
 from .base.placement import DECODE, PREFILL, WORKER_ROLES
 from .base.serving import Leg
 from .base.wire import report_command
@@ -166,6 +168,12 @@ class RayLlmEksStack(cdk.Stack):
         if specs.observability.enabled:
             self.observability = InferenceObservability(self, "Observability", serving=self.serving,
                                                         after=[self.system_nodes.nodegroup])
+        # Spend limits only when configured: the cost-allocation tag reaches the launch templates,
+        # and so rolls the nodes once, only for a deployment that asked for it.
+        self.spend: InferenceSpend | None = None
+        if specs.spend is not None:
+            self.spend = InferenceSpend(self, "Spend", spend=specs.spend, serving=self.serving,
+                                        observability=self.observability, footprint=Footprint.of(config))
 
         cluster_name = self.cluster.cluster.cluster_name
         cdk.CfnOutput(self, "ClusterName", value=cluster_name)

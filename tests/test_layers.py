@@ -190,9 +190,9 @@ def test_the_base_layer_s_former_import_path_still_imports():
 # The tiers, bottom up. The charts sit above the in-cluster programs because they carry the
 # programs' files (the gate's ConfigMap); the AWS constructs above the charts because
 # RayLlmServing applies them. The package root holds the application (configuration, stack, CLI,
-# plan, preflight) and three modules that only keep old import paths of the base layer.
+# plan, preflight) and four modules that only keep old import paths of the base layer.
 TIERS = {"base": 0, "verification": 1, "bench": 1, "teardown": 1, "cdk8s_charts": 2, "constructs": 3, "twin": 4}
-BASE_ALIASES = ("spec.py", "models.py", "instance_types.py")
+BASE_ALIASES = ("spec.py", "models.py", "instance_types.py", "pricing.py")
 
 
 def _tier_of(module: str) -> int | None:

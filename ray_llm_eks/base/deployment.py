@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import infrastructure as infra
+from .cost import Footprint
 from .errors import Collector, SpecError, SpecErrors
 from .observability import AGENT_EXEMPTIONS, ObservabilitySpec
 from .placement import DECODE, PREFILL, WORKER_ROLES
@@ -34,6 +35,7 @@ from .serving import (
     ServingSpec,
     Topology,
 )
+from .spend import SpendSpec, check_max_hourly, needs_topic_problem
 from .verification import VerificationSpec
 
 _FORBID = {"extra": "forbid"}
@@ -160,6 +162,8 @@ class Specs:
     """Holds the legs and the system pool too: ``system``, ``prefill`` and ``decode`` below are its own."""
     verification: VerificationSpec = field(default_factory=VerificationSpec)
     observability: ObservabilitySpec = field(default_factory=ObservabilitySpec)
+    spend: SpendSpec | None = None
+    """The spend limits, or None (no budget, no cap, no cost-allocation tag)."""
 
     @property
     def system(self) -> SystemPool:
@@ -243,6 +247,8 @@ class Deployment:
     """The deployment gate: how long a deploy waits for proof that the endpoint and the KV path work (docs/verification.md)."""
     observability: ObservabilitySpec = field(default_factory=ObservabilitySpec)
     """Container Insights, the transport's log metrics, alarms on one SNS topic, and a dashboard (docs/observability.md); on by default, and ``plan`` adds its cost."""
+    spend: SpendSpec | None = None
+    """Optional spend limits: a monthly AWS Budgets budget on the stack's cost-allocation tag with alerts to the observability topic, and a hard hourly cap at the node groups' max sizes (README, "Spend limits and the cost allocation tag": the tag must be activated by hand). Set, the stack tags everything it creates but the placement group, and its nodes through their launch templates (the nodes roll once: docs/replacement.md). Unset: no budget, no cap, no tag."""
     _specs: Specs | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -282,10 +288,16 @@ class Deployment:
         if serving is not None and verification is not None:
             found.errors.extend(type(e)(_deployment_path(e.field), e.message)
                                 for e in serving.scale_to_zero_conflicts(verification.every_minutes))
+        specs = None
+        if serving is not None and verification is not None and not found.errors:
+            specs = Specs(serving=serving, verification=verification, observability=self.observability,
+                          spend=self.spend)
+            if self.spend is not None:
+                found.add(needs_topic_problem(self.spend, self.observability.enabled), prefix="spend")
+                found.check(check_max_hourly, self.spend, specs, Footprint.of(self), prefix="spend")
         found.raise_if_any(self)
-        assert serving is not None and verification is not None
-        object.__setattr__(self, "_specs", Specs(serving=serving, verification=verification,
-                                                 observability=self.observability))
+        assert specs is not None
+        object.__setattr__(self, "_specs", specs)
 
     def _every_minutes(self) -> int | None:
         return self.observability.verify_every_minutes if self.observability.enabled else None

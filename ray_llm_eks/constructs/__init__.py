@@ -12,6 +12,7 @@ from .network import InferenceVpc
 from .nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup, make_node_role
 from .observability import InferenceObservability
 from .serving import RayLlmServing
+from .spend import InferenceSpend
 from .validation import ConstructValidationError
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "GpuDevicePlugins",
     "InferenceCluster",
     "InferenceObservability",
+    "InferenceSpend",
     "InferenceVpc",
     "KubeRayOperator",
     "NodeAutoscaler",

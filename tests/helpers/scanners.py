@@ -35,6 +35,7 @@ GCS = {"serving": {"gcs_fault_tolerance": {"enabled": True}}}
 AUTOSCALED = {"prefill": {"min_size": 1, "desired_size": 1, "max_size": 3},
               "decode": {"min_size": 1, "desired_size": 2, "max_size": 4}}
 HF_TOKEN = {"model": {"hf_token_secret": "hf/token"}}
+SPEND = {"spend": {"monthly_budget_usd": 3000, "max_hourly_usd": 10}}
 
 BUILDS: dict[str, tuple[dict[str, Any] | None, bool]] = {
     # name: (configuration overrides, cdk-nag on), or None: the existing-VPC example app. The
@@ -48,6 +49,7 @@ BUILDS: dict[str, tuple[dict[str, Any] | None, bool]] = {
     "internal-nlb": ({"serving": {"endpoint": "internal-nlb", "client_cidrs": ["10.50.0.0/16"]}}, False),
     "existing-vpc": (None, False),
     "kuberay-1.4.0-no-token": ({"serving": {"ray_auth": "disabled"}, "versions": {"kuberay": "1.4.0"}}, True),
+    "spend": (SPEND, True),
 }
 """Every option that changes what is deployed, one build each (issue 24: scan every option's build)."""
 
