@@ -17,7 +17,7 @@ from typing import Any, Callable
 from .base import instance_types
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
-from .base.models import ModelArchitecture
+from .base.models import ModelArchitecture, licence_record
 from .pricing import (PriceBasis, PriceError, PriceTable, RegionPrices, UnpricedInstance, UnpricedRegion,
                       load_price_table)
 from .base.observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
@@ -308,6 +308,8 @@ class Plan:
     a strict deployment is refused before it is planned, with the same commands in the message)."""
     warnings: tuple[str, ...] = ()
     """What deploys but will likely fail later (``ServingSpec.warnings``: a gated model without a token)."""
+    license: dict[str, Any] | None = None
+    """The model's licence from the model table (:func:`~.base.models.licence_record`); None: not in the table."""
 
     @property
     def fits(self) -> bool:
@@ -377,6 +379,7 @@ class Plan:
             "cost_excluded": list(self.cost.excluded),
             "assumptions": list(self.assumptions),
         }
+        result["license"] = self.license
         return result
 
 
@@ -648,6 +651,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         assumptions=assumptions, cost_range=cost_range,
         capacity=capacity_plan(serving, workload) if workload is not None else None,
         pin_commands=serving.pin_commands(), warnings=tuple(str(w) for w in serving.warnings()),
+        license=licence_record(serving.model.source),
     )
 
 

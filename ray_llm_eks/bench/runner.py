@@ -149,8 +149,8 @@ class BenchSettings:
         token_prices = (self.price_per_million_input_tokens_usd, self.price_per_million_output_tokens_usd)
         if (token_prices[0] is None) != (token_prices[1] is None):
             missing = "price_per_million_input_tokens_usd" if token_prices[0] is None else "price_per_million_output_tokens_usd"
-            problems.append((missing, "a per-token price needs both the input and the output price (got only the "
-                                      "other); accepted: both, or neither"))
+            problems.append((missing, "missing: a per-token price needs both the input and the output price; "
+                                      "accepted: both, or neither"))
         if token_prices[0] is not None and self.hourly_cost_usd is not None:
             problems.append(("hourly_cost_usd", f"a run is priced per hour or per token, not both (got "
                                                 f"{self.hourly_cost_usd!r} with per-token prices); accepted: one of them"))

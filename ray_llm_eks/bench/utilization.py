@@ -133,6 +133,17 @@ def read_efa(urls: Mapping[str, str], timeout_s: float = READ_TIMEOUT_S) -> tupl
     return readings, errors
 
 
+EFA_PORT_COUNTERS = ("send_bytes", "recv_bytes")
+"""Counters every EFA port exports (Linux ``drivers/infiniband/hw/efa/efa_verbs.c``,
+``EFA_DEFINE_PORT_STATS``) and a network interface's statistics do not have (a veth has ``tx_bytes``,
+``rx_bytes``, ``tx_packets``, ``rx_packets``): bytes without them are not EFA's, and an EFA line
+rate does not apply to them."""
+
+
+def is_efa_port(counters: efa.Counters) -> bool:
+    return any(name in values for values in counters.values() for name in EFA_PORT_COUNTERS)
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -156,7 +167,14 @@ def record(window_s: float, *, efa_before: Mapping[str, efa.Counters], efa_after
         bytes_per_node[node] = {"sent": int(delta["sent_bytes"]), "received": int(delta["received_bytes"])}
     gbps = {node: max(b["sent"], b["received"]) * 8 / window_s / 1e9 for node, b in bytes_per_node.items()} \
         if window_s > 0 else {}
-    line_rates = {node: (nodes.get(node) or {}).get("efa_line_rate_gbps") for node in bytes_per_node}
+    line_rates: dict[str, float | None] = {}
+    for node in bytes_per_node:
+        rate = (nodes.get(node) or {}).get("efa_line_rate_gbps")
+        if rate and not is_efa_port(efa_after[node]):
+            notes.append(f"{node}: the counters are not an EFA port's (no {' or '.join(EFA_PORT_COUNTERS)}): "
+                         f"no line rate (the local twin's veth stands in)")
+            rate = None
+        line_rates[node] = rate
     shares = [gbps[node] / rate for node, rate in line_rates.items() if rate and node in gbps]
 
     utilization = [value for readings in gpu.values() for reading in readings for value in reading.utilization_pct]
