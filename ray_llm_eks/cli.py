@@ -906,7 +906,7 @@ def _node_facts(node_names: list[str], specs: Any) -> dict[str, dict[str, Any]]:
         pool = specs.pool(role) if specs is not None and role else None
         rate = pool.instance.efa_gbps if pool is not None else 0.0
         facts[node] = {"role": role, "instance_type": pool.instance_type if pool is not None else None,
-                       "efa_line_rate_gbps": rate or None}
+                       "efa_line_rate_gbps": float(rate) if rate else None}
     return facts
 
 
