@@ -19,7 +19,9 @@ its output stay in the temporary directory).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,8 +58,13 @@ def keep(run: Path, name: str) -> None:
     target = OUT / name
     shutil.rmtree(target, ignore_errors=True)
     (target / "raw" / "c2").mkdir(parents=True)
-    for file in ("summary.json", "run.json"):
-        shutil.copy(run / file, target / file)
+    shutil.copy(run / "summary.json", target / "summary.json")
+    # As record_example.py: what depends on this machine (ports, a temporary directory) is written
+    # as a placeholder, so a rerecording changes only the measured figures.
+    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", (run / "run.json").read_text())
+    data = json.loads(text)
+    data["settings"]["tokenizer"] = "<local test tokenizer>"
+    (target / "run.json").write_text(json.dumps(data, indent=2) + "\n")
     for file in ("profile_export.jsonl", "profile_export_aiperf.json"):
         shutil.copy(run / "raw" / "c2" / file, target / "raw" / "c2" / file)
 
@@ -87,7 +94,7 @@ def main() -> None:
             keep(tmp / "per-token", "per-token")
             thread = threading.Thread(target=traffic, daemon=True)
             thread.start()
-            bench(*common, "--config", str(ROOT / "examples" / "benchmark" / "disaggregated.yaml"),
+            bench(*common, "--config", "examples/benchmark/disaggregated.yaml",
                   *[a for name, node in nodes.items() for a in ("--efa-counters-url", f"{name}={node.url}")],
                   *[a for name, server in dcgm.items() for a in ("--gpu-metrics-url", f"{name}={server.url}")],
                   "--out", str(tmp / "utilization"))
