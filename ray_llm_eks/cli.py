@@ -769,6 +769,9 @@ def bench(
     # Per-token prices without --config: a managed endpoint, not this deployment. Nothing of the
     # reference deployment describes it (model, context length, price), so none of it is used.
     managed = per_token and config is None
+    if managed and emit_job and url is None:
+        _fail(ExitCode.CONFIG_ERROR, "--url: a managed endpoint has no cluster address to default to; accepted: "
+                                     "the endpoint's base URL", False)
     if managed and (model is None or tokenizer is None):
         _fail(ExitCode.CONFIG_ERROR, "--model and --tokenizer: a managed endpoint (per-token prices without "
                                      "--config) needs both; accepted: its model id and a tokenizer of the model", False)

@@ -229,10 +229,12 @@ class LevelMeter:
 
     def __exit__(self, *exc: Any) -> None:
         self.window_s = time.monotonic() - self._started
-        assert self._sampler is not None
-        self._sampler.stop()
+        # The counters first: the sampler may be inside a slow reading, which must not widen the
+        # EFA window beyond window_s.
         self._after, errors = read_efa({n: u for n, u in self.efa_urls.items() if n in self._before}, self.timeout_s)
         self._notes += [f"{node}: EFA counters unreadable after the level ({why})" for node, why in errors.items()]
+        assert self._sampler is not None
+        self._sampler.stop()
         self._notes += [f"{node}: GPU metrics unreadable ({why})" for node, why in self._sampler.errors.items()]
 
     def record(self) -> dict[str, Any]:

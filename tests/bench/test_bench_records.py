@@ -308,6 +308,17 @@ def test_the_job_carries_per_token_prices_sources_and_the_model_block():
     assert model["license"] == KNOWN_TERMS[specs.serving.model.source.lower()].record()
 
 
+def test_a_managed_endpoint_s_job_sends_to_its_url_and_needs_one(tmp_path):
+    prices = ["--price-per-million-input-tokens", "0.1", "--price-per-million-output-tokens", "0.4",
+              "--model", "provider/model", "--tokenizer", "Qwen/Qwen3.5-9B"]
+    data = emitted_settings(*prices, "--url", "https://endpoint.example.com", "--license", "apache-2.0")
+    assert (data["url"], data["deployment"]["kind"], data["model_record"]["license"]["licence"]) == (
+        "https://endpoint.example.com", "managed-endpoint", "apache-2.0")
+    assert data["model_record"]["source"] is None and data["tokenizer_revision"] is None
+    result = cli_runner.invoke(cli.app, ["bench", "--emit-job", "--out", str(tmp_path), *prices])
+    assert result.exit_code == 2 and "--url: a managed endpoint has no cluster address" in result.output
+
+
 def test_an_hourly_job_is_a_deployment_and_unnamed_roles_have_no_facts():
     data = emitted_settings("--efa-counters-url", "node-a=http://10.0.1.7:9475/counters")
     assert data["deployment"]["kind"] == "deployment" and data["price_per_million_input_tokens_usd"] is None
