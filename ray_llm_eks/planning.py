@@ -17,7 +17,7 @@ from typing import Any
 from .base import instance_types
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
-from .base.models import ModelArchitecture
+from .base.models import ModelArchitecture, licence_record
 from .base.cost import SIZES, CostLine, Footprint, cost_estimate  # noqa: F401 - this module's names before the move
 from .base.cost import CostEstimate as BaseCostEstimate
 from .base.pricing import PriceBasis, PriceError, PriceTable, load_price_table  # noqa: F401 - likewise
@@ -322,6 +322,8 @@ class Plan:
     stack_name: str | None = field(default=None, compare=False)
     """The stack's name where the plan knows it (a configuration): the cost-allocation tag's default
     value. Not compared: composed constructs plan like their configuration without it."""
+    license: dict[str, Any] | None = None
+    """The model's licence from the model table (:func:`~.base.models.licence_record`); None: not in the table."""
 
     @property
     def fits(self) -> bool:
@@ -394,6 +396,7 @@ class Plan:
             "duplicate_model_memory": asdict(self.model_memory) if self.model_memory else None,
             "spend": self.spend_summary(),
         }
+        result["license"] = self.license
         return result
 
     def spend_summary(self) -> dict[str, Any] | None:
@@ -569,6 +572,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         pin_commands=serving.pin_commands(), warnings=tuple(str(w) for w in serving.warnings()),
         idle=_idle(specs, at_size), model_memory=_model_memory(serving, dtype_bytes), spend=specs.spend,
         stack_name=deployment.stack_name if isinstance(deployment, Deployment) else None,
+        license=licence_record(serving.model.source),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import Collector, SpecErrors, problem
 
@@ -577,40 +578,115 @@ class ModelTerms:
     """Whether the Hub serves the files only to an account that accepted the terms (a token is then needed)."""
     source: str
     """Where the licence and the gate were read."""
+    commercial_use: str
+    """``yes`` (the licence grants it without a condition), ``restricted`` (granted, with a
+    condition a user may hit), ``no``, or ``unknown`` (:data:`COMMERCIAL_USE`)."""
+    commercial_use_source: str
+    """The clause of the licence text that says so, and where it was read."""
+    callout: str | None = None
+    """The sentence a report prints beside the licence: for a gated, restricted or non-commercial
+    licence; None when the licence asks nothing beyond its notice."""
+
+    def __post_init__(self) -> None:
+        if self.commercial_use not in COMMERCIAL_USE:
+            raise ValueError(f"commercial_use: {self.commercial_use!r}; accepted: {', '.join(COMMERCIAL_USE)}")
+        if self.callout is None and (self.gated or self.commercial_use != "yes"):
+            raise ValueError(f"{self.licence}: a gated or not plainly commercial licence needs its callout")
+
+    def record(self) -> dict[str, Any]:
+        """The ``license`` object of ``plan --json`` and of ``run.json``'s ``model`` block."""
+        return {"licence": self.licence, "gated": self.gated, "commercial_use": self.commercial_use,
+                "source": f"{self.source}; commercial use: {self.commercial_use_source}", "callout": self.callout}
+
+
+COMMERCIAL_USE = ("yes", "restricted", "no", "unknown")
+_APACHE_COMMERCIAL = ("Apache License 2.0 (apache.org/licenses/LICENSE-2.0), section 2: a perpetual, worldwide, "
+                      "no-charge, royalty-free copyright licence to reproduce, prepare derivative works of, ... and "
+                      "distribute the Work, with no field-of-use limit")
+_GPT_OSS_COMMERCIAL = (_APACHE_COMMERCIAL + "; the repository's USAGE_POLICY is listed beside the licence and not "
+                       "read here")
+_LLAMA_CALLOUT = ("{name}: gated on the Hugging Face Hub (the token's account must accept the terms); "
+                  "commercial use is granted, but an organisation whose products had more than 700 million "
+                  "monthly active users on the release date needs a licence from Meta (section 2), and the "
+                  "Acceptable Use Policy applies (section 1.b.iv).")
+_LLAMA_COMMERCIAL = ("{name}, section 2, Additional Commercial Terms (\"greater than 700 million monthly active "
+                     "users ... you must request a license from Meta\"), read in meta-llama/llama-models "
+                     "{path}@{commit}")
 
 
 KNOWN_TERMS: dict[str, ModelTerms] = {
     "qwen/qwen3.5-9b": ModelTerms(
         licence="apache-2.0", gated=False,
-        source="huggingface.co/Qwen/Qwen3.5-9B/tree/main (License: apache-2.0; files listed without a gate)"),
+        source="huggingface.co/Qwen/Qwen3.5-9B/tree/main (License: apache-2.0; files listed without a gate)",
+        commercial_use="yes", commercial_use_source=_APACHE_COMMERCIAL),
     "meta-llama/llama-3.1-8b-instruct": ModelTerms(
         licence="llama3.1 (Llama 3.1 Community License)", gated=True,
         source="huggingface.co/meta-llama/Llama-3.1-8B-Instruct (\"You need to agree to share your contact "
-        "information to access this model\")"),
+        "information to access this model\")",
+        commercial_use="restricted",
+        commercial_use_source=_LLAMA_COMMERCIAL.format(name="Llama 3.1 Community License", path="models/llama3_1/LICENSE",
+                                                       commit="47401a87"),
+        callout=_LLAMA_CALLOUT.format(name="Llama 3.1 Community License")),
     "meta-llama/llama-3.3-70b-instruct": ModelTerms(
         licence="llama3.3 (Llama 3.3 Community License)", gated=True,
         source="huggingface.co/meta-llama/Llama-3.3-70B-Instruct README.md front matter: extra_gated_prompt "
-        "\"LLAMA 3.3 COMMUNITY LICENSE AGREEMENT\""),
+        "\"LLAMA 3.3 COMMUNITY LICENSE AGREEMENT\"",
+        commercial_use="restricted",
+        commercial_use_source=_LLAMA_COMMERCIAL.format(name="Llama 3.3 Community License", path="models/llama3_3/LICENSE",
+                                                       commit="cf41a525"),
+        callout=_LLAMA_CALLOUT.format(name="Llama 3.3 Community License")),
     "qwen/qwen3-32b": ModelTerms(
         licence="apache-2.0", gated=False,
         source="huggingface.co/Qwen/Qwen3-32B README.md front matter (license: apache-2.0, no gate), read from a "
-        "public mirror of that README"),
+        "public mirror of that README",
+        commercial_use="yes", commercial_use_source=_APACHE_COMMERCIAL),
     "qwen/qwen3-30b-a3b": ModelTerms(
         licence="apache-2.0", gated=False,
-        source="third-party summaries of huggingface.co/Qwen/Qwen3-30B-A3B; the official card not read"),
+        source="third-party summaries of huggingface.co/Qwen/Qwen3-30B-A3B; the official card not read",
+        commercial_use="yes", commercial_use_source=_APACHE_COMMERCIAL),
     "qwen/qwen3-235b-a22b": ModelTerms(
         licence="apache-2.0", gated=False,
-        source="third-party summaries of huggingface.co/Qwen/Qwen3-235B-A22B; the official card not read"),
+        source="third-party summaries of huggingface.co/Qwen/Qwen3-235B-A22B; the official card not read",
+        commercial_use="yes", commercial_use_source=_APACHE_COMMERCIAL),
     "openai/gpt-oss-120b": ModelTerms(
         licence="apache-2.0 (with the gpt-oss usage policy)", gated=False,
         source="huggingface.co/openai/gpt-oss-120b/tree/main (License: apache-2.0; LICENSE and USAGE_POLICY "
-        "listed without a gate)"),
+        "listed without a gate)",
+        commercial_use="yes",
+        commercial_use_source=_GPT_OSS_COMMERCIAL),
     "openai/gpt-oss-20b": ModelTerms(
         licence="apache-2.0 (with the gpt-oss usage policy)", gated=False,
-        source="third-party copies of huggingface.co/openai/gpt-oss-20b's card; the official page not read"),
+        source="third-party copies of huggingface.co/openai/gpt-oss-20b's card; the official page not read",
+        commercial_use="yes",
+        commercial_use_source=_GPT_OSS_COMMERCIAL),
 }
 """Licence and gate of every table model, next to its architecture; ``is_gated`` agrees (a test checks)."""
 
 
 def known_terms(model_source: str) -> ModelTerms | None:
     return KNOWN_TERMS.get(model_source.lower()) if isinstance(model_source, str) else None
+
+
+def stated_licence(licence: str, *, gated: bool) -> dict[str, Any]:
+    """The ``license`` object of a model the table does not list, from the licence the user names
+    (``bench --license``): its terms are not read here, so commercial use is ``unknown`` and the
+    report calls that out."""
+    return {"licence": licence, "gated": gated, "commercial_use": "unknown",
+            "source": "stated with --license; not in the model table (ray_llm_eks/base/models.py)",
+            "callout": f"{licence}: stated by the user, not read from the model table: check its commercial "
+                       "terms before a trial."}
+
+
+def licence_record(model_source: str | None, stated: str | None = None) -> dict[str, Any] | None:
+    """The ``license`` object of ``model_source``: the table's (:meth:`ModelTerms.record`), else the
+    one ``stated`` (:func:`stated_licence`), else None (not known: never guessed). ValueError when
+    both the table and ``stated`` name it: the table is the one place the licence is written."""
+    terms = known_terms(model_source) if model_source else None
+    if terms is not None and stated is not None:
+        raise ValueError(f"the model table already states {model_source}'s licence ({terms.licence}); accepted: "
+                         "no --license for a table model")
+    if terms is not None:
+        return terms.record()
+    if stated is not None:
+        return stated_licence(stated, gated=is_gated(model_source) if model_source else False)
+    return None

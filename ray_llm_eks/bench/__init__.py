@@ -2,7 +2,8 @@
 
 ``ray-llm-eks bench`` drives NVIDIA AIPerf (the optional extra ``bench``) once per concurrency
 level and writes ``summary.json`` (one entry per level: latency percentiles, accepted responses
-within the SLOs, KV-transfer time from the servers' metrics, and cost per accepted response),
+within the SLOs, KV-transfer time from the servers' metrics, cost per accepted response, hourly
+or per token, and the nodes' GPU and EFA utilization, :mod:`.utilization`),
 the greedy completions of a fixed prompt set (``agreement.json``) and AIPerf's raw output.
 ``ray-llm-eks compare`` puts two runs side by side and gives the verdict. ``docs/benchmark.md``
 explains the method.

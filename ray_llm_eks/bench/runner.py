@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import agreement, cost, histogram
+from . import agreement, cost, histogram, utilization
 from .metrics_relay import MetricsRelay
 
 AIPERF_VERSION = "0.13.0"
@@ -85,6 +85,10 @@ class BenchSettings:
     slo_ttft_ms: float | None = None
     slo_e2e_ms: float | None = None
     hourly_cost_usd: float | None = None
+    price_per_million_input_tokens_usd: float | None = None
+    """A managed endpoint's price of a million input tokens (with the output price, instead of an
+    hourly cost): the level's cost is then that of the tokens it served (:mod:`.cost`)."""
+    price_per_million_output_tokens_usd: float | None = None
     trace: str | None = None
     """A Mooncake-format trace (JSON lines with ``input_length``, ``output_length``, ``hash_ids``,
     ``timestamp``): its requests replace the synthetic ``isl``/``osl`` prompts."""
@@ -111,6 +115,17 @@ class BenchSettings:
     """What was measured (topology, instance types, price table date); copied into ``run.json``."""
     aiperf: str | None = None
     """The ``aiperf`` program; default: beside this Python, then on ``PATH``."""
+    efa_counters_urls: dict[str, str] = field(default_factory=dict)
+    """Node name -> the gate's EFA counter reader on it (``http://<pod IP>:9475/counters``), read
+    before and after each level (:mod:`.utilization`)."""
+    gpu_metrics_urls: dict[str, str] = field(default_factory=dict)
+    """Node name -> the DCGM exporter's Prometheus page on it, sampled during each level."""
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Node name -> ``role``, ``instance_type``, ``efa_line_rate_gbps`` (what the command line knew)."""
+    gpu_sample_interval_s: float = utilization.GPU_SAMPLE_INTERVAL_S
+    model_record: dict[str, Any] | None = None
+    """``run.json``'s ``model`` block (source, revision, served name, image and digest, licence):
+    the command line reads it from the deployment; carried here so the in-cluster Job writes it too."""
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []
@@ -127,8 +142,26 @@ class BenchSettings:
             if value is not None and not value > 0:
                 problems.append((name, f"must be a positive number of milliseconds (got {value!r})"))
         # Zero would make every response free and every comparison infinite.
-        if self.hourly_cost_usd is not None and not self.hourly_cost_usd > 0:
-            problems.append(("hourly_cost_usd", f"must be a positive price (got {self.hourly_cost_usd!r})"))
+        for name in ("hourly_cost_usd", "price_per_million_input_tokens_usd", "price_per_million_output_tokens_usd"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                problems.append((name, f"must be a positive price (got {value!r})"))
+        token_prices = (self.price_per_million_input_tokens_usd, self.price_per_million_output_tokens_usd)
+        if (token_prices[0] is None) != (token_prices[1] is None):
+            missing = "price_per_million_input_tokens_usd" if token_prices[0] is None else "price_per_million_output_tokens_usd"
+            problems.append((missing, "missing: a per-token price needs both the input and the output price; "
+                                      "accepted: both, or neither"))
+        if token_prices[0] is not None and self.hourly_cost_usd is not None:
+            problems.append(("hourly_cost_usd", f"a run is priced per hour or per token, not both (got "
+                                                f"{self.hourly_cost_usd!r} with per-token prices); accepted: one of them"))
+        for name in ("efa_counters_urls", "gpu_metrics_urls"):
+            for node, node_url in getattr(self, name).items():
+                if not (isinstance(node, str) and node and isinstance(node_url, str)
+                        and node_url.startswith(("http://", "https://"))):
+                    problems.append((name, f"{node}={node_url} is not NODE=URL with an http(s) URL; "
+                                           "accepted: e.g. prefill-0=http://10.0.1.7:9475/counters"))
+        if not self.gpu_sample_interval_s > 0:
+            problems.append(("gpu_sample_interval_s", f"must be a positive number of seconds (got {self.gpu_sample_interval_s!r})"))
         if self.replay_timestamps and not self.trace:
             problems.append(("replay_timestamps", "needs a trace to replay; accepted: with a trace file"))
         if self.replay_timestamps and len(self.concurrency) > 1:
@@ -141,6 +174,13 @@ class BenchSettings:
                              f"between 0 and {len(agreement.PROMPTS)} (got {self.agreement_prompts})"))
         if problems:
             raise BenchError("; ".join(f"{name}: {sentence}" for name, sentence in problems), problems)
+
+    @property
+    def price_basis(self) -> str | None:
+        """``hourly``, ``per-token``, or None (unpriced)."""
+        if self.price_per_million_input_tokens_usd is not None:
+            return "per-token"
+        return "hourly" if self.hourly_cost_usd is not None else None
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "concurrency": list(self.concurrency), "metrics_urls": list(self.metrics_urls)}
@@ -511,9 +551,11 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: int | None,
-                    aiperf_exit_code: int = 0, endpoint_names: dict[str, str] | None = None) -> dict[str, Any]:
+                    aiperf_exit_code: int = 0, endpoint_names: dict[str, str] | None = None,
+                    level_utilization: dict[str, Any] | None = None) -> dict[str, Any]:
     """One ``summary.json`` entry from one AIPerf artifact directory; ``endpoint_names`` names the
-    endpoints AIPerf scraped through the relay by the nodes behind it."""
+    endpoints AIPerf scraped through the relay by the nodes behind it, and ``level_utilization`` is
+    what :class:`.utilization.LevelMeter` read during the level (default: every figure null)."""
     aggregate_file = artifact_dir / "profile_export_aiperf.json"
     aggregate = _read_json(aggregate_file) if aggregate_file.exists() or aiperf_exit_code == 0 else {}
     records = [r for r in _records(artifact_dir / "profile_export.jsonl")
@@ -524,8 +566,20 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
     accepted = sum(1 for r in records if is_accepted(r, settings.slo_ttft_ms, settings.slo_e2e_ms))
     duration_s = (aggregate.get("benchmark_duration") or {}).get("avg") or 0.0
     output_tokens = sum(_value(r, "output_sequence_length") or 0 for r in records if not r.get("error"))
+    # The server's prompt tokens (``--use-server-token-count``): what a per-token price bills.
+    input_tokens = int(sum(_value(r, "input_sequence_length") or 0 for r in records if not r.get("error")))
     tokens_per_s = output_tokens / duration_s if duration_s > 0 else 0.0
     hourly = settings.hourly_cost_usd
+    prices = (settings.price_per_million_input_tokens_usd, settings.price_per_million_output_tokens_usd)
+    if settings.price_basis == "per-token":
+        assert prices[0] is not None and prices[1] is not None  # both or neither (BenchSettings)
+        per_million = cost.usd_per_million_output_tokens_per_token(input_tokens, int(output_tokens), *prices)
+        per_accepted = cost.usd_per_accepted_response_per_token(input_tokens, int(output_tokens), *prices, accepted)
+    elif hourly is not None:
+        per_million = cost.usd_per_million_output_tokens(hourly, tokens_per_s)
+        per_accepted = cost.usd_per_accepted_response(hourly, accepted, duration_s)
+    else:
+        per_million = per_accepted = None
     goodput = (aggregate.get("goodput") or {}).get("avg")
     return {
         "concurrency": concurrency,
@@ -538,10 +592,12 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
         "output_tokens_per_s": tokens_per_s,
         "kv_transfer_ms": kv_transfer_ms(server),
         "hourly_cost_usd": hourly,
-        "cost_per_million_output_tokens_usd": None if hourly is None else cost.usd_per_million_output_tokens(hourly, tokens_per_s),
-        "cost_per_accepted_response_usd": None if hourly is None else cost.usd_per_accepted_response(hourly, accepted, duration_s),
+        "price_basis": settings.price_basis,
+        "cost_per_million_output_tokens_usd": per_million,
+        "cost_per_accepted_response_usd": per_accepted,
         "duration_s": duration_s,
         "output_tokens": output_tokens,
+        "input_tokens": input_tokens,
         "accepted_responses_per_s": accepted / duration_s if duration_s > 0 else 0.0,
         "aiperf_goodput_per_s": goodput,
         "slo_ttft_ms": settings.slo_ttft_ms,
@@ -549,6 +605,7 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
         "server": server_figures(server, endpoint_names),
         "raw": f"{RAW_DIR}/{level_name(concurrency)}",
         "aiperf_exit_code": aiperf_exit_code,
+        "utilization": level_utilization if level_utilization is not None else utilization.absent(duration_s),
     }
 
 
@@ -638,8 +695,7 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     shutil.rmtree(out / RAW_DIR, ignore_errors=True)
     levels: list[int | None] = [None] if settings.replay_timestamps else list(settings.concurrency)
     started = time.time()
-    (out / RUN_FILE).write_text(json.dumps({"settings": settings.to_json(), "aiperf_version": AIPERF_VERSION,
-                                            "started_at": started}, indent=2) + "\n")
+    (out / RUN_FILE).write_text(json.dumps(run_record(settings, started), indent=2) + "\n")
     if settings.metrics_urls and (settings.deployment or {}).get("topology") == "disaggregated":
         progress(prime_kv_metrics(settings))
     relay = MetricsRelay(settings.metrics_urls)
@@ -669,6 +725,21 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     return entries
 
 
+def run_record(settings: BenchSettings, started_at: float) -> dict[str, Any]:
+    """``run.json``: the settings, and the model served (``model``, written once, at the top)."""
+    recorded = settings.to_json()
+    model = recorded.pop("model_record")
+    return {"settings": recorded, "model": model, "aiperf_version": AIPERF_VERSION, "started_at": started_at}
+
+
+def level_meter(settings: BenchSettings) -> utilization.LevelMeter:
+    """The meter of one level: every node named by a utilization URL, with what the command line knew of it."""
+    names = sorted({*settings.efa_counters_urls, *settings.gpu_metrics_urls, *settings.nodes})
+    return utilization.LevelMeter(settings.efa_counters_urls, settings.gpu_metrics_urls,
+                                  {name: settings.nodes.get(name, {}) for name in names},
+                                  gpu_interval_s=settings.gpu_sample_interval_s)
+
+
 def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *, endpoint_names: dict[str, str],
                 progress: Callable[[str], None], ui: str) -> list[dict[str, Any]]:
     """AIPerf once per level; ``settings.metrics_urls`` are the relay's (:mod:`.metrics_relay`), and
@@ -693,7 +764,9 @@ def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *,
         progress(f"[{index}/{len(levels)}] {what}: {settings.requests if concurrency else 'trace'} requests")
         (artifact_dir / "command.txt").write_text(shlex.join(command) + "\n")
         level_started = time.monotonic()
-        with open(artifact_dir / "aiperf.log", "w") as log:
+        # The EFA counters are read just before AIPerf starts and just after it exits; the GPUs are
+        # sampled in between (the window includes AIPerf's start-up: docs/benchmark.md, "Utilization").
+        with open(artifact_dir / "aiperf.log", "w") as log, level_meter(settings) as meter:
             code = subprocess.run(command, stdout=None if ui != "none" else log,
                                   stderr=subprocess.STDOUT if ui == "none" else None,
                                   env=aiperf_environment(settings), check=False).returncode
@@ -701,7 +774,7 @@ def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *,
         if code != 0:
             _check_failed_level(artifact_dir, settings, concurrency, code, what, log_file)
         entry = summarize_level(artifact_dir, settings, concurrency, aiperf_exit_code=code,
-                                endpoint_names=endpoint_names)
+                                endpoint_names=endpoint_names, level_utilization=meter.record())
         entries.append(entry)
         progress(f"[{index}/{len(levels)}] {what}: {entry['requests_ok']} ok, {entry['requests_failed']} failed, "
                  f"{entry['accepted_responses']} accepted, TTFT p50 {_fmt(entry['ttft_ms']['p50'])} ms, "

@@ -21,6 +21,7 @@ from ray_llm_eks.bench.agreement import PROMPTS
 
 from loopback import (ITL_MS, LEVELS, LOOP_CLOCK_MS, OUTPUT_TOKENS, REQUESTS, SLO_E2E_MS, SLO_TTFT_MS, TTFT_MS,
                       read_json)
+from utilization_servers import CounterNode, DcgmServer, dcgm_page
 
 # AIPerf's start-up (its services, the tokenizer, the dataset) is most of each run's half minute:
 # these run in `make test-bench`, which CI runs after `make test`.
@@ -236,17 +237,27 @@ def test_the_in_cluster_package_runs_from_its_bundle_with_the_standard_library(m
     package.mkdir(parents=True)
     for name, text in bundle.files().items():
         (package / name).write_text(text)
+    # The utilization sources too: the gate's modules the bench reads them with travel in the bundle.
+    counters, dcgm = CounterNode(tmp_path / "sysfs"), DcgmServer(dcgm_page([{"util": 30, "used": 100, "free": 300}]))
     settings = runner.BenchSettings(url=url, model="tiny", tokenizer=str(tokenizer_dir), concurrency=(2,),
                                     requests=6, isl=16, osl=4, hourly_cost_usd=1.5, agreement_prompts=2,
-                                    aiperf=str(Path(sys.executable).parent / "aiperf"))
+                                    aiperf=str(Path(sys.executable).parent / "aiperf"),
+                                    efa_counters_urls={"decode-0": counters.url}, gpu_metrics_urls={"decode-0": dcgm.url})
     (tmp_path / "bench.json").write_text(json.dumps(settings.to_json()))
-    result = subprocess.run([sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, str(tmp_path / "bench.json"),
-                             str(tmp_path / "out")], cwd=tmp_path / "program", capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    try:
+        result = subprocess.run([sys.executable, "-S", "-m", bundle.IN_CLUSTER_PACKAGE, str(tmp_path / "bench.json"),
+                                 str(tmp_path / "out")], cwd=tmp_path / "program", capture_output=True, text=True,
+                                timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    finally:
+        counters.stop()
+        dcgm.stop()
     assert result.returncode == 0, result.stderr
     assert "[bench] done" in result.stdout
     (entry,) = read_json(tmp_path / "out" / runner.SUMMARY_FILE)
     assert entry["requests_ok"] == 6 and entry["hourly_cost_usd"] == 1.5
+    utilization = entry["utilization"]
+    assert utilization["efa_bytes_per_node"] == {"decode-0": {"sent": 0, "received": 0}}  # nothing moved
+    assert (utilization["gpu_utilization_pct"], utilization["gpu_memory_used_fraction"]) == (30.0, 0.25)
     assert len(read_json(tmp_path / "out" / runner.AGREEMENT_FILE)["completions"]) == 2 <= len(PROMPTS)
 
 

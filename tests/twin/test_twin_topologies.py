@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from ray_llm_eks.bench import agreement, compare, runner
+from ray_llm_eks.verification import efa
 
 pytestmark = pytest.mark.twin
 ISL, OSL, REQUESTS = 128, 16, 12
@@ -27,11 +28,15 @@ def bench(twin, topology: str, out):
     config.write_text(twin.config.read_text() + f"\ntopology: {topology}\n")
     settings = twin.settings(topology)
     workers = [n.address for name, n in twin.deployments[topology].nodes.items() if name != "head"]
+    # Each worker's EFA counter reader (the twin's serves the node veth's bytes), named by its role.
+    counters = [f"{name}=http://{n.address}:{settings['efa_counter_port']}{efa.COUNTER_PATH}"
+                for name, n in twin.deployments[topology].nodes.items() if name != "head"]
     command = [sys.executable, "-m", "ray_llm_eks.cli", "bench", "--config", str(config), "--url", twin.openai_url,
                "--model", settings["model"], "--tokenizer", str(twin.environment.model), "--isl", str(ISL),
                "--osl", str(OSL), "--concurrency", "1,2", "--requests", str(REQUESTS), "--out", str(out),
                "--slo-ttft-ms", "5000", "--slo-e2e-ms", "30000",
-               *[arg for address in workers for arg in ("--metrics-url", f"http://{address}:{settings['metrics_port']}/metrics")]]
+               *[arg for address in workers for arg in ("--metrics-url", f"http://{address}:{settings['metrics_port']}/metrics")],
+               *[arg for pair in counters for arg in ("--efa-counters-url", pair)]]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return out
@@ -105,3 +110,29 @@ def test_compare_reads_both_runs_and_decides(runs, tmp_path):
     assert decision["decision"]
     assert (tmp_path / compare.REPORT_FILE).read_text()
     print(f"\ncompare on the twin: {decision['decision']}: {decision['reason']}")
+
+
+def test_summary_json_holds_the_veth_bytes_and_no_gpu_figure(runs):
+    """The twin's stand-ins: each worker's EFA counter reader serves its veth's bytes, so the EFA
+    keys hold them; the twin has no GPU and no DCGM exporter, so every GPU key is null, not 0. The
+    veth is not an EFA port: no line rate applies, whatever instance type the config names."""
+    paths, _ = runs
+    for topology, path in paths.items():
+        for entry in json.loads((path / runner.SUMMARY_FILE).read_text()):
+            u = entry["utilization"]
+            assert [u[key] for key in ("gpu_source", "gpu_utilization_pct", "gpu_memory_used_mib",
+                                       "gpu_memory_used_fraction")] == [None] * 4, u
+            assert u["efa_source"] == "efa-counters" and set(u["efa_bytes_per_node"]) == {"prefill", "decode"}, u
+            assert u["efa_line_rate_gbps_per_node"] == {"prefill": None, "decode": None}, u
+            assert u["efa_line_rate_share_max"] is None
+            assert {node: facts["role"] for node, facts in u["nodes"].items()} == {"prefill": "prefill", "decode": "decode"}
+            for node, moved in u["efa_bytes_per_node"].items():
+                assert moved["sent"] >= 0 and moved["received"] >= 0
+                # window_s is recorded to the millisecond; the rate was divided by the unrounded window.
+                assert u["efa_gbps_per_node"][node] == pytest.approx(
+                    max(moved["sent"], moved["received"]) * 8 / u["window_s"] / 1e9, rel=1e-3), u
+            if topology == "disaggregated":
+                # Prefill sends each request's KV cache to decode (NIXL over the veth); both also carry
+                # the requests, the answers and Ray's own traffic.
+                for node in ("prefill", "decode"):
+                    assert u["efa_bytes_per_node"][node]["sent"] > 0 and u["efa_bytes_per_node"][node]["received"] > 0, u
