@@ -101,7 +101,10 @@ def test_greedy_answers_agree_across_the_kv_transfer(runs):
 
 def test_compare_reads_both_runs_and_decides(runs, tmp_path):
     paths, _ = runs
-    decision = compare.compare(paths["disaggregated"], paths["colocated"], tmp_path)
-    assert decision["decision"]
+    decision = compare.compare([paths["disaggregated"], paths["colocated"]], tmp_path)
+    assert decision["decision"] in (compare.TRIAL, compare.WAIT, compare.REJECT)
+    assert decision["reasons"] and all(reason["text"] and reason["rule"] for reason in decision["reasons"])
+    # The twin moves the KV cache over the veth: whatever else the decision waits for, not the transport.
+    assert "transport-unverified" not in [reason["rule"] for reason in decision["reasons"] + decision["caveats"]]
     assert (tmp_path / compare.REPORT_FILE).read_text()
     print(f"\ncompare on the twin: {decision['decision']}: {decision['reason']}")
