@@ -612,7 +612,7 @@ def _efa(utilization: dict[str, Any]) -> str:
         share = (f"{rate / ceiling:.2%} of {ceiling:g} Gb/s" if rate is not None and ceiling
                  else "line rate unknown")
         parts.append(f"{node}: {moved['sent']:,} B sent, {moved['received']:,} B received, "
-                     f"{_absent(rate, f'{rate:.3f}' if rate is not None else '')} Gb/s, {share}")
+                     + ("rate absent" if rate is None else f"{rate:.3f} Gb/s, {share}"))
     return "; ".join(parts) or "no node"
 
 

@@ -318,8 +318,9 @@ def test_a_verified_gain_at_the_same_quality_is_a_trial(tmp_path):
     assert licence["figures"] == {"licence": "apache-2.0"}
 
 
-def test_the_report_shows_utilization_per_level_absent_never_zero(tmp_path):
-    runs = on_record(tmp_path)
+@pytest.mark.parametrize("gpu", [None, 80.0])
+def test_the_report_shows_utilization_per_level_absent_never_zero(tmp_path, gpu):
+    runs = on_record(tmp_path, *(verified(gpu=gpu),) * 3)
     compare.compare(runs, tmp_path / "o", plots=False)
     text = (tmp_path / "o" / compare.REPORT_FILE).read_text()
     for run in runs:
@@ -332,8 +333,41 @@ def test_the_report_shows_utilization_per_level_absent_never_zero(tmp_path):
                 + (f"{u['efa_gbps_per_node'][n] / 100.0:.2%} of 100 Gb/s" if n == "node-a" else "line rate unknown")
                 for n, m in u["efa_bytes_per_node"].items())
             label = LABELS[{r.name: r for r in THREE}[run.name]]
-            assert (f"| {e['concurrency']} | {label} | absent | absent | {kv_share} | {nodes} "
+            gpu_cells = ("absent | absent" if gpu is None else
+                         f"{u['gpu_utilization_pct']:.1f} | {u['gpu_memory_used_mib']:,.0f} MiB "
+                         f"({u['gpu_memory_used_fraction']:.0%})")
+            assert (f"| {e['concurrency']} | {label} | {gpu_cells} | {kv_share} | {nodes} "
                     f"| {u['efa_line_rate_share_max']:.2%} |") in text
+    assert "| 0.0 |" not in text and " 0 MiB" not in text
+
+
+def test_the_report_s_level_table_is_each_level_s_record(report):
+    """Every cell of the level table, formatted here from summary.json."""
+    out, decision = report
+    text = (out / compare.REPORT_FILE).read_text()
+
+    def num(value, digits):
+        return "n/a" if value is None else f"{value:,.{digits}f}"
+    for run in THREE:
+        for e in summary(run):
+            kv = e["kv_transfer_ms"]
+            best = " **best**" if decision["best"][LABELS[run]] == e["concurrency"] else ""
+            assert (f"| {e['concurrency']} | {LABELS[run]}{best} | {e['requests_ok']} | {e['requests_failed']} "
+                    f"| {e['accepted_responses']} ({share(e):.0%}) "
+                    f"| {'/'.join(num(e['ttft_ms'][p], 1) for p in ('p50', 'p95', 'p99'))} "
+                    f"| {num(e['itl_ms']['p50'], 2)} | {'/'.join(num(e['e2e_ms'][p], 0) for p in ('p50', 'p95', 'p99'))} "
+                    f"| {num(e['output_tokens_per_s'], 1)} | {'n/a' if kv is None else '/'.join(num(kv[p], 2) for p in ('p50', 'p95'))} "
+                    f"| {usd(e['cost_per_million_output_tokens_usd']) if e['cost_per_million_output_tokens_usd'] else 'n/a'} "
+                    f"| {usd(e['cost_per_accepted_response_usd']) if e['cost_per_accepted_response_usd'] else 'n/a'} |"
+                    ) in text
+        s = settings(run)
+        if run is MANAGED:
+            price = (f"per token: ${s['price_per_million_input_tokens_usd']:,.2f} per million input tokens, "
+                     f"${s['price_per_million_output_tokens_usd']:,.2f} per million output tokens")
+        else:
+            price = (f"hourly {usd(s['hourly_cost_usd'])} ({s['deployment']['hourly_cost_source']}, prices of "
+                     f"{s['deployment']['price_table_as_of']})")
+        assert f"- **{LABELS[run]}**: `{run.relative_to(ROOT)}`; " in text and price in text
 
 
 def test_runs_without_utilization_say_not_recorded(report):
