@@ -675,7 +675,14 @@ def markdown(runs: Sequence[Run], decision: dict[str, Any]) -> str:
                      f"| {row['responses_per_dollar']:,.0f} | {row['responses_per_dollar'] / top - 1:+.1%} |")
     lines += ["", f"**Sensitivity.** {sensitivity_line(decision)} Each is the same rule on the same levels; a level "
               "counts at a goal when that share of its requests was accepted.", "",
-              "## Every level", "",
+              "| --min-attainment | decision | gain of the disaggregated run | deciding rules | best level of each run |",
+              "|---:|---|---|---|---|"]
+    for entry in decision["sensitivity"]:
+        gain = "n/a" if entry["gain"] is None else f"{entry['gain']:+.1%} vs {entry['rival']}"
+        levels = ", ".join(f"{run} {'none' if level is None else level}" for run, level in entry["best"].items())
+        lines.append(f"| {_goal(entry['min_attainment'])}{' (used)' if entry['used'] else ''} | {entry['decision']} "
+                     f"| {gain} | {', '.join(dict.fromkeys(entry['rules']))} | {levels} |")
+    lines += ["", "## Every level", "",
               "| concurrency | run | ok | failed | accepted | TTFT p50/p95/p99 ms | ITL p50 ms | e2e p50/p95/p99 ms "
               "| output tok/s | KV transfer p50/p95 ms | $ per 1M output tokens | $ per accepted response |",
               "|---:|---|---:|---:|---:|---|---:|---|---:|---|---:|---:|"]

@@ -672,6 +672,16 @@ def test_the_sensitivity_is_the_decision_at_each_goal_from_the_same_records(tmp_
     assert line.endswith("99%: wait (no priced level of colocated).")
     report = (tmp_path / "o" / compare.REPORT_FILE).read_text()
     assert f"**Sensitivity.** {line}" in report
+    colocated_levels = {goal: best_entry(colocated, goal) for goal in goals}
+    for goal, label in ((0.8, "80%"), (0.9, "90% (used)"), (0.99, "99%")):
+        entry = by_goal[goal]
+        mine, theirs = best_entry(DISAGGREGATED, goal), colocated_levels[goal]
+        gain = ("n/a" if mine is None or theirs is None else
+                f"{theirs['cost_per_accepted_response_usd'] / mine['cost_per_accepted_response_usd'] - 1:+.1%} vs colocated")
+        levels = (f"disaggregated {mine['concurrency'] if mine else 'none'}, "
+                  f"colocated {theirs['concurrency'] if theirs else 'none'}")
+        assert f"| {label} | {entry['decision']} | {gain} | {', '.join(dict.fromkeys(entry['rules']))} | {levels} |" \
+            in report
 
 
 def test_a_goal_outside_the_usual_ones_is_listed_in_its_place(tmp_path):
