@@ -33,7 +33,7 @@ import json
 import math
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,11 +141,12 @@ def attainment(entry: dict[str, Any]) -> float:
 
 
 def load(path: Path, label: str | None = None) -> Run:
+    """A run directory, labelled ``label``, else by its topology, else ``managed-endpoint`` for a
+    managed endpoint, else by the directory's name."""
     info, entries, completions = load_run(path)
-    deployment = (info.get("settings") or {}).get("deployment") or {}
-    run = Run(label or path.name, path, info, entries, completions)
-    return Run(label or deployment.get("topology") or (MANAGED_ENDPOINT if run.kind == MANAGED_ENDPOINT else None)
-               or path.name, path, info, entries, completions)
+    run = Run(path.name, path, info, entries, completions)
+    return replace(run, label=label or run.topology or (MANAGED_ENDPOINT if run.kind == MANAGED_ENDPOINT else None)
+                   or path.name)
 
 
 def load_all(paths: Sequence[Path], labels: Sequence[str | None] | None = None) -> list[Run]:
@@ -157,8 +158,8 @@ def load_all(paths: Sequence[Path], labels: Sequence[str | None] | None = None) 
     for run in runs:
         counts[run.label] = counts.get(run.label, 0) + 1
     letters = string.ascii_uppercase
-    return [Run(f"{run.label} ({letters[i % 26]}{i // 26 or ''})", run.path, run.info, run.entries, run.completions)
-            if counts[run.label] > 1 else run for i, run in enumerate(runs)]
+    return [replace(run, label=f"{run.label} ({letters[i % 26]}{i // 26 or ''})") if counts[run.label] > 1 else run
+            for i, run in enumerate(runs)]
 
 
 def responses_per_dollar(entry: dict[str, Any]) -> float:
