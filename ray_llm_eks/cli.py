@@ -2,7 +2,7 @@
 ``verify`` (the deployment gate against the current kubeconfig), ``drill`` (a fault under light
 load, measured), ``verify-logs`` (its log
 classifier on saved worker logs), ``bench`` (AIPerf against an endpoint, priced by ``plan``) and
-``compare`` (two bench runs and the verdict).
+``compare`` (bench runs ranked, and the decision: trial, wait or reject).
 
 Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
 
@@ -16,7 +16,7 @@ Exit codes (also in ``docs/plan.md`` and ``docs/verification.md``):
  1    verify: the gate failed / drill: the deployment did not serve again or the gate did not pass
       / verify-logs: the logs do not prove LIBFABRIC on the expected
       provider (``--expect-provider``, default efa) / bench: the tokenizer does not load, or AIPerf
-      failed or wrote nothing readable (AIPerf's reason first)
+      failed or wrote nothing readable (AIPerf's reason first) / compare: the decision is ``wait``
  2    verify-logs: a log file cannot be read
  2    bench, compare: bad flags or run directories (the message names the flag and what is accepted)
  2    drill: not a scenario
@@ -997,8 +997,9 @@ def _print_summary(console: Console, out: Path, entries: list[dict[str, Any]]) -
 
 @app.command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="A bench run directory (e.g. the disaggregated deployment).")],
-    run_b: Annotated[Path, typer.Argument(help="Another (e.g. the colocated baseline).")],
+    runs: Annotated[list[Path], typer.Argument(
+        help="Two or more bench run directories (a disaggregated and a colocated deployment, a managed endpoint "
+             "priced per token); the first is the reference of the output agreement.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="Report directory: report.md, verdict.json, two PNG plots.")],
     min_gain: Annotated[float, typer.Option("--min-gain", min=0.0, max=0.99,
                                             help="Smallest gain in accepted responses per dollar acted on.")] = 0.05,
@@ -1007,18 +1008,19 @@ def compare(
                                                        "level to count (DistServe's goodput goal).")] = 0.9,
     as_json: JsonOption = False,
 ) -> None:
-    """Side-by-side report of two bench runs and the verdict: which serves more accepted responses per dollar.
+    """Rank bench runs by accepted responses per dollar, with the break-even against a per-token endpoint,
+    and decide: trial, wait or reject (docs/benchmark.md, "The decision").
 
-    Exit codes: 0 a verdict (adopt-disaggregation, reject-disaggregation, no-difference, or a
-    prefer-... between two runs of one topology); 1 not-comparable (the report says why: different
-    workloads, no priced level, no level meeting --min-attainment); 2 a run directory or option
-    that cannot be read.
+    Exit codes: 0 trial or reject (a measured decision); 1 wait (an unresolved condition: the report
+    lists each with its figures); 2 a run directory or option that cannot be read.
     """
-    from .bench.compare import REPORT_FILE, compare as compare_runs, sensitivity_line
+    from .bench.compare import REPORT_FILE, WAIT, compare as compare_runs, sensitivity_line
     from .bench.runner import BenchError
 
+    if len(runs) < 2:
+        _fail(ExitCode.CONFIG_ERROR, f"RUNS: at least two run directories (got {len(runs)})", as_json)
     try:
-        decision = compare_runs(run_a, run_b, out, min_gain=min_gain, min_attainment=min_attainment)
+        decision = compare_runs(runs, out, min_gain=min_gain, min_attainment=min_attainment)
     except BenchError as error:
         _fail(ExitCode.CONFIG_ERROR, _with_flags(error), as_json)
     except ImportError as error:
@@ -1026,10 +1028,14 @@ def compare(
     if as_json:
         typer.echo(json.dumps(decision, indent=2))
     else:
-        _console().print(f"[bold]{escape(decision['decision'])}[/]: {escape(decision['reason'])}\n"
+        ranking = ", ".join(f"{row['run']} {row['responses_per_dollar']:,.0f}" if row["responses_per_dollar"]
+                            else f"{row['run']} none" for row in decision["ranking"])
+        reasons = "\n".join(f"- {reason['rule']}: {reason['text']}" for reason in decision["reasons"])
+        _console().print(f"[bold]{escape(decision['decision'])}[/]\n{escape(reasons)}\n"
+                         f"accepted responses per dollar: {escape(ranking)}\n"
                          f"{escape(sensitivity_line(decision))}\n"
                          f"report: {escape(str(out / REPORT_FILE))}")
-    raise typer.Exit(int(ExitCode.CHECK_FAILED if decision["decision"] == "not-comparable" else ExitCode.OK))
+    raise typer.Exit(int(ExitCode.CHECK_FAILED if decision["decision"] == WAIT else ExitCode.OK))
 
 
 # --- render (GitOps) -----------------------------------------------------------------------------

@@ -1,13 +1,28 @@
-"""Two benchmark runs side by side, and the verdict: does the added topology pay for itself?
+"""Two or more benchmark runs side by side, ranked, and the seed's decision: trial, wait or reject.
 
 The rule is the one the review of the AWS launch states: disaggregation pays off only where it
-serves more accepted responses per dollar at the same SLOs. Each run's figure is its best level:
-the concurrency at which its hourly price buys the most accepted responses, among the levels
-that meet the SLOs for at least ``min_attainment`` of their requests (90 %, the attainment goal
-of DistServe's goodput, arXiv:2401.09670). That is the operating point a cost-minded operator
-would choose and could sell; a level that is cheap only because it rejects a third of its
-requests is not one. A difference smaller than ``min_gain`` either way is run-to-run noise and
-keeps the simpler topology.
+serves more accepted responses per dollar at the same SLOs and quality. Each run's figure is its
+best level: the concurrency at which its price buys the most accepted responses, among the levels
+that meet the SLOs for at least ``min_attainment`` of their requests (90 %, the attainment goal of
+DistServe's goodput, arXiv:2401.09670). That is the operating point a cost-minded operator would
+choose and could sell; a level that is cheap only because it rejects a third of its requests is
+not one. A run is priced by the hour (a deployment: ``plan``'s hourly total) or per token (a
+managed endpoint: ``bench --price-per-million-input-tokens/--output-tokens``); either way its
+``summary.json`` carries the cost of an accepted response at each level, so the runs rank on one
+figure. Where an hourly and a per-token run meet, :func:`break_even` gives the request rate at
+which the hourly bill equals the per-token one.
+
+The decision (:func:`decide`; every rule is in docs/benchmark.md, "The decision"):
+
+- ``wait``: something the comparison rests on is unresolved (no disaggregated run or no colocated
+  baseline, different SLOs or workloads, a run with no priced level meeting the goal; and, when
+  disaggregation measures a gain: agreement with the first run not measured or not full, the
+  transport unverified, the licence not on record or different, the model revision different);
+- ``reject``: another run serves at least as many accepted responses per dollar, or the
+  disaggregated gain is within ``min_gain`` (run-to-run noise), so the second pool and the transfer
+  do not pay; transfer overhead and idle duplication are named where measured;
+- ``trial``: a measured gain beyond ``min_gain`` over every other run, at the same SLOs and
+  workload, with full agreement, a verified transport and one licence on record.
 
 Matplotlib is imported only to draw, so the rest runs with the standard library.
 """
@@ -16,11 +31,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import agreement as agreement_module
+from .cost import SECONDS_PER_HOUR
 from .runner import BenchError, load_run
 
 DEFAULT_MIN_GAIN = 0.05
@@ -28,14 +46,21 @@ DEFAULT_MIN_GAIN = 0.05
 DEFAULT_MIN_ATTAINMENT = 0.9
 """A level counts only if at least 90 % of its requests were accepted (DistServe's goodput goal)."""
 SENSITIVITY_GOALS = (0.8, 0.9, 0.95, 0.99)
-"""The attainment goals the verdict is also given at, with the one used: how the verdict moves with
-``--min-attainment`` (one pair of runs gave adopt-disaggregation +457 % at 90 % and no-difference at
-80 %, because a level accepting 85 % of its requests then counted)."""
+"""The attainment goals the decision is also given at, with the one used: how it moves with
+``--min-attainment`` (one pair of runs gave a 457 % gain at 90 % and none at 80 %, because a level
+accepting 85 % of its requests then counted)."""
 REPORT_FILE = "report.md"
 VERDICT_FILE = "verdict.json"
 LATENCY_PLOT = "latency_vs_throughput.png"
 COST_PLOT = "cost_per_accepted_response.png"
 DISAGGREGATED = "disaggregated"
+COLOCATED = "colocated"
+MANAGED_ENDPOINT = "managed-endpoint"
+DEPLOYMENT = "deployment"
+HOURLY, PER_TOKEN = "hourly", "per-token"
+TRIAL, WAIT, REJECT = "trial", "wait", "reject"
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
+"""One colour per run, cycling past eight (matplotlib's tab10 without its olive and cyan)."""
 
 
 @dataclass(frozen=True)
@@ -48,18 +73,65 @@ class Run:
 
     @property
     def settings(self) -> dict[str, Any]:
-        return self.info.get("settings", {})
+        return self.info.get("settings") or {}
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        return self.settings.get("deployment") or {}
 
     @property
     def topology(self) -> str | None:
-        return self.settings.get("deployment", {}).get("topology")
+        return self.deployment.get("topology")
+
+    @property
+    def price_basis(self) -> str | None:
+        """``hourly``, ``per-token`` or ``None`` (unpriced). A run written before per-token prices
+        existed has no ``price_basis``: it is hourly when it carries an hourly price."""
+        bases = {e.get("price_basis") for e in self.entries} - {None}
+        if PER_TOKEN in bases:
+            return PER_TOKEN
+        if HOURLY in bases or self.hourly_cost_usd is not None:
+            return HOURLY
+        if self.settings.get("price_per_million_input_tokens_usd") is not None:
+            return PER_TOKEN
+        return None
+
+    @property
+    def kind(self) -> str:
+        """``deployment`` or ``managed-endpoint`` (``settings.deployment.kind``; older runs have
+        no kind and were all deployments)."""
+        return self.deployment.get("kind") or (MANAGED_ENDPOINT if self.price_basis == PER_TOKEN and not self.topology
+                                               else DEPLOYMENT)
+
+    @property
+    def hourly_cost_usd(self) -> float | None:
+        return next((e["hourly_cost_usd"] for e in self.entries if e.get("hourly_cost_usd") is not None),
+                    self.settings.get("hourly_cost_usd"))
+
+    @property
+    def model(self) -> dict[str, Any] | None:
+        """``run.json``'s ``model`` block (source, revision, image digest, licence), if recorded."""
+        return self.info.get("model")
+
+    @property
+    def license(self) -> dict[str, Any] | None:
+        return (self.model or {}).get("license")
+
+    def meeting(self, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[dict[str, Any]]:
+        """The levels where at least ``min_attainment`` of the requests were accepted."""
+        return [e for e in self.entries if attainment(e) >= min_attainment]
 
     def best(self, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any] | None:
         """Among the levels meeting ``min_attainment``, the one with the most accepted responses
         per dollar (the lowest cost per accepted response)."""
-        eligible = [e for e in self.entries if e.get("cost_per_accepted_response_usd") is not None
-                    and attainment(e) >= min_attainment]
+        eligible = [e for e in self.meeting(min_attainment) if e.get("cost_per_accepted_response_usd") is not None]
         return min(eligible, key=lambda e: e["cost_per_accepted_response_usd"]) if eligible else None
+
+    def max_rate(self, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any] | None:
+        """The level meeting ``min_attainment`` with the most accepted responses per second: the
+        highest rate this run is measured to sustain."""
+        levels = [e for e in self.meeting(min_attainment) if e.get("accepted_responses_per_s")]
+        return max(levels, key=lambda e: e["accepted_responses_per_s"]) if levels else None
 
 
 def attainment(entry: dict[str, Any]) -> float:
@@ -69,9 +141,25 @@ def attainment(entry: dict[str, Any]) -> float:
 
 
 def load(path: Path, label: str | None = None) -> Run:
+    """A run directory, labelled ``label``, else by its topology, else ``managed-endpoint`` for a
+    managed endpoint, else by the directory's name."""
     info, entries, completions = load_run(path)
-    topology = info.get("settings", {}).get("deployment", {}).get("topology")
-    return Run(label or topology or path.name, path, info, entries, completions)
+    run = Run(path.name, path, info, entries, completions)
+    return replace(run, label=label or run.topology or (MANAGED_ENDPOINT if run.kind == MANAGED_ENDPOINT else None)
+                   or path.name)
+
+
+def load_all(paths: Sequence[Path], labels: Sequence[str | None] | None = None) -> list[Run]:
+    """The runs, each labelled by its topology (or ``managed-endpoint``, or its directory); labels
+    that repeat get the run's letter, ``colocated (A)``, ``colocated (B)``."""
+    labels = list(labels or []) + [None] * (len(paths) - len(labels or []))
+    runs = [load(Path(path), label) for path, label in zip(paths, labels)]
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.label] = counts.get(run.label, 0) + 1
+    letters = string.ascii_uppercase
+    return [replace(run, label=f"{run.label} ({letters[i % 26]}{i // 26 or ''})") if counts[run.label] > 1 else run
+            for i, run in enumerate(runs)]
 
 
 def responses_per_dollar(entry: dict[str, Any]) -> float:
@@ -91,129 +179,367 @@ def _slos(run: Run) -> tuple[Any, Any]:
     return run.settings.get("slo_ttft_ms"), run.settings.get("slo_e2e_ms")
 
 
-def _agreement_warning(agreement: dict[str, Any] | None) -> str | None:
-    if agreement is None:
-        return None
-    if agreement["compared"] == 0:
-        return "Warning: the runs share no agreement prompt, so output agreement was not measured."
-    if agreement["rate"] < 1:
-        failed = f", {len(agreement['errors'])} failed on a side" if agreement["errors"] else ""
-        return (f"Warning: greedy outputs agree on {agreement['identical']} of {agreement['compared']} prompts"
-                f"{failed}; look at where they diverge before trusting the faster run (a corrupted KV "
-                "transfer shows here first).")
-    return None
-
-
-def verdict(a: Run, b: Run, min_gain: float = DEFAULT_MIN_GAIN,
-            min_attainment: float = DEFAULT_MIN_ATTAINMENT,
-            goals: tuple[float, ...] = SENSITIVITY_GOALS) -> dict[str, Any]:
-    """The decision and its reason, as data (``verdict.json``) and as a sentence, with
-    ``sensitivity``: the decision at each of ``goals`` and at ``min_attainment``, each from
-    :func:`decide` on the same records (the verdict itself is the entry of ``min_attainment``)."""
-    decision = decide(a, b, min_gain, min_attainment)
-    sensitivity = []
-    for goal in sorted({*goals, min_attainment}):
-        at_goal = decision if goal == min_attainment else decide(a, b, min_gain, goal)
-        per_dollar = at_goal.get("responses_per_dollar")
-        sensitivity.append({
-            "min_attainment": goal, "used": goal == min_attainment, "decision": at_goal["decision"],
-            "winner": at_goal["winner"], "best": at_goal.get("best"),
-            # The winner's margin, whichever run was named first (as the verdict's threshold reads it).
-            "ratio": max(per_dollar.values()) / min(per_dollar.values()) - 1 if per_dollar else None,
-            "without_level": [run.label for run in (a, b) if run.best(goal) is None],
-        })
-    return {**decision, "sensitivity": sensitivity}
-
-
 def _goal(goal: float) -> str:
     return f"{goal * 100:g}%"
 
 
+def _reason(rule: str, text: str, **figures: Any) -> dict[str, Any]:
+    return {"rule": rule, "text": text, "figures": figures}
+
+
+def _level(entry: dict[str, Any]) -> str:
+    return "the trace replay" if entry["concurrency"] is None else f"concurrency {entry['concurrency']}"
+
+
+# --- the figures the decision reads ---------------------------------------------------------------
+
+def ranking(runs: Sequence[Run], min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[dict[str, Any]]:
+    """Every run, most accepted responses per dollar first (at its best level); runs without a
+    priced level meeting the goal last, in the order given."""
+    rows = []
+    for run in runs:
+        best = run.best(min_attainment)
+        rows.append({"run": run.label, "kind": run.kind, "topology": run.topology, "price_basis": run.price_basis,
+                     "best_concurrency": best["concurrency"] if best else None,
+                     "responses_per_dollar": responses_per_dollar(best) if best else None,
+                     "cost_per_accepted_response_usd": best["cost_per_accepted_response_usd"] if best else None,
+                     "attainment": attainment(best) if best else None,
+                     "accepted_responses_per_s": best.get("accepted_responses_per_s") if best else None})
+    return sorted(rows, key=lambda row: -(row["responses_per_dollar"] or 0))
+
+
+def break_even(runs: Sequence[Run], min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[dict[str, Any]]:
+    """For every (hourly run, per-token run) pair, the request rate at which their costs meet.
+
+    The per-token run pays ``c`` per accepted response (at its best level), whatever the rate; the
+    hourly run pays ``hourly / (3600 λ)`` per accepted response at ``λ`` accepted responses per
+    second. They are equal at ``λ* = hourly / (3600 c)``. Below ``λ*`` the per-token run is cheaper,
+    above it the hourly one, up to ``λmax``, the highest accepted-response rate the hourly run
+    sustained at a level meeting the goal; ``λ* / λmax`` is the utilization the deployment must
+    reach to pay off. Two hourly runs need no break-even: their ranking holds at every rate.
+    """
+    pairs = []
+    for hourly in (r for r in runs if r.price_basis == HOURLY):
+        for per_token in (r for r in runs if r.price_basis == PER_TOKEN):
+            best, top = per_token.best(min_attainment), hourly.max_rate(min_attainment)
+            price = hourly.hourly_cost_usd
+            pair: dict[str, Any] = {
+                "hourly_run": hourly.label, "per_token_run": per_token.label, "hourly_cost_usd": price,
+                "per_token_best_concurrency": best["concurrency"] if best else None,
+                "per_token_cost_per_accepted_response_usd": best["cost_per_accepted_response_usd"] if best else None,
+                "max_concurrency": top["concurrency"] if top else None,
+                "max_responses_per_s": top["accepted_responses_per_s"] if top else None,
+                "break_even_responses_per_s": None, "break_even_utilization": None, "winner_below": per_token.label,
+                "winner_above": None}
+            if best is None or price is None:
+                pair["text"] = (f"No break-even: {per_token.label} has no priced level meeting the "
+                                f"{_goal(min_attainment)} goal." if best is None else
+                                f"No break-even: {hourly.label} has no hourly price.")
+                pairs.append(pair)
+                continue
+            rate = price / (SECONDS_PER_HOUR * best["cost_per_accepted_response_usd"])
+            pair["break_even_responses_per_s"] = rate
+            head = (f"{hourly.label} (${price:,.4f} an hour) costs what {per_token.label} charges "
+                    f"({_usd(best['cost_per_accepted_response_usd'])} per accepted response at its best level) at "
+                    f"{rate:,.2f} accepted responses/s ({rate * SECONDS_PER_HOUR:,.0f} an hour)")
+            if top is None:
+                pair["text"] = (f"{head}; {hourly.label} has no level meeting the {_goal(min_attainment)} goal, so "
+                                "its sustainable rate is unknown.")
+            else:
+                share = rate / top["accepted_responses_per_s"]
+                pair["break_even_utilization"] = share
+                ceiling = (f"{top['accepted_responses_per_s']:,.2f}/s, its highest rate meeting the goal "
+                           f"({_level(top)})")
+                if rate <= top["accepted_responses_per_s"]:
+                    pair["winner_above"] = hourly.label
+                    pair["text"] = (f"{head}. Below that rate {per_token.label} is cheaper; from it up to {ceiling}, "
+                                    f"{hourly.label} is: it pays off above {share:.0%} utilization.")
+                else:
+                    pair["text"] = (f"{head}, above {ceiling}: {per_token.label} is cheaper at every rate "
+                                    f"{hourly.label} sustains (break-even utilization {share:.0%}).")
+            pairs.append(pair)
+    return pairs
+
+
+def agreements(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Each run's greedy answers against the first run's (the first against itself is not listed)."""
+    first = runs[0]
+    result = []
+    for run in runs[1:]:
+        measured = bool(first.completions and run.completions)
+        row: dict[str, Any] = {"run": run.label, "against": first.label, "measured": measured}
+        if measured:
+            row.update(agreement_module.agreement(first.completions, run.completions))
+        result.append(row)
+    return result
+
+
+def transfer(entry: dict[str, Any]) -> dict[str, Any]:
+    """What a level's records say about the KV transfer and the fabric: the transfers vLLM counted
+    (``kv_transfer_ms.count``), their mean and its share of the median TTFT, and the bytes the EFA
+    counters moved over the level on all nodes (``utilization.efa_bytes_per_node``)."""
+    kv = entry.get("kv_transfer_ms") or {}
+    ttft = (entry.get("ttft_ms") or {}).get("p50")
+    mean = kv.get("mean")
+    per_node = (entry.get("utilization") or {}).get("efa_bytes_per_node")
+    return {"kv_transfer_count": kv.get("count"), "kv_transfer_mean_ms": mean, "ttft_p50_ms": ttft,
+            "kv_share_of_ttft": mean / ttft if mean is not None and ttft else None,
+            "efa_source": (entry.get("utilization") or {}).get("efa_source"),
+            "efa_bytes": None if per_node is None else sum(n["sent"] + n["received"] for n in per_node.values())}
+
+
+# --- the decision ---------------------------------------------------------------------------------
+
+def _comparability(runs: Sequence[Run], min_attainment: float) -> list[dict[str, Any]]:
+    """What must hold before any run can be ranked against another (each failure is a ``wait``)."""
+    first, waits = runs[0], []
+    if not any(r.topology == DISAGGREGATED for r in runs):
+        waits.append(_reason("no-disaggregated-run", "No run is of the disaggregated topology (run.json "
+                             "settings.deployment.topology): there is nothing to decide about.",
+                             topologies={r.label: r.topology for r in runs}))
+    if not any(r.topology == COLOCATED for r in runs):
+        waits.append(_reason("no-colocated-baseline", "No run is of the colocated topology: without the baseline on "
+                             "the same nodes, a gain cannot be told from the hardware.",
+                             topologies={r.label: r.topology for r in runs}))
+    for run in runs[1:]:
+        if _slos(run) != _slos(first):
+            waits.append(_reason("slos-differ", f"The SLOs differ (TTFT/e2e ms: {first.label} {_slos(first)}, "
+                                 f"{run.label} {_slos(run)}).", **{first.label: list(_slos(first)),
+                                                                   run.label: list(_slos(run))}))
+        if _workload(run) != _workload(first):
+            differ = sorted(k for k in _workload(first) if _workload(first)[k] != _workload(run)[k])
+            waits.append(_reason("workloads-differ", f"The workloads differ in {', '.join(differ)} ({first.label} "
+                                 f"{ {k: _workload(first)[k] for k in differ} }, {run.label} "
+                                 f"{ {k: _workload(run)[k] for k in differ} }).",
+                                 **{k: {first.label: _workload(first)[k], run.label: _workload(run)[k]} for k in differ}))
+    for run in runs:
+        if run.best(min_attainment) is None:
+            waits.append(_reason("no-priced-level", f"{run.label} has no priced level where at least "
+                                 f"{_goal(min_attainment)} of the requests were accepted (no price recorded, or the "
+                                 "SLOs were missed at every level).", run=run.label, price_basis=run.price_basis,
+                                 min_attainment=min_attainment,
+                                 attainment={str(e["concurrency"]): attainment(e) for e in run.entries}))
+    return waits
+
+
+def _unresolved(runs: Sequence[Run], candidate: Run, best: dict[str, Any],
+                rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a measured gain still waits for: quality, transport, licence and revision."""
+    waits = []
+    for row in rows:
+        if not row["measured"] or row["compared"] == 0:
+            waits.append(_reason("agreement-not-measured", f"Output agreement of {row['run']} with {row['against']} "
+                                 "was not measured (" + ("a run has no agreement.json: bench ran with "
+                                                         "--agreement-prompts 0" if not row["measured"] else
+                                                         "the runs share no agreement prompt") + ").",
+                                 run=row["run"], against=row["against"], compared=row.get("compared")))
+        elif row["identical"] < row["compared"]:
+            waits.append(_reason("quality-differs", f"{row['run']}'s greedy answers agree with {row['against']}'s on "
+                                 f"{row['identical']} of {row['compared']} prompts ({len(row['divergences'])} "
+                                 f"diverge, {len(row['errors'])} failed on a side): the runs are not at the same "
+                                 "quality until the divergences are explained.", run=row["run"],
+                                 against=row["against"], identical=row["identical"], compared=row["compared"],
+                                 divergences=len(row["divergences"]), errors=len(row["errors"])))
+    moved = transfer(best)
+    missing = [what for what, ok in (("no KV transfer counted in kv_transfer_ms", bool(moved["kv_transfer_count"])),
+                                     ("no EFA bytes in utilization", bool(moved["efa_bytes"]))) if not ok]
+    if missing:
+        waits.append(_reason("transport-unverified", f"{candidate.label}'s transport is unverified at its best level "
+                             f"({_level(best)}): {' and '.join(missing)}. A disaggregated run must show its KV cache "
+                             "moving, over the fabric.", run=candidate.label, concurrency=best["concurrency"],
+                             kv_transfer_count=moved["kv_transfer_count"], efa_bytes=moved["efa_bytes"],
+                             efa_source=moved["efa_source"]))
+    unrecorded = [r for r in runs if not (r.license or {}).get("licence")]
+    if unrecorded:
+        why = "; ".join(f"{r.label}: " + ("run.json has no model block, written before the licence was recorded"
+                                          if r.model is None else "model.license is null, the model is not in the "
+                                          "table and bench had no --license") for r in unrecorded)
+        waits.append(_reason("license-not-recorded", f"No licence on record ({why}).",
+                             runs=[r.label for r in unrecorded]))
+    licences = {r.label: r.license["licence"] for r in runs if (r.license or {}).get("licence")}
+    if len(set(licences.values())) > 1:
+        waits.append(_reason("license-differs", "The runs record different licences: "
+                             + ", ".join(f"{k} {v}" for k, v in licences.items()) + ".", licences=licences))
+    revisions = {r.label: (r.model or {}).get("revision") for r in runs if (r.model or {}).get("revision")}
+    if len(set(revisions.values())) > 1:
+        waits.append(_reason("model-revision-differs", "The runs served different model revisions: "
+                             + ", ".join(f"{k} {v}" for k, v in revisions.items()) + ".", revisions=revisions))
+    return waits
+
+
+def _caveats(runs: Sequence[Run], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the report states beside the decision without changing it."""
+    first, caveats = runs[0], []
+    if _slos(first) == (None, None):
+        caveats.append(_reason("no-slo", "No SLO was set, so every completed response counts as accepted; rerun with "
+                               "--slo-ttft-ms and --slo-e2e-ms."))
+    seen: dict[str, str] = {}
+    for run in runs:
+        if run.topology and run.topology in seen and run.path.resolve() != Path(seen[run.topology]).resolve():
+            caveats.append(_reason("same-topology", f"{seen[run.topology]} and {run.path} both say topology "
+                                   f"{run.topology}: was each benchmarked with its own --config?",
+                                   topology=run.topology))
+        seen.setdefault(run.topology or "", str(run.path))
+    deployments = [r for r in runs if r.kind == DEPLOYMENT]
+    for key in ("model", "requests"):
+        group = runs if key == "requests" else deployments  # a managed endpoint serves under its own name
+        values = {r.label: r.settings.get(key) for r in group}
+        if len(set(map(json.dumps, values.values()))) > 1:
+            caveats.append(_reason(f"{key}-differs", f"{key} differs: "
+                                   + ", ".join(f"{k} {v}" for k, v in values.items()) + ".", **{key: values}))
+    incomplete = [f"{r.label} c{e['concurrency']}" for r in runs for e in r.entries if e.get("aiperf_exit_code")]
+    if incomplete:
+        caveats.append(_reason("aiperf-failed", f"AIPerf reported failure at {', '.join(incomplete)} (every request "
+                               "failed there).", levels=incomplete))
+    for row in rows:
+        if row["measured"] and not row["same_max_tokens"]:
+            caveats.append(_reason("agreement-max-tokens-differ", f"{row['run']} and {row['against']} recorded their "
+                                   "agreement answers with different max_tokens.", run=row["run"]))
+    for run in runs:
+        callout = (run.license or {}).get("callout")
+        if callout:
+            caveats.append(_reason("license-terms", f"{run.label}: {callout}", run=run.label,
+                                   licence=run.license.get("licence"), gated=run.license.get("gated"),
+                                   commercial_use=run.license.get("commercial_use")))
+        if run.kind == DEPLOYMENT and run.model is not None and not run.model.get("image_digest"):
+            caveats.append(_reason("image-digest-not-recorded", f"{run.label} records no image digest: the image it "
+                                   "served cannot be named exactly.", run=run.label, image=run.model.get("image")))
+    return caveats
+
+
+def _reject_reasons(candidate: Run, best: dict[str, Any], rival: Run, rival_best: dict[str, Any],
+                    baseline: tuple[Run, dict[str, Any]] | None, gain: float, min_gain: float) -> list[dict[str, Any]]:
+    """Why disaggregation does not pay: cost always; transfer overhead and idle duplication when
+    their figures were measured and point that way (against the colocated baseline's best level)."""
+    ours, theirs = responses_per_dollar(best), responses_per_dollar(rival_best)
+    figures = {"run": candidate.label, "responses_per_dollar": ours, "concurrency": best["concurrency"],
+               "rival": rival.label, "rival_responses_per_dollar": theirs, "rival_concurrency": rival_best["concurrency"],
+               "gain": gain, "min_gain": min_gain}
+    if gain <= 0:
+        text = (f"{rival.label} serves {theirs:,.0f} accepted responses per dollar at its best level ({_level(rival_best)}), "
+                f"{candidate.label} {ours:,.0f} ({_level(best)}): {theirs / ours - 1:.0%} more for {rival.label}.")
+    else:
+        text = (f"{candidate.label} serves {ours:,.0f} accepted responses per dollar ({_level(best)}), {rival.label} "
+                f"{theirs:,.0f} ({_level(rival_best)}): a gain of {gain:.1%}, within --min-gain {min_gain:.0%}, so the "
+                "duplicated pool and the KV transfer do not pay.")
+    reasons = [_reason("cost", text, **figures)]
+    if baseline is None:
+        return reasons
+    base, base_best = baseline
+    moved, theirs_ttft = transfer(best), (base_best.get("ttft_ms") or {}).get("p50")
+    if moved["kv_share_of_ttft"] is not None and theirs_ttft is not None and moved["ttft_p50_ms"] > theirs_ttft:
+        reasons.append(_reason(
+            "transfer-overhead", f"At its best level {candidate.label}'s median TTFT is {moved['ttft_p50_ms']:,.1f} ms, "
+            f"{base.label}'s {theirs_ttft:,.1f} ms: the first token comes later without prefill interference, and the KV "
+            f"transfer (mean {moved['kv_transfer_mean_ms']:,.2f} ms) is {moved['kv_share_of_ttft']:.1%} of it.",
+            run=candidate.label, ttft_p50_ms=moved["ttft_p50_ms"], baseline=base.label, baseline_ttft_p50_ms=theirs_ttft,
+            kv_transfer_mean_ms=moved["kv_transfer_mean_ms"], kv_share_of_ttft=moved["kv_share_of_ttft"]))
+    ours_gpu = (best.get("utilization") or {}).get("gpu_utilization_pct")
+    theirs_gpu = (base_best.get("utilization") or {}).get("gpu_utilization_pct")
+    if ours_gpu is not None and theirs_gpu is not None and ours_gpu < theirs_gpu:
+        reasons.append(_reason(
+            "idle-duplication", f"At its best level {candidate.label}'s GPUs were {ours_gpu:.1f} % utilized on average, "
+            f"{base.label}'s {theirs_gpu:.1f} %: the two pools hold GPUs idle that one pool keeps busy.",
+            run=candidate.label, gpu_utilization_pct=ours_gpu, baseline=base.label,
+            baseline_gpu_utilization_pct=theirs_gpu))
+    return reasons
+
+
+def decide(runs: Sequence[Run], min_gain: float = DEFAULT_MIN_GAIN,
+           min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any]:
+    """The decision at one attainment goal, with its reasons and the figures they come from."""
+    rows = agreements(runs)
+    ranked = ranking(runs, min_attainment)
+    result: dict[str, Any] = {
+        "runs": [{"run": r.label, "path": str(r.path), "kind": r.kind, "topology": r.topology,
+                  "price_basis": r.price_basis} for r in runs],
+        "min_gain": min_gain, "min_attainment": min_attainment, "ranking": ranked,
+        "best": {r.label: (r.best(min_attainment) or {}).get("concurrency") for r in runs},
+        "break_even": break_even(runs, min_attainment), "agreement": rows, "candidate": None, "rival": None,
+        "gain": None, "caveats": _caveats(runs, rows)}
+    waits = _comparability(runs, min_attainment)
+    if waits:
+        return _decided(result, WAIT, waits)
+    disaggregated = [r for r in runs if r.topology == DISAGGREGATED]
+    candidate = max(disaggregated, key=lambda r: responses_per_dollar(r.best(min_attainment)))
+    best = candidate.best(min_attainment)
+    others = [r for r in runs if r is not candidate]
+    rival = max(others, key=lambda r: responses_per_dollar(r.best(min_attainment)))
+    rival_best = rival.best(min_attainment)
+    gain = responses_per_dollar(best) / responses_per_dollar(rival_best) - 1
+    result.update(candidate=candidate.label, rival=rival.label, gain=gain)
+    if gain <= min_gain:
+        colocated = [r for r in runs if r.topology == COLOCATED]
+        base = max(colocated, key=lambda r: responses_per_dollar(r.best(min_attainment)))
+        reasons = _reject_reasons(candidate, best, rival, rival_best, (base, base.best(min_attainment)), gain, min_gain)
+        # A measured loss needs nothing resolved; what is unresolved is still said.
+        result["caveats"] += _unresolved(runs, candidate, best, rows)
+        return _decided(result, REJECT, reasons)
+    waits = _unresolved(runs, candidate, best, rows)
+    gain_reason = _reason(
+        "gain", f"{candidate.label} serves {responses_per_dollar(best):,.0f} accepted responses per dollar at its best "
+        f"level ({_level(best)}, {attainment(best):.0%} accepted), {gain:.0%} more than the next, {rival.label} "
+        f"({responses_per_dollar(rival_best):,.0f} at {_level(rival_best)}), beyond --min-gain {min_gain:.0%}, at the "
+        "same SLOs and workload.", run=candidate.label, responses_per_dollar=responses_per_dollar(best),
+        concurrency=best["concurrency"], rival=rival.label, rival_responses_per_dollar=responses_per_dollar(rival_best),
+        rival_concurrency=rival_best["concurrency"], gain=gain, min_gain=min_gain)
+    if waits:
+        result["caveats"].insert(0, gain_reason)  # the measured gain the conditions hold back
+        return _decided(result, WAIT, waits)
+    moved = transfer(best)
+    return _decided(result, TRIAL, [
+        gain_reason,
+        _reason("quality", f"Every run's greedy answers agree with {runs[0].label}'s: "
+                + ", ".join(f"{row['run']} {row['identical']} of {row['compared']}" for row in rows) + ".",
+                **{row["run"]: {"identical": row["identical"], "compared": row["compared"]} for row in rows}),
+        _reason("transport-verified", f"{candidate.label} moved its KV cache at its best level: "
+                f"{moved['kv_transfer_count']} transfers counted, {moved['efa_bytes']:,} bytes on the fabric "
+                f"({moved['efa_source']}).", run=candidate.label, concurrency=best["concurrency"],
+                kv_transfer_count=moved["kv_transfer_count"], efa_bytes=moved["efa_bytes"],
+                efa_source=moved["efa_source"]),
+        _reason("license", f"One licence on record for every run: {runs[0].license['licence']}.",
+                licence=runs[0].license["licence"])])
+
+
+def _decided(result: dict[str, Any], decision: str, reasons: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**result, "decision": decision, "reasons": reasons,
+            "reason": " ".join(reason["text"] for reason in reasons)}
+
+
+def verdict(runs: Sequence[Run], min_gain: float = DEFAULT_MIN_GAIN,
+            min_attainment: float = DEFAULT_MIN_ATTAINMENT,
+            goals: tuple[float, ...] = SENSITIVITY_GOALS) -> dict[str, Any]:
+    """:func:`decide` at ``min_attainment``, with ``sensitivity``: the decision at each of ``goals``
+    and at ``min_attainment``, each from :func:`decide` on the same records."""
+    decision = decide(runs, min_gain, min_attainment)
+    sensitivity = []
+    for goal in sorted({*goals, min_attainment}):
+        at_goal = decision if goal == min_attainment else decide(runs, min_gain, goal)
+        sensitivity.append({
+            "min_attainment": goal, "used": goal == min_attainment, "decision": at_goal["decision"],
+            "rules": [reason["rule"] for reason in at_goal["reasons"]], "candidate": at_goal["candidate"],
+            "rival": at_goal["rival"], "gain": at_goal["gain"], "best": at_goal["best"],
+            "ranking": [row["run"] for row in at_goal["ranking"]],
+            "without_level": [run.label for run in runs if run.best(goal) is None]})
+    return {**decision, "sensitivity": sensitivity}
+
+
 def sensitivity_line(decision: dict[str, Any]) -> str:
-    """``verdict at --min-attainment 80 %: ...; 90 % (used): ...`` from :func:`verdict`'s data."""
+    """``Decision at --min-attainment 80%: ...; 90% (used): ...`` from :func:`verdict`'s data."""
     parts = []
     for entry in decision["sensitivity"]:
-        if entry["decision"] == "not-comparable":
-            margin = (f" (no priced level of {' or '.join(entry['without_level'])} meets it)" if entry["without_level"]
-                      else "")
+        rules = list(dict.fromkeys(entry["rules"]))  # a rule that holds for several runs is named once
+        if entry["gain"] is not None:
+            detail = f"{entry['candidate']} {entry['gain']:+.0%} vs {entry['rival']}"
+            if entry["decision"] == WAIT:
+                detail += "; " + ", ".join(rules)
         else:
-            margin = f" (+{entry['ratio']:.0%})"
+            detail = ", ".join(rules)
+            if entry["without_level"]:
+                detail = detail.replace("no-priced-level", "no priced level of " + " or ".join(entry["without_level"]))
         parts.append(f"{_goal(entry['min_attainment'])}{' (used)' if entry['used'] else ''}: "
-                     f"{entry['decision']}{margin}")
-    return "Verdict at --min-attainment " + "; ".join(parts) + "."
-
-
-def decide(a: Run, b: Run, min_gain: float = DEFAULT_MIN_GAIN,
-           min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> dict[str, Any]:
-    """The decision and its reason at one attainment goal."""
-    blocking, caveats = [], []
-    if _slos(a) != _slos(b):
-        blocking.append(f"the SLOs differ (TTFT/e2e ms: {a.label} {_slos(a)}, {b.label} {_slos(b)})")
-    if _workload(a) != _workload(b):
-        differ = sorted(k for k in _workload(a) if _workload(a)[k] != _workload(b)[k])
-        blocking.append(f"the workloads differ in {', '.join(differ)} ({a.label} "
-                        f"{ {k: _workload(a)[k] for k in differ} }, {b.label} { {k: _workload(b)[k] for k in differ} })")
-    best_a, best_b = a.best(min_attainment), b.best(min_attainment)
-    for run, best in ((a, best_a), (b, best_b)):
-        if best is None:
-            blocking.append(f"{run.label} has no priced level where at least {min_attainment:.0%} of the requests "
-                            "were accepted (no --config/--hourly-cost-usd, or the SLOs were missed at every level)")
-    if _slos(a) == (None, None):
-        caveats.append("no SLO was set, so every completed response counts as accepted; "
-                       "rerun with --slo-ttft-ms and --slo-e2e-ms")
-    if a.topology and a.topology == b.topology and a.path.resolve() != b.path.resolve():
-        caveats.append(f"both runs say topology {a.topology}: was each benchmarked with its own --config?")
-    for key in ("model", "requests"):
-        if a.settings.get(key) != b.settings.get(key):
-            caveats.append(f"{key} differs ({a.settings.get(key)} vs {b.settings.get(key)})")
-    incomplete = [f"{r.label} c{e['concurrency']}" for r in (a, b) for e in r.entries if e.get("aiperf_exit_code")]
-    if incomplete:
-        caveats.append(f"AIPerf reported failure at {', '.join(incomplete)} (every request failed there)")
-    agreement = (agreement_module.agreement(a.completions, b.completions)
-                 if a.completions and b.completions else None)
-    result: dict[str, Any] = {"a": a.label, "b": b.label, "min_gain": min_gain, "min_attainment": min_attainment,
-                              "agreement": agreement}
-    warning = _agreement_warning(agreement)
-    if blocking or best_a is None or best_b is None:
-        reason = "Not comparable: " + "; ".join(blocking + caveats) + "."
-        return {**result, "decision": "not-comparable", "winner": None, "gain": None,
-                "reason": reason + (f" {warning}" if warning else "")}
-    per_dollar_a, per_dollar_b = responses_per_dollar(best_a), responses_per_dollar(best_b)
-    gain = per_dollar_a / per_dollar_b - 1
-    # Symmetric: the larger over the smaller, whichever run was named first.
-    ratio = max(per_dollar_a, per_dollar_b) / min(per_dollar_a, per_dollar_b) - 1
-    winner = (a if per_dollar_a > per_dollar_b else b) if ratio > min_gain else None
-    figures = (f"{a.label} serves {per_dollar_a:,.0f} accepted responses per dollar at its best level "
-               f"(concurrency {best_a['concurrency']}, {attainment(best_a):.0%} accepted), {b.label} "
-               f"{per_dollar_b:,.0f} (concurrency {best_b['concurrency']}, {attainment(best_b):.0%} accepted)")
-    if winner is None:
-        decision = "no-difference"
-        simpler = next((r.label for r in (a, b) if r.topology and r.topology != DISAGGREGATED), None)
-        reason = (f"No difference beyond {min_gain:.0%}: {figures}. "
-                  + (f"Keep {simpler}, the simpler topology: the gain does not pay for the second GPU pool "
-                     "and the KV transfer." if simpler and DISAGGREGATED in {a.topology, b.topology} else
-                     "Keep the simpler or cheaper deployment."))
-    else:
-        loser = b if winner is a else a
-        if winner.topology == DISAGGREGATED and loser.topology != DISAGGREGATED:
-            decision = "adopt-disaggregation"
-            reason = (f"Disaggregation pays off for this workload: {figures}; {ratio:.0%} more accepted responses "
-                      "per dollar at the same SLOs.")
-        elif loser.topology == DISAGGREGATED and winner.topology != DISAGGREGATED:
-            decision = "reject-disaggregation"
-            reason = (f"Reject disaggregation for this workload: {figures}; {winner.label} serves {ratio:.0%} more "
-                      "accepted responses per dollar at the same SLOs, so the transfer overhead and idle "
-                      "duplication outweigh the gain.")
-        else:
-            decision = "prefer-" + winner.label
-            reason = f"{winner.label} serves {ratio:.0%} more accepted responses per dollar at the same SLOs: {figures}."
-    if warning:
-        reason += " " + warning
-    if caveats:
-        reason += " Caveat: " + "; ".join(caveats) + "."
-    return {**result, "decision": decision, "winner": winner.label if winner else None, "gain": gain,
-            "best": {a.label: best_a["concurrency"], b.label: best_b["concurrency"]},
-            "responses_per_dollar": {a.label: per_dollar_a, b.label: per_dollar_b}, "reason": reason}
+                     f"{entry['decision']} ({detail})")
+    return "Decision at --min-attainment " + "; ".join(parts) + "."
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -234,33 +560,137 @@ def _triple(values: dict[str, Any], digits: int) -> str:
     return "/".join(_num(values.get(p), digits) for p in ("p50", "p95", "p99"))
 
 
-def markdown(a: Run, b: Run, decision: dict[str, Any]) -> str:
-    lines = [f"# {a.label} vs {b.label}", "", f"**Verdict ({decision['decision']}).** {decision['reason']}", "",
-             f"**Sensitivity.** {sensitivity_line(decision)} Each is the same rule on the same levels; a level "
-             "counts at a goal when that share of its requests was accepted.", ""]
-    s = a.settings
+def _absent(value: Any, text: str) -> str:
+    """A figure the records hold as null is absent, never 0."""
+    return "absent" if value is None else text
+
+
+def _price(run: Run) -> str:
+    s, d = run.settings, run.deployment
+    if run.price_basis == PER_TOKEN:
+        return (f"per token: ${_num(s.get('price_per_million_input_tokens_usd'), 2)} per million input tokens, "
+                f"${_num(s.get('price_per_million_output_tokens_usd'), 2)} per million output tokens")
+    if run.price_basis == HOURLY:
+        return (f"hourly {_usd(run.hourly_cost_usd)} ({d.get('hourly_cost_source') or 'given'}"
+                + (f", prices of {d['price_table_as_of']})" if d.get("price_table_as_of") else ")"))
+    return "not priced"
+
+
+def _model_rows(runs: Sequence[Run]) -> list[str]:
+    lines = ["| run | model source | revision | served as | licence | gated | commercial use | licence source "
+             "| image | image digest |", "|---|---|---|---|---|---|---|---|---|---|"]
+    callouts = []
+    for run in runs:
+        model = run.model
+        if model is None:
+            lines.append(f"| {run.label} | " + " | ".join(["not recorded (run.json has no `model`: written before "
+                                                          "the licence was recorded)"] + [""] * 8) + " |")
+            continue
+        licence = model.get("license")
+        cells = [model.get("source") or "not given", model.get("revision") or "not pinned", model.get("served_name")]
+        if licence is None:
+            cells += ["**not on record**", "", "", ""]
+        else:
+            cells += [licence.get("licence"), "yes" if licence.get("gated") else "no", licence.get("commercial_use"),
+                      licence.get("source")]
+            if licence.get("callout"):
+                callouts.append(f"- **{run.label}**: {licence['callout']}")
+        cells += [model.get("image") or "not recorded", f"`{model['image_digest']}`" if model.get("image_digest")
+                  else "not recorded"]
+        lines.append(f"| {run.label} | " + " | ".join(str(c) for c in cells) + " |")
+    return lines + ([""] + callouts if callouts else [])
+
+
+def _efa(utilization: dict[str, Any]) -> str:
+    per_node = utilization.get("efa_bytes_per_node")
+    if per_node is None:
+        return "absent"
+    gbps = utilization.get("efa_gbps_per_node") or {}
+    line = utilization.get("efa_line_rate_gbps_per_node") or {}
+    parts = []
+    for node, moved in per_node.items():
+        rate, ceiling = gbps.get(node), line.get(node)
+        share = (f"{rate / ceiling:.2%} of {ceiling:g} Gb/s" if rate is not None and ceiling
+                 else "line rate unknown")
+        parts.append(f"{node}: {moved['sent']:,} B sent, {moved['received']:,} B received, "
+                     + ("rate absent" if rate is None else f"{rate:.3f} Gb/s, {share}"))
+    return "; ".join(parts) or "no node"
+
+
+def _utilization_rows(runs: Sequence[Run]) -> list[str]:
+    lines = ["| level | run | GPU utilization % | GPU memory used | KV transfer share of TTFT p50 | EFA per node "
+             "(over the level) | max share of line rate |", "|---:|---|---:|---:|---:|---|---:|"]
+    for run in runs:
+        for e in run.entries:
+            level = e["concurrency"] if e["concurrency"] is not None else "trace"
+            share = transfer(e)["kv_share_of_ttft"]
+            kv = "n/a" if share is None else f"{share:.1%}"
+            u = e.get("utilization")
+            if u is None:
+                lines.append(f"| {level} | {run.label} | not recorded | not recorded | {kv} | not recorded | "
+                             "not recorded |")
+                continue
+            gpu = u.get("gpu_utilization_pct")
+            mib, fraction = u.get("gpu_memory_used_mib"), u.get("gpu_memory_used_fraction")
+            memory = _absent(mib, f"{mib:,.0f} MiB" + (f" ({fraction:.0%})" if fraction is not None else "")
+                             if mib is not None else "")
+            top = u.get("efa_line_rate_share_max")
+            lines.append(f"| {level} | {run.label} | {_absent(gpu, f'{gpu:.1f}' if gpu is not None else '')} "
+                         f"| {memory} | {kv} | {_efa(u)} | {_absent(top, f'{top:.2%}' if top is not None else '')} |")
+    return lines
+
+
+def _reason_lines(reasons: list[dict[str, Any]]) -> list[str]:
+    return [f"- **{r['rule']}**: {r['text']}" + (f" Figures: `{json.dumps(r['figures'], sort_keys=True)}`"
+                                                 if r["figures"] else "") for r in reasons]
+
+
+def markdown(runs: Sequence[Run], decision: dict[str, Any]) -> str:
+    first = runs[0]
+    s = first.settings
     slo = f"TTFT ≤ {_num(s.get('slo_ttft_ms'), 0)} ms, end-to-end ≤ {_num(s.get('slo_e2e_ms'), 0)} ms"
     if s.get("trace"):
         work = f"trace `{Path(s['trace']).name}`" + (" at its timestamps" if s.get("replay_timestamps")
                                                       else f", {s.get('requests')} requests per level")
     else:
         work = f"{s.get('isl')} input / {s.get('osl')} output tokens (mean), {s.get('requests')} requests per level"
-    lines += [f"Workload: {work}; SLOs: {slo}; a level counts when at least {decision['min_attainment']:.0%} of "
-              f"its requests are accepted; load generator AIPerf {a.info.get('aiperf_version', '?')}.", ""]
-    for run in (a, b):
-        d = run.settings.get("deployment", {})
-        hourly = next((e["hourly_cost_usd"] for e in run.entries if e.get("hourly_cost_usd") is not None), None)
-        facts = [f"`{run.path}`", f"topology {d.get('topology') or 'not given'}", d.get("nodes"),
-                 f"hourly cost {_usd(hourly)} ({d.get('hourly_cost_source', 'given')}"
-                 + (f", prices of {d['price_table_as_of']})" if d.get("price_table_as_of") else ")")]
+    lines = [f"# {' vs '.join(r.label for r in runs)}", "",
+             f"Workload (of {first.label}): {work}; SLOs: {slo}; a level counts when at least "
+             f"{_goal(decision['min_attainment'])} of its requests are accepted; load generator AIPerf "
+             f"{first.info.get('aiperf_version', '?')}.", ""]
+    for run in runs:
+        d = run.deployment
+        facts = [f"`{run.path}`", run.kind, f"topology {d.get('topology') or 'not given'}", d.get("nodes"), _price(run)]
         lines.append(f"- **{run.label}**: " + "; ".join(f for f in facts if f))
-    lines += ["", "| concurrency | run | ok | failed | accepted | TTFT p50/p95/p99 ms | ITL p50 ms | e2e p50/p95/p99 ms "
+    lines += ["", "## Ranking: accepted responses per dollar at each run's best level", "",
+              "| rank | run | price | best level | accepted there | accepted responses / s | $ per accepted response "
+              "| accepted responses per dollar | vs rank 1 |", "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    top = decision["ranking"][0]["responses_per_dollar"]
+    for rank, row in enumerate(decision["ranking"], 1):
+        if row["responses_per_dollar"] is None:
+            lines.append(f"| – | {row['run']} | {row['price_basis'] or 'not priced'} | none meets the goal | | | | | |")
+            continue
+        level = row["best_concurrency"] if row["best_concurrency"] is not None else "trace"
+        lines.append(f"| {rank} | {row['run']} | {row['price_basis']} | {level} | {row['attainment']:.0%} "
+                     f"| {_num(row['accepted_responses_per_s'], 2)} | {_usd(row['cost_per_accepted_response_usd'])} "
+                     f"| {row['responses_per_dollar']:,.0f} | {row['responses_per_dollar'] / top - 1:+.1%} |")
+    lines += ["", f"**Sensitivity.** {sensitivity_line(decision)} Each is the same rule on the same levels; a level "
+              "counts at a goal when that share of its requests was accepted.", "",
+              "| --min-attainment | decision | gain of the disaggregated run | deciding rules | best level of each run |",
+              "|---:|---|---|---|---|"]
+    for entry in decision["sensitivity"]:
+        gain = "n/a" if entry["gain"] is None else f"{entry['gain']:+.1%} vs {entry['rival']}"
+        levels = ", ".join(f"{run} {'none' if level is None else level}" for run, level in entry["best"].items())
+        lines.append(f"| {_goal(entry['min_attainment'])}{' (used)' if entry['used'] else ''} | {entry['decision']} "
+                     f"| {gain} | {', '.join(dict.fromkeys(entry['rules']))} | {levels} |")
+    lines += ["", "## Every level", "",
+              "| concurrency | run | ok | failed | accepted | TTFT p50/p95/p99 ms | ITL p50 ms | e2e p50/p95/p99 ms "
               "| output tok/s | KV transfer p50/p95 ms | $ per 1M output tokens | $ per accepted response |",
               "|---:|---|---:|---:|---:|---|---:|---|---:|---|---:|---:|"]
     best = decision.get("best") or {}
-    levels = sorted({e["concurrency"] for r in (a, b) for e in r.entries}, key=lambda c: (c is None, c or 0))
+    levels = sorted({e["concurrency"] for r in runs for e in r.entries}, key=lambda c: (c is None, c or 0))
     for level in levels:
-        for run in (a, b):
+        for run in runs:
             e = next((x for x in run.entries if x["concurrency"] == level), None)
             if e is None:
                 continue
@@ -272,22 +702,41 @@ def markdown(a: Run, b: Run, decision: dict[str, Any]) -> str:
                 f"| {_num(e['itl_ms'].get('p50'), 2)} | {_triple(e['e2e_ms'], 0)} | {_num(e['output_tokens_per_s'])} "
                 f"| {'/'.join(_num(kv[p], 2) for p in ('p50', 'p95')) if kv else 'n/a'} "
                 f"| {_usd(e['cost_per_million_output_tokens_usd'])} | {_usd(e['cost_per_accepted_response_usd'])} |")
-    agreement = decision.get("agreement")
-    lines += ["", "## Output agreement (greedy decoding, fixed prompts)", ""]
-    if agreement is None:
-        lines.append("Not measured: a run has no agreement.json (bench ran with --agreement-prompts 0).")
+    lines += ["", "## Break-even: an hourly deployment against a per-token endpoint", ""]
+    if decision["break_even"]:
+        lines += [f"- **{pair['hourly_run']} vs {pair['per_token_run']}**: {pair['text']}"
+                  for pair in decision["break_even"]]
     else:
-        rate = agreement["rate"]
-        lines.append(f"{agreement['identical']} of {agreement['compared']} prompts identical "
-                     f"({'n/a' if rate is None else f'{rate:.0%}'}).")
-        for d in agreement["divergences"]:
-            lines.append(f"- prompt `{d['prompt_sha256']}` diverges at character {d['first_difference_at_char']}: "
+        lines.append("No pair of an hourly and a per-token run.")
+    lines += ["", "Between two hourly runs there is no break-even: the cheaper per accepted response at its best "
+              "level is cheaper at every rate both sustain (the ranking).", "",
+              f"## Output agreement with {first.label} (greedy decoding, fixed prompts)", ""]
+    for row in decision["agreement"]:
+        if not row["measured"]:
+            lines.append(f"- **{row['run']}**: not measured (a run has no agreement.json: bench ran with "
+                         "--agreement-prompts 0).")
+            continue
+        rate = row["rate"]
+        lines.append(f"- **{row['run']}**: {row['identical']} of {row['compared']} prompts identical "
+                     f"({'n/a' if rate is None else f'{rate:.0%}'}), {len(row['divergences'])} diverging, "
+                     f"{len(row['errors'])} failed on a side.")
+        for d in row["divergences"]:
+            lines.append(f"  - prompt `{d['prompt_sha256']}` diverges at character {d['first_difference_at_char']}: "
                          f"{json.dumps(d['a'])} vs {json.dumps(d['b'])}")
-        for d in agreement.get("errors", []):
-            lines.append(f"- prompt `{d['prompt_sha256']}` failed: {a.label}: {d['a'] or 'ok'}; {b.label}: {d['b'] or 'ok'}")
-    lines += ["", "## Plots", "", f"![TTFT and end-to-end latency against throughput]({LATENCY_PLOT})", "",
+        for d in row["errors"]:
+            lines.append(f"  - prompt `{d['prompt_sha256']}` failed: {row['against']}: {d['a'] or 'ok'}; "
+                         f"{row['run']}: {d['b'] or 'ok'}")
+    lines += ["", "## Model, licence and image", "", *_model_rows(runs), "",
+              "## Utilization per level", "",
+              "GPU figures are DCGM's over the level (absent where no DCGM source answered, as on the twin); EFA "
+              "bytes are the counters' difference over the level (on the twin, the node veth's).", "",
+              *_utilization_rows(runs), "",
+              "## Plots", "", f"![TTFT and end-to-end latency against throughput]({LATENCY_PLOT})", "",
               f"![Cost per accepted response against concurrency]({COST_PLOT})", "",
-              "How to read this report: docs/benchmark.md.", ""]
+              f"## Decision: {decision['decision']}", "", *_reason_lines(decision["reasons"])]
+    if decision["caveats"]:
+        lines += ["", "Also stated (not deciding):", "", *_reason_lines(decision["caveats"])]
+    lines += ["", "How to read this report, and every rule of the decision: docs/benchmark.md.", ""]
     return "\n".join(lines)
 
 
@@ -348,20 +797,25 @@ def _legend(axis: Any, below_goal: bool, min_attainment: float, **options: Any) 
     axis.legend(handles=handles, **options)
 
 
-def latency_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> Any:
+def colors(runs: Sequence[Run]) -> dict[str, str]:
+    """One colour per run, in the order given; :data:`PALETTE` cycles past eight runs."""
+    return {run.label: PALETTE[i % len(PALETTE)] for i, run in enumerate(runs)}
+
+
+def latency_figure(runs: Sequence[Run], min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> Any:
     """TTFT and end-to-end p50/p95/p99 against output tokens per second (see :func:`_load_segments`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {a.label: "#1f77b4", b.label: "#d62728"}
+    palette = colors(runs)
     styles = {"p50": "-", "p95": "--", "p99": ":"}
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
     for axis, metric, title, slo_key in ((axes[0], "ttft_ms", "Time to first token", "slo_ttft_ms"),
                                          (axes[1], "e2e_ms", "End-to-end latency", "slo_e2e_ms")):
         drawn = below_goal = cut = False
-        for run in (a, b):
+        for run in runs:
             for p, style in styles.items():
                 points = [(e["output_tokens_per_s"], e[metric][p], e) for e in _swept(run)
                           if e[metric].get(p) is not None]
@@ -370,15 +824,15 @@ def latency_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMEN
                 segments = _load_segments(points)
                 cut = cut or len(segments) > 1
                 for index, segment in enumerate(segments):
-                    axis.plot([x for x, _, _ in segment], [y for _, y, _ in segment], style, color=colors[run.label],
+                    axis.plot([x for x, _, _ in segment], [y for _, y, _ in segment], style, color=palette[run.label],
                               label=f"{run.label} {p}" if index == 0 else "_nolegend_", gid=f"{run.label} {p}")
-                below_goal = _mark_levels(axis, points, colors[run.label], min_attainment) or below_goal
+                below_goal = _mark_levels(axis, points, palette[run.label], min_attainment) or below_goal
                 drawn = True
             for e in _swept(run):
                 if e[metric].get("p50") is not None:
                     axis.annotate(f"c{e['concurrency']}", (e["output_tokens_per_s"], e[metric]["p50"]),
-                                  textcoords="offset points", xytext=(4, -10), fontsize=7, color=colors[run.label])
-        slo = a.settings.get(slo_key)
+                                  textcoords="offset points", xytext=(4, -10), fontsize=7, color=palette[run.label])
+        slo = runs[0].settings.get(slo_key)
         if slo:
             axis.axhline(slo, color="black", linewidth=0.8, alpha=0.6)
             axis.annotate(f"SLO {slo:g} ms", (0.01, slo), xycoords=("axes fraction", "data"),
@@ -395,7 +849,7 @@ def latency_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMEN
     return figure
 
 
-def cost_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> Any:
+def cost_figure(runs: Sequence[Run], min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> Any:
     """Dollars per 1,000 accepted responses against concurrency (levels in load order, so x rises)."""
     import matplotlib
 
@@ -403,23 +857,23 @@ def cost_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMENT) 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
-    colors = {a.label: "#1f77b4", b.label: "#d62728"}
+    palette = colors(runs)
     figure, axis = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
     priced = {run.label: [e for e in _swept(run) if e.get("cost_per_accepted_response_usd") is not None]
-              for run in (a, b)}
+              for run in runs}
     below_goal = False
-    for run in (a, b):
+    for run in runs:
         entries = priced[run.label]
         if not entries:
             continue
         points = [(e["concurrency"], e["cost_per_accepted_response_usd"] * 1000, e) for e in entries]
-        axis.plot([x for x, _, _ in points], [y for _, y, _ in points], color=colors[run.label], label=run.label,
-                  gid=run.label)
-        below_goal = _mark_levels(axis, points, colors[run.label], min_attainment) or below_goal
+        axis.plot([x for x, _, _ in points], [y for _, y, _ in points], color=palette[run.label],
+                  label=f"{run.label} ({run.price_basis})", gid=run.label)
+        below_goal = _mark_levels(axis, points, palette[run.label], min_attainment) or below_goal
         best = run.best(min_attainment)
         if best and best["concurrency"] is not None:
             axis.scatter([best["concurrency"]], [best["cost_per_accepted_response_usd"] * 1000], s=140,
-                         facecolors="none", edgecolors=colors[run.label], linewidths=1.5, gid="best")
+                         facecolors="none", edgecolors=palette[run.label], linewidths=1.5, gid="best")
     levels = sorted({e["concurrency"] for entries in priced.values() for e in entries})
     if levels:
         axis.set_xscale("log", base=2)
@@ -436,34 +890,48 @@ def cost_figure(a: Run, b: Run, min_attainment: float = DEFAULT_MIN_ATTAINMENT) 
     return figure
 
 
-def plot(a: Run, b: Run, out: Path, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[Path]:
+def plot(runs: Sequence[Run], out: Path, min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[Path]:
     """Two PNGs; levels without a figure (nothing served, nothing accepted, a timestamp replay) are left out."""
     import matplotlib.pyplot as plt
 
     paths = []
     for build, name in ((latency_figure, LATENCY_PLOT), (cost_figure, COST_PLOT)):
-        figure = build(a, b, min_attainment)
+        figure = build(runs, min_attainment)
         figure.savefig(out / name, dpi=110)
         plt.close(figure)
         paths.append(out / name)
     return paths
 
 
-def compare(path_a: Path, path_b: Path, out: Path, *, min_gain: float = DEFAULT_MIN_GAIN,
-            min_attainment: float = DEFAULT_MIN_ATTAINMENT, labels: tuple[str | None, str | None] = (None, None),
+def compare(runs: Sequence[Path] | Path, *rest: Path, out: Path | None = None, min_gain: float = DEFAULT_MIN_GAIN,
+            min_attainment: float = DEFAULT_MIN_ATTAINMENT, labels: Sequence[str | None] | None = None,
             plots: bool = True) -> dict[str, Any]:
-    a, b = load(path_a, labels[0]), load(path_b, labels[1])
-    if a.label == b.label:
-        a, b = load(path_a, labels[0] or f"{a.label} (A)"), load(path_b, labels[1] or f"{b.label} (B)")
+    """Rank two or more runs, write ``report.md``, ``verdict.json`` and the plots into ``out``, and
+    return the decision. ``compare([a, b, c], out)``; the two-run form of before issue 27,
+    ``compare(a, b, out)``, still works."""
+    if isinstance(runs, (str, Path)):  # compare(a, b, [c, ...], out), or with out=...
+        given = [runs, *rest] if out is not None else [runs, *rest[:-1]]
+        paths, out = [Path(p) for p in given], out if out is not None else (rest[-1] if rest else None)
+    else:
+        paths = [Path(p) for p in runs]
+        if rest:
+            (out,) = rest
+    if out is None:
+        raise BenchError("out: the report directory is required", [("out", "the report directory is required")])
+    if len(paths) < 2:
+        raise BenchError(f"runs: at least two run directories (got {len(paths)})",
+                         [("runs", f"at least two run directories (got {len(paths)})")])
     if not 0 <= min_gain < 1:
         raise BenchError(f"min_gain: between 0 and 1 (got {min_gain})", [("min_gain", f"between 0 and 1 (got {min_gain})")])
     if not 0 < min_attainment <= 1:
         raise BenchError(f"min_attainment: above 0 and at most 1 (got {min_attainment})",
                          [("min_attainment", f"above 0 and at most 1 (got {min_attainment})")])
+    loaded = load_all(paths, labels)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    decision = verdict(a, b, min_gain, min_attainment)
+    decision = verdict(loaded, min_gain, min_attainment)
     (out / VERDICT_FILE).write_text(json.dumps(decision, indent=2) + "\n")
-    (out / REPORT_FILE).write_text(markdown(a, b, decision))
+    (out / REPORT_FILE).write_text(markdown(loaded, decision))
     if plots:
-        plot(a, b, out, min_attainment)
+        plot(loaded, out, min_attainment)
     return decision

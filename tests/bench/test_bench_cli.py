@@ -61,12 +61,24 @@ def test_a_concurrency_that_is_not_a_list_of_numbers_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and "not a comma list of whole numbers" in " ".join(result.output.split())
 
 
-def test_compare_prints_the_verdict_and_writes_the_report(tmp_path):
-    result = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path))
-    assert result.exit_code == 0, result.output
-    assert result.output.startswith("adopt-disaggregation: Disaggregation pays off")
+def test_compare_of_three_runs_prints_the_decision_its_reasons_and_the_ranking(tmp_path):
+    """The recorded runs wait (a mock moves no KV cache; no licence on record): exit 1, the report written."""
+    runs = [str(RUNS / name) for name in ("disaggregated", "colocated", "managed")]
+    result = invoke("compare", *runs, "--out", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    output = " ".join(result.output.split())
+    assert output.startswith("wait - transport-unverified: disaggregated's transport is unverified")
+    assert "- license-not-recorded: No licence on record" in output
+    decision = json.loads((tmp_path / "verdict.json").read_text())
+    ranking = ", ".join(f"{row['run']} {row['responses_per_dollar']:,.0f}" for row in decision["ranking"])
+    assert f"accepted responses per dollar: {ranking}" in output
     assert {p.name for p in tmp_path.iterdir()} == {"report.md", "verdict.json", "latency_vs_throughput.png",
                                                    "cost_per_accepted_response.png"}
+
+
+def test_compare_of_one_run_exits_2(tmp_path):
+    result = invoke("compare", str(RUNS / "colocated"), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2 and "at least two run directories (got 1)" in " ".join(result.output.split())
 
 
 def test_compare_of_a_directory_that_is_not_a_run_exits_2(tmp_path):
@@ -74,16 +86,24 @@ def test_compare_of_a_directory_that_is_not_a_run_exits_2(tmp_path):
     assert result.exit_code == 2 and "no summary.json" in result.output
 
 
-def test_compare_of_runs_that_cannot_be_compared_exits_1_with_the_reason(tmp_path):
-    from test_compare import copy_run
+@pytest.mark.parametrize("decision_of, code", [("trial", 0), ("reject", 0), ("wait", 1)])
+def test_compare_exits_0_on_trial_or_reject_and_1_on_wait(tmp_path, decision_of, code):
+    from test_compare import THREE, cheaper, copy_run, on_record, verified
 
-    def longer(run, summary, _):
-        run["settings"]["isl"] = 4096
-
-    other = copy_run(RUNS / "colocated", tmp_path / "long", longer)
-    result = invoke("compare", str(RUNS / "disaggregated"), str(other), "--out", str(tmp_path / "o"))
-    assert result.exit_code == 1, result.output
-    assert result.output.startswith("not-comparable:") and "the workloads differ" in " ".join(result.output.split())
+    def same_answers(edit):
+        def both(run, entries, completions):
+            edit(run, entries, completions)
+            completions["completions"] = json.loads((THREE[0] / "agreement.json").read_text())["completions"]
+        return both
+    if decision_of == "wait":
+        runs = [RUNS / "disaggregated", copy_run(RUNS / "colocated", tmp_path / "long", lambda run, e, c: run[
+            "settings"].update(isl=4096))]
+    else:
+        runs = on_record(tmp_path, verified(), cheaper(2.0) if decision_of == "reject" else verified(),
+                         same_answers(verified(revision=None)))
+    result = invoke("compare", *map(str, runs), "--out", str(tmp_path / "o"), "--json")
+    assert result.exit_code == code, result.output
+    assert json.loads(result.stdout)["decision"] == decision_of
 
 
 @pytest.mark.parametrize("given", [True, False])
@@ -119,20 +139,17 @@ def test_a_local_tokenizer_in_offline_mode_is_refused_with_aiperf_s_rule(tmp_pat
     assert "To fix: AIPerf 0.13.0 reads a local directory only with HF_HUB_OFFLINE unset" in message
 
 
-def test_compare_prints_how_the_verdict_moves_with_the_attainment_goal(tmp_path):
-    result = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path))
-    assert result.exit_code == 0, result.output
-    assert ("Verdict at --min-attainment 80%: adopt-disaggregation (+44%); 90% (used): adopt-disaggregation (+44%); "
-            "95%: not-comparable (no priced level of colocated meets it); 99%: not-comparable (no priced level of "
-            "colocated meets it).") in " ".join(result.output.split())
-    # The exit code is the verdict's at the goal used, whatever the other goals give.
-    strict = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path / "s"),
-                    "--min-attainment", "0.95", "--json")
-    assert strict.exit_code == 1
-    decision = json.loads(strict.stdout)
-    assert decision["decision"] == "not-comparable"
+def test_compare_prints_how_the_decision_moves_with_the_attainment_goal(tmp_path):
+    result = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path), "--json")
+    decision = json.loads(result.stdout)
+    gain = decision["gain"]
+    text = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path / "t"))
+    assert (f"Decision at --min-attainment 80%: wait (disaggregated {gain:+.0%} vs colocated; transport-unverified, "
+            f"license-not-recorded); 90% (used): wait (disaggregated {gain:+.0%} vs colocated; transport-unverified, "
+            "license-not-recorded); 95%: wait (no priced level of colocated); 99%: wait (no priced level of "
+            "colocated).") in " ".join(text.output.split())
     assert [(e["min_attainment"], e["used"], e["decision"]) for e in decision["sensitivity"]][:2] == \
-        [(0.8, False, "adopt-disaggregation"), (0.9, False, "adopt-disaggregation")]
+        [(0.8, False, "wait"), (0.9, True, "wait")]
 
 
 def test_compare_s_plots_mark_levels_below_the_goal_and_never_draw_backward(tmp_path, monkeypatch):
@@ -151,7 +168,7 @@ def test_compare_s_plots_mark_levels_below_the_goal_and_never_draw_backward(tmp_
     monkeypatch.setattr(Figure, "savefig", keep)
     fallen = copy_run(RUNS / "colocated", tmp_path / "colocated", throughput_falls_at_the_top)
     result = invoke("compare", str(RUNS / "disaggregated"), str(fallen), "--out", str(tmp_path / "o"))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # wait: the recorded runs carry no licence
     assert set(saved) == {"latency_vs_throughput.png", "cost_per_accepted_response.png"}
     summary = json.loads((fallen / "summary.json").read_text())
     below = {e["concurrency"] for e in summary if e["accepted_responses"] / (e["requests_ok"] + e["requests_failed"]) < 0.9}

@@ -106,9 +106,18 @@ def test_greedy_answers_agree_across_the_kv_transfer(runs):
 
 def test_compare_reads_both_runs_and_decides(runs, tmp_path):
     paths, _ = runs
-    decision = compare.compare(paths["disaggregated"], paths["colocated"], tmp_path)
-    assert decision["decision"]
+    decision = compare.compare([paths["disaggregated"], paths["colocated"]], tmp_path)
+    assert decision["decision"] in (compare.TRIAL, compare.WAIT, compare.REJECT)
+    assert decision["reasons"] and all(reason["text"] and reason["rule"] for reason in decision["reasons"])
+    # The twin moves the KV cache over the node veths, whose counters stand in for EFA's: compare
+    # calls the transport unverified exactly when the disaggregated best level lacks either figure.
+    best = compare.load(paths["disaggregated"]).best(decision["min_attainment"])
+    moved = compare.transfer(best)
+    rules = [reason["rule"] for reason in decision["reasons"] + decision["caveats"]]
+    if decision["candidate"] is not None:  # the runs were comparable, so the transport was judged
+        assert ("transport-unverified" in rules) is not bool(moved["kv_transfer_count"] and moved["efa_bytes"]), moved
     assert (tmp_path / compare.REPORT_FILE).read_text()
+    print(f"\ntransport at the disaggregated best level: {moved}")
     print(f"\ncompare on the twin: {decision['decision']}: {decision['reason']}")
 
 
