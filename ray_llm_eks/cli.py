@@ -789,6 +789,7 @@ def bench(
                                                               "the service, instead of running it here.")] = False,
 ) -> None:
     """Benchmark an OpenAI endpoint with AIPerf: latency percentiles, accepted responses, cost per accepted response."""
+    from .bench import runner
     from .bench.runner import BenchError, BenchSettings, run
     from .bench.workloads import PRESETS
 
@@ -821,7 +822,7 @@ def bench(
     if per_token:
         hourly = None  # BenchSettings refuses --hourly-cost-usd beside the token prices, naming both
         described: dict[str, Any] = {
-            "kind": "managed-endpoint" if managed else "deployment",
+            "kind": runner.MANAGED_ENDPOINT if managed else runner.DEPLOYMENT,
             "config": str(config) if config else None,
             "topology": serving.topology.value if config else None,
             "region": deployment.region if config else None, "nodes": None, "price_table_as_of": None,
@@ -837,7 +838,7 @@ def bench(
                                          "deployment's hourly cost", False)
         nodes = ", ".join(f"{n.count}x {n.instance_type} ({n.role})" for n in plan_result.nodes if n.count)
         # Without --config the price is the reference deployment's, but the topology behind --url is unknown.
-        described = {"kind": "deployment",
+        described = {"kind": runner.DEPLOYMENT,
                      "config": str(config) if config else "none (priced as the reference deployment)",
                      "topology": serving.topology.value if config else None,
                      "region": deployment.region, "nodes": nodes, "price_table_as_of": plan_result.cost.price_table_as_of,
@@ -959,7 +960,8 @@ def _model_record(serving: Any, region: str, *, managed: bool, served_name: str 
 
     if managed:
         return {"source": None, "revision": None, "served_name": served_name, "image": None, "image_digest": None,
-                "license": licence_record(None, stated)}
+                # The endpoint's model id, when it is a table model's (as Hub ids are), carries the table's licence.
+                "license": licence_record(served_name, stated)}
     image = serving.image
     return {"source": serving.model.source, "revision": serving.model.revision,
             "served_name": served_name or serving.model.served_name, "image": image.uri(region),

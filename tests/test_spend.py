@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 
 import pytest
 import yaml
@@ -123,7 +124,7 @@ def test_make_synth_plan_and_the_construct_refuse_the_same_cap_with_the_same_sen
     assert synth_line == (
         f"spend.max_hourly_usd: the deployment costs ${high:.4f} per hour with every GPU node group at its max_size "
         f"(prefill 1 x g6.8xlarge, decode 1 x g6.8xlarge; plan's hourly_cost_usd_max, prices as of "
-        f"{load_price_table().as_of}), above the cap (got 3.0); accepted: a cap of at least 4.72, or lower "
+        f"{load_price_table().as_of}), above the cap (got 3.0); accepted: a cap of at least {math.ceil(high * 100) / 100:.2f}, or lower "
         "prefill.max_size / decode.max_size, or cheaper instance types")
     assert _line(plan.output, "spend.max_hourly_usd") == synth_line
     # --json prints the error as JSON on stdout (the runner mixes in the stderr line after it).
@@ -350,3 +351,22 @@ def test_the_construct_used_directly_wires_the_budget_to_the_topic_it_is_given_a
     template.has_resource_properties("AWS::SNS::TopicPolicy", {"PolicyDocument": {"Statement": Match.array_with([
         Match.object_like({"Sid": "AWSBudgetsSNSPublishingPermissions", "Principal": {"Service": "budgets.amazonaws.com"},
                            "Action": "SNS:Publish"})])}})
+
+
+def test_a_users_own_launch_template_keeps_its_tags_beside_the_cost_allocation_tag():
+    """The tag aspect covers the whole stack: a launch template of the user's own keeps its
+    TagSpecifications, with the tag added to each launched resource type."""
+    from aws_cdk import App, Aspects, CfnTag, Stack, aws_ec2 as ec2
+    from aws_cdk.assertions import Template
+    from ray_llm_eks.constructs.spend import TAGGED_LAUNCHED_RESOURCES, _LaunchTemplateTags
+
+    stack = Stack(App(), "Own")
+    ec2.CfnLaunchTemplate(stack, "Mine", launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+        tag_specifications=[ec2.CfnLaunchTemplate.TagSpecificationProperty(
+            resource_type="instance", tags=[CfnTag(key="team", value="ml")])]))
+    Aspects.of(stack).add(_LaunchTemplateTags(COST_ALLOCATION_TAG_KEY, "Own"))
+    [template] = Template.from_stack(stack).find_resources("AWS::EC2::LaunchTemplate").values()
+    specs = {s["ResourceType"]: s["Tags"] for s in template["Properties"]["LaunchTemplateData"]["TagSpecifications"]}
+    ours = {"Key": COST_ALLOCATION_TAG_KEY, "Value": "Own"}
+    assert specs["instance"] == [{"Key": "team", "Value": "ml"}, ours]
+    assert all(specs[kind] == [ours] for kind in TAGGED_LAUNCHED_RESOURCES if kind != "instance")

@@ -39,7 +39,8 @@ from typing import Any
 
 from . import agreement as agreement_module
 from .cost import SECONDS_PER_HOUR
-from .runner import BenchError, load_run
+from .runner import DEPLOYMENT, HOURLY, MANAGED_ENDPOINT, PER_TOKEN, BenchError, load_run  # noqa: F401 - compare.HOURLY etc. stay importable
+from .utilization import EFA_SOURCE as EFA_COUNTERS_SOURCE
 
 DEFAULT_MIN_GAIN = 0.05
 """Gains under 5 % are not acted on: two runs of the same deployment differ by a few percent."""
@@ -55,9 +56,6 @@ LATENCY_PLOT = "latency_vs_throughput.png"
 COST_PLOT = "cost_per_accepted_response.png"
 DISAGGREGATED = "disaggregated"
 COLOCATED = "colocated"
-MANAGED_ENDPOINT = "managed-endpoint"
-DEPLOYMENT = "deployment"
-HOURLY, PER_TOKEN = "hourly", "per-token"
 TRIAL, WAIT, REJECT = "trial", "wait", "reject"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
 """One colour per run, cycling past eight (matplotlib's tab10 without its olive and cyan)."""
@@ -173,6 +171,15 @@ def _workload(run: Run) -> dict[str, Any]:
             "trace": Path(s["trace"]).name if s.get("trace") else None,
             "replay_timestamps": bool(s.get("replay_timestamps")), "ignore_eos": s.get("ignore_eos"),
             "tokenizer": s.get("tokenizer"), "tokenizer_revision": s.get("tokenizer_revision")}
+
+
+def _workload_differs(first: Run, run: Run) -> list[str]:
+    """The workload keys two runs disagree on. A tokenizer revision counts only when both runs
+    record one: a managed endpoint's run names its tokenizer by id alone (``--tokenizer``), and a
+    pinned deployment must still be comparable with it."""
+    a, b = _workload(first), _workload(run)
+    return sorted(k for k in a if a[k] != b[k]
+                  and not (k == "tokenizer_revision" and (a[k] is None or b[k] is None)))
 
 
 def _slos(run: Run) -> tuple[Any, Any]:
@@ -306,8 +313,8 @@ def _comparability(runs: Sequence[Run], min_attainment: float) -> list[dict[str,
             waits.append(_reason("slos-differ", f"The SLOs differ (TTFT/e2e ms: {first.label} {_slos(first)}, "
                                  f"{run.label} {_slos(run)}).", **{first.label: list(_slos(first)),
                                                                    run.label: list(_slos(run))}))
-        if _workload(run) != _workload(first):
-            differ = sorted(k for k in _workload(first) if _workload(first)[k] != _workload(run)[k])
+        differ = _workload_differs(first, run)
+        if differ:
             waits.append(_reason("workloads-differ", f"The workloads differ in {', '.join(differ)} ({first.label} "
                                  f"{ {k: _workload(first)[k] for k in differ} }, {run.label} "
                                  f"{ {k: _workload(run)[k] for k in differ} }).",
@@ -342,7 +349,10 @@ def _unresolved(runs: Sequence[Run], candidate: Run, best: dict[str, Any],
                                  divergences=len(row["divergences"]), errors=len(row["errors"])))
     moved = transfer(best)
     missing = [what for what, ok in (("no KV transfer counted in kv_transfer_ms", bool(moved["kv_transfer_count"])),
-                                     ("no EFA bytes in utilization", bool(moved["efa_bytes"]))) if not ok]
+                                     ("no EFA bytes in utilization", bool(moved["efa_bytes"])),
+                                     # A veth's or NIC's bytes moved, but not over EFA: a TCP fallback looks the same.
+                                     (f"the bytes counted are not an EFA port's (efa_source {moved['efa_source']})",
+                                      not moved["efa_bytes"] or moved["efa_source"] == EFA_COUNTERS_SOURCE)) if not ok]
     if missing:
         waits.append(_reason("transport-unverified", f"{candidate.label}'s transport is unverified at its best level "
                              f"({_level(best)}): {' and '.join(missing)}. A disaggregated run must show its KV cache "

@@ -39,6 +39,10 @@ from . import agreement, cost, histogram, utilization
 from .metrics_relay import MetricsRelay
 
 AIPERF_VERSION = "0.13.0"
+HOURLY, PER_TOKEN = "hourly", "per-token"
+"""``price_basis`` of a level: the deployment's hourly price, or an endpoint's price per token."""
+DEPLOYMENT, MANAGED_ENDPOINT = "deployment", "managed-endpoint"
+"""``run.json`` ``settings.deployment.kind``: this library's deployment, or an endpoint priced per token."""
 """The version the extra ``bench`` pins and the export format below was read from."""
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
@@ -179,8 +183,8 @@ class BenchSettings:
     def price_basis(self) -> str | None:
         """``hourly``, ``per-token``, or None (unpriced)."""
         if self.price_per_million_input_tokens_usd is not None:
-            return "per-token"
-        return "hourly" if self.hourly_cost_usd is not None else None
+            return PER_TOKEN
+        return HOURLY if self.hourly_cost_usd is not None else None
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "concurrency": list(self.concurrency), "metrics_urls": list(self.metrics_urls)}
@@ -571,7 +575,7 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
     tokens_per_s = output_tokens / duration_s if duration_s > 0 else 0.0
     hourly = settings.hourly_cost_usd
     prices = (settings.price_per_million_input_tokens_usd, settings.price_per_million_output_tokens_usd)
-    if settings.price_basis == "per-token":
+    if settings.price_basis == PER_TOKEN:
         assert prices[0] is not None and prices[1] is not None  # both or neither (BenchSettings)
         per_million = cost.usd_per_million_output_tokens_per_token(input_tokens, int(output_tokens), *prices)
         per_accepted = cost.usd_per_accepted_response_per_token(input_tokens, int(output_tokens), *prices, accepted)

@@ -37,6 +37,10 @@ except ImportError:  # the repository
     from ..verification import efa, metrics, reads  # type: ignore[no-redef]
 
 EFA_SOURCE = "efa-counters"
+INTERFACE_SOURCE = "interface-counters"
+"""``efa_source`` when a counter reader served bytes that are not an EFA port's (the local twin's
+veth, :data:`EFA_PORT_COUNTERS`): traffic moved, but not over EFA, so ``compare`` does not take it
+as the fabric's proof."""
 GPU_SOURCE = "dcgm"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -191,7 +195,8 @@ def record(window_s: float, *, efa_before: Mapping[str, efa.Counters], efa_after
         "gpu_memory_used_mib": max(used) if used else None,
         "gpu_memory_used_fraction": max(fractions) if fractions else None,
         "gpu_samples": sum(len(readings) for readings in gpu.values()) if has_gpu else None,
-        "efa_source": EFA_SOURCE if bytes_per_node else None,
+        "efa_source": (None if not bytes_per_node else EFA_SOURCE
+                       if all(is_efa_port(efa_after[node]) for node in bytes_per_node) else INTERFACE_SOURCE),
         "efa_bytes_per_node": bytes_per_node or None,
         "efa_gbps_per_node": gbps or None,
         "efa_line_rate_gbps_per_node": line_rates or None,

@@ -133,7 +133,10 @@ class NetworkPolicyChart(cdk8s.Chart):
                                                 ports=[_port(EFA_COUNTER_PORT)])]))
         policy("Bench", "bench", k8s.NetworkPolicySpec(
             pod_selector=components(BENCH_COMPONENT), policy_types=["Egress"],
-            egress=[k8s.NetworkPolicyEgressRule(to=[k8s.NetworkPolicyPeer(pod_selector=workers)], ports=worker_ports)]))
+            # The counter readers too: bench records each level's EFA bytes per node (summary.json "utilization").
+            egress=[k8s.NetworkPolicyEgressRule(to=[k8s.NetworkPolicyPeer(pod_selector=workers)], ports=worker_ports),
+                    k8s.NetworkPolicyEgressRule(to=[k8s.NetworkPolicyPeer(pod_selector=counters)],
+                                                ports=[_port(EFA_COUNTER_PORT)])]))
         policy("WorkersFromVerification", "workers-from-verification", k8s.NetworkPolicySpec(
             pod_selector=workers, policy_types=["Ingress"],
             ingress=[k8s.NetworkPolicyIngressRule(
@@ -141,8 +144,9 @@ class NetworkPolicyChart(cdk8s.Chart):
                 ports=worker_ports)]))
         policy("CounterReaders", "counter-readers", k8s.NetworkPolicySpec(
             pod_selector=counters, policy_types=["Ingress"],
-            ingress=[k8s.NetworkPolicyIngressRule(from_=[k8s.NetworkPolicyPeer(pod_selector=components(*VERIFIERS))],
-                                                  ports=[_port(EFA_COUNTER_PORT)])]))
+            ingress=[k8s.NetworkPolicyIngressRule(
+                from_=[k8s.NetworkPolicyPeer(pod_selector=components(*VERIFIERS, BENCH_COMPONENT))],
+                ports=[_port(EFA_COUNTER_PORT)])]))
         clients = [k8s.NetworkPolicyPeer(namespace_selector=_namespace(n)) for n in spec.service.client_namespaces]
         clients += [k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=c)) for c in spec.service.client_cidrs]
         if clients:

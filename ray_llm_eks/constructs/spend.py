@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import jsii
-from aws_cdk import IAspect, Aspects, Stack, Tags, aws_budgets as budgets, aws_ec2 as ec2, aws_iam as iam
+from aws_cdk import Annotations, IAspect, Aspects, Stack, Tags, Token, aws_budgets as budgets, aws_ec2 as ec2, aws_iam as iam
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
@@ -56,10 +56,32 @@ class _LaunchTemplateTags:
         self.key, self.value = key, value
 
     def visit(self, node: IConstruct) -> None:
-        if isinstance(node, ec2.CfnLaunchTemplate):
-            node.add_property_override("LaunchTemplateData.TagSpecifications", [
-                {"ResourceType": kind, "Tags": [{"Key": self.key, "Value": self.value}]}
-                for kind in TAGGED_LAUNCHED_RESOURCES])
+        if not isinstance(node, ec2.CfnLaunchTemplate):
+            return
+        # A launch template of the user's own in the same stack keeps its tags: ours is added beside them.
+        data = node.launch_template_data
+        existing = None if data is None or Token.is_unresolved(data) else data.tag_specifications
+        if existing is not None and (Token.is_unresolved(existing) or not all(
+                isinstance(s, ec2.CfnLaunchTemplate.TagSpecificationProperty) and not Token.is_unresolved(s.tags or [])
+                for s in existing)):
+            Annotations.of(node).add_warning_v2(
+                "ray-llm-eks:spend-launch-template-tags",
+                f"the cost-allocation tag {self.key} is not added to this launch template's TagSpecifications: "
+                "they are not known at synth (a token); add the tag to what it launches, or the budget misses it")
+            return
+        tags: dict[str, list[dict[str, str]]] = {kind: [] for kind in TAGGED_LAUNCHED_RESOURCES}
+        for spec in existing or []:
+            tags.setdefault(spec.resource_type, []).extend(
+                {"Key": _field(tag, "key"), "Value": _field(tag, "value")} for tag in spec.tags or [])
+        for kind in TAGGED_LAUNCHED_RESOURCES:
+            tags[kind] = [tag for tag in tags[kind] if tag["Key"] != self.key] + [{"Key": self.key, "Value": self.value}]
+        node.add_property_override("LaunchTemplateData.TagSpecifications",
+                                   [{"ResourceType": kind, "Tags": kind_tags} for kind, kind_tags in tags.items()])
+
+
+def _field(tag: Any, name: str) -> str:
+    """A tag given as ``CfnTag`` or as a dict (both are accepted by the L1 construct)."""
+    return tag[name] if isinstance(tag, Mapping) else getattr(tag, name)
 
 
 class InferenceSpend(Construct):

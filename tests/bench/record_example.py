@@ -12,13 +12,15 @@ hourly cost): the disaggregated stand-in must win. The figures demonstrate the m
 not a measurement of either topology.
 
 A third mock stands in for a managed endpoint priced per token (:data:`MANAGED`): TTFT 70±15 ms,
-ITL 9 ms, 32 requests at once. It is benchmarked with the same flags and no ``--config``. This
-branch's ``bench`` predates the per-token flags (``--price-per-million-input-tokens``/``-output-``,
-issue 27), so :func:`price_per_token` writes what they write, from the recorded run: the input
-tokens of each level (the sum of ``input_sequence_length`` over the measured requests of AIPerf's
-``profile_export.jsonl``), ``price_basis: per-token``, the per-token costs by the formula of the
-contract, no hourly price, and ``run.json``'s ``model`` block (the mock's model is in no licence
-table: ``license`` null). Once ``bench`` has the flags, record it with them instead.
+ITL 9 ms, 32 requests at once. It is benchmarked with the same flags and no ``--config``. The
+committed managed run was recorded while ``bench`` lacked the per-token flags
+(``--price-per-million-input-tokens``/``-output-``, issue 27, written in parallel), so
+:func:`price_per_token` prices the recorded run as they do, with :mod:`ray_llm_eks.bench.cost`'s
+own functions: the input tokens of each level (the sum of ``input_sequence_length`` over the
+measured requests of AIPerf's ``profile_export.jsonl``), ``price_basis: per-token``, no hourly
+price, and ``run.json``'s ``model`` block (the mock's model is in no licence table: ``license``
+null). Rerecording it with the flags (and ``--license``) is the next step; the report's figures
+would change with the new run, and docs/benchmark.md's worked example with them.
 
 Writes ``tests/data/bench/runs/{disaggregated,colocated,managed}`` (summary, run, agreement; AIPerf's
 raw output stays in the temporary directory) and ``docs/benchmark-example/`` (``compare``'s report).
@@ -38,6 +40,8 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from loopback import MockServers, run_cli  # noqa: E402
+
+from ray_llm_eks.bench import cost, runner  # noqa: E402
 from ray_llm_eks.twin.tiny_model import build_tokenizer  # noqa: E402
 
 RUNS = ROOT / "tests" / "data" / "bench" / "runs"
@@ -81,14 +85,14 @@ def price_per_token(out: Path) -> None:
         measured = [r for r in records if r.get("metadata", {}).get("benchmark_phase", "profiling") == "profiling"
                     and not r.get("error")]
         entry["input_tokens"] = int(sum(r["metrics"]["input_sequence_length"]["value"] for r in measured))
-        total = (entry["input_tokens"] * price_in + entry["output_tokens"] * price_out) / 1e6
+        tokens = (entry["input_tokens"], entry["output_tokens"], price_in, price_out)
         entry.update(
-            hourly_cost_usd=None, price_basis="per-token",
-            cost_per_accepted_response_usd=total / entry["accepted_responses"] if entry["accepted_responses"] else None,
-            cost_per_million_output_tokens_usd=total / entry["output_tokens"] * 1e6 if entry["output_tokens"] else None)
+            hourly_cost_usd=None, price_basis=runner.PER_TOKEN,
+            cost_per_accepted_response_usd=cost.usd_per_accepted_response_per_token(*tokens, entry["accepted_responses"]),
+            cost_per_million_output_tokens_usd=cost.usd_per_million_output_tokens_per_token(*tokens))
     run["settings"].update(hourly_cost_usd=None, price_per_million_input_tokens_usd=price_in,
                            price_per_million_output_tokens_usd=price_out,
-                           deployment={"kind": "managed-endpoint", "topology": None, "config": None, "region": None,
+                           deployment={"kind": runner.MANAGED_ENDPOINT, "topology": None, "config": None, "region": None,
                                        "nodes": None, "price_table_as_of": None,
                                        "hourly_cost_source": None})
     run["model"] = {"source": None, "revision": None, "served_name": run["settings"]["model"], "image": None,

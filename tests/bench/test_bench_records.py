@@ -78,6 +78,18 @@ def test_a_per_token_run_without_a_config_is_a_managed_endpoint():
     assert "--license" in run["model"]["license"]["source"] and "model_record" not in run["settings"]
 
 
+def test_a_managed_endpoint_serving_a_table_model_carries_the_tables_licence():
+    """The model table is the one place a licence is written: an endpoint's model id that is a
+    table model's gets that entry, and restating it with --license is refused."""
+    from ray_llm_eks.base.models import known_terms
+    from ray_llm_eks.cli import _model_record
+
+    record = _model_record(None, "us-east-1", managed=True, served_name="Qwen/Qwen3.5-9B", stated=None)
+    assert record["license"] == known_terms("Qwen/Qwen3.5-9B").record()
+    with pytest.raises(ValueError, match="already states"):
+        _model_record(None, "us-east-1", managed=True, served_name="Qwen/Qwen3.5-9B", stated="apache-2.0")
+
+
 def test_an_hourly_run_keeps_its_formula_and_says_its_basis():
     run, entry, rows = recorded("utilization")
     hourly = run["settings"]["hourly_cost_usd"]
@@ -244,6 +256,7 @@ def test_veth_counters_as_on_the_twin_get_bytes_but_no_line_rate(tmp_path):
     assert u["efa_line_rate_gbps_per_node"] == {"prefill": None} and u["efa_line_rate_share_max"] is None
     assert all(u[key] is None for key in GPU_KEYS)
     assert any("not an EFA port's" in note for note in u["notes"])
+    assert u["efa_source"] == "interface-counters"  # compare does not take them for EFA's
 
 
 @pytest.mark.parametrize(("page", "says"), [

@@ -402,6 +402,7 @@ def test_the_report_names_each_run_s_licence_revision_and_image_digest_with_the_
 @pytest.mark.parametrize("case, rule", [
     ("license-differs", "license-differs"), ("revision-differs", "model-revision-differs"),
     ("no-agreement", "agreement-not-measured"), ("corrupted", "quality-differs"), ("no-efa", "transport-unverified"),
+    ("veth", "transport-unverified"),
 ])
 def test_a_gain_waits_for_each_unresolved_condition(tmp_path, case, rule):
     def managed(run, entries, completions):
@@ -419,6 +420,9 @@ def test_a_gain_waits_for_each_unresolved_condition(tmp_path, case, rule):
         if case == "no-efa":
             for e in entries:
                 e["utilization"].update(efa_source=None, efa_bytes_per_node=None, efa_gbps_per_node=None)
+        if case == "veth":  # bytes moved, but a veth's (the twin's): not the fabric's proof
+            for e in entries:
+                e["utilization"]["efa_source"] = "interface-counters"
     runs = on_record(tmp_path, disaggregated, colocated, managed)
     if case == "no-agreement":
         (runs[1] / "agreement.json").unlink()
@@ -439,6 +443,9 @@ def test_a_gain_waits_for_each_unresolved_condition(tmp_path, case, rule):
     elif case == "no-efa":
         assert figures["efa_bytes"] is None and figures["kv_transfer_count"] == KV_COUNT
         assert "no EFA bytes in utilization" in decision["reasons"][0]["text"]
+    elif case == "veth":
+        assert figures["efa_bytes"] and figures["efa_source"] == "interface-counters"
+        assert "not an EFA port's" in decision["reasons"][0]["text"]
     else:
         assert figures == {"run": "colocated", "against": "disaggregated", "compared": None}
 
@@ -550,6 +557,22 @@ def test_runs_of_different_workloads_wait(tmp_path):
                                tmp_path / "o", plots=False)
     assert [r["rule"] for r in decision["reasons"]] == ["workloads-differ"]
     assert decision["reasons"][0]["figures"] == {"isl": {"disaggregated": 128, "colocated": 4096}}
+
+
+def test_a_tokenizer_revision_counts_only_when_both_runs_record_one(tmp_path):
+    """A pinned deployment (bench sends its model.revision) against a managed endpoint (its
+    tokenizer named by id alone) is the same workload; two different pins are not."""
+    def pinned(revision):
+        def edit(run, entries, _):
+            run["settings"]["tokenizer_revision"] = revision
+        return edit
+    runs = [copy_run(DISAGGREGATED, tmp_path / "d", pinned("abc123")), copy_run(COLOCATED, tmp_path / "c", pinned(None))]
+    decision = compare.compare(runs, tmp_path / "o", plots=False)
+    assert "workloads-differ" not in [r["rule"] for r in decision["reasons"]]
+    runs[1] = copy_run(COLOCATED, tmp_path / "c2", pinned("def456"))
+    decision = compare.compare(runs, tmp_path / "o2", plots=False)
+    assert [r["rule"] for r in decision["reasons"]] == ["workloads-differ"]
+    assert decision["reasons"][0]["figures"] == {"tokenizer_revision": {"disaggregated": "abc123", "colocated": "def456"}}
 
 
 def test_an_unpriced_run_waits(tmp_path):

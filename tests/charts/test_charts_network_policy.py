@@ -120,6 +120,7 @@ def test_every_role_label_this_library_renders_is_covered():
     ("continuous-verification", "decode", SERVE), ("continuous-verification", "prefill", METRICS),
     ("continuous-verification", "efa-counters", EFA_COUNTERS),
     ("bench", "prefill", SERVE), ("bench", "decode", METRICS),
+    ("bench", "efa-counters", EFA_COUNTERS),  # each level's EFA bytes per node (summary.json "utilization")
 ])
 def test_each_role_reaches_the_ports_it_uses(case, source, destination, port):
     rules, endpoints, _ = case
@@ -128,7 +129,7 @@ def test_each_role_reaches_the_ports_it_uses(case, source, destination, port):
 
 @pytest.mark.parametrize(("source", "destination", "port"), [
     ("gate", "head", METRICS), ("gate", "prefill", 20000), ("gate", "prefill", 10005),
-    ("bench", "efa-counters", EFA_COUNTERS), ("bench", "prefill", 20000),
+    ("bench", "prefill", 20000), ("bench", "head", EFA_COUNTERS),
     ("efa-counters", "prefill", SERVE), ("efa-counters", "gate", 443), ("efa-counters", "head", METRICS),
     ("teardown-guard", "prefill", SERVE), ("gcs-redis-secret", "prefill", METRICS),
     ("stranger-with-instance-label", "prefill", SERVE), ("stranger-with-instance-label", "efa-counters", EFA_COUNTERS),
