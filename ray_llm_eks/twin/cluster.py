@@ -315,6 +315,20 @@ class Twin:
         self.log(f"serve: {name} {state.get('status')}")
         return state
 
+    def remove_applications(self, timeout: float = 300.0) -> None:
+        """Delete every Serve application and wait until none is listed, so what deploys next
+        starts on empty nodes, as on a new RayCluster. It ``PUT``\ s the deployment's config with
+        no applications, which keeps Serve's controller and proxies (the dashboard's ``DELETE``
+        shuts Serve down); an application is listed until its replicas have stopped."""
+        self.submit({**self.deployment.serve_config, "applications": []})
+
+        def gone() -> bool:
+            data = self._get_json(f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/")
+            return data is not None and not data.get("applications")
+
+        self._wait(gone, timeout, "the Serve applications to be deleted")
+        self.log("serve: no application")
+
     def submit(self, serve_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``PUT /api/serve/applications/`` of ``serve_config`` (default: the deployment's), as KubeRay sends it."""
         config = dict(serve_config or self.deployment.serve_config)

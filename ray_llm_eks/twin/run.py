@@ -343,13 +343,24 @@ class TwinRun:
     # --- serving -------------------------------------------------------------------------------
 
     def use(self, topology: str, serve_config: Mapping[str, Any] | None = None, timeout: float = 900.0, *,
-            require_running: bool = True) -> dict[str, Any]:
+            require_running: bool = True, fresh: bool = False) -> dict[str, Any]:
         """Deploy ``topology``'s Serve config (or ``serve_config``) on the running nodes and wait for it
-        to run (or, with ``require_running=False``, to run or fail)."""
+        to run (or, with ``require_running=False``, to run or fail).
+
+        ``fresh``: delete the running applications first (:meth:`cluster.Twin.remove_applications`).
+        A config that needs more of a node than the running replicas leave free (two prefill
+        replicas where one runs) never finishes a rolling update on the twin's fixed nodes: Ray
+        Serve starts the added replica before it stops an outdated one (``max_to_stop =
+        rollout_size - pending_replicas`` is 0 there, Ray 2.58
+        ``serve/_private/deployment_state.py`` ``_check_and_stop_outdated_version_replicas``), and
+        the added one waits for resources the outdated one holds. A real cluster gets a node from
+        the autoscaler instead."""
         assert self.twin is not None and self.api is not None
         deployment = self.deployments[topology]
         self.api.ready = False
         self.twin.deployment = deployment
+        if fresh:
+            self.twin.remove_applications()
         started = time.monotonic()
         self.deployed_at = time.time()
         # What KubeRay submits is what the RayService carries: the stand-in's now carries this.

@@ -100,8 +100,12 @@ def settled_counters(run, what: str, quiet_seconds: float = 12.0) -> dict[str, d
     return wait_until(quiet, 180, what)
 
 
-def measure(run, router: dict | None) -> dict[str, float]:
-    run.use("disaggregated", two_prefill_replicas(run, router))
+def measure(run, router: dict | None, *, fresh: bool) -> dict[str, float]:
+    """``fresh``: deploy on an empty Serve (from one prefill replica to two, a rolling update never
+    ends on the twin's fixed nodes: :meth:`~ray_llm_eks.twin.run.TwinRun.use`). The second
+    measurement changes only ``request_router_config``, which Ray Serve applies to the running
+    replicas (``NeedsActorReconfigure``, Ray 2.58 ``serve/_private/config.py``)."""
+    run.use("disaggregated", two_prefill_replicas(run, router), fresh=fresh)
     # Whatever the deployment sent prefill while it started (Ray Serve LLM's P/D warm-up) is
     # exported before this reading, not inside the measurement.
     before = settled_counters(run, "the prefill node's counters to settle after the deployment")
@@ -121,11 +125,16 @@ def measure(run, router: dict | None) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def hit_rates(twin):
     router = rendered_router(twin)
-    figures = {"default": measure(twin, None), "prefix-cache-affinity": measure(twin, router)}
-    print(f"\nprefill prefix-cache hit rate, {GROUPS} prefixes x {PER_GROUP} requests on 2 replicas: {figures}")
-    capture("metrics/prefix-routing-hit-rates.yaml", yaml.safe_dump(figures))
-    # No redeploy of the rendered config here: every twin module's fixture deploys what it needs.
-    return figures
+    try:
+        figures = {"default": measure(twin, None, fresh=True),
+                   "prefix-cache-affinity": measure(twin, router, fresh=False)}
+        print(f"\nprefill prefix-cache hit rate, {GROUPS} prefixes x {PER_GROUP} requests on 2 replicas: {figures}")
+        capture("metrics/prefix-routing-hit-rates.yaml", yaml.safe_dump(figures))
+        yield figures
+    finally:
+        # The next module deploys one prefill replica at a whole unit: from an empty Serve, not
+        # by a rolling update from these two (every twin module's fixture deploys what it needs).
+        twin.twin.remove_applications()
 
 
 def test_the_router_raises_the_prefill_legs_prefix_cache_hit_rate(hit_rates):
