@@ -296,13 +296,12 @@ class Twin:
         deploy fails or the wait runs out. ``require_running=False`` (a trap) also returns once
         the deploy has failed."""
         config = self.submit(serve_config)
-        url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
         name = config["applications"][0]["name"]
         state: dict[str, Any] = {}
 
         def running() -> bool:
             nonlocal state
-            data = self._get_json(url) or {}
+            data = self.applications()
             state = (data.get("applications") or {}).get(name) or {}
             if state.get("status") == "DEPLOY_FAILED":
                 if not require_running:
@@ -317,14 +316,14 @@ class Twin:
 
     def remove_applications(self, timeout: float = 300.0) -> None:
         """Delete every Serve application and wait until none is listed, so what deploys next
-        starts on empty nodes, as on a new RayCluster. It ``PUT``\ s the deployment's config with
-        no applications, which keeps Serve's controller and proxies (the dashboard's ``DELETE``
+        starts on empty nodes, as on a new RayCluster. It sends the deployment's config with no
+        applications (``PUT``), which keeps Serve's controller and proxies (the dashboard's ``DELETE``
         shuts Serve down); an application is listed until its replicas have stopped."""
         self.submit({**self.deployment.serve_config, "applications": []})
 
         def gone() -> bool:
-            data = self._get_json(f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/")
-            return data is not None and not data.get("applications")
+            data = self.applications()  # {} while the dashboard does not answer
+            return "applications" in data and not data["applications"]
 
         self._wait(gone, timeout, "the Serve applications to be deleted")
         self.log("serve: no application")
@@ -332,16 +331,20 @@ class Twin:
     def submit(self, serve_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``PUT /api/serve/applications/`` of ``serve_config`` (default: the deployment's), as KubeRay sends it."""
         config = dict(serve_config or self.deployment.serve_config)
-        url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
-        request = urllib.request.Request(url, data=json.dumps(config).encode(), method="PUT",
+        request = urllib.request.Request(self.serve_applications_url, data=json.dumps(config).encode(), method="PUT",
                                          headers={"Content-Type": "application/json", **self.auth_headers()})
         with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
         return config
 
+    @property
+    def serve_applications_url(self) -> str:
+        """The dashboard's Serve REST API on the head, which KubeRay reads and writes."""
+        return f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
+
     def applications(self) -> dict[str, Any]:
-        url = f"http://{self.deployment.head.address}:{DASHBOARD_PORT}/api/serve/applications/"
-        return self._get_json(url) or {}
+        """Serve's instance details (``applications`` by name), or {} while the dashboard does not answer."""
+        return self._get_json(self.serve_applications_url) or {}
 
     # --- plumbing ------------------------------------------------------------------------------
 
