@@ -255,7 +255,7 @@ class Checks(Phase):
             "log_since": since, "by_pod": result["by_source"],
         }
         for reason in result["reasons"]:
-            self.report.fail(reason)
+            self.report.fail(reason, cause=True)
 
     def check_kv(self, efa_before: Mapping[str, efa.Counters], efa_after: Mapping[str, efa.Counters],
                  nixl_before: Mapping[str, metrics.NixlTotals], nixl_after: Mapping[str, metrics.NixlTotals],

@@ -31,8 +31,19 @@ class Report:
         if self.finished is None:
             self.finished = time.time()
 
-    def fail(self, reason: str) -> None:
-        self.reasons.append(reason)
+    causes: int = 0
+    """How many of the first :attr:`reasons` are root causes (see :meth:`fail`)."""
+
+    def fail(self, reason: str, *, cause: bool = False) -> None:
+        """Add a reason to fail. ``cause``: it says why the others happened (what the workers' logs
+        show of the transport), so it goes before every consequence found earlier (a probe that
+        timed out, the KV bytes that did not cross EFA): the first reason a person reads is the
+        root cause, whichever phase found it first."""
+        if cause:
+            self.reasons.insert(self.causes, reason)
+            self.causes += 1
+        else:
+            self.reasons.append(reason)
 
     @property
     def verdict(self) -> str:

@@ -158,6 +158,16 @@ def test_a_failed_serve_deploy_leads_with_the_root_cause_in_the_worker_logs(in_c
     assert "failed to deploy the spec's config" in report["reasons"][-1]
 
 
+def test_a_transport_root_cause_leads_the_probe_failures_it_caused(in_cluster_copy, fake: FakeDeployment):
+    # The twin's UCX trap on a loaded machine: a probe outran the deadline before the logs were read.
+    # The probes are checked first, but the first reason a person reads is why they failed.
+    fake.scenario = Scenario(worker_log=UCX_ON_EFA, completion_status=500)
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert report["verdict"] == "fail"
+    assert "UCX backend on EFA nodes" in report["reasons"][0], report["reasons"]
+    assert any(r.startswith("probe 1 failed: HTTP 500") for r in report["reasons"][1:]), report["reasons"]
+
+
 def test_lines_of_replaced_replicas_are_not_evidence(in_cluster_copy, fake: FakeDeployment):
     # An old UCX warning from before the redeploy does not fail the new LIBFABRIC replicas ...
     fake.scenario = Scenario(old_log=UCX_ON_EFA)
