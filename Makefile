@@ -133,10 +133,16 @@ $(TWIN_DIR)/lib/libcuda.so.1: ray_llm_eks/twin/cuda_stub.c
 	mkdir -p $(TWIN_DIR)/lib
 	cc -shared -fPIC -O2 -Wall -Wextra -o $@ $<
 
+# NIXL's LIBFABRIC progress thread in SCHED_IDLE on the twin's nodes (docs/twin.md).
+$(TWIN_DIR)/lib/libnixl_progress_idle.so: ray_llm_eks/twin/progress_idle.c
+	mkdir -p $(TWIN_DIR)/lib
+	cc -shared -fPIC -O2 -Wall -Wextra -o $@ $< -ldl
+
 $(TWIN_DIR)/model/config.json: ray_llm_eks/twin/tiny_model.py $(TWIN_VENV)/.installed
 	$(TWIN_VENV)/bin/python ray_llm_eks/twin/tiny_model.py model $(TWIN_DIR)/model >/dev/null 2>&1
 
-twin-install: bootstrap $(TWIN_DIR)/.debian $(TWIN_VENV)/.installed $(TWIN_DIR)/lib/libcuda.so.1 $(TWIN_DIR)/model/config.json
+twin-install: bootstrap $(TWIN_DIR)/.debian $(TWIN_VENV)/.installed $(TWIN_DIR)/lib/libcuda.so.1 \
+	$(TWIN_DIR)/lib/libnixl_progress_idle.so $(TWIN_DIR)/model/config.json
 
 twin: twin-install
 	$(BIN)/python -m ray_llm_eks.twin $(TWIN_ARGS)

@@ -19,7 +19,8 @@ from ray_llm_eks.twin import kube_api, render, twin_profile
 from ray_llm_eks.twin.run import DEFAULT_CONFIG
 
 ADDRESSES = {"head": "10.77.0.1", "prefill": "10.77.0.2", "decode": "10.77.0.3"}
-PATHS = twin_profile.Paths(model="/twin/model", library_path="/twin/lib:/venv/lib/mpich", hf_home="/twin/hf")
+PATHS = twin_profile.Paths(model="/twin/model", library_path="/twin/lib:/venv/lib/mpich", hf_home="/twin/hf",
+                             preload="/twin/lib/libnixl_progress_idle.so")
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ def test_the_ray_nodes_start_as_kuberay_would_with_the_cpu_changes(rendered, twi
         rendered_env = {e["name"]: e["value"] for e in groups[role]["template"]["spec"]["containers"][0]["env"]
                         if "value" in e}
         changed = {k for k in set(rendered_env) | set(node.env) if rendered_env.get(k) != node.env.get(k)}
-        assert changed == {"FI_PROVIDER", "HF_HOME", "HF_HUB_CACHE", "LD_LIBRARY_PATH", "VLLM_CPU_KVCACHE_SPACE",
+        assert changed == {"FI_PROVIDER", "HF_HOME", "HF_HUB_CACHE", "LD_LIBRARY_PATH", "LD_PRELOAD", "VLLM_CPU_KVCACHE_SPACE",
                            "VLLM_CPU_OMP_THREADS_BIND"}
         assert node.env["FI_PROVIDER"] == "tcp" and node.env["NIXL_LOG_LEVEL"] == "INFO"
     assert twin.nodes["prefill"].env["VLLM_CPU_OMP_THREADS_BIND"] != twin.nodes["decode"].env["VLLM_CPU_OMP_THREADS_BIND"]

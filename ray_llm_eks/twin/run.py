@@ -72,6 +72,11 @@ class Environment:
     model: Path
 
     @property
+    def preload(self) -> Path:
+        """The shim that runs NIXL's LIBFABRIC progress thread in SCHED_IDLE (``progress_idle.c``)."""
+        return self.native / "libnixl_progress_idle.so"
+
+    @property
     def library_path(self) -> str:
         site = self.venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
         return ":".join(str(p) for p in (self.native, self.venv / "lib" / "mpich", site / "nvidia" / "cu13" / "lib"))
@@ -81,7 +86,8 @@ class Environment:
         return cls(venv=ROOT / ".venv-twin", native=ROOT / ".twin" / "lib", model=ROOT / ".twin" / "model")
 
     def check(self) -> None:
-        missing = [str(p) for p in (self.venv / "bin" / "ray", self.native / "libcuda.so.1", self.model / "config.json")
+        missing = [str(p) for p in (self.venv / "bin" / "ray", self.native / "libcuda.so.1", self.preload,
+                                      self.model / "config.json")
                    if not p.exists()]
         if missing:
             raise cluster.TwinError(f"the twin is not installed ({', '.join(missing)} missing): run `make twin`")
@@ -148,7 +154,7 @@ class TwinRun:
             self.rendered[topology] = render.render(self.config, topology, self.workdir / topology)
         self.network = netns.Network(HOSTS, loopback_only=LOOPBACK_ONLY).up()
         paths = twin_profile.Paths(model=str(self.environment.model), library_path=self.environment.library_path,
-                              hf_home=str(self.workdir / "hf"))
+                                   hf_home=str(self.workdir / "hf"), preload=str(self.environment.preload))
         for topology, charts in self.rendered.items():
             self.deployments[topology] = twin_profile.twin_deployment(
                 charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART], self.network.addresses, paths)

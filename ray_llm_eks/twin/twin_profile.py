@@ -40,6 +40,8 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("ray start: object-store-memory 256 MiB", "three Ray nodes and two engines share 24 GiB"),
     ("env: FI_PROVIDER efa -> tcp", "no EFA device: libfabric's tcp provider over the node's veth"),
     ("env: LD_LIBRARY_PATH", "libfabric 2.x, the CUDA runtime and a libcuda.so.1 stub for NIXL's LIBFABRIC plugin"),
+    ("env: LD_PRELOAD", "NIXL's LIBFABRIC progress thread runs in SCHED_IDLE (progress_idle.c): it polls without "
+     "pause, one core per engine, and the twin's two cores run two engines and everything else"),
     ("env: HF_HOME, HF_HUB_CACHE", "the run's own folder instead of the node's host path"),
     ("env: VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND", "vLLM's CPU KV pool in GiB; one core per engine"),
     ("gate: openai_url", "the head node's address in the twin's network"),
@@ -57,6 +59,8 @@ class Paths:
     library_path: str
     """``LD_LIBRARY_PATH`` for the Ray nodes: libfabric, the CUDA runtime, the libcuda stub."""
     hf_home: str
+    preload: str
+    """``LD_PRELOAD`` for the worker nodes: the shim that puts NIXL's progress thread in SCHED_IDLE."""
 
 
 @dataclass
@@ -131,6 +135,7 @@ def worker_env_for_twin(env: Mapping[str, str], paths: Paths) -> dict[str, str]:
     changed["HF_HOME"] = paths.hf_home
     changed["HF_HUB_CACHE"] = f"{paths.hf_home}/hub"
     changed["LD_LIBRARY_PATH"] = paths.library_path
+    changed["LD_PRELOAD"] = paths.preload
     changed["VLLM_CPU_KVCACHE_SPACE"] = str(KV_CACHE_SPACE_GIB)
     return changed
 

@@ -20,6 +20,32 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 from ray_llm_eks.twin.run import Environment, TwinRun, terminate_gracefully  # noqa: E402
 
 
+MODULE_ORDER = (
+    "test_twin_disaggregated.py",
+    "test_twin_ray_auth.py",
+    "test_twin_topologies.py",
+    "test_twin_traps.py",
+    "test_twin_under_faults.py",
+    "test_twin_prefix_routing.py",
+)
+"""The order the modules run in, each deploying what it needs. Every change of Serve config is a
+deploy of 80 to 340 s on the twin, so the order keeps them few: the modules that serve the
+rendered disaggregated config run one after another, the drills (which leave new pods and
+restarted nodes behind) after everything that wants the nodes as started, and prefix routing,
+which needs two prefill replicas deployed on an empty Serve, last: anywhere else the module after
+it would have to deploy from empty again."""
+
+
+def pytest_collection_modifyitems(config, items):
+    slots = [i for i, item in enumerate(items) if item.path.parent == Path(__file__).parent]
+    unknown = sorted({items[i].path.name for i in slots} - set(MODULE_ORDER))
+    if unknown:
+        raise pytest.UsageError(f"tests/twin: {', '.join(unknown)} missing from MODULE_ORDER in {__file__}")
+    ordered = sorted((items[i] for i in slots), key=lambda item: MODULE_ORDER.index(item.path.name))
+    for i, item in zip(slots, ordered):
+        items[i] = item
+
+
 @pytest.fixture(scope="session")
 def twin(tmp_path_factory):
     if os.geteuid() != 0:

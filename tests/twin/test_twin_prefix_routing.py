@@ -100,12 +100,14 @@ def settled_counters(run, what: str, quiet_seconds: float = 12.0) -> dict[str, d
     return wait_until(quiet, 180, what)
 
 
-def measure(run, router: dict | None, *, fresh: bool) -> dict[str, float]:
-    """``fresh``: deploy on an empty Serve (from one prefill replica to two, a rolling update never
-    ends on the twin's fixed nodes: :meth:`~ray_llm_eks.twin.run.TwinRun.use`). The second
-    measurement changes only ``request_router_config``, which Ray Serve applies to the running
-    replicas (``NeedsActorReconfigure``, Ray 2.58 ``serve/_private/config.py``)."""
-    run.use("disaggregated", two_prefill_replicas(run, router), fresh=fresh)
+def measure(run, router: dict | None) -> dict[str, float]:
+    """Each measurement deploys on an empty Serve (:meth:`~ray_llm_eks.twin.run.TwinRun.use` with
+    ``fresh``): from one prefill replica to two, a rolling update never ends on the twin's fixed
+    nodes, and both routers start from new replicas with empty prefix caches. Changing only the
+    ``request_router_config`` of the running replicas took 340 s on the twin (2026-12-05) and
+    left their caches as empty as new ones (64 % = only each prefix's first request missed); a
+    fresh deploy takes about 160 s."""
+    run.use("disaggregated", two_prefill_replicas(run, router), fresh=True)
     # Whatever the deployment sent prefill while it started (Ray Serve LLM's P/D warm-up) is
     # exported before this reading, not inside the measurement.
     before = settled_counters(run, "the prefill node's counters to settle after the deployment")
@@ -126,8 +128,7 @@ def measure(run, router: dict | None, *, fresh: bool) -> dict[str, float]:
 def hit_rates(twin):
     router = rendered_router(twin)
     try:
-        figures = {"default": measure(twin, None, fresh=True),
-                   "prefix-cache-affinity": measure(twin, router, fresh=False)}
+        figures = {"default": measure(twin, None), "prefix-cache-affinity": measure(twin, router)}
         print(f"\nprefill prefix-cache hit rate, {GROUPS} prefixes x {PER_GROUP} requests on 2 replicas: {figures}")
         capture("metrics/prefix-routing-hit-rates.yaml", yaml.safe_dump(figures))
         yield figures

@@ -8,7 +8,8 @@ NIXL recovering on their own. The figures are printed (``-s``) and written to ``
 the twin's folder, and to ``RAY_LLM_EKS_TWIN_CAPTURE`` when it is set; docs/verification.md
 ("Drills") holds a run's.
 
-Last in the twin suite (file order): a drill leaves new pods and restarted nodes behind.
+After the modules that want the nodes as started (``MODULE_ORDER`` in tests/twin/conftest.py): a
+drill leaves new pods and restarted nodes behind.
 """
 
 from __future__ import annotations
