@@ -133,7 +133,7 @@ $(TWIN_DIR)/lib/libcuda.so.1: ray_llm_eks/twin/cuda_stub.c
 	mkdir -p $(TWIN_DIR)/lib
 	cc -shared -fPIC -O2 -Wall -Wextra -o $@ $<
 
-# NIXL's LIBFABRIC progress thread in SCHED_IDLE on the twin's nodes (docs/twin.md).
+# NIXL's LIBFABRIC progress thread waits up to 1 ms for idle sockets on the twin's nodes (docs/twin.md).
 $(TWIN_DIR)/lib/libnixl_progress_idle.so: ray_llm_eks/twin/progress_idle.c
 	mkdir -p $(TWIN_DIR)/lib
 	cc -shared -fPIC -O2 -Wall -Wextra -o $@ $< -ldl

@@ -1,35 +1,42 @@
-/* LD_PRELOAD for the twin's Ray nodes: NIXL's LIBFABRIC progress thread runs in SCHED_IDLE.
+/* LD_PRELOAD for the twin's worker nodes: NIXL's LIBFABRIC progress thread waits for its sockets
+ * for up to 1 ms when they have nothing, instead of polling them again at once.
  *
  * NIXL 1.3.1's Python API starts every agent with a progress thread and pthrDelay 0
  * (nixl v1.3.1 src/api/python/_api.py:213), and the LIBFABRIC engine's thread sleeps that long
- * only when a pass found no completion (libfabric_backend.cpp:1707-1727): it polls the rails'
- * completion queues without pause, and with the tcp provider each poll is an epoll_wait with a
- * timeout of 0. On a GPU node that costs one of its many cores per engine. On the twin, whose two
- * cores run two engines, three Ray nodes, the gate and the bench, the two idle engines' threads
- * took both cores (measured: 0 idle jiffies in 60 s with no request in flight, 94 % and 82 % CPU
- * for the two vLLM workers, half of it system time), and every other process ran on what was
- * left. In SCHED_IDLE the thread still polls whenever a core has nothing else to run, so the
- * transfers complete as before; it no longer takes a core from the engines and the programs the
- * tests measure.
+ * only after a pass that found no completion (libfabric_backend.cpp:1707-1727): it polls the
+ * rails' completion queues without pause. With the tcp provider each poll is an epoll_wait on the
+ * rail's sockets with a timeout of 0. On a GPU node that costs one of its many cores per engine.
+ * On the twin, whose two cores run two engines, three Ray nodes, the gate and the bench, the two
+ * idle engines' threads took both cores (measured: 0 idle jiffies in 60 s with no request in
+ * flight, 94 % and 82 % CPU for the two vLLM workers, half of it system time).
  *
- * Only that thread: pthread_create is wrapped, and a thread is changed when libstdc++ starts it
- * for a std::thread whose callable is nixlLibfabricEngine::progressThread (the plugin exports the
- * symbol and the std::thread state's vtable; dladdr names both). Every other thread, in every
- * process, starts as it would.
+ * In that thread only, an epoll_wait with a timeout of 0 becomes one with a timeout of 1 ms: it
+ * still returns at once when a socket is ready, so a transfer in flight is progressed as before,
+ * and an idle rail costs a wake-up a millisecond. (Running the thread in SCHED_IDLE instead was
+ * tried and starved the transfers: each worker is pinned to one core, the bench's processes took
+ * it, and the disaggregated bench's first level took 113 s instead of 50 s.)
+ *
+ * The thread is told apart when libstdc++ starts it: a std::thread whose callable is
+ * nixlLibfabricEngine::progressThread (the plugin exports the symbol and the std::thread state's
+ * vtable; dladdr names both). Every other thread, in every process, runs as it would.
  * Built by `make twin` with the system C compiler.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #define PROGRESS_THREAD "_ZN19nixlLibfabricEngine14progressThreadEv"
+#define IDLE_WAIT_MS 1
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
 
-struct idle_start {
+static __thread int in_progress_thread;
+
+struct progress_start {
     void *(*start)(void *);
     void *arg;
 };
@@ -62,11 +69,10 @@ static int is_progress_thread(void *(*start)(void *), void *arg) {
     return 0;
 }
 
-static void *start_idle(void *data) {
-    struct idle_start run = *(struct idle_start *)data;
+static void *start_progress(void *data) {
+    struct progress_start run = *(struct progress_start *)data;
     free(data);
-    struct sched_param param = {.sched_priority = 0};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
+    in_progress_thread = 1;
     return run.start(run.arg);
 }
 
@@ -74,14 +80,23 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)
     static create_fn real;
     if (!real) real = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
     if (is_progress_thread(start, arg)) {
-        struct idle_start *run = malloc(sizeof *run);
+        struct progress_start *run = malloc(sizeof *run);
         if (run) {
             run->start = start;
             run->arg = arg;
-            int status = real(thread, attr, start_idle, run);
+            int status = real(thread, attr, start_progress, run);
             if (status != 0) free(run);
             return status;
         }
     }
     return real(thread, attr, start, arg);
 }
+
+int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout) {
+    static epoll_wait_fn real;
+    if (!real) real = (epoll_wait_fn)dlsym(RTLD_NEXT, "epoll_wait");
+    return real(epfd, events, maxevents, in_progress_thread && timeout == 0 ? IDLE_WAIT_MS : timeout);
+}
+
+/* For the fast test (tests/test_twin_progress_idle.py): whether this thread is the one changed. */
+int rle_in_progress_thread(void) { return in_progress_thread; }

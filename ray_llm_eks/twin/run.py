@@ -73,7 +73,7 @@ class Environment:
 
     @property
     def preload(self) -> Path:
-        """The shim that runs NIXL's LIBFABRIC progress thread in SCHED_IDLE (``progress_idle.c``)."""
+        """The shim that bounds NIXL's LIBFABRIC progress thread's idle polling (``progress_idle.c``)."""
         return self.native / "libnixl_progress_idle.so"
 
     @property

@@ -40,8 +40,8 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("ray start: object-store-memory 256 MiB", "three Ray nodes and two engines share 24 GiB"),
     ("env: FI_PROVIDER efa -> tcp", "no EFA device: libfabric's tcp provider over the node's veth"),
     ("env: LD_LIBRARY_PATH", "libfabric 2.x, the CUDA runtime and a libcuda.so.1 stub for NIXL's LIBFABRIC plugin"),
-    ("env: LD_PRELOAD", "NIXL's LIBFABRIC progress thread runs in SCHED_IDLE (progress_idle.c): it polls without "
-     "pause, one core per engine, and the twin's two cores run two engines and everything else"),
+    ("env: LD_PRELOAD", "NIXL's LIBFABRIC progress thread waits up to 1 ms for its idle sockets (progress_idle.c): "
+     "it polls without pause, one core per engine, and the twin's two cores run two engines and all else"),
     ("env: HF_HOME, HF_HUB_CACHE", "the run's own folder instead of the node's host path"),
     ("env: VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND", "vLLM's CPU KV pool in GiB; one core per engine"),
     ("gate: openai_url", "the head node's address in the twin's network"),
@@ -60,7 +60,7 @@ class Paths:
     """``LD_LIBRARY_PATH`` for the Ray nodes: libfabric, the CUDA runtime, the libcuda stub."""
     hf_home: str
     preload: str
-    """``LD_PRELOAD`` for the worker nodes: the shim that puts NIXL's progress thread in SCHED_IDLE."""
+    """``LD_PRELOAD`` for the worker nodes: the shim that bounds NIXL's progress thread's idle polling."""
 
 
 @dataclass
