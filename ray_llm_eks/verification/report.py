@@ -21,6 +21,8 @@ class Report:
 
     config: wire.GateSettings
     reasons: list[str] = field(default_factory=list)
+    causes: int = field(default=0, init=False)
+    """How many of the first :attr:`reasons` are root causes (see :meth:`fail`)."""
     warnings: list[str] = field(default_factory=list)
     sections: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
@@ -30,9 +32,6 @@ class Report:
     def finish(self) -> None:
         if self.finished is None:
             self.finished = time.time()
-
-    causes: int = 0
-    """How many of the first :attr:`reasons` are root causes (see :meth:`fail`)."""
 
     def fail(self, reason: str, *, cause: bool = False) -> None:
         """Add a reason to fail. ``cause``: it says why the others happened (what the workers' logs
