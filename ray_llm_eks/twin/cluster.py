@@ -140,6 +140,8 @@ class Twin:
 
     deployment: TwinDeployment
     network: netns.Network
+    """The hosts: network namespaces (:class:`.netns.Network`), or the GPU profile's
+    :class:`.host_network.HostNetwork`, which has the same interface."""
     workdir: Path
     ray_bin: Path
     """The twin environment's ``bin`` folder (``ray``, ``python``)."""
@@ -264,11 +266,11 @@ class Twin:
         for name in ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets"):
             link = counters / name
             if not link.is_symlink():
-                link.symlink_to(f"/sys/class/net/{netns.DEVICE}/statistics/{name}")
+                link.symlink_to(f"/sys/class/net/{self.network.device}/statistics/{name}")
         for role in self.worker_roles:
             self._spawn(f"efa-counters-{role}", role,
                         [str(self.ray_bin / "python"), "-S", "-m", IN_CLUSTER_PACKAGE, "efa-counters", "--sysfs", str(tree),
-                         "--port", str(port)],
+                         "--port", str(port), "--host", self.deployment.nodes[role].address],
                         {"PYTHONPATH": str(self.gate_program), "NODE_NAME": self.node_name(role)}, logged=False)
         for role in self.worker_roles:
             url = f"http://{self.deployment.nodes[role].address}:{port}/healthz"

@@ -134,6 +134,8 @@ class Network:
     run: str = field(default_factory=lambda: str(os.getpid()))
     addresses: dict[str, str] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)
+    device: str = DEVICE
+    """The interface whose byte counters stand in for a node's EFA counters (each namespace's veth)."""
 
     def __post_init__(self) -> None:
         network = ipaddress.ip_network(self.subnet)

@@ -14,11 +14,6 @@ from typing import Any
 
 import yaml
 
-from ..config import parse_config
-from ..manifests import chart_objects, write_manifests
-from ..stack import build_app
-from ..testing import FAST_SYNTH_CONTEXT
-
 TOPOLOGIES = ("disaggregated", "colocated")
 RAYSERVICE_CHART = "serving-rayservice"
 VERIFICATION_CHART = "serving-verification"
@@ -29,6 +24,13 @@ def render(config_path: str | Path, topology: str, outdir: Path | None = None) -
 
     With ``outdir``, the manifests are also written to ``<outdir>/manifests/`` as ``make synth`` writes them.
     """
+    # Imported here: they bring aws_cdk and cdk8s (and Node through jsii), which the GPU profile's
+    # machine lacks; it runs from renders made elsewhere (ray_llm_eks.twin.gpu).
+    from ..config import parse_config
+    from ..manifests import chart_objects, write_manifests
+    from ..stack import build_app
+    from ..testing import FAST_SYNTH_CONTEXT
+
     data = yaml.safe_load(Path(config_path).read_text()) or {}
     config = parse_config({**data, "topology": topology}, str(config_path))
     with tempfile.TemporaryDirectory(prefix="rle-twin-synth-") as scratch:

@@ -78,8 +78,66 @@ def build_model(directory: Path) -> Path:
     return directory
 
 
+# --- a tiny hybrid of Qwen3.5's architecture -----------------------------------------------------
+# Qwen3_5ForConditionalGeneration is the only Qwen3.5 entry of vLLM 0.26.0's model registry
+# (vllm/model_executor/models/registry.py). Three Gated-DeltaNet layers and one full-attention
+# layer, as Qwen3.5's layer_types repeat them. The shape is chosen so one sequence's state has the
+# sizes a run on an H100 with vLLM 0.26.0 and NIXL 1.3.1 moved: the attention layer caches
+# 2 x 2 KV heads x 256 x 2 bytes = 2,048 bytes a token; each GDN layer holds
+# 8 value heads x 64 x 64 x 4 bytes (float32) = 131,072 bytes of recurrent state and
+# (4 - 1) x (2 x 4 x 64 + 8 x 64) x 2 bytes = 6,144 bytes of convolution state.
+HYBRID_LAYER_TYPES = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+HYBRID_TEXT = dict(
+    vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=512, num_hidden_layers=len(HYBRID_LAYER_TYPES),
+    layer_types=HYBRID_LAYER_TYPES, num_attention_heads=4, num_key_value_heads=2, head_dim=256,
+    linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
+    linear_conv_kernel_dim=4, max_position_embeddings=4096, tie_word_embeddings=False,
+    bos_token_id=1, eos_token_id=2, mamba_ssm_dtype="float32",
+)
+HYBRID_VISION = dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=256,
+                     num_position_embeddings=64)
+# The vision tokens' ids inside the tiny vocabulary (the defaults lie past it); the twin serves text
+# only (language_model_only), so they are never sent.
+HYBRID_SPECIAL_TOKENS = dict(image_token_id=VOCAB_SIZE - 4, video_token_id=VOCAB_SIZE - 3,
+                             vision_start_token_id=VOCAB_SIZE - 2, vision_end_token_id=VOCAB_SIZE - 1)
+
+HYBRID_ARCHITECTURE = {
+    "num_hidden_layers": 4, "full_attention_layers": 1, "linear_attention_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 256,
+    "linear_num_key_heads": 4, "linear_num_value_heads": 8, "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4, "linear_state_dtype_bytes": 4,
+}
+"""The hybrid's figures as a configuration's ``model.architecture`` takes them (with
+:data:`HYBRID_PARAMETER_COUNT`)."""
+HYBRID_PARAMETER_COUNT = 4_745_584
+"""The parameters of :func:`build_hybrid_model`'s checkpoint, vision tower included, as transformers
+5.17.0 builds it (counted once from the model it saved); :func:`build_hybrid_model` writes the count
+of the checkpoint it built to ``hybrid_architecture.json``, and the GPU profile reports whether the
+two agree."""
+
+
+def build_hybrid_model(directory: Path) -> Path:
+    import json
+
+    import torch
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    build_tokenizer(directory)
+    torch.manual_seed(0)
+    config = Qwen3_5Config(text_config=dict(HYBRID_TEXT), vision_config=dict(HYBRID_VISION),
+                           tie_word_embeddings=False, **HYBRID_SPECIAL_TOKENS)
+    model = Qwen3_5ForConditionalGeneration(config).to(torch.bfloat16)
+    model.save_pretrained(directory, safe_serialization=True)
+    figures = {**HYBRID_ARCHITECTURE, "parameter_count": sum(p.numel() for p in model.parameters())}
+    (directory / "hybrid_architecture.json").write_text(json.dumps(figures, indent=2) + "\n")
+    return directory
+
+
+BUILDERS = {"model": build_model, "hybrid": build_hybrid_model, "tokenizer": build_tokenizer}
+
+
 if __name__ == "__main__":
     what, target = sys.argv[1], Path(sys.argv[2])
     target.mkdir(parents=True, exist_ok=True)
-    (build_model if what == "model" else build_tokenizer)(target)
+    BUILDERS[what](target)
     print(target)

@@ -75,6 +75,10 @@ class RayNode:
     env: dict[str, str]
     template: dict[str, Any]
     """The rendered pod template (labels, annotations, containers), for the Kubernetes API stand-in."""
+    metrics_port: int = 8080
+    """KubeRay's ``metrics`` port; the GPU profile's nodes share one host and take one each."""
+    agent_port: int = 52365
+    """The dashboard agent's HTTP port (KubeRay's ``dashboard-agent``); one per node on a shared host."""
 
     def ray_start(self, head_address: str) -> list[str]:
         """KubeRay's command line (``pod.go``: ``ray start`` with each param as ``--key=value``)."""
@@ -83,7 +87,7 @@ class RayNode:
             args += ["--head", f"--port={HEAD_PORT}", f"--dashboard-port={DASHBOARD_PORT}"]
         else:
             args += [f"--address={head_address}:{HEAD_PORT}"]
-        args += ["--metrics-export-port=8080", "--dashboard-agent-listen-port=52365"]
+        args += [f"--metrics-export-port={self.metrics_port}", f"--dashboard-agent-listen-port={self.agent_port}"]
         for key, value in self.start_params.items():
             # KubeRay quotes JSON for bash -c ('{"prefill":1}'); here there is no shell.
             args.append(f"--{key}={value.strip(chr(39))}")

@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     counters = commands.add_parser("efa-counters", help="serve this node's EFA byte counters over HTTP")
     counters.add_argument("--sysfs", default="/sys")
     counters.add_argument("--port", type=int, default=efa.COUNTER_PORT)
-    counters.set_defaults(handler=lambda a: efa.serve(a.sysfs, a.port) or 0)
+    counters.add_argument("--host", default="0.0.0.0", help="the address to listen on (default: every interface, "
+                          "as the DaemonSet's pod has its own; a twin's nodes sharing one host take one each)")
+    counters.set_defaults(handler=lambda a: efa.serve(a.sysfs, a.port, a.host) or 0)
     classify_parser = commands.add_parser("classify", help="classify saved worker logs")
     classify_parser.add_argument("files", nargs="+")
     classify_parser.add_argument("--expect-provider", metavar="PROVIDER", default=evidence.EXPECTED_PROVIDER,
