@@ -118,7 +118,7 @@ preStop hook (stdlib Python polling the API: ~25 MiB resident)."""
 BENCH_JOB = PodResources(cpu_millis=600, memory_mib=3 * MIB_PER_GIB)
 """``ray-llm-eks bench --emit-job``: AIPerf on the system node, beside the Ray head. It is not in
 :data:`SYSTEM_POD_BUDGET` (it runs only when someone benchmarks): it takes what the head leaves
-on the default m7i.xlarge (620m and 4179 MiB by these estimates, with observability's agents
+on the default m7i.xlarge (620m and 4751 MiB by these estimates, with observability's agents
 counted; a test keeps it inside). AIPerf's
 workers are CPU-bound at high concurrency: watch its ``credit_to_start_latency`` and give the
 system node more CPUs before reading latencies past a few hundred concurrent requests."""
