@@ -45,7 +45,8 @@ from rich.text import Text
 from .config import ConfigError, DeploymentConfig, load_config
 from .manifests import DEPLOY_TIME_VALUE as DEPLOY_TIME_PLACEHOLDER
 from .base.units import GIB
-from .planning import CapacityPlan, Plan, PlanError, Workload, make_plan
+from .base.sizing import NodeBudget
+from .planning import CapacityPlan, Plan, PlanError, Workload, make_plan, node_budgets
 from .pricing import PriceBasis, PriceError
 
 if TYPE_CHECKING:  # preflight brings boto3: only the preflight command imports it
@@ -164,10 +165,12 @@ def plan(
         result = make_plan(deployment, tokens_per_second=tokens_per_second, workload=workload)
     except (PlanError, PriceError) as error:
         _fail(ExitCode.CONFIG_ERROR, str(error), as_json)
+    budgets = node_budgets(deployment)
     if as_json:
-        typer.echo(json.dumps(result.summary(), indent=2))
+        typer.echo(json.dumps({**result.summary(), "node_budget": {role: b.to_dict() for role, b in budgets.items()}},
+                              indent=2))
     else:
-        _print_plan(result)
+        _print_plan(result, budgets)
 
 
 TABLE_CELL_PADDING = 2
@@ -267,7 +270,25 @@ def _licence_line(licence: dict[str, Any] | None) -> str:
     return f"{line}. {licence['callout']}" if licence["callout"] else line
 
 
-def _print_plan(result: Plan) -> None:
+def _print_node_budget(console: Console, budgets: dict[str, NodeBudget]) -> None:
+    """Each worker node's resources as the kubelet computes allocatable, then the pods on it
+    (docs/plan.md "Node budget" gives each line's source)."""
+    roles = list(budgets)
+    rows = []
+    for name, _ in next(iter(budgets.values())).lines():
+        cells = []
+        for role in roles:
+            line = dict(budgets[role].lines())[name]
+            cpu = f"{line.cpu_millis:,}m" if line.cpu_millis else "-"
+            cells.append(f"{cpu} / {line.memory_mib:,} MiB")
+        bold = name in ("allocatable", "worker request")
+        rows.append([f"[bold]{name}[/]" if bold else name, *(f"[bold]{c}[/]" if bold else c for c in cells)])
+    header = [("line", False), *((f"{role} ({budgets[role].instance_type}) CPU / memory", True) for role in roles)]
+    _print_table(console, "Node budget per GPU node (allocatable = capacity - kube-reserved - eviction - huge pages)",
+                 header, rows)
+
+
+def _print_plan(result: Plan, budgets: dict[str, NodeBudget] | None = None) -> None:
     console = _console()
     model = result.model
     console.print(Panel.fit(
@@ -284,6 +305,8 @@ def _print_plan(result: Plan) -> None:
               "[green]yes[/]" if node.efa else "no"] for node in result.nodes]
     _print_table(console, "Nodes", [("role", False), ("instance type", False), ("count", True), ("vCPU", True),
                                     ("memory", True), ("GPU", False), ("network", True), ("EFA", False)], nodes)
+    if budgets:
+        _print_node_budget(console, budgets)
 
     memory = []
     for b in result.budgets:

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .base import instance_types
+from .base import instance_types, sizing
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
 from .base.models import ModelArchitecture, licence_record
@@ -620,3 +620,12 @@ def _model_memory(serving: ServingSpec, dtype_bytes: int) -> DuplicateModelMemor
 def _facts(instance: instance_types.InstanceType) -> tuple[int, int, int, str | None, float, bool]:
     return (instance.vcpus, instance.memory_gib, instance.gpus, instance.gpu_model, instance.network_gbps,
             instance.efa)
+
+
+def node_budgets(deployment: Deployment | Specs) -> dict[str, sizing.NodeBudget]:
+    """Each worker role's GPU node line by line: capacity, kube-reserved, eviction threshold, huge
+    pages, allocatable, DaemonSets, the worker's request and the margin it leaves
+    (:func:`ray_llm_eks.base.sizing.node_budget`, each figure's source there; ``plan`` prints it,
+    docs/plan.md "Node budget")."""
+    specs = deployment.specs() if isinstance(deployment, Deployment) else deployment
+    return {role: sizing.node_budget(specs.pool(role).instance) for role in WORKER_ROLES}

@@ -247,23 +247,24 @@ def test_gpu_node_group_ami_labels_taint_sizes_and_single_subnet(default, role):
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
-def test_gpu_launch_template_has_the_primary_ena_and_one_efa_only_interface_with_both_security_groups(default, role):
-    # g6.8xlarge has one network card: the primary ENA at card 0 device 0 and the EFA-only
-    # interface at card 0 device 1 (AWS's rules, InstanceType.network_interfaces).
+def test_gpu_launch_template_has_one_efa_interface_at_card_0_device_0_with_both_security_groups(default, role):
+    # g6.8xlarge has one network card: one ``efa`` interface (EFA with ENA) at card 0 device 0, as
+    # eksctl's efaEnabled renders it (InstanceType.network_interfaces); no ENA-plus-EFA-only pair,
+    # which the EC2 guide recommends for multi-card types only.
     data = launch_template_of(default, nodegroups_by_role(default)[role])
     assert "SecurityGroupIds" not in data and "SecurityGroups" not in data
-    primary, efa = data["NetworkInterfaces"]
-    assert (primary["NetworkCardIndex"], primary["DeviceIndex"], primary["InterfaceType"]) == (0, 0, "interface")
-    assert (efa["NetworkCardIndex"], efa["DeviceIndex"], efa["InterfaceType"]) == (0, 1, "efa-only")
+    (efa,) = data["NetworkInterfaces"]
+    assert (efa["NetworkCardIndex"], efa["DeviceIndex"], efa["InterfaceType"]) == (0, 0, "efa")
     efa_sg = default.logical_id(default.stack.gpu_node_groups[role].efa_security_group)
     cluster_id = default.logical_id(default.stack.cluster.cluster)
-    for interface in (primary, efa):
-        assert "SubnetId" not in interface
-        assert interface["DeleteOnTermination"] is True
-        assert interface["Groups"] == [
-            {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]},
-            {"Fn::GetAtt": [efa_sg, "GroupId"]},
-        ]
+    assert "SubnetId" not in efa and "PrivateIpAddress" not in efa
+    assert efa["DeleteOnTermination"] is True
+    # The node's only interface carries its IP traffic too: the cluster group (which EKS no
+    # longer adds once a launch template names a group) beside the EFA group.
+    assert efa["Groups"] == [
+        {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]},
+        {"Fn::GetAtt": [efa_sg, "GroupId"]},
+    ]
 
 
 def test_prefill_and_decode_share_one_efa_security_group_open_only_to_itself(default):

@@ -38,17 +38,45 @@ def test_row_matches_describe_instance_types(described, name):
     assert ours.network_gbps == int(cards or 1) * float(gbps)
     assert ours.efa_interfaces == network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)
     assert ours.nvme_gb == ec2.get("InstanceStorageInfo", {}).get("TotalSizeInGB", 0)
+    # What nodeadm reads for maxPods (nodeadm/internal/util/ec2.go:34-53@v20260724): the default
+    # card's MaximumNetworkInterfaces and Ipv4AddressesPerInterface.
+    (default_card,) = [c for c in network["NetworkCards"]
+                       if c["NetworkCardIndex"] == network.get("DefaultNetworkCardIndex", 0)]
+    assert ours.default_card_enis == default_card["MaximumNetworkInterfaces"] > 0
+    assert ours.ipv4_per_interface == network["Ipv4AddressesPerInterface"] > 0
 
 
 @pytest.mark.parametrize("name", sorted(n for n, t in INSTANCE_TYPES.items() if t.efa))
-def test_every_network_card_takes_an_efa_only_interface(described, name):
-    # The launch template puts an EFA-only interface on every card (card 0 beside the primary ENA):
-    # that needs one EFA per card and efa-only on each (NetworkCards[].InterfaceTypes).
+def test_every_network_card_takes_the_interface_the_launch_template_gives_it(described, name):
+    # One EFA device per card: a single-card type takes one ``efa`` interface (EFA with ENA) at
+    # card 0 device 0; a multi-card type an ENA primary, then ``efa-only`` at card 0 device 1 and
+    # at device 0 of every further card (InstanceType.network_interfaces). Each card must accept
+    # the interface types put on it (NetworkCards[].InterfaceTypes).
     ours, network = INSTANCE_TYPES[name], described[name]["NetworkInfo"]
     assert ours.efa_interfaces == ours.network_cards == len(network["NetworkCards"])
-    assert all("efa-only" in card["InterfaceTypes"] for card in network["NetworkCards"])
-    # Card 0 holds the primary ENA and an EFA-only interface: it must take two interfaces.
-    assert network["NetworkCards"][0]["MaximumNetworkInterfaces"] >= 2
+    cards = {card["NetworkCardIndex"]: card for card in network["NetworkCards"]}
+    for card, device, kind in ours.network_interfaces():
+        assert kind in cards[card]["InterfaceTypes"], (card, kind)
+        assert device < cards[card]["MaximumNetworkInterfaces"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in INSTANCE_TYPES.items() if t.efa))
+def test_single_card_types_get_one_efa_interface_and_multi_card_types_the_ena_plus_efa_only_layout(name):
+    ours = INSTANCE_TYPES[name]
+    layout = ours.network_interfaces()
+    if ours.network_cards == 1:
+        # eksctl efaEnabled (pkg/cfn/builder/network_interfaces.go@v0.230.0): one efa at 0/0.
+        assert layout == ((0, 0, "efa"),)
+    else:
+        # EC2 User Guide efa-acc-inst-types: ENA primary, efa-only at 0/1 and at device 0 of each further card.
+        assert layout[:2] == ((0, 0, "interface"), (0, 1, "efa-only"))
+        assert layout[2:] == tuple((card, 0, "efa-only") for card in range(1, ours.network_cards))
+    assert sum(kind in ("efa", "efa-only") for _, _, kind in layout) == ours.efa_interfaces
+
+
+def test_non_efa_types_get_no_launch_template_interfaces():
+    assert INSTANCE_TYPES["m7i.xlarge"].network_interfaces() == ()
+    assert INSTANCE_TYPES["g6.4xlarge"].network_interfaces() == ()
 
 
 def test_p_series_facts_as_aws_states_them():

@@ -141,7 +141,7 @@ class Versions:
     nvidia_device_plugin: str = infra.DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION
     """0.19.0-0.19.2 default to MOFED mode, which breaks EFA; 0.20.x is the supported line."""
     efa_device_plugin: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION
-    """Chart version of aws-efa-k8s-device-plugin in https://aws.github.io/eks-charts."""
+    """Chart version of aws-efa-k8s-device-plugin in https://aws.github.io/eks-charts (chart v0.5.20 runs the device-plugin image v0.5.13)."""
     kuberay_image_digest: str | None = None
     """Digest of the KubeRay operator image (quay.io/kuberay/operator:v<kuberay>); the chart then pulls it by digest, not by tag."""
 

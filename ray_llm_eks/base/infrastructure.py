@@ -96,6 +96,13 @@ the pod label and the service account name; its ClusterRole adds ``secrets`` cre
 1.4.0 stays selectable with ``ray_auth: disabled``. Both CRDs are in ``tests/data``."""
 DEFAULT_NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"
 DEFAULT_EFA_DEVICE_PLUGIN_VERSION = "v0.5.20"
+"""The aws-efa-k8s-device-plugin CHART version. The chart and its image are versioned apart: chart
+v0.5.20 deploys the device-plugin image v0.5.13 (aws/eks-charts@de5fdc1
+``stable/aws-efa-k8s-device-plugin/Chart.yaml`` ``appVersion: "v0.5.13"``, ``values.yaml``
+``image.tag: "v0.5.13"``); image v0.5.20 ships from chart v0.5.29 on. NVIDIA's chart deploys the
+image of its own version (``nvcr.io/nvidia/k8s-device-plugin:v<appVersion>``, NVIDIA/k8s-device-plugin
+``deployments/helm/nvidia-device-plugin/templates/_helpers.tpl:84``@v0.20.0, ``Chart.yaml``
+``appVersion`` equal to ``version``)."""
 BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS = frozenset({"0.19.0", "0.19.1", "0.19.2"})
 """Their MOFED default breaks EFA (BRIEF section 2, "Add-ons")."""
 

@@ -54,6 +54,14 @@ class InstanceType:
     """Peak dense (no 2:4 sparsity) BF16 tensor TFLOPS of ONE GPU, for the planner's prefill model."""
     gpu_memory_bandwidth_gbps: float = 0.0
     """Peak memory bandwidth of ONE GPU in GB/s (10^9 bytes), for the planner's decode model."""
+    default_card_enis: int = 0
+    """Network interfaces the default network card takes (DescribeInstanceTypes
+    ``NetworkCards[DefaultNetworkCardIndex].MaximumNetworkInterfaces``): with
+    :attr:`ipv4_per_interface`, what the EKS AMI's ``nodeadm`` computes the kubelet's ``maxPods``
+    from (``base.sizing.max_pods``; awslabs/amazon-eks-ami ``nodeadm/internal/util/ec2.go:34-53``
+    and its cached ``nodeadm/internal/kubelet/instance-info.jsonl``@v20260724 hold the same figures)."""
+    ipv4_per_interface: int = 0
+    """IPv4 addresses one network interface takes (DescribeInstanceTypes ``Ipv4AddressesPerInterface``)."""
 
     @property
     def gpu_memory_gib(self) -> float:
@@ -64,9 +72,22 @@ class InstanceType:
         return self.gpus > 0
 
     def network_interfaces(self) -> tuple[tuple[int, int, str], ...]:
-        """The launch template's interfaces, as ``(NetworkCardIndex, DeviceIndex, InterfaceType)``:
-        an EFA interface on every network card, by AWS's rules (EC2 User Guide, "Maximize network
-        bandwidth on Amazon EC2 instances with multiple network cards", efa-acc-inst-types.html):
+        """The launch template's interfaces, as ``(NetworkCardIndex, DeviceIndex, InterfaceType)``,
+        one EFA device on every network card. Empty for a type without EFA.
+
+        One network card (g6.8xlarge, g6e.12xlarge, g5.12xlarge ...): a single ``efa`` interface
+        (EFA with ENA) at card 0, device 0, which carries both the node's IP traffic and the EFA
+        device. This is what eksctl's ``efaEnabled`` renders (eksctl-io/eksctl
+        ``pkg/cfn/builder/network_interfaces.go:36,60-61``@v0.230.0: the first interface,
+        ``DeviceIndex`` 0 / ``NetworkCardIndex`` 0, gets ``InterfaceType: efa``), what the AWS
+        sample's eksctl node groups run, and what the EKS user guide builds its EFA node groups
+        with (awsdocs/amazon-eks-user-guide ``latest/ug/ml/node-efa.adoc:39``@4d52b4d0). The
+        ENA-plus-EFA-only layout below is the EC2 guide's recommendation for types "that also
+        have multiple network cards" (efa-acc-inst-types.html, first paragraph).
+
+        Several network cards (g6e.24xlarge/48xlarge, p4d, p5), by the EC2 User Guide's rules
+        ("Maximize network bandwidth on Amazon EC2 instances with multiple network cards",
+        efa-acc-inst-types.html, and its P5 section):
 
         - the primary interface, card 0 device 0, is an ENA interface ("You can't use an EFA-only
           network interface as the primary network interface");
@@ -76,9 +97,11 @@ class InstanceType:
 
         EFA-only interfaces take no IP address, so a p5.48xlarge uses one private IP for 32 EFA
         devices (the same page, P5 use case 1; EKS's p6-b200 launch template in
-        device-management-efa has the same layout). Empty for a type without EFA."""
+        device-management-efa has the same layout)."""
         if not self.efa_interfaces:
             return ()
+        if self.network_cards == 1:
+            return ((0, 0, "efa"),)
         return ((0, 0, "interface"), (0, 1, "efa-only"),
                 *((card, 0, "efa-only") for card in range(1, self.efa_interfaces)))
 
@@ -124,53 +147,53 @@ _GDR = dict(gpudirect_rdma=True)
 
 _TYPES = [
     # General purpose, for the system node (CoreDNS, KubeRay operator, Ray head).
-    InstanceType("m7i.large", vcpus=2, memory_gib=8, network_gbps=12.5, network_burst_only=True),
-    InstanceType("m7i.xlarge", vcpus=4, memory_gib=16, network_gbps=12.5, network_burst_only=True),
-    InstanceType("m7i.2xlarge", vcpus=8, memory_gib=32, network_gbps=12.5, network_burst_only=True),
-    InstanceType("m7i.4xlarge", vcpus=16, memory_gib=64, network_gbps=12.5, network_burst_only=True),
+    InstanceType("m7i.large", vcpus=2, memory_gib=8, default_card_enis=3, ipv4_per_interface=10, network_gbps=12.5, network_burst_only=True),
+    InstanceType("m7i.xlarge", vcpus=4, memory_gib=16, default_card_enis=4, ipv4_per_interface=15, network_gbps=12.5, network_burst_only=True),
+    InstanceType("m7i.2xlarge", vcpus=8, memory_gib=32, default_card_enis=4, ipv4_per_interface=15, network_gbps=12.5, network_burst_only=True),
+    InstanceType("m7i.4xlarge", vcpus=16, memory_gib=64, default_card_enis=8, ipv4_per_interface=30, network_gbps=12.5, network_burst_only=True),
     # NVIDIA L4 (24 GB). EFA from 8xlarge up.
-    InstanceType("g6.xlarge", vcpus=4, memory_gib=16, gpus=1, **_L4,
+    InstanceType("g6.xlarge", vcpus=4, memory_gib=16, default_card_enis=4, ipv4_per_interface=15, gpus=1, **_L4,
                  network_gbps=10, network_burst_only=True, nvme_gb=250),
-    InstanceType("g6.4xlarge", vcpus=16, memory_gib=64, gpus=1, **_L4,
+    InstanceType("g6.4xlarge", vcpus=16, memory_gib=64, default_card_enis=8, ipv4_per_interface=30, gpus=1, **_L4,
                  network_gbps=25, network_burst_only=True, nvme_gb=600),
-    InstanceType("g6.8xlarge", vcpus=32, memory_gib=128, gpus=1, **_L4,
+    InstanceType("g6.8xlarge", vcpus=32, memory_gib=128, default_card_enis=8, ipv4_per_interface=30, gpus=1, **_L4,
                  network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=900),
-    InstanceType("g6.12xlarge", vcpus=48, memory_gib=192, gpus=4, **_L4,
+    InstanceType("g6.12xlarge", vcpus=48, memory_gib=192, default_card_enis=8, ipv4_per_interface=30, gpus=4, **_L4,
                  network_gbps=40, efa=True, efa_interfaces=1, nvme_gb=3760),
-    InstanceType("g6.16xlarge", vcpus=64, memory_gib=256, gpus=1, **_L4,
+    InstanceType("g6.16xlarge", vcpus=64, memory_gib=256, default_card_enis=15, ipv4_per_interface=50, gpus=1, **_L4,
                  network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=1880),
     # NVIDIA L40S (48 GB).
-    InstanceType("g6e.8xlarge", vcpus=32, memory_gib=256, gpus=1, **_L40S,
+    InstanceType("g6e.8xlarge", vcpus=32, memory_gib=256, default_card_enis=8, ipv4_per_interface=30, gpus=1, **_L40S,
                  network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=900),
-    InstanceType("g6e.12xlarge", vcpus=48, memory_gib=384, gpus=4, **_L40S,
+    InstanceType("g6e.12xlarge", vcpus=48, memory_gib=384, default_card_enis=10, ipv4_per_interface=30, gpus=4, **_L40S,
                  network_gbps=100, efa=True, efa_interfaces=1, nvme_gb=3800),
-    InstanceType("g6e.16xlarge", vcpus=64, memory_gib=512, gpus=1, **_L40S,
+    InstanceType("g6e.16xlarge", vcpus=64, memory_gib=512, default_card_enis=15, ipv4_per_interface=50, gpus=1, **_L40S,
                  network_gbps=35, efa=True, efa_interfaces=1, nvme_gb=1900),
     # "G6e instances support up to four network cards and can provide up to 400 Gbps" (an older AWS
     # EC2 User Guide page, https://docs.aws.amazon.com/pt_br/AWSEC2/latest/UserGuide/p5-efa.html, in
     # Portuguese): one EFA interface per card, as DescribeInstanceTypes' MaximumEfaInterfaces says.
-    InstanceType("g6e.24xlarge", vcpus=96, memory_gib=768, gpus=4, **_L40S,
+    InstanceType("g6e.24xlarge", vcpus=96, memory_gib=768, default_card_enis=10, ipv4_per_interface=50, gpus=4, **_L40S,
                  network_gbps=200, efa=True, network_cards=2, efa_interfaces=2, nvme_gb=3800),
-    InstanceType("g6e.48xlarge", vcpus=192, memory_gib=1536, gpus=8, **_L40S,
+    InstanceType("g6e.48xlarge", vcpus=192, memory_gib=1536, default_card_enis=10, ipv4_per_interface=50, gpus=8, **_L40S,
                  network_gbps=400, efa=True, network_cards=4, efa_interfaces=4, nvme_gb=7600),
     # P-series: eight GPUs on NVLink, GPUDirect RDMA, an EFA interface on every network card.
     # p4d/p4de: "4x 100 Gigabit" (DescribeInstanceTypes), 4 cards; p5/p5e: 32 cards of 100 Gbps,
     # "3,200 Gbps, of which up to 800 Gbps can be utilized for IP network traffic" (EC2 User Guide,
     # efa-acc-inst-types.html, P5 and P5e); p5en: 16 cards of 200 Gbps.
-    InstanceType("p4d.24xlarge", vcpus=96, memory_gib=1152, gpus=8, **_A100_40, **_GDR,
+    InstanceType("p4d.24xlarge", vcpus=96, memory_gib=1152, default_card_enis=15, ipv4_per_interface=50, gpus=8, **_A100_40, **_GDR,
                  network_gbps=400, efa=True, network_cards=4, efa_interfaces=4, nvme_gb=8000),
-    InstanceType("p4de.24xlarge", vcpus=96, memory_gib=1152, gpus=8, **_A100_80, **_GDR,
+    InstanceType("p4de.24xlarge", vcpus=96, memory_gib=1152, default_card_enis=15, ipv4_per_interface=50, gpus=8, **_A100_80, **_GDR,
                  network_gbps=400, efa=True, network_cards=4, efa_interfaces=4, nvme_gb=8000),
-    InstanceType("p5.48xlarge", vcpus=192, memory_gib=2048, gpus=8, **_H100, **_GDR,
+    InstanceType("p5.48xlarge", vcpus=192, memory_gib=2048, default_card_enis=2, ipv4_per_interface=50, gpus=8, **_H100, **_GDR,
                  network_gbps=3200, efa=True, network_cards=32, efa_interfaces=32, nvme_gb=30400),
-    InstanceType("p5e.48xlarge", vcpus=192, memory_gib=2048, gpus=8, **_H200, **_GDR,
+    InstanceType("p5e.48xlarge", vcpus=192, memory_gib=2048, default_card_enis=2, ipv4_per_interface=50, gpus=8, **_H200, **_GDR,
                  network_gbps=3200, efa=True, network_cards=32, efa_interfaces=32, nvme_gb=30400),
-    InstanceType("p5en.48xlarge", vcpus=192, memory_gib=2048, gpus=8, **_H200, **_GDR,
+    InstanceType("p5en.48xlarge", vcpus=192, memory_gib=2048, default_card_enis=4, ipv4_per_interface=50, gpus=8, **_H200, **_GDR,
                  network_gbps=3200, efa=True, network_cards=16, efa_interfaces=16, nvme_gb=30400),
     # NVIDIA A10G (24 GB).
-    InstanceType("g5.8xlarge", vcpus=32, memory_gib=128, gpus=1, **_A10G,
+    InstanceType("g5.8xlarge", vcpus=32, memory_gib=128, default_card_enis=8, ipv4_per_interface=30, gpus=1, **_A10G,
                  network_gbps=25, efa=True, efa_interfaces=1, nvme_gb=900),
-    InstanceType("g5.12xlarge", vcpus=48, memory_gib=192, gpus=4, **_A10G,
+    InstanceType("g5.12xlarge", vcpus=48, memory_gib=192, default_card_enis=15, ipv4_per_interface=50, gpus=4, **_A10G,
                  network_gbps=40, efa=True, efa_interfaces=1, nvme_gb=3800),
 ]
 

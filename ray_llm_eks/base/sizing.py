@@ -3,28 +3,48 @@
 A Ray worker owns its GPU node (one worker pod per node, pinned by label and taint), so it
 should ask for everything the node can give after what Kubernetes keeps for itself; asking for
 more leaves it Pending forever, asking for much less wastes host memory that vLLM, NIXL's
-host-staged KV transfers and the page cache (model load, BRIEF section 1) can use.
+host-staged KV transfers and the page cache (model load) can use.
 
-What a node can give pods is estimated, since it is only known once the node runs:
+What a node can give pods is estimated, since it is only known once the node runs
+(:func:`node_budget` holds every line; ``ray-llm-eks plan`` prints it):
 
-``allocatable = capacity - kube-reserved - eviction threshold``, then minus the DaemonSets.
+``allocatable = capacity - kube-reserved - eviction threshold - huge pages``, then minus the DaemonSets.
 
 - capacity: the kernel sees less memory than the instance's nominal size (firmware and kernel
-  reservations); :data:`KERNEL_VISIBLE_MEMORY_FRACTION` is a conservative 96 % (a 16 GiB
-  ``m5.xlarge`` reports about 15.4 GiB, 96.5 %).
-- kube-reserved, as the EKS AL2023 AMI's ``nodeadm`` computes it (awslabs/amazon-eks-ami,
-  ``nodeadm/internal/kubelet/config.go``): CPU 6 % of the first core, 1 % of the second, 0.5 %
-  of the third and fourth, 0.25 % of every further core; memory ``11 MiB * maxPods + 255 MiB``.
-  maxPods depends on ENI limits that the instance table does not hold, so the upper bound the
-  AMI applies is used: 110 for instances up to 30 vCPUs, 250 above.
-- eviction threshold: the kubelet's ``memory.available<100Mi``.
+  reservations); the kubelet's capacity is cAdvisor's machine memory (kubernetes/kubernetes
+  ``pkg/kubelet/nodestatus/setters.go``, ``MachineInfo``: ``cadvisor.CapacityFromMachineInfo``).
+  :data:`KERNEL_VISIBLE_MEMORY_FRACTION` is a conservative 96 % (a 16 GiB ``m5.xlarge`` reports
+  about 15.4 GiB, 96.5 %); no EC2 or EKS document states the fraction per type, so it stays an
+  estimate, set low.
+- kube-reserved, as the EKS AL2023 AMI's ``nodeadm`` sets it (awslabs/amazon-eks-ami
+  ``nodeadm/internal/kubelet/config.go:283-287,410-444``@v20260724): CPU 6 % of the first
+  core, 1 % of the second, 0.5 % of the third and fourth, 0.25 % of the rest, each range's
+  millicores rounded down (:func:`kube_reserved_cpu_millis`); memory ``11 MiB * maxPods + 255 MiB``.
+  maxPods (:func:`max_pods`): nodeadm's ``ENIs of the default card * (IPv4 per ENI - 1) + 2``
+  (``nodeadm/internal/kubelet/eni_max_pods.go:75-77``@v20260724), which managed node groups cap
+  at 110 below 30 vCPUs and 250 above (EKS user guide ``create-managed-node-group``: "managed
+  node groups enforce a maximum number on the value of ``maxPods``").
+- eviction threshold: nodeadm's ``evictionHard`` ``memory.available: 100Mi``
+  (``config.go:110-114``@v20260724); the kubelet subtracts it from allocatable.
+- huge pages: the kubelet removes every huge-page pool from allocatable memory ("for every huge
+  page reservation, we need to remove it from allocatable memory", the last loop of
+  ``MachineInfo`` in ``pkg/kubelet/nodestatus/setters.go``, read at kubernetes/kubernetes@00267ac8;
+  unchanged since huge pages became a resource in 1.10), whether a pod uses them or not. EC2
+  instances "with the EFA driver installed pre-allocate 5128 2MiB Huge Pages" (EKS user guide,
+  awsdocs/amazon-eks-user-guide ``latest/ug/ml/node-efa.adoc:55``@4d52b4d0); the AL2023 AMIs
+  install that driver with ``efa_installer.sh --minimal -y`` (amazon-eks-ami
+  ``templates/al2023/provisioners/install-efa.sh:53``@v20260724; the AMI sets no huge pages
+  itself). The AMI's sources do not show whether ``--minimal`` reserves them, so the pool is
+  subtracted on every EFA type: an estimate 10 GiB low leaves memory unused, one 10 GiB high
+  leaves the worker Pending. Non-EFA types (the system node) have none.
 - DaemonSets on every node: aws-node (VPC CNI), kube-proxy, eks-pod-identity-agent, and on GPU
   nodes the NVIDIA and EFA device plugins; with ``observability``, the CloudWatch agent and
   Fluent Bit (and DCGM on GPU nodes). :data:`DAEMONSET_BUDGET` (GPU nodes) and
   :data:`SYSTEM_DAEMONSET_BUDGET` cover their requests with room to spare.
 
-Worker requests are rounded down to whole CPUs (Ray's ``num-cpus`` is an integer) and whole
-GiB. Requests equal limits, so the pods get the Guaranteed QoS class (last to be OOM-killed or
+The worker then keeps :data:`WORKER_MARGIN` free and is rounded down to whole CPUs (Ray's
+``num-cpus`` is an integer) and whole GiB, so what the node has left after it is at least the
+margin. Requests equal limits, so the pods get the Guaranteed QoS class (last to be OOM-killed or
 evicted) and Ray's memory monitor, which reads the cgroup limit, sees the real budget; this is
 what the KubeRay documentation recommends for Ray pods.
 """
@@ -41,7 +61,17 @@ MIB_PER_GIB = 1024
 
 KERNEL_VISIBLE_MEMORY_FRACTION = 0.96
 EVICTION_HARD_MEMORY_MIB = 100
+"""nodeadm's ``evictionHard`` ``memory.available`` (config.go:111@v20260724)."""
 MAX_PODS_SMALL, MAX_PODS_LARGE, MAX_PODS_VCPU_THRESHOLD = 110, 250, 30
+"""The managed node groups' cap on ``maxPods``: 110 below 30 vCPUs, 250 above."""
+KUBE_RESERVED_CPU_RANGES = ((0, 1000, 600), (1000, 2000, 100), (2000, 4000, 50), (4000, None, 25))
+"""nodeadm's ``getCPUMillicoresToReserve`` (config.go:410-440@v20260724): per range of the node's
+millicores (start, end, basis points reserved); None is the node's total."""
+KUBE_RESERVED_MEMORY_MIB_PER_POD, KUBE_RESERVED_MEMORY_BASE_MIB = 11, 255
+"""nodeadm's ``getMemoryMebibytesToReserve``: ``11*maxPods + 255`` MiB (config.go:442-444@v20260724)."""
+HUGEPAGE_2MI_MIB = 2
+EFA_HUGEPAGES_2MI = 5128
+"""2 MiB huge pages an EFA node pre-allocates (EKS user guide node-efa.adoc:55@4d52b4d0): 10,256 MiB."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +118,7 @@ preStop hook (stdlib Python polling the API: ~25 MiB resident)."""
 BENCH_JOB = PodResources(cpu_millis=600, memory_mib=3 * MIB_PER_GIB)
 """``ray-llm-eks bench --emit-job``: AIPerf on the system node, beside the Ray head. It is not in
 :data:`SYSTEM_POD_BUDGET` (it runs only when someone benchmarks): it takes what the head leaves
-on the default m7i.xlarge (620m and 4179 MiB by these estimates, with observability's agents
+on the default m7i.xlarge (620m and 4751 MiB by these estimates, with observability's agents
 counted; a test keeps it inside). AIPerf's
 workers are CPU-bound at high concurrency: watch its ``credit_to_start_latency`` and give the
 system node more CPUs before reading latencies past a few hundred concurrent requests."""
@@ -118,45 +148,103 @@ HEAD_TARGET = PodResources(cpu_millis=2000, memory_mib=8 * MIB_PER_GIB)
 fit in 2 CPUs and 8 GiB; the rest of a larger system node stays free for other system pods."""
 
 
+WORKER_MARGIN = PodResources(cpu_millis=100, memory_mib=512)
+"""What the worker leaves free on its node beyond the DaemonSet budget, before rounding down to
+whole CPUs and GiB: room for an estimate that is off (the kernel's share of memory is the one
+figure not read from a source) and for a small pod added later."""
+
+
 def kube_reserved_cpu_millis(vcpus: int) -> int:
-    """nodeadm's CPU reservation: 6 % / 1 % / 0.5 % / 0.5 % / 0.25 % per further core."""
-    millis = 0.0
-    for core in range(vcpus):
-        if core == 0:
-            millis += 60
-        elif core == 1:
-            millis += 10
-        elif core < 4:
-            millis += 5
-        else:
-            millis += 2.5
-    return math.ceil(millis)
+    """nodeadm's CPU reservation: each range's share, in basis points, rounded down as Go's integer
+    division does (``(reserved - start) * percentage / 10000``)."""
+    total = vcpus * 1000
+    millis = 0
+    for start, end, basis_points in KUBE_RESERVED_CPU_RANGES:
+        if total > start:
+            millis += (min(total, end if end is not None else total) - start) * basis_points // 10000
+    return millis
 
 
-def max_pods_upper_bound(vcpus: int) -> int:
-    return MAX_PODS_LARGE if vcpus > MAX_PODS_VCPU_THRESHOLD else MAX_PODS_SMALL
+def max_pods(instance: InstanceType) -> int:
+    """The kubelet's ``maxPods`` on a managed node group: nodeadm's ENI formula, capped as EKS caps it."""
+    eni_limit = instance.default_card_enis * (instance.ipv4_per_interface - 1) + 2
+    cap = MAX_PODS_LARGE if instance.vcpus > MAX_PODS_VCPU_THRESHOLD else MAX_PODS_SMALL
+    return min(eni_limit, cap)
 
 
-def kube_reserved_memory_mib(vcpus: int) -> int:
-    return 11 * max_pods_upper_bound(vcpus) + 255
+def kube_reserved_memory_mib(instance: InstanceType) -> int:
+    return KUBE_RESERVED_MEMORY_MIB_PER_POD * max_pods(instance) + KUBE_RESERVED_MEMORY_BASE_MIB
+
+
+def huge_pages_mib(instance: InstanceType) -> int:
+    """The huge-page pool the kubelet takes out of allocatable memory: EFA types' 5128 x 2 MiB."""
+    return EFA_HUGEPAGES_2MI * HUGEPAGE_2MI_MIB if instance.efa else 0
+
+
+@dataclass(frozen=True)
+class NodeBudget:
+    """A node's resources line by line, as the kubelet computes allocatable, then the pods on it.
+    Each line is a :class:`PodResources` (CPU millicores, memory MiB); eviction and huge pages take
+    memory only. ``margin`` is what the node keeps free after the DaemonSets and ``pod``."""
+
+    instance_type: str
+    capacity: PodResources
+    kube_reserved: PodResources
+    eviction: PodResources
+    huge_pages: PodResources
+    daemonsets: PodResources
+    pod: PodResources
+
+    @property
+    def allocatable(self) -> PodResources:
+        return self.capacity - self.kube_reserved - self.eviction - self.huge_pages
+
+    @property
+    def margin(self) -> PodResources:
+        return self.allocatable - self.daemonsets - self.pod
+
+    def lines(self) -> list[tuple[str, PodResources]]:
+        return [("capacity", self.capacity), ("kube-reserved", self.kube_reserved), ("eviction threshold", self.eviction),
+                ("huge pages", self.huge_pages), ("allocatable", self.allocatable), ("DaemonSets", self.daemonsets),
+                ("worker request", self.pod), ("margin", self.margin)]
+
+    def to_dict(self) -> dict[str, object]:
+        key = {"capacity": "capacity", "kube-reserved": "kube_reserved", "eviction threshold": "eviction",
+               "huge pages": "huge_pages", "allocatable": "allocatable", "DaemonSets": "daemonsets",
+               "worker request": "worker", "margin": "margin"}
+        return {"instance_type": self.instance_type,
+                **{key[name]: {"cpu_millis": r.cpu_millis, "memory_mib": r.memory_mib} for name, r in self.lines()}}
+
+
+def _kubelet_lines(instance: InstanceType) -> dict[str, PodResources]:
+    return {
+        "capacity": PodResources(instance.vcpus * 1000,
+                                 math.floor(instance.memory_gib * MIB_PER_GIB * KERNEL_VISIBLE_MEMORY_FRACTION)),
+        "kube_reserved": PodResources(kube_reserved_cpu_millis(instance.vcpus), kube_reserved_memory_mib(instance)),
+        "eviction": PodResources(0, EVICTION_HARD_MEMORY_MIB),
+        "huge_pages": PodResources(0, huge_pages_mib(instance)),
+    }
 
 
 def estimated_allocatable(instance: InstanceType) -> PodResources:
     """What the kubelet will report as allocatable, estimated low rather than high."""
-    capacity_mib = math.floor(instance.memory_gib * MIB_PER_GIB * KERNEL_VISIBLE_MEMORY_FRACTION)
-    return PodResources(
-        cpu_millis=instance.vcpus * 1000 - kube_reserved_cpu_millis(instance.vcpus),
-        memory_mib=capacity_mib - kube_reserved_memory_mib(instance.vcpus) - EVICTION_HARD_MEMORY_MIB,
-    )
+    lines = _kubelet_lines(instance)
+    return lines["capacity"] - lines["kube_reserved"] - lines["eviction"] - lines["huge_pages"]
 
 
 def worker_resources(instance: InstanceType) -> PodResources:
     """The Ray worker's CPU and memory on a GPU node it has to itself."""
-    room = estimated_allocatable(instance) - DAEMONSET_BUDGET
+    room = estimated_allocatable(instance) - DAEMONSET_BUDGET - WORKER_MARGIN
     return PodResources(
         cpu_millis=room.whole_cpus * 1000,
         memory_mib=(room.memory_mib // MIB_PER_GIB) * MIB_PER_GIB,
     )
+
+
+def node_budget(instance: InstanceType) -> NodeBudget:
+    """A GPU node's budget, every line from the figures above, down to the worker and what it leaves."""
+    return NodeBudget(instance_type=instance.name, **_kubelet_lines(instance), daemonsets=DAEMONSET_BUDGET,
+                      pod=worker_resources(instance))
 
 
 def head_resources(instance: InstanceType, autoscaling: PodResources | None = None) -> PodResources:

@@ -115,9 +115,10 @@ class GpuDevicePlugins(Construct):
     their ``pool``s), so the plugins reach exactly those nodes.
 
     Default settings:
-    - ``nvidia-device-plugin`` 0.20.1 (release ``nvidia-device-plugin``, namespace kube-system),
+    - ``nvidia-device-plugin`` chart 0.20.1, image ``v0.20.1`` (release ``nvidia-device-plugin``, namespace kube-system),
       scheduled on nodes labelled ``nvidia.com/gpu.present=true``.
-    - ``aws-efa-k8s-device-plugin`` v0.5.20 (release ``aws-efa-k8s-device-plugin``,
+    - ``aws-efa-k8s-device-plugin`` chart v0.5.20, which runs the device-plugin image v0.5.13
+      (``infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION``; release ``aws-efa-k8s-device-plugin``,
       namespace kube-system). It has no tolerations by default, so it gets the GPU taints'.
       Its node affinity lists the instance types it believes support EFA; the node groups'
       instance types replace that list, so a type newer than the chart's list still gets the plugin.

@@ -2,9 +2,11 @@
 
 Facts (BRIEF section 2, "GPU node groups with EFA"; eksctl ``efaEnabled``; terraform-aws-eks
 EFA support; EKS launch-template docs):
-- EFA needs launch template network interfaces: the primary ENA interface at card 0 device 0,
-  then an ``efa-only`` interface at card 0 device 1 and at device 0 of every further card
-  (``InstanceType.network_interfaces``, AWS's rules for multiple network cards), security groups
+- EFA needs launch template network interfaces (``InstanceType.network_interfaces``): on a
+  single-card type (g6.8xlarge, g6e.12xlarge) one ``efa`` interface at card 0 device 0, as eksctl's
+  ``efaEnabled`` renders it; on a multi-card type (g6e.24xlarge/48xlarge, p4d, p5) the EC2 guide's
+  layout, the primary ENA interface at card 0 device 0, then an ``efa-only`` interface at card 0
+  device 1 and at device 0 of every further card. Security groups go
   in each interface's ``Groups``, no ``SubnetId`` (EKS places the node in the node group's subnet:
   "Do not specify SubnetId in the launch template when using EKS managed node groups", EKS user
   guide device-management-efa) and no top-level ``SecurityGroupIds``. EFA-only interfaces need
@@ -396,9 +398,10 @@ class EfaGpuNodeGroup(Construct):
 
     Default settings:
     - ``g6.8xlarge`` (one L4, EFA), AMI ``AL2023_x86_64_NVIDIA``, min/desired/max 1.
-    - Launch template: the primary ENA interface (card 0, device 0), an EFA-only interface at
-      card 0 device 1 and at device 0 of every further card (32 EFA devices on p5.48xlarge, 4 on
-      p4d.24xlarge and g6e.48xlarge, 1 on g6.8xlarge), each with the cluster security group and
+    - Launch template: on a single-card type one ``efa`` interface at card 0, device 0 (1 EFA
+      device on g6.8xlarge); on a multi-card type the primary ENA interface (card 0, device 0), an
+      EFA-only interface at card 0 device 1 and at device 0 of every further card (32 EFA devices
+      on p5.48xlarge, 4 on p4d.24xlarge and g6e.48xlarge), each with the cluster security group and
       the fabric's EFA security group in its ``Groups``; encrypted gp3 root volume of 200 GiB at 1000 MiB/s and 16000 IOPS
       (gp3's baseline 125 MiB/s makes an 18 GiB checkpoint take ~147 s to read; 1000 MiB/s ~18 s);
       IMDSv2 required, hop limit 1.
@@ -507,9 +510,10 @@ class EfaGpuNodeGroup(Construct):
             placement = ec2.CfnLaunchTemplate.PlacementProperty(
                 group_name=self.placement_group.placement_group_name
             )
-        # Every interface carries both groups: the ENA one for pod and node traffic (the cluster
-        # group, which EKS no longer adds once a launch template names a group), the EFA-only ones
-        # for SRD between prefill and decode (the fabric's group admits only its members).
+        # Every interface carries both groups: the one with an IP (the single ``efa`` one, or the
+        # ENA primary) for pod and node traffic (the cluster group, which EKS no longer adds once a
+        # launch template names a group), and every EFA device for SRD between prefill and decode
+        # (the fabric's group admits only its members).
         groups = [eks_cluster.cluster_security_group_id, self.efa_security_group.security_group_id]
         self.launch_template = ec2.CfnLaunchTemplate(
             self,

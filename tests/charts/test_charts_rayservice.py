@@ -263,9 +263,10 @@ def test_multi_gpu_workers_take_all_four_gpus_and_follow_node_group_sizes(scenar
 @pytest.mark.parametrize("role", ROLES)
 def test_worker_cpu_and_memory_fit_a_g6_8xlarge_after_reservations(disaggregated, role):
     resources = disaggregated.worker_container(role)["resources"]
-    # 32 vCPU / 128 GiB, minus kube-reserved, eviction threshold and DaemonSets (see sizing.py).
+    # 32 vCPU / 128 GiB, minus kube-reserved, eviction threshold, the EFA huge-page pool
+    # (5128 x 2 MiB), DaemonSets and the worker margin (docs/plan.md, "Node budget").
     assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "30"
-    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "118Gi"
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "108Gi"
     assert disaggregated.worker_group(role)["rayStartParams"]["num-cpus"] == "30"
 
 
