@@ -487,17 +487,17 @@ def _kv_transfer(specs: Specs) -> KvTransfer:
     )
 
 
-def kv_path_plan(serving: ServingSpec, nvidia_device_plugin: str | None) -> dict[str, Any]:
+def kv_path_plan(serving: ServingSpec) -> dict[str, Any]:
     """``plan``'s KV path: the table's row as rendered (``ServingSpec.kv_path``), whether a KV cache
-    crosses at all, and each upstream defect checked, the device plugin's included where the
-    deployment names its version. A refused defect never gets here (synth and plan refuse it when
-    the deployment is built); a risk is also among the plan's warnings."""
+    crosses at all, and each upstream defect checked. A refused defect never gets here: the
+    deployment refuses it when it is built (the KV path's in ``ServingSpec``, the device plugin's
+    in ``Versions`` and ``GpuDevicePlugins``); a risk is also among the plan's warnings."""
     summary = serving.kv_path.summary()
     summary["applies"] = serving.topology is Topology.disaggregated
     plugin = upstream_defects.NVIDIA_DEVICE_PLUGIN_MOFED
     summary["defects_checked"].append({
-        "key": plugin.key, "action": plugin.action, "affected": plugin.affected, "source": plugin.source,
-        "applies": None if nvidia_device_plugin is None else upstream_defects.broken_nvidia_device_plugin(nvidia_device_plugin),
+        "key": plugin.key, "action": plugin.action, "applies": False, "affected": plugin.affected,
+        "source": plugin.source,
     })
     return summary
 
@@ -591,8 +591,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         idle=_idle(specs, at_size), model_memory=_model_memory(serving, dtype_bytes), spend=specs.spend,
         stack_name=deployment.stack_name if isinstance(deployment, Deployment) else None,
         license=licence_record(serving.model.source),
-        kv_path=kv_path_plan(serving, deployment.versions.nvidia_device_plugin
-                             if isinstance(deployment, Deployment) else None),
+        kv_path=kv_path_plan(serving),
     )
 
 
