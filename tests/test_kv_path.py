@@ -44,13 +44,11 @@ def test_a_row_for_every_kind_with_and_without_gpudirect_rdma():
     assert {(r.attention, r.gpudirect_rdma) for r in KV_PATHS} == {(k, g) for k in AttentionKind for g in (True, False)}
 
 
-def test_hybrid_models_never_take_the_host_buffer_and_always_get_the_ds_layout():
+def test_hybrid_models_never_take_the_host_buffer_and_every_row_sets_the_ds_layout():
     for row in KV_PATHS:
+        assert dict(row.env) == {"VLLM_SSM_CONV_STATE_LAYOUT": "DS"}  # a model change keeps the pods
         if row.attention is AttentionKind.hybrid:
             assert row.kv_buffer_device == "cuda"
-            assert dict(row.env) == {"VLLM_SSM_CONV_STATE_LAYOUT": "DS"}
-        else:
-            assert row.env == ()
 
 
 def test_the_image_tags_ray_is_the_stacks():
@@ -88,7 +86,7 @@ def test_the_l40s_tp4_variant_renders_gpu_memory_for_the_hybrid_model():
 def test_the_p5_dense_70b_variant_renders_gpu_memory_without_a_kv_path_warning():
     serving = unpinned_config({**legs("p5.48xlarge"), "model": LLAMA_70B}).specs().serving
     assert serving.kv_path.kv_buffer_device == "cuda" and serving.kv_path.known == kv_path.DOCUMENTED
-    assert serving.kv_path.defects == () and serving.kv_path.env == {}
+    assert serving.kv_path.defects == ()
     assert not [w for w in serving.warnings() if w.field == "nixl.kv_buffer_device"]
 
 

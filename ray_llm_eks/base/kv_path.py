@@ -4,16 +4,19 @@ both legs, and the vLLM and NIXL the image carries (docs/kv-path.md).
 
 The table (:data:`KV_PATHS`), by attention kind and GPUDirect RDMA on every worker node of both legs:
 
-======== ====== ========== ========= =========================== ===========
-kind     GDR    buffer     backend   environment                 basis
-======== ====== ========== ========= =========================== ===========
-dense    yes    cuda       LIBFABRIC                             documented
-dense    no     cpu        LIBFABRIC                             measured
-mla      yes    cuda       LIBFABRIC                             upstream code
-mla      no     cpu        LIBFABRIC                             upstream code
-hybrid   yes    cuda       LIBFABRIC ``VLLM_SSM_CONV_STATE_LAYOUT=DS``  documented
-hybrid   no     cuda       LIBFABRIC ``VLLM_SSM_CONV_STATE_LAYOUT=DS``  upstream code
-======== ====== ========== ========= =========================== ===========
+======== ====== ========== ========= ===============
+kind     GDR    buffer     backend   known from
+======== ====== ========== ========= ===============
+dense    yes    cuda       LIBFABRIC documented
+dense    no     cpu        LIBFABRIC measured
+mla      yes    cuda       LIBFABRIC upstream code
+mla      no     cpu        LIBFABRIC upstream code
+hybrid   yes    cuda       LIBFABRIC documented
+hybrid   no     cuda       LIBFABRIC upstream code
+======== ====== ========== ========= ===============
+
+Every row's environment is ``VLLM_SSM_CONV_STATE_LAYOUT=DS``: a hybrid model needs it, the others
+never read it, and one environment for every model lets a model change apply in place (``_DS``).
 
 Each row's reason is its ``basis`` text. Versions enter through the defects table
 (:mod:`.upstream_defects`): the chosen path, with the user's ``nixl`` overrides, is checked against
@@ -99,6 +102,10 @@ code only (deploys with a warning)."""
 
 _LIBFABRIC = ("LIBFABRIC",)
 _DS = ((SSM_CONV_LAYOUT_VARIABLE, SSM_CONV_LAYOUT_DS),)
+"""Required for a hybrid model (``vllm-mamba-conv-layout``). vLLM reads it only for Mamba-style
+layers (``vllm/model_executor/layers/mamba/mamba_utils.py`` ``is_conv_state_dim_first``), so every row
+sets it: a model change then leaves the pods as they are and reaches the replicas in place
+(KubeRay resubmits only the Serve config)."""
 
 
 @dataclass(frozen=True)
@@ -114,18 +121,18 @@ class KvPathRow:
 
 
 KV_PATHS: tuple[KvPathRow, ...] = (
-    KvPathRow(AttentionKind.dense, True, "cuda", _LIBFABRIC, (), DOCUMENTED,
+    KvPathRow(AttentionKind.dense, True, "cuda", _LIBFABRIC, _DS, DOCUMENTED,
               "AWS's NIXL-on-EFA guide runs kv_buffer_device cuda with the LIBFABRIC backend on GPUDirect RDMA types "
               "(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nixl.html, step 7)"),
-    KvPathRow(AttentionKind.dense, False, "cpu", _LIBFABRIC, (), MEASURED,
+    KvPathRow(AttentionKind.dense, False, "cpu", _LIBFABRIC, _DS, MEASURED,
               "the host buffer (vLLM registers host memory with NIXL and copies the blocks, 'cpu kv buffer for xfer, "
               "used when device memory can not be registered under nixl') ran a dense Llama on an H100 with vLLM "
               "0.26.0 and NIXL 1.3.1 over UCX and LIBFABRIC/tcp, token for token equal to colocated greedy; "
               "host memory registers with any libfabric provider"),
-    KvPathRow(AttentionKind.mla, True, "cuda", _LIBFABRIC, (), UPSTREAM_CODE,
+    KvPathRow(AttentionKind.mla, True, "cuda", _LIBFABRIC, _DS, UPSTREAM_CODE,
               "GPU memory as for a dense model; vLLM's NixlConnector registers an MLA layer's one latent tensor "
               "(base_worker.py use_mla); not run here"),
-    KvPathRow(AttentionKind.mla, False, "cpu", _LIBFABRIC, (), UPSTREAM_CODE,
+    KvPathRow(AttentionKind.mla, False, "cpu", _LIBFABRIC, _DS, UPSTREAM_CODE,
               "the host buffer as for a dense model; initialize_host_xfer_buffer's use_mla branch copies one latent "
               "tensor per layer; not run here"),
     KvPathRow(AttentionKind.hybrid, True, "cuda", _LIBFABRIC, _DS, DOCUMENTED,

@@ -43,10 +43,10 @@ Worker choices, each with its reason:
   ofiwg/libfabric ``man/fi_efa.7.md``; aws-ofi-nccl ``doc/efa-env-var.md``: "Do not set for
   libfabric>=1.18.0").
 - The KV path's environment (``ServingSpec.kv_path.env``, the table in ``base.kv_path``):
-  ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` for a hybrid (Mamba/Gated-DeltaNet) model, which vLLM 0.26.0's
-  NIXL path asserts (``kv_connector/v1/nixl/base_worker.py:307``; vLLM PR #41869); nothing for
-  other models. Set in both topologies, as are the NIXL ports, so switching topology leaves the
-  pods alone and only the Serve config changes.
+  ``VLLM_SSM_CONV_STATE_LAYOUT=DS``, which vLLM 0.26.0's NIXL path asserts for every hybrid
+  (Mamba/Gated-DeltaNet) model (``kv_connector/v1/nixl/base_worker.py:307``; vLLM PR #41869) and
+  other models never read: on every worker, in both topologies, as are the NIXL ports, so switching
+  model or topology leaves the pods alone and only the Serve config changes.
 - ``/dev/shm``: a memory-backed emptyDir of :data:`SHM_SIZE_GIB`; Ray's object store is pinned
   to :data:`OBJECT_STORE_GIB` inside it (Ray caps its default at 10 GB or /dev/shm, and falls
   back to slow /tmp when /dev/shm is smaller); the rest is for NCCL and vLLM's shared-memory
@@ -115,7 +115,8 @@ def _ports(ports: tuple[NamedPort, ...] | list[NamedPort]) -> list[k8s.Container
 
 
 def worker_env(spec: ServingSpec) -> dict[str, str]:
-    """The same in both topologies; the KV path's variables follow the model (module docstring)."""
+    """The same in both topologies and for every model (module docstring); the KV path's variables
+    come from the KV-path table."""
     return {
         "FI_PROVIDER": EXPECTED_PROVIDER,
         "FI_EFA_USE_HUGE_PAGE": "0",

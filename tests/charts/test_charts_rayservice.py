@@ -351,14 +351,12 @@ def test_the_head_loads_no_model_and_mounts_no_cache(disaggregated):
     assert "HF_HOME" not in env_of(disaggregated.head_container)
 
 
-def test_the_ssm_layout_follows_the_model_in_both_topologies(scenario):
-    # vLLM 0.26's NIXL path asserts DS for every hybrid model, whatever its name (base/kv_path.py);
-    # a dense model's workers do without it. The same in both topologies: only the Serve config differs.
+def test_every_worker_gets_the_ssm_layout_whatever_the_model_and_topology(scenario):
+    # vLLM 0.26's NIXL path asserts DS for every hybrid model, whatever its name; others never read
+    # it, and the KV-path table sets it for every model so a model change keeps the pods (base/kv_path.py).
     for name in SCENARIOS:
-        hybrid = SCENARIOS[name].specs().serving.is_hybrid
         for role in ROLES:
-            env = env_of(scenario(name).worker_container(role))
-            assert env.get("VLLM_SSM_CONV_STATE_LAYOUT") == ("DS" if hybrid else None), (name, role)
+            assert env_of(scenario(name).worker_container(role))["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"
 
 
 def test_gpudirect_rdma_is_never_requested(scenario):
