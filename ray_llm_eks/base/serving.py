@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Iterable, Literal, get_args
+from typing import Any, Literal, get_args
 
 from .models import GATED_HUB_ORGANISATIONS, ModelArchitecture, is_gated, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
