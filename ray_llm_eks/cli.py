@@ -288,6 +288,25 @@ def _print_node_budget(console: Console, budgets: dict[str, NodeBudget]) -> None
                  header, rows)
 
 
+def _print_kv_path(console: Console, path: dict[str, Any]) -> None:
+    """The KV path as the table decided it (docs/kv-path.md), and the upstream defects checked."""
+    if not path:
+        return
+    env = ", ".join(f"{k}={v}" for k, v in path["env"].items()) or "none"
+    stack = (f"vLLM {path['vllm']}, NIXL {path['nixl']}" if path["vllm"] else "vLLM and NIXL of the image not known")
+    where = "every worker node has GPUDirect RDMA" if path["gpudirect_rdma"] else "no GPUDirect RDMA on both legs"
+    if not path["applies"]:
+        console.print(f"[bold]KV path[/]: none crosses (colocated); worker env {escape(env)}")
+    else:
+        console.print(f"[bold]KV path[/]: kv_buffer_device [bold]{path['kv_buffer_device']}[/], backends "
+                      f"{', '.join(path['backends'])}, worker env {escape(env)} ({path['attention']} model, {where}; "
+                      f"{stack}); known: {escape(path['known'])}\n  [dim]{escape(path['basis'])}[/]")
+    applying = [f"{d['key']} ({d['action']})" for d in path["defects_checked"] if d["applies"]]
+    console.print(f"[bold]Upstream defects checked[/]: {len(path['defects_checked'])} "
+                  f"({', '.join(d['key'] for d in path['defects_checked'])}); "
+                  + (f"[yellow]applying: {escape(', '.join(applying))}[/] (warnings below)" if applying else "none applies"))
+
+
 def _print_plan(result: Plan, budgets: dict[str, NodeBudget] | None = None) -> None:
     console = _console()
     model = result.model
@@ -335,6 +354,7 @@ def _print_plan(result: Plan, budgets: dict[str, NodeBudget] | None = None) -> N
         )
     else:
         console.print(f"[bold]KV transfer[/]: none ({transfer.assumption})")
+    _print_kv_path(console, result.kv_path)
     cold = result.cold_start
     per_role = ", ".join(f"{role} {cold.by_role[role]:.0f} s at {cold.throughput_mibps[role]} MiB/s" for role in cold.by_role)
     console.print(f"[bold]Cold start[/] (model load from the root volume): {_gib(cold.checkpoint_bytes)} -> "

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .base import instance_types, sizing
+from .base import instance_types, sizing, upstream_defects
 from .bench import cost as bench_cost
 from .base.deployment import Deployment, Specs
 from .base.models import ModelArchitecture, licence_record
@@ -324,6 +324,8 @@ class Plan:
     value. Not compared: composed constructs plan like their configuration without it."""
     license: dict[str, Any] | None = None
     """The model's licence from the model table (:func:`~.base.models.licence_record`); None: not in the table."""
+    kv_path: dict[str, Any] = field(default_factory=dict)
+    """The KV path both legs render and every upstream defect checked against it (:func:`kv_path_plan`)."""
 
     @property
     def fits(self) -> bool:
@@ -397,6 +399,7 @@ class Plan:
             "spend": self.spend_summary(),
         }
         result["license"] = self.license
+        result["kv_path"] = self.kv_path
         return result
 
     def spend_summary(self) -> dict[str, Any] | None:
@@ -482,6 +485,21 @@ def _kv_transfer(specs: Specs) -> KvTransfer:
         node_efa_gbps=node_link,
         efa_devices_per_replica=min(devices.values()),
     )
+
+
+def kv_path_plan(serving: ServingSpec) -> dict[str, Any]:
+    """``plan``'s KV path: the table's row as rendered (``ServingSpec.kv_path``), whether a KV cache
+    crosses at all, and each upstream defect checked. A refused defect never gets here: the
+    deployment refuses it when it is built (the KV path's in ``ServingSpec``, the device plugin's
+    in ``Versions`` and ``GpuDevicePlugins``); a risk is also among the plan's warnings."""
+    summary = serving.kv_path.summary()
+    summary["applies"] = serving.topology is Topology.disaggregated
+    plugin = upstream_defects.NVIDIA_DEVICE_PLUGIN_MOFED
+    summary["defects_checked"].append({
+        "key": plugin.key, "action": plugin.action, "applies": False, "affected": plugin.affected,
+        "source": plugin.source,
+    })
+    return summary
 
 
 def _cold_start(specs: Specs, model: ModelArchitecture, dtype_bytes: int) -> ColdStart:
@@ -573,6 +591,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
         idle=_idle(specs, at_size), model_memory=_model_memory(serving, dtype_bytes), spend=specs.spend,
         stack_name=deployment.stack_name if isinstance(deployment, Deployment) else None,
         license=licence_record(serving.model.source),
+        kv_path=kv_path_plan(serving),
     )
 
 

@@ -50,7 +50,7 @@ def test_defaults_are_the_reference_deployment():
     assert model.enforce_eager is True and model.tensor_parallel_size == 1
     assert config.specs().serving.image_uri == "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
     assert (config.versions.ray, config.versions.kuberay) == ("2.58.0", "1.5.1")
-    assert config.nixl.backends == ("LIBFABRIC",)
+    assert config.nixl.backends is None and config.specs().serving.kv_path.backends == ("LIBFABRIC",)
     assert config.serving.namespace == "inference"
     assert config.strict is False
 

@@ -23,12 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers.pins import unpinned, unpinned_config
+from helpers.pins import unpinned_config
 from ray_llm_eks.base import Leg, WorkerPool
 from ray_llm_eks.base.errors import SpecErrors
-from ray_llm_eks.base.instance_types import INSTANCE_TYPES, InstanceType
 from ray_llm_eks.base.routing import KWARG_NAMES, PREFIX_CACHE_AFFINITY_ROUTER, RequestRouter, RouterPolicy
-from ray_llm_eks.base.serving import NixlSpec, default_kv_buffer_device
 from ray_llm_eks.cdk8s_charts.serve_config import build_serve_config
 from ray_llm_eks.config import ConfigError
 from ray_llm_eks.docgen import attribute_docs
@@ -188,47 +186,6 @@ def test_the_mapping_form_on_a_leg_names_an_unknown_key_and_the_accepted_ones():
     assert "match_rate_threshold" in error.message
     leg = Leg(WorkerPool("prefill"), request_router={**PREFIX, "match_rate_threshold": 0.5})
     assert leg.request_router == RequestRouter(policy=RouterPolicy.prefix_cache_affinity, match_rate_threshold=0.5)
-
-
-# --- kv_buffer_device ----------------------------------------------------------------------------
-
-
-def _kv(args: dict, role: str) -> dict:
-    return args[f"{role}_config"]["engine_kwargs"]["kv_transfer_config"]
-
-
-def test_every_g_series_type_defaults_to_the_host_buffer_and_it_is_written():
-    for name, instance in INSTANCE_TYPES.items():
-        if instance.has_gpu and instance.efa and not instance.gpudirect_rdma:
-            assert default_kv_buffer_device([instance, instance]) == "cpu", name
-    args = args_of({})
-    assert _kv(args, "prefill")["kv_buffer_device"] == _kv(args, "decode")["kv_buffer_device"] == "cpu"
-
-
-def test_the_device_buffer_only_when_every_leg_has_gpudirect_rdma():
-    with_gdr = InstanceType("p-like", vcpus=8, memory_gib=64, gpus=8, gpu_model="H100", efa=True,
-                            gpudirect_rdma=True)
-    without = INSTANCE_TYPES["g6e.12xlarge"]
-    assert default_kv_buffer_device([with_gdr, with_gdr]) == "cuda"
-    assert default_kv_buffer_device([with_gdr, without]) == "cpu"
-    assert default_kv_buffer_device([without, with_gdr]) == "cpu"
-
-
-def test_every_p_series_type_in_the_table_defaults_to_the_device_buffer():
-    # The instance table's GPUDirect fact drives the default: P-series (p4d onwards) register VRAM.
-    p_series = {name: t for name, t in INSTANCE_TYPES.items() if name.startswith("p")}
-    assert {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"} <= set(p_series)
-    for name, instance in p_series.items():
-        assert instance.gpudirect_rdma, name
-        assert default_kv_buffer_device([instance, instance]) == "cuda", name
-    assert default_kv_buffer_device([INSTANCE_TYPES["p5.48xlarge"], INSTANCE_TYPES["g6e.48xlarge"]]) == "cpu"
-
-
-def test_an_explicit_kv_buffer_device_wins():
-    spec = unpinned(nixl=NixlSpec(kv_buffer_device="cuda")).specs().serving
-    assert spec.kv_buffer_device == "cuda"
-    args = build_serve_config(spec).to_dict()["applications"][0]["args"]
-    assert _kv(args, "prefill")["kv_buffer_device"] == _kv(args, "decode")["kv_buffer_device"] == "cuda"
 
 
 def test_the_example_in_docs_scaling_is_accepted_and_renders_the_router():

@@ -15,6 +15,9 @@ It holds:
 - :mod:`.serving`: :class:`Leg`, :class:`ServiceSettings` and :class:`ServingSpec` (model, image,
   topology, engine settings, on its legs)
   and the facts both halves use (ports, the DLC account and tags);
+- :mod:`.kv_path`: the KV-path table (``kv_buffer_device``, NIXL backends, worker environment by
+  attention kind, GPUDirect RDMA and the image's vLLM and NIXL), and :mod:`.upstream_defects`, the
+  upstream defects it is checked against (and whose log lines the deployment gate names);
 - :mod:`.infrastructure`: the checks and defaults of the AWS side;
 - :mod:`.memory` and :mod:`.sizing`: GPU memory and pod sizing, computed from the instance table;
 - :mod:`.errors`: :class:`SpecError`, one shape for every refusal.

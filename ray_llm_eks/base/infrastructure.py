@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import Collector, a_list, problem, whole_number
+from .upstream_defects import NVIDIA_DEVICE_PLUGIN_MOFED, broken_nvidia_device_plugin
 
 # --- defaults, each stated once ------------------------------------------------------------------
 
@@ -103,8 +104,6 @@ v0.5.20 deploys the device-plugin image v0.5.13 (aws/eks-charts@de5fdc1
 image of its own version (``nvcr.io/nvidia/k8s-device-plugin:v<appVersion>``, NVIDIA/k8s-device-plugin
 ``deployments/helm/nvidia-device-plugin/templates/_helpers.tpl:84``@v0.20.0, ``Chart.yaml``
 ``appVersion`` equal to ``version``)."""
-BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS = frozenset({"0.19.0", "0.19.1", "0.19.2"})
-"""Their MOFED default breaks EFA (BRIEF section 2, "Add-ons")."""
 
 CLOUDWATCH_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827,
                              2192, 2557, 2922, 3288, 3653)
@@ -418,8 +417,9 @@ def semver(value: str, field: str, *, v_prefix: bool = False) -> str:
 
 def nvidia_device_plugin_version(value: str, field: str = "versions.nvidia_device_plugin") -> str:
     semver(value, field)
-    if value in BROKEN_NVIDIA_DEVICE_PLUGIN_VERSIONS:
-        raise problem(field, value, "defaults to MOFED mode, which breaks EFA", "0.20.x or later")
+    if broken_nvidia_device_plugin(value):
+        defect = NVIDIA_DEVICE_PLUGIN_MOFED
+        raise problem(field, value, defect.why, f"{defect.instead} {defect.cited}")
     return value
 
 

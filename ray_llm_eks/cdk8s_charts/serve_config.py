@@ -68,6 +68,7 @@ import json
 from ..base.instance_types import InstanceType
 from ..base.placement import DECODE, PREFILL, require_worker_role
 from ..base.serving import NIXL_SIDE_CHANNEL_PORT_BASE, SERVE_PORT, ServingSpec, Topology
+from ..base.upstream_defects import PULL_KV_CONNECTOR
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 COLOCATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
@@ -150,7 +151,7 @@ class KvTransferConfig:
     backends: tuple[str, ...]
     kv_role: str
     kv_buffer_device: str | None = None
-    kv_connector: str = "NixlConnector"
+    kv_connector: str = PULL_KV_CONNECTOR
 
     def to_dict(self) -> dict[str, Any]:
         return _without_none(
@@ -352,8 +353,8 @@ def placement_group_config(spec: ServingSpec, role: str, *, pinned: bool) -> Pla
 def engine_kwargs(spec: ServingSpec, role: str, *, with_kv_transfer: bool) -> EngineKwargs:
     model = spec.model
     kv = (
-        KvTransferConfig(backends=tuple(spec.nixl.backends), kv_role=KV_ROLE[role],
-                         kv_buffer_device=spec.kv_buffer_device)
+        KvTransferConfig(backends=tuple(spec.kv_path.backends), kv_role=KV_ROLE[role],
+                         kv_buffer_device=spec.kv_path.kv_buffer_device, kv_connector=spec.kv_path.facts.kv_connector)
         if with_kv_transfer
         else None
     )

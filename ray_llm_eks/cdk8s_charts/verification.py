@@ -124,7 +124,7 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         cluster_spec_hash=rayservice.spec.ray_cluster_config.spec_hash,
         hash_annotation=CLUSTER_SPEC_HASH_ANNOTATION,
         worker_container=WORKER_CONTAINER,
-        worker_env=pod_templates.worker_env(),
+        worker_env=pod_templates.worker_env(spec),
         serve_args=serve["args"],
         roles={
             role: RoleExpectation(

@@ -109,7 +109,7 @@ class RayLlmServing(Construct):
         ``ray_llm_eks.model_source.architecture_for(source, revision)``, as the configuration loader does.
     :param image: the Ray LLM image. Default: the AWS DLC ``ray:serve-llm-cuda-v1.0`` in the
         stack's own region (the stack needs an explicit ``env`` region, or give ``repository``).
-    :param nixl: NIXL settings. Default: backends ``["LIBFABRIC"]`` (what uses EFA).
+    :param nixl: NIXL settings. Default: the KV-path table's backends and buffer (``base.kv_path``; LIBFABRIC, what uses EFA).
     :param topology: ``disaggregated`` (default) or ``colocated``; only the Serve config differs.
     :param service: the Kubernetes side (:class:`~ray_llm_eks.base.serving.ServiceSettings`):
         namespace (default ``inference``), service name (``ray-llm``), security profile, endpoint,

@@ -6,6 +6,25 @@ backend, UCX, runs over TCP on EFA nodes; and ``Initialized NIXL agent: <name>``
 when no backend was created. So the classifier asks for positive evidence of the efa provider
 and treats every fallback, skip or failure line as disqualifying.
 
+**Upstream defects** lead every other reason: a line in the shape its emitter prints it (a Python
+exception's last traceback line, NIXL's C++ log line, after Ray's and vLLM's process prefixes;
+never anywhere in a line) that ``base/upstream_defects.py`` names, reported with its cause, what
+to change (field and value) and its source, the same words synth refuses the deployment with. They
+need no backend failure beside them: the engine died at KV registration, after NIXL had created
+its backend. The lines (``upstream_defects.LOGGED``):
+
+- ``AttributeError: 'list' object has no attribute 'shape'``, after a traceback frame
+  ``File ".../nixl/base_worker.py", line <n>, in initialize_host_xfer_buffer`` of the same process
+  (vLLM 0.26.0 ``base_worker.py:742``): a hybrid model on the host buffer.
+- ``AssertionError: 3-read Mamba conv transfer requires DS conv state layout. Set
+  VLLM_SSM_CONV_STATE_LAYOUT=DS`` (vLLM 0.26.0 ``base_worker.py:307``).
+- ``E<date> <time> <thread> libfabric_backend.cpp:<n>] Memory type 1 is not supported by libfabric
+  backend.`` (NIXL 1.3.1 ``libfabric_backend.cpp:696``; then ``nixlBackendError: NIXL_ERR_BACKEND``):
+  GPU memory over a tcp/sockets provider.
+
+ai-dynamo/nixl#1921's WRITE deadlock prints nothing of its own (the sender stalls): synth refuses the
+push connector on NIXL 1.3.0/1.3.1 instead, and the gate sees only its consequence, probes that time out.
+
 When the backend could not be created, the reasons lead with the **root cause** (why the plugin
 did not load, why libfabric found nothing, why the rails failed), then the consequence lines
 NIXL prints after it (``createBackend: ...``, no backend evidence). A root-cause line is reported
@@ -33,7 +52,9 @@ line (``<N>``: a number), level                             source
 mapping required`` (INFO)
 ``Created <N> rails using provider=efa`` (INFO)             nixl ``src/utils/libfabric/libfabric_rail_manager.cpp:232``
 ``Using provider without FI_HMEM support for rail <i>``     nixl ``src/utils/libfabric/libfabric_rail.cpp:457``
-(INFO; expected on G-series)
+(INFO; the tcp provider: libfabric's efa provider claims    (docs/kv-path.md)
+FI_HMEM for CUDA at NIXL's API 1.18, with or without
+GPUDirect RDMA)
 ``<N> Amazon EFA(s) were detected, but the UCX backend was  nixl ``src/core/nixl_agent.cpp:274`` [348],
 configured. ...`` (WARN)                                    ``warnAboutEfaHardwareMismatch``
 **root causes** (why no backend was created)
@@ -112,7 +133,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from .shared import wire
+from .shared import upstream_defects, wire
 
 EXPECTED_BACKEND = wire.EXPECTED_BACKEND
 EXPECTED_PROVIDER = wire.EXPECTED_PROVIDER
@@ -139,11 +160,17 @@ _RAILS_NOT_CREATED = re.compile(r"Failed to create rails: ?(.*)")
 _FI_ENABLE_FAILED = re.compile(r"fi_enable failed for rail (\d+): (.*)")
 _FI_GETINFO_FAILED = re.compile(r"fi_getinfo failed (?!for )(.+)")
 _PLUGIN_LOAD_FAILED = re.compile(r"Failed to load plugin from (\S+): (.*)")
+_DEFECTS = upstream_defects.LOGGED
+_PROCESS_PREFIX = re.compile(upstream_defects.PROCESS_PREFIX)
+_TRACEBACK_FRAME = re.compile(upstream_defects.PROCESS_PREFIX + r'  File "')
+"""Any traceback frame line: the one a defect needs before its exception line, or another (which
+replaces it as the innermost frame seen)."""
 _ANY_EVIDENCE = re.compile("|".join(pattern.pattern for pattern in (
     _BACKEND_INSTANTIATED, _AGENT_INITIALIZED, _SKIPPED_BACKEND, _NO_PLUGINS, _EFA_DEVICES, _TCP_FALLBACK,
     _NO_NETWORK_DEVICES, _RAILS, _NO_HMEM, _LIBFABRIC_INIT_FAILED, _UCX_ON_EFA, _CREATE_BACKEND_ERROR,
     _NO_COMMON_BACKEND, _TRANSFER_FAILURE, _TRANSFER_METRICS, _ENGINE_NOT_CREATED, _RAILS_NOT_CREATED,
-    _FI_ENABLE_FAILED, _FI_GETINFO_FAILED, _PLUGIN_LOAD_FAILED)))
+    _FI_ENABLE_FAILED, _FI_GETINFO_FAILED, _PLUGIN_LOAD_FAILED, _TRACEBACK_FRAME,
+    *(d.signature.pattern for d in _DEFECTS if d.signature))))
 """One pass over a line that matches none of the patterns (most of a worker's log); derived from
 them, so a new pattern cannot be filtered out before it is tried."""
 
@@ -230,12 +257,18 @@ class TransportEvidence:
     """``fi_enable failed for rail <i>: <error>`` and ``Failed to create rails: <what>``."""
     engine_failures: list[str] = field(default_factory=list)
     """``Failed to create engine: <what>``."""
+    upstream_defects: list[str] = field(default_factory=list)
+    """The keys of the ``upstream_defects`` rows whose line this log printed, in the order first seen."""
     lines_read: int = 0
+    _frames: dict[str, str] = field(default_factory=dict, repr=False)
+    """Per process prefix, the innermost traceback frame seen (the line), for a defect whose
+    exception line only counts after its frame."""
 
     def feed(self, line: str) -> None:
         self.lines_read += 1
         if not _ANY_EVIDENCE.search(line):
             return
+        self._feed_defects(line)
         if m := _BACKEND_INSTANTIATED.search(line):
             self.backends_instantiated.append(m.group(1))
         if _AGENT_INITIALIZED.search(line):
@@ -280,6 +313,28 @@ class TransportEvidence:
             plugin = _PLUGIN_FILE.search(path)
             self.plugin_load_failures.append(
                 {"backend": plugin.group(1) if plugin else "", "path": path, "error": error})
+
+    def _feed_defects(self, line: str) -> None:
+        """An upstream defect's line, in its emitter's shape, from the start of the line."""
+        prefix_match = _PROCESS_PREFIX.match(line)
+        prefix = prefix_match.group(0).strip() if prefix_match else ""
+        if _TRACEBACK_FRAME.match(line):
+            self._frames[prefix] = line
+            return
+        for defect in _DEFECTS:
+            signature = defect.signature
+            if signature is None or not signature.pattern.match(line):
+                continue
+            frame = self._frames.get(prefix, "")
+            if signature.after_frame is not None and not signature.after_frame.match(frame):
+                continue
+            if defect.key not in self.upstream_defects:
+                self.upstream_defects.append(defect.key)
+
+    def defect_causes(self) -> list[str]:
+        """Each upstream defect this log printed: its cause, what to change, its source."""
+        by_key = {d.key: d for d in _DEFECTS}
+        return [upstream_defects.remedy(by_key[key]) for key in self.upstream_defects]
 
     def feed_all(self, lines: Iterable[str]) -> TransportEvidence:
         for line in lines:
@@ -378,7 +433,7 @@ class TransportEvidence:
         ``require_startup=False`` reads a window of a long-running worker's log (continuous
         verification): the startup lines that prove the backend and the provider are long gone
         (the kubelet rotates container logs), so only lines that disqualify count."""
-        reasons: list[str] = []
+        reasons: list[str] = self.defect_causes()
         if self.backend_failed or (require_startup and self.backend is None):
             reasons.extend(self.root_causes(backend))
         if self.no_plugins:
@@ -435,6 +490,7 @@ class TransportEvidence:
                 require_startup: bool = True) -> dict[str, Any]:
         """The evidence and its problems against what was expected (the same as the verdict's)."""
         data = asdict(self)
+        data.pop("_frames", None)
         data.update(backend=self.backend, provider=self.provider, root_causes=self.root_causes(backend),
                     problems=self.problems(backend, provider, require_startup=require_startup))
         return data

@@ -8,9 +8,9 @@ nothing relatively, so it works in both places; this is the one module that know
 from __future__ import annotations
 
 try:  # the in-cluster bundle: beside this module
-    from . import histogram, wire  # type: ignore[attr-defined]
+    from . import histogram, upstream_defects, wire  # type: ignore[attr-defined]
 except ImportError:  # the repository (exercised in the cluster's layout by the bundle tests)
     from ..bench import histogram  # type: ignore[no-redef]
-    from ..base import wire  # type: ignore[no-redef]
+    from ..base import upstream_defects, wire  # type: ignore[no-redef]
 
-__all__ = ["histogram", "wire"]
+__all__ = ["histogram", "upstream_defects", "wire"]

@@ -116,7 +116,8 @@ def test_both_legs_use_nixl_over_libfabric_in_their_own_kv_role(disaggregated, r
     assert kv == {
         "kv_connector": "NixlConnector",
         "kv_role": kv_role,
-        "kv_buffer_device": "cpu",  # g6.8xlarge: no GPUDirect RDMA (base.serving.default_kv_buffer_device)
+        # Qwen3.5 is hybrid: the host buffer fails for it, so GPU memory even on g6.8xlarge (base/kv_path.py).
+        "kv_buffer_device": "cuda",
         "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
     }
 
@@ -132,15 +133,16 @@ def test_colocated_has_no_kv_connector(colocated):
     assert "kv_transfer_config" not in model["engine_kwargs"]
 
 
-def test_kv_buffer_device_is_the_host_buffer_on_g_series_and_no_gpudirect_variable_is_set(scenario):
-    """Every scenario runs on G-series (no GPUDirect RDMA): the host buffer, given or by default.
-    libfabric uses the device's RDMA when available with FI_EFA_USE_DEVICE_RDMA unset, and setting
-    it to 1 aborts on a device without RDMA (``base.serving.default_kv_buffer_device``)."""
-    for name in ("hardened", "disaggregated", "multi_gpu"):
+def test_kv_buffer_device_follows_the_kv_path_table_and_no_gpudirect_variable_is_set(scenario):
+    """Every scenario runs on G-series (no GPUDirect RDMA): the hybrid Qwen3.5 on GPU memory (its host
+    buffer fails), the dense Llama on the host buffer (base/kv_path.py). libfabric uses the device's
+    RDMA when available with FI_EFA_USE_DEVICE_RDMA unset, and setting it to 1 aborts on a device
+    without RDMA (ofiwg/libfabric ``man/fi_efa.7.md``)."""
+    for name, device in (("hardened", "cuda"), ("disaggregated", "cuda"), ("multi_gpu", "cpu")):
         rendered = scenario(name)
         for role in ROLES:
             kv = rendered.application["args"][f"{role}_config"]["engine_kwargs"]["kv_transfer_config"]
-            assert kv["kv_buffer_device"] == "cpu", (name, role)
+            assert kv["kv_buffer_device"] == device, (name, role)
             names = {e["name"] for e in rendered.worker_container(role).get("env") or ()}
             assert not any(n.startswith("FI_EFA_USE_DEVICE_RDMA") for n in names), (name, role)
 
@@ -351,7 +353,8 @@ def test_the_head_loads_no_model_and_mounts_no_cache(disaggregated):
 
 
 def test_every_worker_gets_the_ssm_layout_whatever_the_model_and_topology(scenario):
-    # vLLM 0.26's NIXL path asserts DS for every hybrid model, whatever its name; others ignore it.
+    # vLLM 0.26's NIXL path asserts DS for every hybrid model, whatever its name; others never read
+    # it, and the KV-path table sets it for every model so a model change keeps the pods (base/kv_path.py).
     for name in SCENARIOS:
         for role in ROLES:
             assert env_of(scenario(name).worker_container(role))["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"

@@ -61,14 +61,15 @@ _TWO_G6_12XL = pair(instance_type="g6.12xlarge", min_size=2, desired_size=2, max
 SCENARIOS: dict[str, Deployment] = {
     "disaggregated": unpinned(),
     "colocated": unpinned(topology=Topology.colocated),
-    # Everything optional switched on: pinned revision and digest, ipc-lock, internal NLB, CPU KV buffer.
+    # Everything optional switched on: pinned revision and digest, ipc-lock, internal NLB, the NIXL settings
+    # written out (the KV-path table's own choice for a hybrid model on g6: base/kv_path.py).
     "hardened": unpinned(
         model=ModelSpec(revision=PINNED_REVISION),
         image=ImageSpec(digest=DIGEST),
         serving=ServiceSettings(security_profile=SecurityProfile.ipc_lock, endpoint=EndpointType.internal_nlb,
                                 namespace="llm", service_name="qwen", client_cidrs=("10.50.0.0/16",),
                                 client_namespaces=("apps",)),
-        nixl=NixlSpec(kv_buffer_device="cpu"),
+        nixl=NixlSpec(kv_buffer_device="cuda", backends=("LIBFABRIC",)),
         strict=True,
     ),
     # Four L4s per node, two tensor-parallel replicas per node, two nodes per leg, a non-hybrid model.

@@ -93,8 +93,10 @@ def test_the_gate_manifest_fits_the_old_lambda_event_limit_and_the_last_applied_
     archive = len(base64.b64decode(config_map["binaryData"][bundle.ARCHIVE]))
     print(f"gate program: {source} bytes of source, {archive} bytes zipped; manifest {len(event_part)} bytes")
     assert archive < source / 4
-    assert 2 * len(event_part.encode()) < 160_000  # an update event well under even the old 256 KB limit
-    assert len(json.dumps(config_map).encode()) < 262_144 / 4  # a quarter of the annotation budget at most
+    # An update event well under even the old 256 KB limit: 70 % of it at most (the upstream-defects
+    # table the gate names causes by took the manifest from 80 KB to 85 KB, 2026-12-06).
+    assert 2 * len(event_part.encode()) < 180_000
+    assert len(json.dumps(config_map).encode()) < 262_144 * 0.3  # under a third of the annotation budget
 
 
 def _statements(text: str) -> list[tuple[str, int]]:

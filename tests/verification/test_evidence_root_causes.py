@@ -228,6 +228,11 @@ FIXTURE_LOGS: dict[str, tuple[str, str | None]] = {
     "healthy-libfabric-tcp-decode.log": ("tcp", None),
     "trap-ucx-prefill.log": ("tcp", "the NIXL backend is UCX, not LIBFABRIC"),
     "trap-ucx-decode.log": ("tcp", "the NIXL backend is UCX, not LIBFABRIC"),
+    # Upstream defects: each built around the line vLLM 0.26.0 / NIXL 1.3.1 printed on an H100
+    # (fixtures/logs/README.md says which lines are real).
+    "vllm-hybrid-host-buffer.log": ("efa", "upstream defect vllm-hybrid-host-buffer"),
+    "vllm-mamba-conv-layout.log": ("efa", "upstream defect vllm-mamba-conv-layout"),
+    "nixl-libfabric-vram-tcp.log": ("tcp", "upstream defect nixl-libfabric-vram-tcp"),
 }
 
 
