@@ -273,9 +273,16 @@ def test_auto_reads_a_hybrid_vision_language_config_with_its_index(tmp_path):
         "model_type": "qwen3_5_text", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 16,
         "num_key_value_heads": 4, "head_dim": 256, "layer_types": layer_types, "linear_num_key_heads": 16,
         "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32", "dtype": "bfloat16"}}))
+        "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32", "dtype": "bfloat16",
+        "max_position_embeddings": 262_144}}))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 19_306_216_416}}))
-    assert _facts(architecture_for(str(tmp_path))) == _facts(known_architecture("Qwen/Qwen3.5-9B"))
+    derived = architecture_for(str(tmp_path))
+    # config.json and the index do not split the checkpoint: the tower and the MTP head stay in
+    # the language model's count, with no vision peak (the table's entry has them split).
+    split = ("vision_parameter_count", "mtp_parameter_count", "vision_profile_peak_gib")
+    assert all(_facts(derived)[k] == 0 for k in split)
+    assert ({k: v for k, v in _facts(derived).items() if k not in split}
+            == {k: v for k, v in _facts(known_architecture("Qwen/Qwen3.5-9B")).items() if k not in split})
 
 
 def test_a_vision_language_model_is_never_counted_by_the_text_formulas():
