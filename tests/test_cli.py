@@ -198,7 +198,7 @@ def test_plan_with_a_workload_reports_each_legs_capacity_and_the_ratio():
     assert (capacity["prefill"]["nodes_recommended"], capacity["decode"]["nodes_recommended"]) == (2, 5)
     assert capacity["node_start_seconds"] == pytest.approx(573.3, abs=0.1)
     text = runner.invoke(cli.app, ["plan", "--isl", "2048", "--osl", "256", "--rate", "2"])
-    assert text.exit_code == 0 and "recommended_prefill_decode_ratio 0.1147" in text.output
+    assert text.exit_code == 0 and "recommended_prefill_decode_ratio 0.2982" in text.output
     # Without a workload, no ratio; a partial workload is refused with what is missing.
     assert json.loads(runner.invoke(cli.app, ["plan", "--json"]).stdout)["recommended_prefill_decode_ratio"] is None
     partial = runner.invoke(cli.app, ["plan", "--isl", "2048", "--rate", "2"])
