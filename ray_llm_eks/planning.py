@@ -22,7 +22,7 @@ from .base.cost import SIZES, CostLine, Footprint, cost_estimate  # noqa: F401 -
 from .base.cost import CostEstimate as BaseCostEstimate
 from .base.pricing import PriceBasis, PriceError, PriceTable, load_price_table  # noqa: F401 - likewise
 from .base.errors import SpecError
-from .base.memory import ACTIVATION_AND_RUNTIME_RESERVE_GIB, DTYPE_BYTES, MemoryBudget
+from .base.memory import DTYPE_BYTES, PROFILE_RESERVE_GIB, MemoryBudget, kv_layout
 from .base.spend import SpendSpec, check_max_hourly
 from .base.units import GIB
 from .base.placement import DECODE, PREFILL, WORKER_ROLES
@@ -120,7 +120,8 @@ def _decode_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
     budget = next(b for b in spec.memory_budgets() if b.role == DECODE)
     kv_per_token, state = budget.kv_cache_bytes_per_token, budget.linear_state_bytes_per_sequence
     context = workload.isl + workload.osl
-    batch = math.floor(budget.kv_pool_gib * GIB / model.sequence_bytes(dtype, context, tp))
+    layout = kv_layout(model, dtype, tp)
+    batch = budget.kv_blocks // layout.blocks_per_request(context)  # whole blocks, as vLLM allocates them
     if batch < 1:
         raise PlanError(f"--isl {workload.isl} + --osl {workload.osl}: one sequence of {context} tokens does not fit "
                         f"the decode leg's KV pool ({budget.kv_pool_gib:.2f} GiB per GPU); accepted: fewer tokens, or "
@@ -130,7 +131,8 @@ def _decode_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
     # batch's 2N FLOPs per token take longer (then compute-bound).
     per_sequence = ((workload.isl + workload.osl / 2) * kv_per_token + 2 * state
                     + model.sliding_window_bytes_per_sequence(dtype, context, tp))
-    memory = (model.weight_bytes(dtype) / tp + batch * per_sequence) / (instance.gpu_memory_bandwidth_gbps * 1e9 * DECODE_MBU)
+    weights = model.weight_bytes(dtype, vision=spec.model.serve_images)
+    memory = (weights / tp + batch * per_sequence) / (instance.gpu_memory_bandwidth_gbps * 1e9 * DECODE_MBU)
     compute = 2 * model.parameters_per_token * batch / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
     step = max(memory, compute)
     tokens_per_second = batch / step
@@ -360,7 +362,10 @@ class Plan:
             "hours_per_month": self.cost.hours_per_month,
             "kv_cache_bytes_per_token": self.model.kv_cache_bytes_per_token(self.dtype_bytes),
             "linear_state_bytes_per_sequence": self.model.linear_state_bytes_per_sequence(self.dtype_bytes),
-            "weights_gib": round(self.model.weight_bytes(self.dtype_bytes) / GIB, 4),
+            "weights_gib": round(decode.weights_gib * decode.tensor_parallel_size, 4),
+            "checkpoint_gib": round(self.model.checkpoint_bytes(self.dtype_bytes) / GIB, 4),
+            "kv_block_tokens": decode.kv_block_tokens,
+            "max_concurrency": decode.max_concurrency,
             "sliding_window_bytes_per_sequence": decode.sliding_window_bytes_per_sequence,
             "bytes_per_max_length_sequence": decode.bytes_per_max_length_sequence,
             "parameter_count": self.model.parameter_count,
@@ -503,7 +508,7 @@ def kv_path_plan(serving: ServingSpec) -> dict[str, Any]:
 
 
 def _cold_start(specs: Specs, model: ModelArchitecture, dtype_bytes: int) -> ColdStart:
-    checkpoint = model.weight_bytes(dtype_bytes)
+    checkpoint = model.checkpoint_bytes(dtype_bytes)
     throughput = {role: specs.pool(role).root_volume.throughput_mibps for role in WORKER_ROLES}
     return ColdStart(
         checkpoint_bytes=checkpoint,
@@ -559,7 +564,11 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
                    f"bytes ({serving.model.dtype}) + {model.quantized_parameter_count:,} quantized parameters x "
                    f"{model.quantized_bits_per_parameter} bits")
     else:
-        weights = f"weights = {model.parameter_count:,} parameters x {dtype_bytes} bytes ({serving.model.dtype})"
+        loaded = model.weight_bytes(dtype_bytes, vision=serving.model.serve_images) // dtype_bytes
+        weights = f"weights = {loaded:,} parameters x {dtype_bytes} bytes ({serving.model.dtype})" + (
+            f" (of the checkpoint's {model.parameter_count:,}: vLLM loads no MTP head"
+            f"{'' if serving.model.serve_images else ', and no vision tower with language_model_only'})"
+            if loaded != model.parameter_count else "")
     variants = tuple(text for present, text in (
         (model.num_experts > 0, f"MoE: all {model.num_experts} experts are resident on every worker (1/TP per GPU); "
                                 f"compute follows the {model.parameters_per_token:,} active parameters"),
@@ -572,11 +581,15 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     assumptions = (
         weights,
         *variants,
-        f"GPU memory as EC2 reports it ({', '.join(sorted({f'{t.gpu_model} {t.gpu_memory_mib:,} MiB' for t in instance_types.INSTANCE_TYPES.values() if t.has_gpu}))})",
-        f"KV pool = GPU memory x gpu_memory_utilization - weights - {ACTIVATION_AND_RUNTIME_RESERVE_GIB} GiB "
-        "activation/runtime reserve (vLLM measures the reserve at startup; compare its 'Available KV cache memory' line)",
-        "KV cache per token counts only full-attention layers; hybrid models add a fixed per-sequence "
-        "linear-attention state (recurrent + convolution)",
+        f"GPU memory as CUDA reports it to vLLM ({', '.join(sorted({f'{t.gpu_model} {t.gpu_memory_for_vllm_gib:.2f} GiB' for t in instance_types.INSTANCE_TYPES.values() if t.has_gpu}))}), not EC2's figure",
+        f"KV pool = CUDA-visible memory x gpu_memory_utilization - weights vLLM loads (no MTP head; the vision tower "
+        f"only with model.serve_images) - {PROFILE_RESERVE_GIB} GiB profile reserve (measured for Qwen3.5-9B text-only "
+        "on vLLM 0.26.0; an estimate for other models) - the vision tower's profiling peak when images are served; "
+        "compare vLLM's 'Available KV cache memory' line",
+        "the pool is cut into whole blocks (16 tokens; a hybrid model's attention block holds one GDN layer's state: "
+        "528 tokens for Qwen3.5-9B); a request takes whole blocks, plus one per linear-attention layer group",
+        "KV transfer = whole blocks of the prompt (a hybrid model's prefill sends all but its last token) + a hybrid "
+        "model's fixed linear-attention state",
         "cold start = checkpoint bytes / root-volume throughput (MiB/s = 2^20 B/s), checkpoint already in the node's model cache on the root volume (the first start on a node downloads it through the NAT gateway first)",
         f"monthly = hourly x {table.hours_per_month} hours",
     )
@@ -622,12 +635,12 @@ def _idle(specs: Specs, at_size: dict[str, CostEstimate]) -> IdleCost:
 
 
 def _model_memory(serving: ServingSpec, dtype_bytes: int) -> DuplicateModelMemory:
-    weights = serving.architecture.weight_bytes(dtype_bytes) / GIB
+    weights = serving.architecture.weight_bytes(dtype_bytes, vision=serving.model.serve_images) / GIB
     replicas = {role: serving.replicas(role) for role in WORKER_ROLES}
     copies = sum(replicas.values())
     legs = 2 if serving.topology is Topology.disaggregated else 1
     worker_gpu_gib = sum(serving.pool(role).desired_size * serving.pool(role).gpus_per_node
-                         * serving.pool(role).instance.gpu_memory_gib for role in WORKER_ROLES)
+                         * serving.pool(role).instance.gpu_memory_for_vllm_gib for role in WORKER_ROLES)
     return DuplicateModelMemory(
         topology=serving.topology.value, weights_gib_per_replica=round(weights, 4), replicas=replicas,
         copies=copies, total_gib=round(weights * copies, 4), per_request_path_gib=round(weights * legs, 4),

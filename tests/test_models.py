@@ -273,9 +273,16 @@ def test_auto_reads_a_hybrid_vision_language_config_with_its_index(tmp_path):
         "model_type": "qwen3_5_text", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 16,
         "num_key_value_heads": 4, "head_dim": 256, "layer_types": layer_types, "linear_num_key_heads": 16,
         "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32", "dtype": "bfloat16"}}))
+        "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32", "dtype": "bfloat16",
+        "max_position_embeddings": 262_144}}))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 19_306_216_416}}))
-    assert _facts(architecture_for(str(tmp_path))) == _facts(known_architecture("Qwen/Qwen3.5-9B"))
+    derived = architecture_for(str(tmp_path))
+    # config.json and the index do not split the checkpoint: the tower and the MTP head stay in
+    # the language model's count, with no vision peak (the table's entry has them split).
+    split = ("vision_parameter_count", "mtp_parameter_count", "vision_profile_peak_gib")
+    assert all(_facts(derived)[k] == 0 for k in split)
+    assert ({k: v for k, v in _facts(derived).items() if k not in split}
+            == {k: v for k, v in _facts(known_architecture("Qwen/Qwen3.5-9B")).items() if k not in split})
 
 
 def test_a_vision_language_model_is_never_counted_by_the_text_formulas():
@@ -351,3 +358,32 @@ def test_a_gated_repository_without_a_token_names_the_hub_error(monkeypatch):
 ])
 def test_plan_heading_names_the_kind_of_model(name, shape):
     assert known_architecture(name).shape == shape
+
+
+TINY_QWEN3_5 = dict(parameter_count=4_745_584, num_hidden_layers=4, full_attention_layers=1, linear_attention_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=256, linear_num_key_heads=4,
+                    linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4)
+"""The tiny random-weight Qwen3_5ForConditionalGeneration run on an H100 with vLLM 0.26.0 and NIXL 1.3.1
+(ray_llm_eks/twin/tiny_model.py, HYBRID_ARCHITECTURE): 2,048 attention bytes a token, 6,144 + 131,072
+bytes of GDN state a layer."""
+
+
+def test_hybrid_kv_transfer_is_the_measured_bytes_of_the_tiny_qwen3_5():
+    tiny = ModelArchitecture(name="x/tiny", source="test", **TINY_QWEN3_5)
+    assert tiny.linear_state_bytes_per_layer(2) == 6_144 + 131_072
+    assert tiny.kv_block_tokens(2) == 80 == 16 * -(-137_216 // (16 * 2_048))  # 163,840 B a block
+    # 313 prompt tokens: prefill sends 312, in 4 whole blocks, and each GDN layer's state once.
+    assert tiny.kv_transfer_bytes(2, 313) == 4 * 163_840 + 3 * (6_144 + 131_072) == 1_067_008
+
+
+def test_qwen3_5_9b_blocks_are_528_tokens_and_it_loads_no_mtp_head():
+    model = known_architecture("Qwen/Qwen3.5-9B")
+    assert model.kv_block_tokens(2) == 528
+    assert model.weight_bytes(2, vision=False) == 8_953_803_264 * 2
+    assert model.weight_bytes(2) == (8_953_803_264 + 456_010_480) * 2
+    assert model.checkpoint_bytes(2) == 19_306_216_416
+
+
+def test_more_kv_heads_than_attention_heads_is_refused():
+    with pytest.raises(SpecErrors, match="num_key_value_heads: more than num_attention_heads"):
+        ModelArchitecture(name="x/bad", source="test", **{**TINY_QWEN3_5, "num_key_value_heads": 8})

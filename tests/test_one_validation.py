@@ -115,7 +115,7 @@ BAD_CONFIGS: list[tuple[dict, str, str]] = [
       "decode": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 4}}, "decode.tensor_parallel_size",
      "same tensor_parallel_size"),
     # the model
-    ({"model": {"max_model_len": 262144}}, "model.max_model_len", "less than one sequence"),
+    ({"model": {"max_model_len": 262144}}, "model.max_model_len", "less than one request"),
     ({"model": {"max_model_len": 0}}, "model.max_model_len", "not a token count"),
     ({"model": {"gpu_memory_utilization": 1.5}}, "model.gpu_memory_utilization", "(0, 1]"),
     ({"model": {"served_name": "qwen 9b"}}, "model.served_name", "no whitespace"),
@@ -437,7 +437,7 @@ def test_a_spec_object_built_outside_a_construct_names_its_type_and_the_dict_for
 def test_plan_exits_1_only_when_the_model_does_not_fit(refusals):
     for index, (_, field, fragment) in enumerate(BAD_CONFIGS):
         _, _, plan_exit, _, _ = refusals[index]
-        assert plan_exit == (1 if fragment in ("do not fit", "less than one sequence") else 2), BAD_CONFIGS[index]
+        assert plan_exit == (1 if fragment in ("do not fit", "less than one request") else 2), BAD_CONFIGS[index]
 
 
 def test_the_default_configuration_is_accepted_by_both(tmp_path):

@@ -73,16 +73,23 @@ def test_layer_counts_must_add_up():
 def test_reference_plan_matches_the_hand_calculation():
     summary = make_plan(unpinned()).summary()
     assert summary["fits"] is True
-    assert summary["weights_gib"] == pytest.approx(19_306_216_416 / GIB, abs=1e-4)  # 17.9803
+    text_model = 8_953_803_264  # Qwen3.5-9B less its vision tower and MTP head (language_model_only)
+    assert summary["weights_gib"] == pytest.approx(text_model * 2 / GIB, abs=1e-4)  # 16.6778
+    assert summary["checkpoint_gib"] == pytest.approx(19_306_216_416 / GIB, abs=1e-4)  # 17.9803
     assert summary["kv_cache_bytes_per_token"] == 32_768
-    # 22,888 MiB x 0.9 - 17.9803 GiB - 1.5 GiB
-    assert summary["kv_pool_gib"] == pytest.approx(22_888 / 1024 * 0.9 - 19_306_216_416 / GIB - 1.5, abs=1e-4)
-    assert summary["kv_pool_gib"] == pytest.approx(0.6361, abs=1e-4)
-    assert summary["max_concurrent_sequences"] == 3  # floor(0.6361 GiB / 177.125 MiB)
+    # 22.03 GiB CUDA-visible x 0.9 - 16.6778 GiB - 1.36 GiB profile reserve
+    assert summary["kv_pool_gib"] == pytest.approx(22.03 * 0.9 - text_model * 2 / GIB - 1.36, abs=1e-4)
+    assert summary["kv_pool_gib"] == pytest.approx(1.7892, abs=1e-4)
+    # Blocks of 528 tokens x 4,096 B x a group of 8 layers = 17,301,504 B: 111 in the pool; a
+    # 4,096-token request takes 8 attention blocks + 3 GDN blocks = 11.
+    assert summary["kv_block_tokens"] == 528
+    assert summary["max_concurrency"] == pytest.approx(111 / 11, abs=1e-4)
+    assert summary["max_concurrent_sequences"] == 10 == 111 // 11
     assert summary["cold_start_seconds"] == pytest.approx(19_306_216_416 / (1000 * 2**20), abs=1e-3)  # 18.41
-    assert summary["kv_transfer_bytes_per_request"] == 4096 * 32_768 + 51_511_296 == 185_729_024
-    assert summary["kv_transfer_seconds_per_request"] == pytest.approx(185_729_024 * 8 / 25e9, abs=1e-6)
-    assert summary["kv_transfer_seconds_per_request_tcp_fallback"] == pytest.approx(185_729_024 * 8 / 10e9, abs=1e-6)
+    # Prefill sends 4,095 tokens: 8 whole blocks of 528 x 32,768 B, + 24 GDN layers' state.
+    assert summary["kv_transfer_bytes_per_request"] == 8 * 528 * 32_768 + 51_511_296 == 189_923_328
+    assert summary["kv_transfer_seconds_per_request"] == pytest.approx(189_923_328 * 8 / 25e9, abs=1e-6)
+    assert summary["kv_transfer_seconds_per_request_tcp_fallback"] == pytest.approx(189_923_328 * 8 / 10e9, abs=1e-6)
     # EKS 0.10 + m7i.xlarge 0.2016 + 2 x g6.8xlarge 2.0144 + NAT 0.045 + IPv4 0.005
     # + gp3 (2 x (200 x 0.08 + 875 x 0.04 + 13000 x 0.005) + 50 x 0.08) / 730
     # + CloudWatch (a dashboard 3.00 + 9 alarms on 10 metrics x 0.10 + 15 custom metrics x 0.30) / 730
@@ -111,7 +118,7 @@ def test_slowest_leg_sets_the_cold_start():
 def test_tcp_fallback_is_slower_outside_a_placement_group():
     plan = make_plan(_config(prefill={"placement_group": False}))
     assert plan.kv_transfer.tcp_fallback_gbps == 5.0
-    assert plan.kv_transfer.tcp_fallback_seconds == pytest.approx(185_729_024 * 8 / 5e9)
+    assert plan.kv_transfer.tcp_fallback_seconds == pytest.approx(189_923_328 * 8 / 5e9)
 
 
 def test_colocated_topology_moves_no_kv_cache():
@@ -179,7 +186,7 @@ def test_model_that_fits_only_on_bigger_gpus_names_them():
     assert error.does_not_fit
     assert {e.field for e in error.errors} == {"model.max_model_len"}
     message = str(error)
-    assert "less than one sequence" in message
+    assert "less than one request" in message
     assert "lower model.max_model_len to" in message
     assert "g6e.8xlarge" in message
 
@@ -212,17 +219,20 @@ def test_reference_model_on_p5_within_the_hand_checked_bounds():
     summary = make_plan(_on("p5.48xlarge")).summary()
     budget = next(m for m in summary["memory"] if m["role"] == "decode")
     assert budget["tensor_parallel_size"] == 8
-    assert 2.2475 <= budget["weights_gib"] <= 2.2476          # 19,306,216,416 B / 8 / 2^30
-    assert budget["usable_gib"] == 72.0                       # 81,920 MiB / 1024 x 0.9
-    assert 68.2524 <= summary["kv_pool_gib"] <= 68.2526       # 72 - 2.2475 - 1.5
+    assert 2.0847 <= budget["weights_gib"] <= 2.0848          # 8,953,803,264 x 2 B / 8 / 2^30
+    assert budget["usable_gib"] == pytest.approx(71.199)      # 79.11 GiB CUDA-visible x 0.9
+    assert 67.7542 <= summary["kv_pool_gib"] <= 67.7544       # 71.199 - 2.0847 - 1.36
     assert budget["kv_cache_bytes_per_token"] == 8192         # 8 x 2 x 1 (replicated) x 256 x 2
-    assert budget["bytes_per_max_length_sequence"] == 39_993_344
-    assert 1830 <= summary["max_concurrent_sequences"] <= 1833
+    # TP 8: a GDN layer's state is 4 x 128 x 128 x 4 + 3 x (2 x 2 x 128 + 4 x 128) x 2 = 268,288 B
+    # per GPU, one replicated KV head 1,024 B a token: blocks of 16 x cdiv(268,288, 16 x 1,024) = 272.
+    assert summary["kv_block_tokens"] == 272
+    assert budget["bytes_per_max_length_sequence"] == (16 + 3) * 272 * 1024 * 8 == 42_336_256
+    assert summary["max_concurrent_sequences"] == 32_649 // 19 == 1718
     transfer = summary["kv_transfer"]
-    assert summary["kv_transfer_bytes_per_request"] == 185_729_024
+    assert summary["kv_transfer_bytes_per_request"] == 16 * 272 * 32_768 + 51_511_296 == 194_117_632
     assert (transfer["efa_gbps"], transfer["node_efa_gbps"], transfer["efa_devices_per_replica"]) == (3200, 3200, 32)
-    assert 0.000464 <= summary["kv_transfer_seconds_per_request"] <= 0.000465   # x 8 / 3.2e12
-    assert 0.1485 <= summary["kv_transfer_seconds_per_request_tcp_fallback"] <= 0.1486
+    assert 0.000485 <= summary["kv_transfer_seconds_per_request"] <= 0.000486   # x 8 / 3.2e12
+    assert 0.1552 <= summary["kv_transfer_seconds_per_request_tcp_fallback"] <= 0.1553
     assert "GPUDirect RDMA" in transfer["assumption"]
     assert 110.766 <= summary["hourly_cost_usd"] <= 110.767
     node = {line["item"]: line for line in summary["cost_lines"]}["decode node p5.48xlarge"]
@@ -365,15 +375,16 @@ def test_the_planners_ratio_for_the_worked_example_in_docs_scaling():
     prefill_seconds = flops / (121e12 * PREFILL_MFU)
     assert plan.prefill.per_replica["seconds_per_request"] == pytest.approx(0.658083, abs=1e-6)
     assert plan.prefill.nodes_needed == pytest.approx(2 * prefill_seconds, abs=1e-4)  # 1.3162
-    # Decode: the KV pool (0.6361 GiB) holds 5 sequences of 2304 tokens (32 KiB each + 49.1 MiB of
-    # linear state); a step reads 19.31 GB of weights and 5 x (2176 x 32 KiB + 2 x 49.1 MiB).
-    per_sequence = 2304 * 32_768 + 51_511_296
-    assert plan.decode.per_replica["batch"] == 5 == int(0.6361 * 2**30 // per_sequence)
-    step = (2 * n + 5 * (2176 * 32_768 + 2 * 51_511_296)) / (300e9 * DECODE_MBU)
-    assert plan.decode.per_replica["step_ms"] == pytest.approx(step * 1000, abs=1e-3) == pytest.approx(112.099, abs=1e-3)
-    assert plan.decode.nodes_needed == pytest.approx(2 * 256 / (5 / step), abs=1e-4)  # 11.479
-    assert plan.recommended_prefill_decode_ratio == pytest.approx(1.3162 / 11.479, abs=1e-4) == 0.1147
-    assert (plan.prefill.nodes_recommended, plan.decode.nodes_recommended) == (2, 12)
+    # Decode: the KV pool's 111 blocks hold 13 requests of 2304 tokens (5 attention blocks of 528 + 3
+    # GDN blocks each); a step reads 17.91 GB of weights (the language model) and
+    # 13 x (2176 x 32 KiB + 2 x 49.1 MiB).
+    text = 8_953_803_264
+    assert plan.decode.per_replica["batch"] == 13 == 111 // (5 + 3)
+    step = (2 * text + 13 * (2176 * 32_768 + 2 * 51_511_296)) / (300e9 * DECODE_MBU)
+    assert plan.decode.per_replica["step_ms"] == pytest.approx(step * 1000, abs=1e-3) == pytest.approx(112.077, abs=1e-3)
+    assert plan.decode.nodes_needed == pytest.approx(2 * 256 / (13 / step), abs=1e-4)  # 4.4141
+    assert plan.recommended_prefill_decode_ratio == pytest.approx(1.3162 / 4.4141, abs=1e-4) == 0.2982
+    assert (plan.prefill.nodes_recommended, plan.decode.nodes_recommended) == (2, 5)
 
 
 def test_plan_refuses_a_workload_the_deployment_cannot_take():

@@ -23,7 +23,7 @@ def settings(**changes):
                                                     "min_nodes": 1, "max_nodes": 3}},
         "metrics_port": wire.METRICS_PORT, "efa_counter_port": wire.EFA_COUNTER_PORT,
         "efa_counter_selector": {wire.INSTANCE_LABEL: "ray-llm"}, "kv_bytes_per_token": 100,
-        "kv_bytes_per_sequence": 10, "min_kv_fraction": 0.9, "probes": 3, "probe_prompt_words": 200,
+        "kv_bytes_per_sequence": 10, "kv_block_tokens": 16, "kv_tokens_withheld": 0, "min_kv_fraction": 0.9, "probes": 3, "probe_prompt_words": 200,
         "probe_max_tokens": 16, "deadline_seconds": 3480, "expected_backend": wire.EXPECTED_BACKEND,
         "expected_provider": wire.EXPECTED_PROVIDER, "ray_auth": "disabled",
     }

@@ -37,6 +37,12 @@ class InstanceType:
     gpu_memory_mib: int = 0
     """Memory of ONE GPU as EC2 reports it (DescribeInstanceTypes ``GpuInfo.Gpus[].MemoryInfo.SizeInMiB``):
     what the driver exposes, not the marketing figure (an "L4 24 GB" offers 22,888 MiB = 22.35 GiB)."""
+    gpu_cuda_visible_gib: float = 0.0
+    """Memory of ONE GPU as CUDA reports it to a process (``cudaMemGetInfo``'s total, which PyTorch
+    prints as "GPU 0 has a total capacity of ... GiB" and vLLM 0.26.0 multiplies by
+    ``gpu_memory_utilization``: ``utils/mem_utils.py:146``, ``v1/worker/utils.py:425-433``): EC2's
+    figure less what the driver keeps. Sources beside the GPU figures below; 0: not known (the
+    memory check then uses :attr:`gpu_memory_mib`)."""
     network_gbps: float = 0.0
     """Sustained bandwidth ("up to" figures are given as their burst value and marked below)."""
     network_burst_only: bool = False
@@ -66,6 +72,11 @@ class InstanceType:
     @property
     def gpu_memory_gib(self) -> float:
         return self.gpu_memory_mib / 1024
+
+    @property
+    def gpu_memory_for_vllm_gib(self) -> float:
+        """What vLLM sizes its budget from: :attr:`gpu_cuda_visible_gib`, else EC2's figure."""
+        return self.gpu_cuda_visible_gib or self.gpu_memory_gib
 
     @property
     def has_gpu(self) -> bool:
@@ -128,9 +139,23 @@ class InstanceType:
 # A10G: no NVIDIA or AWS datasheet gives its TFLOPS; 70 dense BF16 TFLOPS and 600 GB/s are
 #     Baseten's figures (https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/),
 #     a third-party number.
-_L4 = dict(gpu_model="L4", gpu_memory_mib=22_888, gpu_dense_bf16_tflops=121.0, gpu_memory_bandwidth_gbps=300.0)
-_L40S = dict(gpu_model="L40S", gpu_memory_mib=45_776, gpu_dense_bf16_tflops=362.05, gpu_memory_bandwidth_gbps=864.0)
-_A10G = dict(gpu_model="A10G", gpu_memory_mib=22_888, gpu_dense_bf16_tflops=70.0, gpu_memory_bandwidth_gbps=600.0)
+# CUDA-visible memory (``gpu_cuda_visible_gib``), as PyTorch prints it in out-of-memory errors ("GPU 0
+# has a total capacity of X GiB"), the lowest public figure found for each GPU; drivers differ by a
+# few hundredths:
+# L4 22.03: many public reports on L4 machines (e.g. a vLLM 0.x engine on an L4 "Overriding
+#     num_gpu_blocks=0 ... GPU 0 has a total capacity of 22.03 GiB"), found by text search of public
+#     repositories; no GitHub issue with the figure was located.
+# A10G 21.98: public reports from g5.12xlarge (4 x A10G), found the same way; nvidia-smi shows
+#     23,028 MiB (vllm-project/vllm#9373, g5.12xlarge).
+# L40S 44.40: QwenLM/Qwen3-VL#2097 (an L40, the same 48 GB GDDR6 board; nvidia-smi 46,068 MiB on an
+#     L40S, ollama/ollama#8597): an inference for the L40S, not a report from one.
+# A100 39.50 (40 GB, TianheWu/CoSeR#10, "one A100") and 79.25 (80 GB, levihsu/OOTDiffusion#235).
+# H100 79.11: public reports on H100 80GB HBM3 (e.g. a vLLM DeepSeek-V3 run on 2 x 8 H100); an H100
+#     this project ran vLLM 0.26.0 on (driver 580) reported 81,079 MiB = 79.18 GiB.
+# H200 139.80: public reports on 8 x H200 (139.80 and 139.81 GiB), found by text search.
+_L4 = dict(gpu_model="L4", gpu_memory_mib=22_888, gpu_cuda_visible_gib=22.03, gpu_dense_bf16_tflops=121.0, gpu_memory_bandwidth_gbps=300.0)
+_L40S = dict(gpu_model="L40S", gpu_memory_mib=45_776, gpu_cuda_visible_gib=44.40, gpu_dense_bf16_tflops=362.05, gpu_memory_bandwidth_gbps=864.0)
+_A10G = dict(gpu_model="A10G", gpu_memory_mib=22_888, gpu_cuda_visible_gib=21.98, gpu_dense_bf16_tflops=70.0, gpu_memory_bandwidth_gbps=600.0)
 # A100 SXM4: 312 BF16 tensor TFLOPS dense (624 with sparsity); 1,555 GB/s (40 GB) and 2,039 GB/s
 #     (80 GB SXM) (NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/).
 # H100 SXM5: 1,979 BF16 tensor TFLOPS "with sparsity", so 989.4 dense; 3,350 GB/s (NVIDIA H100
@@ -139,10 +164,10 @@ _A10G = dict(gpu_model="A10G", gpu_memory_mib=22_888, gpu_dense_bf16_tflops=70.0
 # H200 SXM: the H100's tensor cores (1,979 sparse, 989.4 dense BF16) with 141 GB HBM3e at
 #     4,800 GB/s (NVIDIA H200 page, https://www.nvidia.com/en-us/data-center/h200/).
 # A100, H200 datasheet figures were not re-fetched in this session (the datasheets' well-known values).
-_A100_40 = dict(gpu_model="A100", gpu_memory_mib=40_960, gpu_dense_bf16_tflops=312.0, gpu_memory_bandwidth_gbps=1555.0)
-_A100_80 = dict(gpu_model="A100", gpu_memory_mib=81_920, gpu_dense_bf16_tflops=312.0, gpu_memory_bandwidth_gbps=2039.0)
-_H100 = dict(gpu_model="H100", gpu_memory_mib=81_920, gpu_dense_bf16_tflops=989.4, gpu_memory_bandwidth_gbps=3350.0)
-_H200 = dict(gpu_model="H200", gpu_memory_mib=144_384, gpu_dense_bf16_tflops=989.4, gpu_memory_bandwidth_gbps=4800.0)
+_A100_40 = dict(gpu_model="A100", gpu_memory_mib=40_960, gpu_cuda_visible_gib=39.50, gpu_dense_bf16_tflops=312.0, gpu_memory_bandwidth_gbps=1555.0)
+_A100_80 = dict(gpu_model="A100", gpu_memory_mib=81_920, gpu_cuda_visible_gib=79.25, gpu_dense_bf16_tflops=312.0, gpu_memory_bandwidth_gbps=2039.0)
+_H100 = dict(gpu_model="H100", gpu_memory_mib=81_920, gpu_cuda_visible_gib=79.11, gpu_dense_bf16_tflops=989.4, gpu_memory_bandwidth_gbps=3350.0)
+_H200 = dict(gpu_model="H200", gpu_memory_mib=144_384, gpu_cuda_visible_gib=139.80, gpu_dense_bf16_tflops=989.4, gpu_memory_bandwidth_gbps=4800.0)
 _GDR = dict(gpudirect_rdma=True)
 
 _TYPES = [

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from . import wire
 from .errors import Collector, SpecErrors, problem
 
 # Hugging Face organisation/name prefixes, matched case-insensitively against model_source.
@@ -49,6 +50,10 @@ def is_gated(model_source: str) -> bool:
 # Architecture facts that size GPU memory, KV cache and KV transfer (used by `ray-llm-eks plan`).
 # ---------------------------------------------------------------------------------------------
 
+DEFAULT_KV_BLOCK_TOKENS = 16
+"""vLLM 0.26.0's ``CacheConfig.DEFAULT_BLOCK_SIZE`` (``vllm/config/cache.py:47``), the block size the
+CUDA attention backends keep, and the kernel alignment a hybrid model's block is a multiple of."""
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +73,7 @@ class ModelArchitecture:
     source: str = "model.architecture in the configuration"
     """Where every figure below was read, so it can be re-checked."""
     parameter_count: int
-    """Total parameters in the checkpoint vLLM loads, with a vision-language model's vision tower and every MoE expert (weights bytes = parameters x dtype bytes, the quantized ones at their own width)."""
+    """Total parameters in the checkpoint, with a vision-language model's vision tower, its multi-token-prediction (MTP) head and every MoE expert (checkpoint bytes = parameters x dtype bytes, the quantized ones at their own width): what is downloaded and read."""
     num_hidden_layers: int
     """Decoder layers (config.json ``num_hidden_layers``)."""
     full_attention_layers: int
@@ -118,6 +123,25 @@ class ModelArchitecture:
     quantized_bits_per_parameter: float = 0.0
     """Bits per quantized parameter, scales included (MXFP4: 4-bit values plus one 8-bit scale per
     32 values = 4.25)."""
+    vision_parameter_count: int = 0
+    """Parameters of a vision-language model's vision tower (part of ``parameter_count``). vLLM loads
+    it (vLLM 0.26.0 ``qwen3_5.py:422-428``, built under ``_mark_tower_model``) unless the engine runs
+    with ``language_model_only`` (``model.serve_images: false``), and profiles it at startup with one
+    maximal image (:attr:`vision_profile_peak_gib`). 0: a text-only model, or a
+    multimodal one whose tower is not split out (then counted as language model)."""
+    mtp_parameter_count: int = 0
+    """Parameters of the checkpoint's multi-token-prediction head (``mtp.*`` tensors, part of
+    ``parameter_count``), which vLLM does not load for serving: the served model skips them
+    (vLLM 0.26.0 ``model_executor/models/qwen3_5.py:369-373`` and ``:515-519``,
+    ``AutoWeightsLoader(skip_prefixes=["mtp."])``); only a speculative drafter loads them
+    (``qwen3_5_mtp.py``). Downloaded, never in GPU memory here."""
+    vision_profile_peak_gib: float = 0.0
+    """Peak activation memory of the vision tower in vLLM's startup profile (one maximal image), per
+    GPU, in GiB: a measured figure (see ``source``); it comes out of the KV pool when images are served."""
+    max_position_embeddings: int = 0
+    """The longest sequence the model's position encoding is defined for (config.json
+    ``max_position_embeddings``; a vision-language model's ``text_config``). vLLM refuses a longer
+    ``max_model_len`` unless told otherwise. 0: not known."""
 
     def __post_init__(self) -> None:
         found = Collector()
@@ -131,7 +155,8 @@ class ModelArchitecture:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 found.add(problem(name, value, "not a count", "a whole number >= 0"))
         for name in ("sliding_window_layers", "sliding_window", "kv_lora_rank", "qk_rope_head_dim", "num_experts",
-                     "num_experts_per_token", "active_parameter_count", "quantized_parameter_count"):
+                     "num_experts_per_token", "active_parameter_count", "quantized_parameter_count",
+                     "vision_parameter_count", "mtp_parameter_count", "max_position_embeddings"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 found.add(problem(name, value, "not a count", "a whole number >= 0"))
@@ -141,6 +166,9 @@ class ModelArchitecture:
         bits = self.quantized_bits_per_parameter
         if isinstance(bits, bool) or not isinstance(bits, (int, float)) or not 0 <= bits <= 16:
             found.add(problem("quantized_bits_per_parameter", bits, "not a bit width", "a number from 0 to 16"))
+        peak = self.vision_profile_peak_gib
+        if isinstance(peak, bool) or not isinstance(peak, (int, float)) or peak < 0:
+            found.add(problem("vision_profile_peak_gib", peak, "not a memory figure", "GiB >= 0"))
         if found.errors:
             found.raise_if_any(self)
         layers = self.full_attention_layers + self.sliding_window_layers + self.linear_attention_layers
@@ -158,6 +186,22 @@ class ModelArchitecture:
             found.add(problem("kv_lora_rank", self.kv_lora_rank,
                               f"qk_rope_head_dim is {self.qk_rope_head_dim}: an MLA model sets both, others neither",
                               "both > 0 (MLA) or both 0"))
+        if self.num_key_value_heads > self.num_attention_heads and not self.is_mla:
+            # GQA shares each KV head among num_attention_heads / num_key_value_heads query heads;
+            # transformers and vLLM divide the first by the second (LlamaAttention's
+            # num_key_value_groups), so more KV heads than query heads is no attention layer.
+            found.add(problem("num_key_value_heads", self.num_key_value_heads,
+                              f"more than num_attention_heads ({self.num_attention_heads}): each KV head serves "
+                              "a group of query heads", f"at most {self.num_attention_heads}, as in config.json"))
+        if self.vision_parameter_count + self.mtp_parameter_count >= self.parameter_count:
+            found.add(problem("vision_parameter_count", self.vision_parameter_count,
+                              f"vision_parameter_count + mtp_parameter_count ({self.mtp_parameter_count}) leave no "
+                              f"language model in parameter_count ({self.parameter_count})",
+                              "the vision tower's and the MTP head's parameters, parts of parameter_count"))
+        if self.vision_profile_peak_gib and not self.vision_parameter_count:
+            found.add(problem("vision_profile_peak_gib", self.vision_profile_peak_gib,
+                              "a vision peak without a vision tower (vision_parameter_count is 0)",
+                              "0, or vision_parameter_count > 0"))
         if self.num_experts_per_token > self.num_experts:
             found.add(problem("num_experts_per_token", self.num_experts_per_token,
                               f"more than num_experts ({self.num_experts})", f"at most {self.num_experts}"))
@@ -262,12 +306,78 @@ class ModelArchitecture:
         conv = (self.linear_conv_kernel_dim - 1) * conv_channels * dtype_bytes
         return self.linear_attention_layers * (recurrent + conv)
 
-    def weight_bytes(self, dtype_bytes: int) -> int:
-        """The checkpoint's weights in GPU memory: every parameter, a MoE's experts included (all
-        are resident on every worker; under TP each GPU holds 1/TP of them), in the model dtype,
-        except the quantized ones at their own width."""
+    def checkpoint_bytes(self, dtype_bytes: int) -> int:
+        """The whole checkpoint, every tensor (vision tower and MTP head included): what is
+        downloaded into the node's model cache and read from it. In the model dtype, except the
+        quantized parameters at their own width."""
         plain = (self.parameter_count - self.quantized_parameter_count) * dtype_bytes
         return plain + math.ceil(self.quantized_parameter_count * self.quantized_bits_per_parameter / 8)
+
+    @property
+    def is_multimodal(self) -> bool:
+        """A vision tower is split out (:attr:`vision_parameter_count`)."""
+        return self.vision_parameter_count > 0
+
+    def weight_bytes(self, dtype_bytes: int, *, vision: bool = True) -> int:
+        """The weights vLLM loads into GPU memory (under TP each GPU holds 1/TP of them): every
+        parameter, a MoE's experts included, but not the MTP head (:attr:`mtp_parameter_count`),
+        and not the vision tower when ``vision`` is false (``language_model_only``)."""
+        left_out = self.mtp_parameter_count + (0 if vision else self.vision_parameter_count)
+        return self.checkpoint_bytes(dtype_bytes) - left_out * dtype_bytes
+
+    def linear_state_bytes_per_layer(self, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
+        """One linear-attention layer's state for one sequence, on one GPU: vLLM's Mamba page
+        (``MambaSpec.page_size_bytes``, the sum of the conv and SSM state shapes, unpadded)."""
+        if not self.is_hybrid:
+            return 0
+        return self.linear_state_bytes_per_sequence(dtype_bytes, tensor_parallel_size) // self.linear_attention_layers
+
+    def kv_block_tokens(self, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
+        """Tokens in one KV cache block as vLLM 0.26.0 sizes it on CUDA, without prefix caching
+        (vLLM's default for hybrid models, ``engine/arg_utils.py:2520-2522``; the project renders no
+        ``enable_prefix_caching``).
+
+        Dense and MLA models: the attention backend's preferred size, ``CacheConfig.DEFAULT_BLOCK_SIZE``
+        16 (``config/cache.py:47``), which FlashAttention accepts (``v1/attention/backend.py:195-203``).
+        Hybrid models: ``Platform._align_hybrid_block_size`` raises it until one attention layer's
+        page holds one Mamba/GDN layer's state, in whole multiples of the kernel alignment (16):
+        ``block = 16 x cdiv(mamba_page, 16 x attention_page_per_token)``
+        (``platforms/interface.py:896-900``, the branch for ``mamba_cache_mode`` other than ``all``),
+        then pads the Mamba page to the attention page (``:913-933``). Qwen3.5-9B at TP 1:
+        16 x cdiv(2,146,304, 16 x 4,096) = 528 tokens, the block size vLLM logs for it."""
+        if not self.is_hybrid:
+            return DEFAULT_KV_BLOCK_TOKENS
+        per_token = self.kv_bytes_per_layer_token(dtype_bytes, tensor_parallel_size)
+        mamba_page = self.linear_state_bytes_per_layer(dtype_bytes, tensor_parallel_size)
+        return DEFAULT_KV_BLOCK_TOKENS * -(-mamba_page // (DEFAULT_KV_BLOCK_TOKENS * per_token))
+
+    def kv_tokens_sent(self, prompt_tokens: int) -> int:
+        """Prompt tokens whose KV cache prefill hands to decode. vLLM 0.26.0's NixlConnector: for a
+        model with Mamba/GDN layers prefill drops the last prompt token and decode recomputes it
+        (``nixl/base_scheduler.py:335-366``, ``_get_remote_prefill_token_count`` and
+        ``_truncate_mamba_request_for_prefill``, "Returns N-1 for Mamba models"); a dense model's
+        decode pulls every prompt token's blocks (``nixl/pull_scheduler.py:60-65``) and recomputes
+        the last token locally (``v1/core/sched/scheduler.py:2579-2582``)."""
+        return prompt_tokens - 1 if self.is_hybrid and prompt_tokens > 1 else prompt_tokens
+
+    def kv_transfer_bytes(self, dtype_bytes: int, prompt_tokens: int, tensor_parallel_size: int = 1) -> int:
+        """The bytes one request's KV cache moves from prefill to decode, every GPU of the TP group together.
+
+        Whole blocks move: the decode worker reads each full-attention layer's block of every block id
+        (one NIXL descriptor per block and layer, ``nixl/pull_worker.py:310-336``), so the full-attention
+        part is ``cdiv(tokens sent, block) x block x kv_cache_bytes_per_token``. A hybrid model adds
+        each linear-attention layer's state once, unpadded (vLLM registers the conv and SSM regions:
+        "Hybrid SSM registration ... mamba_ssm_size=(conv, ssm)"). Sliding-window layers hand over at
+        most their window. Measured on an H100 with vLLM 0.26.0 and NIXL 1.3.1: a tiny Qwen3.5 of
+        1 attention + 3 GDN layers moved 4 x 163,840 + 3 x (6,144 + 131,072) = 1,067,008 bytes for
+        a 313-token prompt, which this returns (tests/test_models.py)."""
+        sent = self.kv_tokens_sent(prompt_tokens)
+        whole_blocks = wire.kv_transfer_bytes(
+            prompt_tokens, bytes_per_token=self.kv_cache_bytes_per_token(dtype_bytes),
+            bytes_per_sequence=self.linear_state_bytes_per_sequence(dtype_bytes),
+            block_tokens=self.kv_block_tokens(dtype_bytes, tensor_parallel_size),
+            tokens_withheld=prompt_tokens - sent)
+        return whole_blocks + self.sliding_window_bytes_per_sequence(dtype_bytes, sent)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,6 +549,7 @@ def architecture_from_config(config: dict, *, name: str, source: str,
         linear_value_head_dim=_count(config, "linear_value_head_dim", default=0) if linear else 0,
         linear_conv_kernel_dim=_count(config, "linear_conv_kernel_dim", default=0) if linear else 0,
         linear_state_dtype_bytes=CONFIG_DTYPE_BYTES.get(str(config.get("mamba_ssm_dtype", "float32")), 4),
+        max_position_embeddings=_count(config, "max_position_embeddings", default=0),
     )
 
 
@@ -452,13 +563,29 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             # layer_types = 3 x linear_attention then 1 x full_attention, repeated 8 times
             # (full_attention_interval 4); 16 attention heads, 4 KV heads, head_dim 256;
             # Gated-DeltaNet: 16 key heads, 32 value heads, key/value head dim 128, conv kernel 4;
-            # mamba_ssm_dtype float32. Parameter count = model.safetensors.index.json
-            # metadata.total_size 19,306,216,416 bytes / 2 (all tensors BF16), revision
-            # c202236235762e1c871ad0ccb60c8ee5ba337b9a; it includes the vision tower and the
-            # MTP head. Read from public copies of both files, 2026-11-30.
+            # mamba_ssm_dtype float32; max_position_embeddings 262,144 (the model card's native
+            # context; the config the GPU twin builds for this shape, ray_llm_eks/twin/gpu.py, sets
+            # the same). Parameter count = model.safetensors.index.json metadata.total_size
+            # 19,306,216,416 bytes / 2 (all tensors BF16), revision
+            # c202236235762e1c871ad0ccb60c8ee5ba337b9a. Read from public copies of both files,
+            # 2026-11-30. Split, counted with transformers 5.25.0 on the meta device
+            # (Qwen3_5ForConditionalGeneration of this config: hidden 4096, intermediate 12288,
+            # vocab 248,320 untied; vision depth 27, hidden 1152, intermediate 4304, 2,304
+            # position embeddings, out_hidden_size 4096): language model 8,953,803,264, vision tower
+            # 456,010,480; the MTP head (one decoder layer, fc 8192 -> 4096 and three norms: a hand
+            # count of 243,290,624) is the rest, 243,294,464. vLLM 0.26.0 loaded this shape as
+            # 17.66 GiB with the tower (the parameters: 17.53 GiB) and profiled the tower's one
+            # maximal image (16,384 tokens) at a 0.92 GiB activation peak: measured on an H100
+            # (load_format dummy, enforce_eager, max_num_batched_tokens 2,048, max_num_seqs 256;
+            # docs/plan.md, "What vLLM measured").
             source="huggingface.co/Qwen/Qwen3.5-9B config.json (text_config) and "
-            "model.safetensors.index.json (total_size 19306216416 B, BF16), read 2026-11-30",
+            "model.safetensors.index.json (total_size 19306216416 B, BF16), read 2026-11-30; the split "
+            "counted with transformers 5.25.0; the vision peak measured with vLLM 0.26.0 on an H100",
             parameter_count=19_306_216_416 // 2,
+            vision_parameter_count=456_010_480,
+            mtp_parameter_count=19_306_216_416 // 2 - 8_953_803_264 - 456_010_480,
+            vision_profile_peak_gib=0.92,
+            max_position_embeddings=262_144,
             num_hidden_layers=32,
             full_attention_layers=8,
             num_attention_heads=16,
@@ -475,7 +602,8 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
         ModelArchitecture(
             name="meta-llama/Llama-3.1-8B-Instruct",
             # config.json of meta-llama/Llama-3.1-8B-Instruct: 32 layers, hidden_size 4096,
-            # 32 attention heads (head_dim 4096 / 32 = 128), 8 KV heads; a dense transformer.
+            # 32 attention heads (head_dim 4096 / 32 = 128), 8 KV heads; a dense transformer;
+            # max_position_embeddings 131,072 (the 128K context of the Llama 3.1 model card).
             # 8,030,261,248 parameters (model.safetensors.index.json total_size 16,060,522,496 B in
             # BF16; the same count keras-hub gives its llama3_8b_en preset).
             source="huggingface.co/meta-llama/Llama-3.1-8B-Instruct config.json and "
@@ -486,6 +614,7 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             num_attention_heads=32,
             num_key_value_heads=8,
             head_dim=128,
+            max_position_embeddings=131_072,
         ),
         # The models people serve P/D with most. Each figure is the model's config.json, as copied
         # (unedited, with its transformers_version) into ai-dynamo/aiconfigurator's model_configs
@@ -505,7 +634,7 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             "meta-llama--Llama-3.3-70B-Instruct_config.json)",
             parameter_count=70_553_706_496,
             num_hidden_layers=80, full_attention_layers=80,
-            num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=128, max_position_embeddings=131_072,
         ),
         ModelArchitecture(
             name="Qwen/Qwen3-32B",
@@ -514,7 +643,7 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             source="huggingface.co/Qwen/Qwen3-32B/blob/main/config.json (copy: ai-dynamo/aiconfigurator@095f58a5:aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3-32B_config.json)",
             parameter_count=32_762_123_264,
             num_hidden_layers=64, full_attention_layers=64,
-            num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=128, max_position_embeddings=40_960,
         ),
         ModelArchitecture(
             name="Qwen/Qwen3-30B-A3B",
@@ -524,7 +653,7 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             parameter_count=30_532_122_624, active_parameter_count=3_353_032_704,
             num_experts=128, num_experts_per_token=8,
             num_hidden_layers=48, full_attention_layers=48,
-            num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+            num_attention_heads=32, num_key_value_heads=4, head_dim=128, max_position_embeddings=40_960,
         ),
         ModelArchitecture(
             name="Qwen/Qwen3-235B-A22B",
@@ -534,7 +663,7 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             parameter_count=235_093_634_560, active_parameter_count=22_190_763_520,
             num_experts=128, num_experts_per_token=8,
             num_hidden_layers=94, full_attention_layers=94,
-            num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+            num_attention_heads=64, num_key_value_heads=4, head_dim=128, max_position_embeddings=40_960,
         ),
         ModelArchitecture(
             name="openai/gpt-oss-120b",
@@ -547,7 +676,7 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             num_experts=128, num_experts_per_token=4,
             quantized_parameter_count=114_661_785_600, quantized_bits_per_parameter=MXFP4_BITS_PER_PARAMETER,
             num_hidden_layers=36, full_attention_layers=18, sliding_window_layers=18, sliding_window=128,
-            num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=64, max_position_embeddings=131_072,
         ),
         ModelArchitecture(
             name="openai/gpt-oss-20b",
@@ -557,7 +686,7 @@ KNOWN_ARCHITECTURES: dict[str, ModelArchitecture] = {
             num_experts=32, num_experts_per_token=4,
             quantized_parameter_count=19_110_297_600, quantized_bits_per_parameter=MXFP4_BITS_PER_PARAMETER,
             num_hidden_layers=24, full_attention_layers=12, sliding_window_layers=12, sliding_window=128,
-            num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=64, max_position_embeddings=131_072,
         ),
     )
 }

@@ -8,6 +8,7 @@ itself when built, so every entry point refuses the same combinations with the s
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -31,6 +32,7 @@ from .memory import DTYPE_BYTES, MemoryBudget, memory_budget
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
 from .routing import RequestRouter, request_router_of
+from .units import GIB
 from .wire import LABEL_PREFIX
 
 
@@ -163,6 +165,8 @@ class ModelSpec:
     """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
     architecture: ModelArchitecture | None = None
     """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.base.models``). Dense models leave the ``linear_*``, ``sliding_*``, MLA and MoE fields at 0. ``auto``: read config.json when the configuration is loaded (``make synth``, ``plan``) from the table, a local directory, an ``s3://`` URI or the Hugging Face Hub (``HF_TOKEN``; ``HF_HUB_OFFLINE`` honoured), and refuse the file, saying what to do, when none is reachable; code building a construct resolves it first with ``ray_llm_eks.model_source.architecture_for(source, revision)``."""
+    serve_images: bool = False
+    """Serve image inputs with a vision-language model (the architecture has a vision tower: Qwen3.5). False (the default) renders vLLM's ``language_model_only`` on both legs: the tower is not loaded and vLLM's startup profile runs no maximal image, which leaves the KV pool their memory (for Qwen3.5-9B on an L4: 0.85 GiB of weights and a 0.92 GiB activation peak). True loads and profiles the tower; the memory check counts both."""
     hf_token_secret: str | None = None
     """An AWS Secrets Manager secret (ARN, or name in the stack's region and account) whose
     string is a Hugging Face token, for gated models. The workers read it at start with their own
@@ -190,6 +194,8 @@ class ModelSpec:
         gmu = self.gpu_memory_utilization
         if isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1:
             found.add(problem("gpu_memory_utilization", gmu, "not a fraction of GPU memory", "a number in (0, 1]"))
+        if not isinstance(self.serve_images, bool):
+            found.add(problem("serve_images", self.serve_images, "not a boolean", "true or false"))
         if not isinstance(self.enforce_eager, bool):
             found.add(problem("enforce_eager", self.enforce_eager, "not a boolean", "true or false"))
         if not _is_int(self.tensor_parallel_size) or self.tensor_parallel_size < 1:
@@ -696,6 +702,27 @@ class ServingSpec:
                               "full_attention_layers, num_attention_heads, num_key_value_heads, head_dim, and the "
                               "linear_* fields for hybrid models)"))
             return
+        model = self.model.known_architecture
+        if model.max_position_embeddings and self.model.max_model_len > model.max_position_embeddings:
+            # vLLM 0.26.0 derives its own limit from config.json's max_position_embeddings and
+            # refuses a larger max_model_len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set
+            # (vllm 0.26.0 vllm/config/model.py:2152-2290, _get_and_verify_max_len).
+            found.add(problem("model.max_model_len", self.model.max_model_len,
+                              f"beyond {self.model.source}'s max_position_embeddings ({model.max_position_embeddings}), "
+                              "the longest sequence its position encoding is defined for; vLLM refuses it",
+                              f"at most {model.max_position_embeddings}"))
+        if self.model.serve_images and not model.is_multimodal:
+            found.add(problem("model.serve_images", True, f"{self.model.source} has no vision tower in its architecture "
+                              "(vision_parameter_count 0)", "false, or a vision-language model"))
+        checkpoint = model.checkpoint_bytes(DTYPE_BYTES[self.model.dtype])
+        for role in WORKER_ROLES:
+            volume = self.pool(role).root_volume
+            needed = (checkpoint + scaling.IMAGE_BYTES) / GIB
+            if needed > volume.size_gib:
+                found.add(problem(f"{role}.root_volume.size_gib", volume.size_gib,
+                                  f"the node's model cache (the whole checkpoint, {checkpoint / GIB:.1f} GiB) and the "
+                                  f"serving image (about {scaling.IMAGE_BYTES / GIB:.1f} GiB) live on the root volume: "
+                                  f"{needed:.1f} GiB do not fit", f"at least {math.ceil(needed * 1.1)}"))
         for budget in self.memory_budgets():
             if budget.fits:
                 continue
@@ -855,7 +882,7 @@ class ServingSpec:
 
     def node_start(self, role: str) -> scaling.NodeStart:
         """How long a new node of the leg takes to serve (docs/scaling.md, "Bursts")."""
-        return scaling.node_start(self.architecture.weight_bytes(DTYPE_BYTES[self.model.dtype]),
+        return scaling.node_start(self.architecture.checkpoint_bytes(DTYPE_BYTES[self.model.dtype]),
                                   self.pool(role).root_volume.throughput_mibps)
 
     @property
@@ -927,9 +954,15 @@ class ServingSpec:
         return tuple(
             memory_budget(role, self.pool(role).instance, self.tensor_parallel_size(role), self.architecture,
                           max_model_len=self.model.max_model_len,
-                          gpu_memory_utilization=self.model.gpu_memory_utilization, dtype=self.model.dtype)
+                          gpu_memory_utilization=self.model.gpu_memory_utilization, dtype=self.model.dtype,
+                          serve_images=self.model.serve_images)
             for role in WORKER_ROLES
         )
+
+    @property
+    def language_model_only(self) -> bool:
+        """vLLM's ``language_model_only`` for both legs: a vision-language model served as text."""
+        return self.architecture.is_multimodal and not self.model.serve_images
 
     @property
     def kv_bytes_per_prompt_token(self) -> int:
@@ -943,11 +976,21 @@ class ServingSpec:
         blocks (vLLM PR #41869); 0 for full-attention models."""
         return self.architecture.linear_state_bytes_per_sequence(DTYPE_BYTES[self.model.dtype])
 
+    @property
+    def kv_block_tokens(self) -> int:
+        """Tokens per KV block on the legs (equal TP on both legs for a hybrid model, refused otherwise)."""
+        return self.architecture.kv_block_tokens(DTYPE_BYTES[self.model.dtype], self.tensor_parallel_size(PREFILL))
+
+    @property
+    def kv_tokens_withheld(self) -> int:
+        """Prompt tokens prefill keeps back (1 for a hybrid model: decode recomputes the last one)."""
+        return 2 - self.architecture.kv_tokens_sent(2)
+
     def kv_transfer_bytes(self, prompt_tokens: int) -> int:
-        """The KV cache one request's prompt moves from prefill to decode: the planner's figure and the gate's.
-        Sliding-window layers hold (and hand over) at most their window of the prompt."""
-        window = self.architecture.sliding_window_bytes_per_sequence(DTYPE_BYTES[self.model.dtype], prompt_tokens)
-        return prompt_tokens * self.kv_bytes_per_prompt_token + window + self.kv_bytes_per_sequence
+        """The KV cache one request's prompt moves from prefill to decode, in whole blocks: the
+        planner's figure and the gate's (:meth:`ModelArchitecture.kv_transfer_bytes`)."""
+        return self.architecture.kv_transfer_bytes(DTYPE_BYTES[self.model.dtype], prompt_tokens,
+                                                   self.tensor_parallel_size(PREFILL))
 
     def worker_resources(self, role: str) -> sizing.PodResources:
         return sizing.worker_resources(self.pool(role).instance)

@@ -253,6 +253,10 @@ class GateSettings:
     efa_counter_selector: dict[str, str]
     kv_bytes_per_token: int
     kv_bytes_per_sequence: int
+    kv_block_tokens: int
+    """Tokens per KV block: whole blocks move (:func:`kv_transfer_bytes`)."""
+    kv_tokens_withheld: int
+    """Prompt tokens prefill does not send (1 for a hybrid model, whose decode recomputes the last)."""
     min_kv_fraction: float
     probes: int
     probe_prompt_words: int
@@ -345,3 +349,14 @@ def read_only_run(deadline_seconds: float, **settings: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown gate settings: {', '.join(unknown)}")
     return overrides
+
+
+def kv_transfer_bytes(prompt_tokens: int, *, bytes_per_token: int, bytes_per_sequence: int, block_tokens: int,
+                      tokens_withheld: int) -> int:
+    """What one request's prompt moves from prefill to decode with vLLM's NixlConnector: the
+    full-attention cache of the tokens sent (the prompt less ``tokens_withheld``, never below one),
+    in whole blocks of ``block_tokens``, and a hybrid model's fixed per-sequence state. The planner
+    (``ModelArchitecture.kv_transfer_bytes``) and the gate's prediction are this arithmetic; the
+    vLLM code it follows is cited there."""
+    sent = max(min(prompt_tokens, 1), prompt_tokens - tokens_withheld)
+    return -(-sent // block_tokens) * block_tokens * bytes_per_token + bytes_per_sequence

@@ -175,6 +175,12 @@ class EngineKwargs:
     tensor_parallel_size: int
     revision: str | None = None
     kv_transfer_config: KvTransferConfig | None = None
+    language_model_only: bool | None = None
+    """vLLM 0.26.0's engine argument ``language_model_only`` (``vllm/engine/arg_utils.py:557``,
+    ``--language-model-only``; ``MultiModalConfig.language_model_only``, ``vllm/config/multimodal.py:77-79``:
+    "disables all multimodal inputs by setting all modality limits to 0"): a vision-language model
+    served as text, without its vision tower or the tower's startup profile. Written (true) only for
+    such a model without ``model.serve_images``; None leaves it out."""
 
     def to_dict(self) -> dict[str, Any]:
         return _without_none(
@@ -188,6 +194,7 @@ class EngineKwargs:
                 # Same commit for the tokenizer: vLLM resolves it separately.
                 "tokenizer_revision": self.revision,
                 "kv_transfer_config": self.kv_transfer_config.to_dict() if self.kv_transfer_config else None,
+                "language_model_only": self.language_model_only,
             }
         )
 
@@ -366,6 +373,7 @@ def engine_kwargs(spec: ServingSpec, role: str, *, with_kv_transfer: bool) -> En
         tensor_parallel_size=spec.tensor_parallel_size(role),
         revision=model.revision,
         kv_transfer_config=kv,
+        language_model_only=True if spec.language_model_only else None,
     )
 
 

@@ -139,6 +139,8 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         efa_counter_selector={INSTANCE_LABEL: name, COMPONENT_LABEL: EFA_COUNTERS_COMPONENT},
         kv_bytes_per_token=spec.kv_bytes_per_prompt_token if disaggregated else 0,
         kv_bytes_per_sequence=spec.kv_bytes_per_sequence if disaggregated else 0,
+        kv_block_tokens=spec.kv_block_tokens,
+        kv_tokens_withheld=spec.kv_tokens_withheld if disaggregated else 0,
         min_kv_fraction=verification.min_kv_fraction,
         probes=verification.probes,
         probe_prompt_words=probe_words,

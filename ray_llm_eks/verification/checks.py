@@ -271,7 +271,9 @@ class Checks(Phase):
             # Counting them as 0 tokens would lower the bar to the sequence state alone.
             self.report.fail(f"probe(s) {', '.join(map(str, uncounted))} reported no usage.prompt_tokens (the server "
                              "ignored stream_options.include_usage), so the KV bytes they moved cannot be predicted")
-        predicted = sum(r["prompt_tokens"] * c.kv_bytes_per_token + c.kv_bytes_per_sequence
+        predicted = sum(wire.kv_transfer_bytes(r["prompt_tokens"], bytes_per_token=c.kv_bytes_per_token,
+                                               bytes_per_sequence=c.kv_bytes_per_sequence,
+                                               block_tokens=c.kv_block_tokens, tokens_withheld=c.kv_tokens_withheld)
                         for r in counted if r.get("prompt_tokens"))
         role_of_node = {}
         for entry in self.report.sections.get("nodes", []):
@@ -295,6 +297,7 @@ class Checks(Phase):
             "predicted_bytes": predicted,
             "kv_bytes_per_token": c.kv_bytes_per_token,
             "kv_bytes_per_sequence": c.kv_bytes_per_sequence,
+            "kv_block_tokens": c.kv_block_tokens, "kv_tokens_withheld": c.kv_tokens_withheld,
             "efa_prefill_sent_bytes": sent, "efa_decode_received_bytes": received,
             "efa_moved_bytes": moved, "efa_fraction_of_predicted": round(fraction, 4) if fraction is not None else None,
             "min_fraction": c.min_kv_fraction,

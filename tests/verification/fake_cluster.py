@@ -833,7 +833,10 @@ class FakeDeployment:
             self.pods()  # time passes for the kubelet while clients retry
             return handler.reply(503, {"error": {"message": "no replica of the deployment is running"}})
         prompt_tokens = len(body["messages"][0]["content"].split()) + 12  # + the chat template's tokens
-        kv = prompt_tokens * self.settings["kv_bytes_per_token"] + self.settings["kv_bytes_per_sequence"]
+        kv = wire.kv_transfer_bytes(prompt_tokens, bytes_per_token=self.settings["kv_bytes_per_token"],
+                                    bytes_per_sequence=self.settings["kv_bytes_per_sequence"],
+                                    block_tokens=self.settings["kv_block_tokens"],
+                                    tokens_withheld=self.settings["kv_tokens_withheld"])
         with self.lock:
             self.requests_served += 1
             self._bump(PREFILL_NODE, "tx_bytes", int(kv * self.scenario.efa_fraction))
