@@ -182,7 +182,9 @@ def test_plan_json_idle_cost_is_the_gpu_node_lines_at_min_and_desired_sizes():
 
 def test_plan_json_duplicate_model_memory_disaggregated_against_colocated():
     plan = make_plan(unpinned_config(AUTOSCALED))
-    weights = plan.model.weight_bytes(plan.dtype_bytes) / GIB
+    # What vLLM loads: no MTP head, and no vision tower (the reference serves text, language_model_only).
+    weights = plan.model.weight_bytes(plan.dtype_bytes, vision=False) / GIB
+    assert weights == pytest.approx(16.6778, abs=1e-4)
     memory = plan.summary()["duplicate_model_memory"]
     assert memory["weights_gib_per_replica"] == pytest.approx(weights, abs=1e-4)
     assert memory["replicas"] == {"prefill": 1, "decode": 2} and memory["copies"] == 3

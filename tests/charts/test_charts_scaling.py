@@ -69,9 +69,9 @@ def test_autoscaled_xpyd_scales_each_leg_between_its_node_group_sizes(shape):
     for role, nodes in (("prefill", prefill_nodes), ("decode", decode_nodes)):
         high = nodes + GROWTH[role]
         (config,) = args[f"{role}_config"]["deployment_config"].values()
-        # One replica per L4 node; the target is the decode KV pool's sequences at max_model_len (3).
+        # One replica per L4 node; the target is the decode KV pool's sequences at max_model_len (10).
         assert args[f"{role}_config"]["deployment_config"] == {"autoscaling_config": {
-            "min_replicas": nodes, "initial_replicas": nodes, "max_replicas": high, "target_ongoing_requests": 3.0}}
+            "min_replicas": nodes, "initial_replicas": nodes, "max_replicas": high, "target_ongoing_requests": 10.0}}
         group = rendered.worker_group(role)
         assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (nodes, nodes, high)
         # The Ray autoscaler plans pods from the declared resources: Serve LLM's accelerator hint
@@ -119,7 +119,7 @@ def test_every_shape_passes_rays_models_and_the_strict_crd(shape, autoscaled, st
         if autoscaled:
             scaling = AutoscalingConfig(**deployment["autoscaling_config"])
             assert scaling.min_replicas <= scaling.initial_replicas <= scaling.max_replicas
-            assert scaling.target_ongoing_requests == 3.0  # not Serve LLM's 1e9, which never scales up
+            assert scaling.target_ongoing_requests == 10.0  # not Serve LLM's 1e9, which never scales up
         else:
             assert deployment == {"num_replicas": SHAPES[shape][0 if role == "prefill" else 1]}
 
@@ -146,7 +146,7 @@ def test_colocated_autoscales_one_deployment_over_both_groups():
     rendered = render(Deployment(topology=Topology.colocated, **_legs(1, 2, autoscaled=True)))
     (llm,) = rendered.application["args"]["llm_configs"]
     assert llm["deployment_config"] == {"autoscaling_config": {
-        "min_replicas": 3, "initial_replicas": 3, "max_replicas": 8, "target_ongoing_requests": 3.0}}
+        "min_replicas": 3, "initial_replicas": 3, "max_replicas": 8, "target_ongoing_requests": 10.0}}
 
 
 def test_a_configured_target_is_written_as_given():

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from fake_cluster import EFA_LINES, FakeDeployment, Scenario, program_env, run_gate
 
+from ray_llm_eks.base import wire
 from ray_llm_eks.cdk8s_charts.verification import PROGRAM_DIR
 from ray_llm_eks.verification import evidence
 
@@ -45,9 +46,13 @@ def test_healthy_disaggregated_deployment_passes(in_cluster_copy, fake: FakeDepl
     assert report["probes"]["ok"] == 3 and report["probes"]["ttft_ms_p50"] is not None
     assert report["transport"]["backend"] == "LIBFABRIC" and report["transport"]["provider"] == "efa"
     kv = report["kv"]
-    # Predicted = sum over probes of prompt_tokens x bytes/token + the hybrid model's state (planner's formula).
+    # Predicted = sum over probes of the prompt less the token a hybrid's prefill withholds, in whole
+    # blocks of bytes/token, + the hybrid model's state (the planner's formula, wire.kv_transfer_bytes).
     prompts = [p["prompt_tokens"] for p in report["probes"]["results"]]
-    assert kv["predicted_bytes"] == sum(t * kv["kv_bytes_per_token"] + kv["kv_bytes_per_sequence"] for t in prompts)
+    block, withheld = kv["kv_block_tokens"], kv["kv_tokens_withheld"]
+    assert (block, withheld) == (528, 1)  # Qwen3.5-9B on one L4: vLLM's hybrid block size; P keeps the last token
+    assert kv["predicted_bytes"] == sum(-(-(t - withheld) // block) * block * kv["kv_bytes_per_token"]
+                                        + kv["kv_bytes_per_sequence"] for t in prompts)
     assert kv["efa_moved_bytes"] == kv["predicted_bytes"] and kv["efa_fraction_of_predicted"] == 1.0
     assert kv["nixl"]["bytes_transferred"] == kv["predicted_bytes"]
     assert kv["nixl"]["transfers"] == 3 and kv["nixl"]["mean_xfer_time_ms"] == pytest.approx(31.0)
@@ -58,7 +63,11 @@ def test_healthy_disaggregated_deployment_passes(in_cluster_copy, fake: FakeDepl
 def test_the_reference_prompt_predicts_the_planners_bytes(disaggregated):
     # 4096 tokens of Qwen3.5-9B: the figure the planner prints (docs/plan.md).
     settings = disaggregated.settings
-    assert 4096 * settings["kv_bytes_per_token"] + settings["kv_bytes_per_sequence"] == 185_729_024
+    # 4,095 tokens sent (P withholds the last) in 8 whole 528-token blocks of 32,768 B/token, + 51,511,296 B of state.
+    assert wire.kv_transfer_bytes(4096, bytes_per_token=settings["kv_bytes_per_token"],
+                                  bytes_per_sequence=settings["kv_bytes_per_sequence"],
+                                  block_tokens=settings["kv_block_tokens"],
+                                  tokens_withheld=settings["kv_tokens_withheld"]) == 189_923_328
 
 
 @pytest.mark.parametrize(

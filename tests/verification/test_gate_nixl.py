@@ -140,8 +140,11 @@ def _pod(name: str, role: str) -> dict[str, Any]:
 
 
 def _gate(disaggregated, probes_ok: int = 3, prompt_tokens: int = 100) -> Gate:
+    # One-token blocks and nothing withheld: each probe predicts exactly KV_BYTES (these tests are about
+    # NIXL's series; the block rounding is wire.kv_transfer_bytes's, tested with the gate end to end).
     config = GateSettings.from_json({**disaggregated.settings, "kv_bytes_per_token": 10_000,
-                                   "kv_bytes_per_sequence": KV_BYTES - prompt_tokens * 10_000})
+                                   "kv_bytes_per_sequence": KV_BYTES - prompt_tokens * 10_000,
+                                   "kv_block_tokens": 1, "kv_tokens_withheld": 0})
     gate = Gate(config, kube=None, endpoints=Endpoints(kube=None))  # type: ignore[arg-type]
     gate.report.sections["probes"] = {"count": probes_ok, "ok": probes_ok,
                                       "results": [{"ok": True, "prompt_tokens": prompt_tokens}] * probes_ok}
