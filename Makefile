@@ -46,7 +46,7 @@ TWIN_DIR := .twin
 TWIN_REQUIREMENTS := ray_llm_eks/twin/requirements.txt
 TWIN_DEBIAN := iproute2 libhwloc15 libnl-3-200 libnl-route-3-200 libibverbs1 librdmacm1 ibverbs-providers
 
-.PHONY: synth render test test-bench test-slow test-twin twin twin-install bootstrap clean snapshot-update docs generate scanner-figures
+.PHONY: synth render test test-bench test-slow test-twin twin twin-install twin-gpu bootstrap clean snapshot-update docs generate scanner-figures
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -146,6 +146,13 @@ twin-install: bootstrap $(TWIN_DIR)/.debian $(TWIN_VENV)/.installed $(TWIN_DIR)/
 
 twin: twin-install
 	$(BIN)/python -m ray_llm_eks.twin $(TWIN_ARGS)
+
+# `make twin-gpu [CONFIG=...] [WHEELS=dir]`: the GPU profile on a Linux machine with one NVIDIA GPU
+# (docs/twin.md, "The GPU profile"): the configuration rendered with a tiny model of its kind, the
+# image's serving stack installed from PyPI or WHEELS, both topologies and the gate, then vLLM's own
+# KV pool of the configured model's shape. CI has no GPU: docs/twin.md records each run.
+twin-gpu: bootstrap
+	$(BIN)/python -m ray_llm_eks.cli twin --gpu $(if $(CONFIG),--config $(CONFIG)) $(if $(WHEELS),--wheels $(WHEELS)) $(TWIN_ARGS)
 
 test-twin: twin-install
 	$(BIN)/python -m pytest -m twin tests/twin -p no:cacheprovider -s; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status

@@ -45,16 +45,10 @@ STACK = ("vllm==0.26.0", "nixl-cu13==1.3.1", "nixl==1.3.1", "ray[serve]==2.58.0"
 libfabric 2.x (the mpich wheel's, with the tcp provider) for NIXL's LIBFABRIC plugin."""
 PROMPT = "Say hello to the twin and count to ten."
 GREEDY_TOKENS = 16
-TINY_SOURCE = {"dense": "ray-llm-eks/twin-tiny-llama", "hybrid": "ray-llm-eks/twin-tiny-qwen3_5"}
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "data" / "reference.yaml"
 
 
 # --- prepare (the workstation: needs the package's CDK environment) ----------------------------
-
-def _tiny_architecture(kind: str) -> dict[str, Any]:
-    if kind == "dense":
-        return dict(tiny_model.ARCHITECTURE)
-    return {**tiny_model.HYBRID_ARCHITECTURE, "parameter_count": tiny_model.HYBRID_PARAMETER_COUNT}
-
 
 def prepare(config_path: Path, out: Path) -> dict[str, Any]:
     import yaml
@@ -67,16 +61,10 @@ def prepare(config_path: Path, out: Path) -> dict[str, Any]:
     configured = parse_config(data, str(config_path))
     plan = make_plan(configured)
     serving = configured.specs().serving
-    kind = "hybrid" if serving.is_hybrid else "dense"
-    model = dict(data.get("model") or {})
-    model.update(source=TINY_SOURCE[kind], served_name="tiny", architecture=_tiny_architecture(kind))
-    model.pop("revision", None)
-    derived = {**data, "model": model, "strict": False}
-    out.mkdir(parents=True, exist_ok=True)
-    derived_path = out / "config.yaml"
-    derived_path.write_text(yaml.safe_dump(derived, sort_keys=False))
+    tiny = render.tiny_config(config_path, out, runs_hybrid=True)
+    kind = tiny.kind
     for topology in TOPOLOGIES:
-        charts = render.render(derived_path, topology)
+        charts = render.render(tiny.path, topology)
         (out / f"{topology}.json").write_text(json.dumps(
             {"rayservice": charts[render.RAYSERVICE_CHART], "verification": charts[render.VERIFICATION_CHART]}))
     budgets = [{"role": b.role, "instance_type": b.instance_type, "gpu_memory_gib": b.gpu_memory_gib,
@@ -92,9 +80,11 @@ def prepare(config_path: Path, out: Path) -> dict[str, Any]:
 # --- install (the GPU machine) -----------------------------------------------------------------
 
 def install(venv: Path, wheels: Path | None) -> None:
-    """A virtualenv over the machine's own Python (its PyTorch), with the serving stack."""
+    """A virtualenv over the machine's own Python (its PyTorch), with the serving stack: from PyPI, or
+    every wheel of ``wheels`` (a folder ``pip download`` filled: the stack and all it depends on)."""
     if not (venv / "bin" / "python").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        base = getattr(sys, "_base_executable", sys.executable)  # the system's Python, not this package's venv
+        subprocess.run([base, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
     if wheels is not None:
         subprocess.run([*pip, "--no-index", "--no-deps", *sorted(glob.glob(str(wheels / "*.whl")))], check=True)
@@ -182,7 +172,7 @@ def run(prepared: Path, venv: Path, workdir: Path, *, keep_libfabric: bool = Fal
     kind = meta["kind"]
     model = workdir / f"model-{kind}"
     built = build_model(kind, model, str(venv / "bin" / "python"))
-    rendered = _tiny_architecture(kind)
+    rendered = tiny_model.architecture(kind)
     results: dict[str, Any] = {"kind": kind, "configured_model": meta["configured_model"], "keep_libfabric": keep_libfabric,
                                "architecture_matches_checkpoint": built == rendered, "changes": gpu_profile.GPU_CHANGES,
                                "topologies": {}}
@@ -248,17 +238,21 @@ WEIGHTS = re.compile(r"Model loading took ([0-9.]+) GiB")
 BLOCKS = re.compile(r"GPU KV cache size: ([0-9,]+) tokens")
 
 
-def budget(prepared: Path, venv: Path, workdir: Path, visible_gib: float) -> dict[str, Any]:
+def budget(prepared: Path, venv: Path, workdir: Path, visible_gib: float | None = None) -> dict[str, Any]:
     """vLLM 0.26.0's own memory profile of the configured model's shape, in one configured GPU's
     budget: ``gpu_memory_utilization`` scaled so vLLM may use what it would on that GPU
-    (utilization x ``visible_gib``), on whatever GPU this machine has."""
+    (utilization x ``visible_gib``, by default the CUDA-visible memory ``plan`` uses for the
+    configured type), on whatever GPU this machine has."""
     import torch  # the machine's own
 
     meta = json.loads((prepared / "prepared.json").read_text())
+    if meta["configured_model"] != "Qwen/Qwen3.5-9B":
+        raise SystemExit(f"budget: builds Qwen/Qwen3.5-9B's shape only (configured: {meta['configured_model']})")
     python = str(venv / "bin" / "python")
     model = qwen3_5_9b_config(workdir / "qwen3_5_9b", python)
     total_gib = torch.cuda.mem_get_info()[1] / 1024**3
     plan = meta["plan_budgets"][0] if meta["plan_budgets"] else {}
+    visible_gib = visible_gib or plan["gpu_memory_gib"]
     utilization = round(plan.get("gpu_memory_utilization", 0.9) * visible_gib / total_gib, 4)
     results: dict[str, Any] = {"visible_gib": visible_gib, "device_total_gib": round(total_gib, 3),
                                "utilization_on_device": utilization, "plan": meta["plan_budgets"], "cases": {}}
@@ -284,11 +278,71 @@ def budget(prepared: Path, venv: Path, workdir: Path, visible_gib: float) -> dic
     return results
 
 
+def wheel_folder_problem(wheels: Path) -> str | None:
+    """Why ``--wheels`` cannot be installed from, or None."""
+    if not wheels.is_dir():
+        return f"--wheels: not a folder (got {str(wheels)!r}); accepted: a folder of .whl files (pip download -d DIR)"
+    names = [p.name.lower() for p in wheels.glob("*.whl")]
+    missing = [pin for pin in STACK if not any(n.startswith(pin.split("==")[0].split("[")[0].replace("-", "_") + "-"
+                                                             + pin.split("==")[1]) for n in names)]
+    if missing:
+        return (f"--wheels: {wheels} lacks {', '.join(missing)} (got {len(names)} wheel(s)); accepted: a folder "
+                f"holding {', '.join(STACK)} and their dependencies")
+    return None
+
+
+def gpu_problem() -> str | None:
+    """Why this machine cannot run the GPU profile (no NVIDIA GPU), or None."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"--gpu: no NVIDIA GPU here (nvidia-smi: {error}); accepted: a Linux machine with one NVIDIA GPU"
+    gpus = [line for line in listed.stdout.splitlines() if line.startswith("GPU ")]
+    if listed.returncode or not gpus:
+        return "--gpu: nvidia-smi lists no GPU; accepted: a Linux machine with one NVIDIA GPU"
+    return None
+
+
+def twin_gpu(config: Path | None, workdir: Path, *, wheels: Path | None, prepared: Path | None,
+             keep_libfabric: bool, topologies: tuple[str, ...], log: Any = print) -> int:
+    """``make twin-gpu`` / ``ray-llm-eks twin --gpu``: prepare (unless ``prepared``), install, run, budget.
+    0: every gate passed, or failed only for a change the profile lists (:func:`unexplained_reasons`)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if prepared is None:
+        prepared = workdir / "prepared"
+        prepare(config or DEFAULT_CONFIG, prepared)
+    venv = workdir / "venv"
+    install(venv, wheels)
+    results = run(prepared, venv, workdir / "run", keep_libfabric=keep_libfabric, topologies=topologies)
+    meta = json.loads((prepared / "prepared.json").read_text())
+    if meta["configured_model"] == "Qwen/Qwen3.5-9B":
+        budget(prepared, venv, workdir / "budget")
+    else:
+        log(f"budget: skipped: it builds Qwen/Qwen3.5-9B's shape only (configured: {meta['configured_model']})")
+    left = {t: unexplained_reasons(e, keep_libfabric) for t, e in results["topologies"].items()}
+    log(f"twin --gpu: results in {workdir / 'run' / 'results.json'}; unexplained gate reasons: {json.dumps(left)}")
+    return 0 if not any(left.values()) else 1
+
+
+PROFILE_REASON = "the NIXL backend is UCX, not LIBFABRIC"
+"""The gate's transport reason the profile's own UCX change causes (GPU_CHANGES: LIBFABRIC -> UCX)."""
+
+
+def unexplained_reasons(entry: dict[str, Any], keep_libfabric: bool) -> list[str]:
+    """A topology's gate reasons less those the profile's listed changes cause; a run that did not
+    reach the gate gives its error or Serve's status."""
+    gate = entry.get("gate")
+    if gate is None:
+        return [entry.get("error") or f"Serve status {entry.get('serve_status')}: {entry.get('serve_message', '')}"]
+    to_ucx = any("backend UCX" in note for note in entry.get("notes") or ())
+    return [r for r in gate.get("reasons") or () if not (to_ucx and not keep_libfabric and PROFILE_REASON in r)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_llm_eks.twin.gpu", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("prepare")
-    p.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[1] / "data" / "reference.yaml")
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     p.add_argument("--out", type=Path, required=True)
     i = commands.add_parser("install")
     i.add_argument("--venv", type=Path, required=True)
@@ -303,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="run LIBFABRIC as rendered even where it must register GPU memory over tcp")
             r.add_argument("--topology", choices=[*TOPOLOGIES, "both"], default="both")
         else:
-            r.add_argument("--visible-gib", type=float, required=True,
-                           help="the configured GPU's CUDA-visible memory in GiB (an L4: 22.03)")
+            r.add_argument("--visible-gib", type=float,
+                           help="the configured GPU's CUDA-visible memory in GiB (default: plan's, an L4's 22.03)")
     args = parser.parse_args(argv)
     if args.command == "prepare":
         print(json.dumps(prepare(args.config, args.out), indent=2))

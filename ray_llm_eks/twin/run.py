@@ -118,6 +118,7 @@ class TwinRun:
     def __post_init__(self) -> None:
         self.rendered: dict[str, dict[str, list[dict[str, Any]]]] = {}
         self.deployments: dict[str, twin_profile.TwinDeployment] = {}
+        self.tiny: render.TinyConfig | None = None
         self.network: netns.Network | None = None
         self.twin: cluster.Twin | None = None
         self.api: kube_api.KubeApi | None = None
@@ -150,8 +151,12 @@ class TwinRun:
     def start(self) -> None:
         self.environment.check()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # The configured deployment with the tiny model of a kind vLLM's CPU build serves (render.HYBRID_ON_CPU).
+        self.tiny = render.tiny_config(self.config, self.workdir, runs_hybrid=False)
+        for note in self.tiny.notes:
+            self.log(f"twin: note: {note}")
         for topology in render.TOPOLOGIES:
-            self.rendered[topology] = render.render(self.config, topology, self.workdir / topology)
+            self.rendered[topology] = render.render(self.tiny.path, topology, self.workdir / topology)
         self.network = netns.Network(HOSTS, loopback_only=LOOPBACK_ONLY).up()
         paths = twin_profile.Paths(model=str(self.environment.model), library_path=self.environment.library_path,
                                    hf_home=str(self.workdir / "hf"), preload=str(self.environment.preload))

@@ -134,6 +134,16 @@ def build_hybrid_model(directory: Path) -> Path:
 
 
 BUILDERS = {"model": build_model, "hybrid": build_hybrid_model, "tokenizer": build_tokenizer}
+SOURCES = {"dense": "ray-llm-eks/twin-tiny-llama", "hybrid": "ray-llm-eks/twin-tiny-qwen3_5"}
+"""The ``model.source`` a twin's derived configuration names for each kind (never downloaded: the
+twins serve the checkpoint built on the machine)."""
+
+
+def architecture(kind: str) -> dict:
+    """``model.architecture`` of the tiny model of ``kind`` (``dense`` or ``hybrid``)."""
+    if kind == "dense":
+        return dict(ARCHITECTURE)
+    return {**HYBRID_ARCHITECTURE, "parameter_count": HYBRID_PARAMETER_COUNT}
 
 
 if __name__ == "__main__":
