@@ -223,6 +223,8 @@ def qwen3_5_9b_config(target: Path, python: str) -> Path:
     return target
 
 
+BUDGET_MODEL = "Qwen/Qwen3.5-9B"
+"""The one configured model whose real shape :func:`qwen3_5_9b_config` builds for ``budget``."""
 BUDGET_SCRIPT = r'''
 import json, sys
 from vllm import LLM
@@ -246,8 +248,8 @@ def budget(prepared: Path, venv: Path, workdir: Path, visible_gib: float | None 
     import torch  # the machine's own
 
     meta = json.loads((prepared / "prepared.json").read_text())
-    if meta["configured_model"] != "Qwen/Qwen3.5-9B":
-        raise SystemExit(f"budget: builds Qwen/Qwen3.5-9B's shape only (configured: {meta['configured_model']})")
+    if meta["configured_model"] != BUDGET_MODEL:
+        raise SystemExit(f"budget: builds {BUDGET_MODEL}'s shape only (configured: {meta['configured_model']})")
     python = str(venv / "bin" / "python")
     model = qwen3_5_9b_config(workdir / "qwen3_5_9b", python)
     total_gib = torch.cuda.mem_get_info()[1] / 1024**3
@@ -315,10 +317,10 @@ def twin_gpu(config: Path | None, workdir: Path, *, wheels: Path | None, prepare
     install(venv, wheels)
     results = run(prepared, venv, workdir / "run", keep_libfabric=keep_libfabric, topologies=topologies)
     meta = json.loads((prepared / "prepared.json").read_text())
-    if meta["configured_model"] == "Qwen/Qwen3.5-9B":
+    if meta["configured_model"] == BUDGET_MODEL:
         budget(prepared, venv, workdir / "budget")
     else:
-        log(f"budget: skipped: it builds Qwen/Qwen3.5-9B's shape only (configured: {meta['configured_model']})")
+        log(f"budget: skipped: it builds {BUDGET_MODEL}'s shape only (configured: {meta['configured_model']})")
     left = {t: unexplained_reasons(e, keep_libfabric) for t, e in results["topologies"].items()}
     log(f"twin --gpu: results in {workdir / 'run' / 'results.json'}; unexplained gate reasons: {json.dumps(left)}")
     return 0 if not any(left.values()) else 1
