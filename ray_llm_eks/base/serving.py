@@ -119,6 +119,13 @@ others; the NVIDIA device plugin (its chart's ``<release>-service-account``); an
 the EFA device plugin runs as (aws/eks-charts ``stable/aws-efa-k8s-device-plugin/templates/daemonset.yaml``
 names no account) and the Pod Identity agent may. Each is exempt only when its controller creates
 the pod (``infrastructure.AGENT_CONTROLLER_USERS``)."""
+DEFAULT_EXEC_ADMINS = ("group:system:masters",)
+"""Who may ``exec``, ``attach`` or ``port-forward`` into the serving namespace's pods by default:
+the group that bypasses authorization (``SystemPrivilegedGroup``, kubernetes
+``staging/src/k8s.io/apiserver/pkg/authentication/user/user.go``), whose members could delete the
+policy anyway. EKS refuses ``system:`` groups in access entries, so on an access-entry cluster
+nobody until you name your admins."""
+_EXEC_ADMIN = re.compile(r"^(user|group):([^\s'\"\\*]+)(\*?)$")
 _AGENT = re.compile(r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$")
 DEFAULT_IMAGE_USER_ID, DEFAULT_IMAGE_GROUP_ID = 1000, 100
 DEFAULT_CACHE_NODE_TYPE = "cache.t4g.small"
@@ -433,6 +440,8 @@ class ServiceSettings:
     """Node agents the admission policy (``serving-admission-policy``) leaves alone, as ``namespace/service-account``: their pods may use host access and tolerate every taint, but only when the DaemonSet or ReplicaSet controller creates them (a Deployment or DaemonSet of that account). Default: aws-node, kube-proxy, the Pod Identity agent and the device plugins in kube-system; with observability on, the CloudWatch add-on's accounts are added. Never an account in the serving namespace."""
     other_serving_namespaces: tuple[str, ...] = ()
     """The serving namespaces of other ray-llm-eks deployments on the same cluster: this deployment's admission policy leaves them to their own (by name; a label could be forged). Every other namespace gets this policy's "nobody" row."""
+    exec_admins: tuple[str, ...] = DEFAULT_EXEC_ADMINS
+    """Who may ``kubectl exec``, ``attach`` or ``port-forward`` into pods of the serving namespace (a ValidatingAdmissionPolicy on CONNECT): ``user:<name>`` (a trailing ``*`` matches a prefix, for EKS's ``arn:aws:sts::<account>:assumed-role/<role>/<session>`` names) or ``group:<name>``. An exec into a worker is root on a GPU node; into the gate, its AWS role. Anyone may still exec into the benchmark Job's pod (``kubectl cp`` of the results). Default: ``group:system:masters`` only."""
     admission_exempt_namespaces: tuple[str, ...] = ()
     """Replaced by ``admission_exempt_agents``: a whole exempt namespace let any pod there run privileged on every node. Refused when set."""
 
@@ -458,7 +467,7 @@ class ServiceSettings:
 
     def _check_access(self, found: Collector) -> None:
         for name in ("client_namespaces", "client_cidrs", "egress_cidrs", "admission_exempt_agents",
-                     "other_serving_namespaces", "admission_exempt_namespaces"):
+                     "other_serving_namespaces", "admission_exempt_namespaces", "exec_admins"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
@@ -484,6 +493,12 @@ class ServiceSettings:
                 found.add(problem("admission_exempt_agents", agent,
                                   "an account in the serving namespace: its pods could run privileged on the GPU nodes",
                                   "accounts of node agents in their own namespaces, such as kube-system/aws-node"))
+        for admin in self.exec_admins:
+            match = _EXEC_ADMIN.match(admin) if isinstance(admin, str) else None
+            if match is None or (match.group(1) == "group" and match.group(3)):
+                found.add(problem("exec_admins", admin, "not 'user:<name>' or 'group:<name>'",
+                                  "user:<name> (a trailing * matches a prefix) or group:<name>, without quotes, "
+                                  "backslashes or spaces, such as group:system:masters"))
         for namespace in self.other_serving_namespaces:
             if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
                 found.add(problem("other_serving_namespaces", namespace, "not a namespace name",

@@ -17,12 +17,15 @@ from helpers.admission import (
     OPERATOR,
     REPLICASET_CONTROLLER,
     admits,
+    connect,
+    controller_pod,
     created_pods,
     daemonset_pod,
     denials,
     kuberay_pod,
     pod,
     policy_of,
+    ray_cluster,
 )
 from helpers.charts import leg, render
 
@@ -278,7 +281,10 @@ def test_nobody_but_the_operator_swaps_a_workers_image_or_adds_to_it(vap, worker
                         if running is worker else _changed(running, "containers.0.image", "evil:1"),
                         _changed(running, "tolerations", [*running["spec"]["tolerations"], {"key": "x", "operator": "Exists"}])):
             assert not admits(vap, "inference", changed, operation="UPDATE", old=running, user=user)
-    assert admits(vap, "inference", _changed(worker, "containers.0.image", "new"), operation="UPDATE", old=worker)
+    # The operator itself: a toleration of another taint, but no image but the rendered one.
+    tolerant = _changed(worker, "tolerations", [*worker["spec"]["tolerations"], {"key": "x", "operator": "Exists"}])
+    assert admits(vap, "inference", tolerant, operation="UPDATE", old=worker)
+    assert not admits(vap, "inference", _changed(worker, "containers.0.image", "new"), operation="UPDATE", old=worker)
 
 
 @pytest.mark.parametrize("debugger", [
@@ -295,12 +301,13 @@ def test_no_ephemeral_container_on_a_granted_pod(vap, worker, head, counters, de
             assert not admits(vap, "inference", debugged, operation="UPDATE", old=running, user=user)
 
 
-def test_an_unprivileged_ephemeral_container_on_an_ordinary_pod_is_fine_a_privileged_one_is_not(vap):
-    gate = plain("ray-llm-gate")
-    assert admits(vap, "inference", _changed(gate, "ephemeralContainers", [{"name": "d", "image": "b"}]),
-                  operation="UPDATE", old=gate, user=TENANT)
-    assert not admits(vap, "inference", _changed(gate, "ephemeralContainers", [
-        {"name": "d", "image": "b", "securityContext": {"privileged": True}}]), operation="UPDATE", old=gate, user=TENANT)
+@pytest.mark.parametrize("namespace", ["inference", "tenant"])
+def test_an_unprivileged_ephemeral_container_on_an_ordinary_pod_is_fine_a_privileged_one_is_not(vap, namespace):
+    app = plain("app")
+    assert admits(vap, namespace, _changed(app, "ephemeralContainers", [{"name": "d", "image": "b"}]),
+                  operation="UPDATE", old=app, user=TENANT)
+    assert not admits(vap, namespace, _changed(app, "ephemeralContainers", [
+        {"name": "d", "image": "b", "securityContext": {"privileged": True}}]), operation="UPDATE", old=app, user=TENANT)
 
 
 def test_metadata_updates_are_never_refused(vap, worker, counters):
@@ -353,8 +360,8 @@ def test_all_pass_kubernetes_validate_strict(scenario):
     import kubernetes_validate
 
     objects = scenario("hardened").objects[ADMISSION_POLICY_CHART_ID]
-    assert sorted(o["kind"] for o in objects) == ["ValidatingAdmissionPolicy"] * 2 + \
-        ["ValidatingAdmissionPolicyBinding"] * 3
+    assert sorted(o["kind"] for o in objects) == ["ValidatingAdmissionPolicy"] * 3 + \
+        ["ValidatingAdmissionPolicyBinding"] * 4
     for obj in objects:
         kubernetes_validate.validate(copy.deepcopy(obj), KUBERNETES_VERSION, strict=True)
 
@@ -417,9 +424,8 @@ def test_the_settings_refuse_what_would_open_the_serving_namespace(settings, mes
 
 # --- RayClusters in the serving namespace -------------------------------------------------------
 
-def _ray_cluster(rendered) -> dict:
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray-llm-abcde"},
-            "spec": copy.deepcopy(rendered.cluster)}
+def _ray_cluster(rendered, owner: str = "ray-llm", *, owner_kind: str = "RayService") -> dict:
+    return ray_cluster(rendered.cluster, owner, owner_kind=owner_kind)
 
 
 @pytest.fixture(scope="module")
@@ -463,3 +469,245 @@ def test_the_autoscaler_may_resize_a_worker_group_and_change_nothing_else(autosc
             assert not admits(clusters, "inference", changed, operation="UPDATE", old=running, user=user)
         assert admits(clusters, "inference", changed, operation="UPDATE", old=running, user=OPERATOR)
     assert not admits(clusters, "inference", resized, operation="UPDATE", old=running, user=TENANT)
+
+
+# --- outside the serving namespace: nothing stricter than Pod Security baseline -----------------
+
+BASELINE_CAPABILITIES = ["AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"]
+"""kubernetes/pod-security-admission ``policy/check_capabilities_baseline.go:62-76`` at v0.35.6."""
+
+COREDNS_TEMPLATE = {
+    "metadata": {"labels": {"eks.amazonaws.com/component": "coredns", "k8s-app": "kube-dns"}},
+    "spec": {
+        "containers": [{
+            "name": "coredns", "image": "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/coredns:v1.14.3-eksbuild.11",
+            "args": ["-conf", "/etc/coredns/Corefile"],
+            "ports": [{"containerPort": 53, "name": "dns", "protocol": "UDP"},
+                      {"containerPort": 53, "name": "dns-tcp", "protocol": "TCP"},
+                      {"containerPort": 9153, "name": "metrics", "protocol": "TCP"}],
+            "securityContext": {"allowPrivilegeEscalation": False,
+                                "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]},
+                                "readOnlyRootFilesystem": True},
+            "volumeMounts": [{"mountPath": "/etc/coredns", "name": "config-volume", "readOnly": True}]}],
+        "dnsPolicy": "Default", "priorityClassName": "system-cluster-critical", "securityContext": {},
+        "serviceAccount": "coredns", "serviceAccountName": "coredns",
+        "tolerations": [{"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane"},
+                        {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        "volumes": [{"name": "config-volume", "configMap": {"name": "coredns", "defaultMode": 420,
+                                                              "items": [{"key": "Corefile", "path": "Corefile"}]}}],
+    },
+}
+"""EKS's CoreDNS pod template as eksctl ships it for Kubernetes 1.35 (eksctl-io/eksctl
+``pkg/addons/default/assets/coredns-1.35.json`` at v0.230.0, the Deployment ``coredns``; probes and
+resources left out, the image's account and region filled in)."""
+
+
+def test_eks_coredns_as_eksctl_ships_it_is_admitted(vap):
+    """It adds NET_BIND_SERVICE (port 53 without root), which baseline allows; it is in no
+    exempt list, and needs none."""
+    coredns = controller_pod(COREDNS_TEMPLATE)
+    assert "kube-system/coredns" not in Deployment().specs().serving.service.admission_exempt_agents
+    assert denials(vap, "kube-system", coredns, user=REPLICASET_CONTROLLER) == []
+    assert admits(vap, "kube-system", coredns, user=TENANT)  # as baseline: whoever creates it
+
+
+def _adding(*capabilities: str, where: str = "containers") -> dict:
+    return plain("app", **{where: [{"name": "c", "image": "i",
+                                     "securityContext": {"capabilities": {"add": list(capabilities)}}}]})
+
+
+@pytest.mark.parametrize("capability", BASELINE_CAPABILITIES)
+@pytest.mark.parametrize("namespace", ["kube-system", "default", "tenant"])
+def test_outside_the_serving_namespace_anyone_adds_what_baseline_allows(vap, capability, namespace):
+    for where in ("containers", "initContainers"):
+        assert admits(vap, namespace, _adding(capability, where=where), user=TENANT), where
+    app = plain("app")
+    debug = _changed(app, "ephemeralContainers", [{"name": "d", "image": "b",
+                                                   "securityContext": {"capabilities": {"add": [capability]}}}])
+    assert admits(vap, namespace, debug, operation="UPDATE", old=app, user=TENANT)
+    # The serving namespace (Pod Security privileged) keeps capabilities for the deployment's grants.
+    assert not admits(vap, "inference", _adding(capability), user=TENANT)
+
+
+@pytest.mark.parametrize("capabilities", [["SYS_ADMIN"], ["NET_ADMIN"], ["NET_RAW"], ["SYS_PTRACE"], ["ALL"],
+                                          ["NET_BIND_SERVICE", "SYS_ADMIN"]])
+@pytest.mark.parametrize("namespace", ["kube-system", "tenant"])
+def test_outside_the_serving_namespace_beyond_baseline_is_refused(vap, capabilities, namespace):
+    for where in ("containers", "initContainers"):
+        assert not admits(vap, namespace, _adding(*capabilities, where=where), user=REPLICASET_CONTROLLER), where
+    app = plain("app")
+    for context in ({"capabilities": {"add": capabilities}}, {"privileged": True}):
+        debug = _changed(app, "ephemeralContainers", [{"name": "d", "image": "b", "securityContext": context}])
+        assert not admits(vap, namespace, debug, operation="UPDATE", old=app, user=TENANT), context
+
+
+def test_a_kubelet_may_create_the_mirror_pod_of_its_own_static_pod_only(vap):
+    """A static pod's mirror carries its node's name; the NodeRestriction plugin lets a kubelet
+    create mirror pods for its own node only. Anyone else's nodeName skips the GPU taint."""
+    static = pod({"nodeName": "ip-10-0-1-1.ec2.internal", "containers": [{"name": "c", "image": "i"}]})
+    for namespace in ("kube-system", "tenant"):
+        assert admits(vap, namespace, static, user="system:node:ip-10-0-1-1.ec2.internal")
+        assert not admits(vap, namespace, static, user="system:node:ip-10-0-9-9.ec2.internal")
+        assert not admits(vap, namespace, static, user=TENANT)
+
+
+# --- the deployment's own pods: its controllers, its accounts, its image --------------------------
+
+IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
+
+
+@pytest.fixture(scope="module")
+def own_pods() -> dict[str, tuple[dict, str]]:
+    """The gate's, continuous verification's and the counter readers' pods, as their
+    controllers create them from the rendered templates: ``{component: (pod, requester)}``."""
+    found = {}
+    for what, candidate, namespace, user in created_pods(_verification_objects(Deployment())):
+        assert namespace == "inference"
+        found[candidate["metadata"]["labels"]["ray-llm-eks/component"]] = (candidate, user)
+    assert set(found) == {"gate", "continuous-verification", "efa-counters"}
+    return found
+
+
+def test_the_rendered_image_is_the_one_every_own_pod_runs(own_pods, worker, head):
+    for candidate in (worker, head, *(p for p, _ in own_pods.values())):
+        spec = candidate["spec"]
+        assert {c["image"] for c in spec["containers"] + spec.get("initContainers", [])} == {IMAGE}
+
+
+@pytest.mark.parametrize("component", ["gate", "continuous-verification", "efa-counters"])
+def test_an_own_pod_comes_only_from_its_controller_with_its_image(vap, own_pods, component):
+    running, controller = own_pods[component]
+    assert denials(vap, "inference", running, user=controller) == []
+    for user in (TENANT, OPERATOR, REPLICASET_CONTROLLER, JOB_CONTROLLER, DAEMONSET_CONTROLLER):
+        if user != controller:
+            assert not admits(vap, "inference", running, user=user), user  # kubectl run, or another controller
+    assert not admits(vap, "inference", _changed(running, "containers.0.image", "python:3.12"), user=controller)
+    assert not admits(vap, "inference", _changed(running, "initContainers", [{"name": "i", "image": "busybox"}]),
+                      user=controller)
+    # A Job of the tenant's on that account, or with those labels on its own account.
+    account = running["spec"]["serviceAccountName"]
+    assert not admits(vap, "inference", plain(account), user=controller)
+    assert not admits(vap, "inference", pod({**plain("tenant")["spec"], "containers": [{"name": "c", "image": IMAGE}]},
+                                            running["metadata"]["labels"]), user=controller)
+    # kubectl debug: an ephemeral container could read the pod's token and Pod Identity files.
+    debugged = _changed(running, "ephemeralContainers", [{"name": "d", "image": IMAGE}])
+    assert not admits(vap, "inference", debugged, operation="UPDATE", old=running, user=TENANT)
+
+
+@pytest.mark.parametrize("labels", [
+    {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/ray-role": "decode"},       # the Ray mesh: GCS, 8265, 10001
+    {"ray-llm-eks/ray-role": ""},                                                 # Exists: any value
+    {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/serves-http": "true"},       # the OpenAI Service's endpoints
+    {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/component": "gate"},         # the workers' 8000 and 8080
+    {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/component": "teardown-guard"},  # HTTPS out
+    {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/component": "gcs-redis-secret"},
+    {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/component": "bench"},
+])
+def test_a_tenant_pod_neither_carries_nor_takes_a_trusted_label(vap, labels):
+    mine = plain("tenant")
+    assert not admits(vap, "inference", pod(mine["spec"], labels), user=TENANT)
+    assert not admits(vap, "inference", pod(mine["spec"], labels), user=JOB_CONTROLLER)
+    relabelled = copy.deepcopy(mine)
+    relabelled["metadata"]["labels"] = labels
+    assert not admits(vap, "inference", relabelled, operation="UPDATE", old=mine, user=TENANT)
+    assert admits(vap, "tenant", pod(mine["spec"], labels), user=TENANT)  # only the serving namespace trusts them
+
+
+def test_the_instance_label_alone_is_no_claim(vap):
+    assert admits(vap, "inference", pod(plain("tenant")["spec"], {"ray-llm-eks/instance": "ray-llm"}), user=TENANT)
+
+
+def test_the_ray_pods_run_only_the_rendered_image_even_from_the_operator(vap, worker, head):
+    """A RayJob or another RayCluster would have the operator make them (refused below); the
+    operator's own pods carry the rendered image in every container."""
+    for running in (worker, head):
+        assert not admits(vap, "inference", _changed(running, "containers.0.image", "rayproject/ray:2.58.0"))
+    assert not admits(vap, "inference", _changed(worker, "initContainers.1.image", "busybox"))
+
+
+def test_the_benchmark_job_is_admitted_and_its_label_claimed_by_no_one_else(vap):
+    from ray_llm_eks.cdk8s_charts.bench import BenchJobChart
+
+    chart = BenchJobChart(cdk8s.App(), "bench", spec=Deployment().specs().serving, settings={"workload": "chat"})
+    (job,) = [o for o in cdk8s.Testing.synth(chart) if o["kind"] == "Job"]
+    bench = controller_pod(job["spec"]["template"])
+    assert "serviceAccountName" not in bench["spec"]  # the namespace's default account
+    assert denials(vap, "inference", bench, user=JOB_CONTROLLER) == []
+    assert not admits(vap, "inference", bench, user=TENANT)
+    assert not admits(vap, "inference", _changed(bench, "containers.0.image", "python:3.12"), user=JOB_CONTROLLER)
+    assert not admits(vap, "inference", _changed(bench, "serviceAccountName", "ray-llm-gate"), user=JOB_CONTROLLER)
+
+
+# --- RayJobs and RayClusters that are not this deployment's ---------------------------------------
+
+def test_no_ray_job_in_the_serving_namespace(scenario):
+    rendered = scenario("disaggregated")
+    clusters = policy_of(rendered.objects[ADMISSION_POLICY_CHART_ID], resource="rayjobs")
+    job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "j"},
+           "spec": {"entrypoint": "python -c 1", "submissionMode": "HTTPMode",
+                    "clusterSelector": {"ray.io/cluster": "ray-llm-bcdfg"}}}
+    for user in (TENANT, OPERATOR):
+        assert not admits(clusters, "inference", job, user=user)
+    assert admits(clusters, "tenant", job, user=TENANT)
+
+
+@pytest.mark.parametrize(("owner", "kind"), [("j", "RayJob"), ("evil", "RayService"), ("ray-llm", "RayJob")])
+def test_the_operator_makes_a_ray_cluster_here_only_for_this_ray_service(scenario, owner, kind):
+    rendered = scenario("disaggregated")
+    clusters = policy_of(rendered.objects[ADMISSION_POLICY_CHART_ID], resource="rayclusters")
+    assert admits(clusters, "inference", _ray_cluster(rendered), user=OPERATOR)
+    assert not admits(clusters, "inference", _ray_cluster(rendered, owner, owner_kind=kind), user=OPERATOR)
+    unowned = _ray_cluster(rendered)
+    del unowned["metadata"]["ownerReferences"]
+    assert not admits(clusters, "inference", unowned, user=OPERATOR)
+
+
+# --- exec, attach and port-forward ----------------------------------------------------------------
+
+def _connect_policy(rendered):
+    return policy_of(rendered.objects[ADMISSION_POLICY_CHART_ID], resource="pods/exec")
+
+
+PODS = ("ray-llm-bcdfg-decode-worker-x2k4z", "ray-llm-bcdfg-head-x2k4z", "ray-llm-gate-cdc90a7c-x2k4z",
+        "ray-llm-efa-counters-x2k4z", "ray-llm-bench-0123abcd-x2k4z")
+EKS_ADMIN = "arn:aws:sts::111122223333:assumed-role/Admin/alice"
+
+
+@pytest.mark.parametrize("sub_resource", ["exec", "attach", "portforward"])
+def test_only_the_exec_admins_connect_to_pods_of_the_serving_namespace(scenario, sub_resource):
+    policy_ = _connect_policy(scenario("disaggregated"))
+    (rule,) = policy_[0]["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["operations"], rule["resources"]) == (["CONNECT"], ["pods/exec", "pods/attach", "pods/portforward"])
+    (binding,) = policy_[1]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["inference"]
+    for name in PODS:
+        bench_exec = sub_resource == "exec" and "-bench-" in name  # docs/benchmark.md: kubectl cp the results
+        for user, groups in ((TENANT, ("system:authenticated",)), (EKS_ADMIN, ("system:authenticated",)),
+                             ("system:serviceaccount:inference:ray-llm-head", ())):
+            assert connect(policy_, "inference", name, sub_resource, user=user, groups=groups) == bench_exec, name
+        assert connect(policy_, "inference", name, sub_resource, user="kubernetes-admin",
+                       groups=("system:masters", "system:authenticated"))
+        assert connect(policy_, "tenant", name, sub_resource, user=TENANT)  # not this deployment's namespace
+
+
+def test_exec_admins_are_configurable_by_user_prefix_and_group():
+    admins = ("user:arn:aws:sts::111122223333:assumed-role/Admin/*", "user:bob", "group:ray-llm-operators")
+    policy_ = _connect_policy(render(Deployment(serving=ServiceSettings(exec_admins=admins))))
+    worker_ = PODS[0]
+    assert connect(policy_, "inference", worker_, "exec", user=EKS_ADMIN)
+    assert connect(policy_, "inference", worker_, "exec", user="bob")
+    assert connect(policy_, "inference", worker_, "attach", user="carol", groups=("ray-llm-operators",))
+    assert not connect(policy_, "inference", worker_, "exec", user="bobby")
+    assert not connect(policy_, "inference", worker_, "exec", user="arn:aws:sts::111122223333:assumed-role/AdminX/eve")
+    assert not connect(policy_, "inference", worker_, "exec", user="kubernetes-admin", groups=("system:masters",))
+    nobody = _connect_policy(render(Deployment(serving=ServiceSettings(exec_admins=()))))
+    assert not connect(nobody, "inference", worker_, "exec", user="kubernetes-admin", groups=("system:masters",))
+    assert connect(nobody, "inference", PODS[-1], "exec", user=TENANT)
+
+
+@pytest.mark.parametrize("admin", ["system:masters", "group:ops*", "user:*", "user:", "user:a'b", "user:a b",
+                                   "role:admin", 7])
+def test_exec_admins_refuse_what_is_not_a_user_or_group(admin):
+    with pytest.raises(SpecErrors, match=r"^ServiceSettings: exec_admins: not 'user:<name>' or 'group:<name>'"):
+        ServiceSettings(exec_admins=(admin,))

@@ -57,7 +57,7 @@ def _eval(expression: str, activation: dict):
 
 
 def policy_of(objects, *, resource: str = "pods") -> tuple[dict, list[dict]]:
-    """The policy matching ``resource`` (``pods`` or ``rayclusters``) and its bindings."""
+    """The policy matching ``resource`` (``pods``, ``rayclusters`` or ``pods/exec``) and its bindings."""
     objects = list(objects)
     (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
               and resource in o["spec"]["matchConstraints"]["resourceRules"][0]["resources"]]
@@ -66,24 +66,35 @@ def policy_of(objects, *, resource: str = "pods") -> tuple[dict, list[dict]]:
 
 
 def admits(policy_and_bindings, namespace: str, pod: dict, *, operation: str = "CREATE", old: dict | None = None,
-           user: str = OPERATOR) -> bool:
+           user: str = OPERATOR, **request) -> bool:
     """Whether the policy, through any of its bindings, lets ``pod`` be written in ``namespace``
     by ``user`` (an unbound request is admitted)."""
-    return not denials(policy_and_bindings, namespace, pod, operation=operation, old=old, user=user, first=True)
+    return not denials(policy_and_bindings, namespace, pod, operation=operation, old=old, user=user, first=True,
+                       **request)
+
+
+def _resource(obj: dict) -> str:
+    return {"Pod": "pods", "RayCluster": "rayclusters", "RayJob": "rayjobs"}.get(obj.get("kind", "Pod"), "pods")
 
 
 def denials(policy_and_bindings, namespace: str, pod: dict, *, operation: str = "CREATE", old: dict | None = None,
-            user: str = OPERATOR, first: bool = False) -> list[str]:
+            user: str = OPERATOR, first: bool = False, groups: tuple[str, ...] = (), name: str | None = None,
+            sub_resource: str = "") -> list[str]:
     """The messages of the validations that fail (empty: admitted); with ``first``, only the
-    first (Kubernetes too stops at a denial)."""
+    first (Kubernetes too stops at a denial). ``request`` as the API server sends it
+    (``k8s.io/api/admission/v1`` ``AdmissionRequest``): the resource from ``pod``'s kind,
+    ``name`` (default the object's), ``subResource`` and the user's ``groups``."""
     vap, bindings = policy_and_bindings
     labels = {"kubernetes.io/metadata.name": namespace}
     if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):
         return []
     pod = {"metadata": {}, **pod}
     activation = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(old),
-                  "request": celpy.json_to_cel({"namespace": namespace, "operation": operation,
-                                                "userInfo": {"username": user}})}
+                  "request": celpy.json_to_cel({
+                      "namespace": namespace, "operation": operation, "name": name or pod["metadata"].get("name", ""),
+                      "resource": {"group": "", "version": "v1", "resource": _resource(pod)},
+                      "subResource": sub_resource,
+                      "userInfo": {"username": user, **({"groups": list(groups)} if groups else {})}})}
     variables = celtypes.MapType({})
     for variable in vap["spec"].get("variables", []):
         value = _eval(variable["expression"], {**activation, "variables": variables})
@@ -99,6 +110,31 @@ def denials(policy_and_bindings, namespace: str, pod: dict, *, operation: str = 
             if first:
                 break
     return failed
+
+
+def connect(policy_and_bindings, namespace: str, pod_name: str, sub_resource: str, *, user: str,
+            groups: tuple[str, ...] = ()) -> bool:
+    """Whether ``kubectl exec`` (``exec``), ``attach`` or ``port-forward`` (``portforward``) into
+    pod ``pod_name`` is admitted: a CONNECT whose object is the connect options and whose name is
+    the pod's (k8s.io/apiserver ``pkg/endpoints/handlers/rest.go`` ``ConnectResource``)."""
+    kinds = {"exec": "PodExecOptions", "attach": "PodAttachOptions", "portforward": "PodPortForwardOptions"}
+    (rule,) = policy_and_bindings[0]["spec"]["matchConstraints"]["resourceRules"]
+    if "CONNECT" not in rule["operations"] or f"pods/{sub_resource}" not in rule["resources"]:
+        return True
+    options = {"apiVersion": "v1", "kind": kinds[sub_resource], "metadata": {}}
+    return not denials(policy_and_bindings, namespace, options, operation="CONNECT", user=user, groups=groups,
+                       name=pod_name, sub_resource=sub_resource, first=True)
+
+
+def ray_cluster(cluster_spec: dict, owner: str, *, owner_kind: str = "RayService") -> dict:
+    """A RayCluster as the operator creates it for its RayService (or RayJob) ``owner``, which is
+    its controller (kuberay ``ray-operator/controllers/ray/rayservice_controller.go``
+    ``constructRayClusterForRayService``: ``ctrl.SetControllerReference``, v1.4.0:791, v1.5.1:1180),
+    named ``<owner>-<5 random>`` (``utils.GenerateRayClusterName``)."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {
+        "name": f"{owner}-bcdfg", "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": owner_kind, "name": owner,
+                                                       "uid": "u", "controller": True, "blockOwnerDeletion": True}]},
+            "spec": copy.deepcopy(cluster_spec)}
 
 
 def pod(spec: dict, labels: dict[str, str] | None = None) -> dict:
