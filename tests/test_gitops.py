@@ -422,7 +422,7 @@ def test_a_composed_gitops_app_renders_what_it_would_have_applied(tmp_path):
     # In a stack of its own: a construct that raised is still in its scope's tree.
     with pytest.raises(ConstructValidationError, match=r"kubernetes_owner: not an owner.*got 'argo'.*cdk or gitops"):
         KubeRayOperator(cdk.Stack(cdk.App(), "Other"), "Bad", cluster=cluster, kubernetes_owner="argo")
-    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()),
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()), strict=False,
                                kubernetes_owner="gitops", nvidia_values={"priorityClassName": "system-node-critical"})
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system, kubernetes_owner="gitops")
     serving = RayLlmServing(stack, "Serving", strict=False, cluster=cluster, system=system, kuberay=kuberay,
