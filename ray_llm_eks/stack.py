@@ -139,6 +139,9 @@ class RayLlmEksStack(cdk.Stack):
             gpu_node_groups=[self.prefill_nodes, self.decode_nodes],
             nvidia_chart_version=config.versions.nvidia_device_plugin,
             efa_chart_version=config.versions.efa_device_plugin,
+            nvidia_image_digest=config.versions.nvidia_device_plugin_image_digest,
+            efa_image_digest=config.versions.efa_device_plugin_image_digest,
+            strict=config.strict,
             kubernetes_owner=config.kubernetes_owner,
         )
         # Cluster Autoscaler only when a node group may grow or shrink (docs/scaling.md).

@@ -61,7 +61,7 @@ def consumer_stack(name: str, prefill: str | ec2.InstanceType, decode: str, tp: 
                               max_size=nodes)
         for role, instance_type, nodes in (("prefill", prefill, prefill_nodes), ("decode", decode, decode_nodes))
     }
-    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(groups.values()))
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(groups.values()), strict=False)
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
     served = "qwen" if source.startswith("Qwen") else "llama"
     serving = RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=groups["prefill"], decode=groups["decode"],
@@ -116,7 +116,7 @@ def test_a_pool_without_gpu_for_its_tensor_parallel_size_is_refused_with_the_con
 
 def test_device_plugins_that_miss_a_pool_are_refused():
     stack, network, cluster = cluster_stack("Mismatch")
-    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=[WorkerPool("prefill")])
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=[WorkerPool("prefill")], strict=False)
     with pytest.raises(ConstructValidationError, match="device_plugins: the EFA device plugin does not cover g6e.8xlarge"):
         RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=WorkerPool("prefill"),
                       decode=WorkerPool("decode", instance_type="g6e.8xlarge"), device_plugins=plugins)

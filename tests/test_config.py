@@ -65,7 +65,23 @@ def test_an_empty_mapping_is_the_library_default_which_is_strict(tmp_path):
         load_config(write(tmp_path, "{}\n"))
     assert "image.digest: strict mode refuses it" in str(caught.value)
     assert "model.revision: strict mode refuses it" in str(caught.value)
+    # The device plugins' images too (both privileged on every GPU node): strict covers every image
+    # a GPU node runs privileged, as the README's Pinning section says.
+    assert "versions.nvidia_device_plugin_image_digest: strict mode refuses it" in str(caught.value)
+    assert "versions.efa_device_plugin_image_digest: strict mode refuses it" in str(caught.value)
     assert parse_config({"strict": False}) == unpinned()
+
+
+def test_the_readme_says_when_strict_applies_as_the_reference_does():
+    """No configuration means the reference file, which says strict false: the README says so in
+    its Pinning section, and names every field strict requires."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    pinning = readme.split("### Pinning", 1)[1].split("\n### ", 1)[0]
+    assert load_config(None).strict is False
+    assert "**Strict does not apply when no\nconfiguration is given:**" in pinning
+    for field in ("image.digest", "versions.nvidia_device_plugin_image_digest",
+                  "versions.efa_device_plugin_image_digest", "model.revision"):
+        assert f"`{field}`" in pinning, field
 
 
 def test_a_full_valid_file_loads(tmp_path):
@@ -80,8 +96,9 @@ topology: disaggregated
 decode: {instance_type: g6e.8xlarge, min_size: 1, desired_size: 2, max_size: 3}
 image: {digest: "sha256:%s"}
 model: {revision: 0123456789abcdef0123456789abcdef01234567}
+versions: {nvidia_device_plugin_image_digest: "sha256:%s", efa_device_plugin_image_digest: "sha256:%s"}
 """
-            % ("a" * 64),
+            % ("a" * 64, "b" * 64, "c" * 64),
         )
     )
     assert config.decode.pool.desired_size == 2

@@ -104,7 +104,7 @@ def hatches():
                                       role="decode", max_unavailable_percentage=50),
     }
     plugins = GpuDevicePlugins(
-        stack, "DevicePlugins", cluster=cluster, gpu_node_groups=[groups["plain"], groups["spot"]],
+        stack, "DevicePlugins", cluster=cluster, gpu_node_groups=[groups["plain"], groups["spot"]], strict=False,
         nvidia_values={"nodeSelector": {"nvidia.com/gpu.present": None, "team": "ml"}, "tolerations": [{"operator": "Exists"}],
                        "config": {"map": {"default": "version: v1"}}},
         efa_values={"supportedInstanceLabels": {"values": ["p5.48xlarge"]}, "resources": {"requests": {"cpu": "20m"}}})

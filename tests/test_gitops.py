@@ -17,7 +17,7 @@ from helpers.charts import CRD_FILE, KUBERNETES_VERSION, strict_validator
 from ray_llm_eks.cdk8s_charts.verification import POST_SYNC_HOOK_ANNOTATIONS, SIGNAL_SECRET_ENV
 from ray_llm_eks.cli import app
 from ray_llm_eks import render_manifests
-from ray_llm_eks.gitops import RenderError, helm_binary, rendered_objects
+from ray_llm_eks.gitops import LISTING_FILE, NotOwned, RenderError, helm_binary, rendered_objects
 from ray_llm_eks.manifests import DEPLOY_TIME_VALUE
 
 GITOPS = {"kubernetes_owner": "gitops"}
@@ -204,6 +204,85 @@ def test_rendered_objects_pass_kubernetes_validate_and_the_kuberay_crd(gitops_re
         "serving-network-policy.yaml", "serving-rayservice.yaml", "serving-verification.yaml"]
 
 
+# --- what render owns: the files it listed, nothing else -----------------------------------------
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_render_lists_what_it_wrote_and_replaces_exactly_that(synth, gitops_mode, tmp_path):
+    out = tmp_path / "out"
+    autoscaled = render_manifests(synth({**AUTOSCALED, **GITOPS}).stack, out)
+    listing = json.loads((out / LISTING_FILE).read_text())
+    assert listing["files"] == sorted(p.relative_to(out).as_posix() for p in autoscaled.files)
+    assert set(listing["files"]) == set(_tree(out)) - {LISTING_FILE}
+    assert "helm/cluster-autoscaler/values.yaml" in listing["files"]
+    # The next render replaces them: the release that went away leaves neither file nor folder.
+    render_manifests(gitops_mode.stack, out)
+    assert not (out / "helm/cluster-autoscaler").exists()
+    assert set(json.loads((out / LISTING_FILE).read_text())["files"]) == set(_tree(out)) - {LISTING_FILE}
+
+
+def test_render_refuses_files_it_did_not_write_and_writes_nothing(gitops_mode, tmp_path):
+    out = tmp_path / "out"
+    render_manifests(gitops_mode.stack, out)
+    (out / "manifests/team-quota.yaml").write_text("kind: ResourceQuota\n")  # someone else's, beside render's
+    (out / "helm/nvidia-device-plugin/notes.txt").write_text("ours\n")
+    (out / "README.md").write_text("not under manifests/ or helm/: not render's business\n")
+    before = _tree(out)
+    with pytest.raises(NotOwned) as caught:
+        render_manifests(gitops_mode.stack, out)
+    assert caught.value.paths == ["helm/nvidia-device-plugin/notes.txt", "manifests/team-quota.yaml"]
+    assert _tree(out) == before  # neither overwritten nor deleted, nor anything of render's replaced
+    (out / "manifests/team-quota.yaml").unlink()
+    (out / "helm/nvidia-device-plugin/notes.txt").unlink()
+    render_manifests(gitops_mode.stack, out)
+    assert (out / "README.md").read_text() == before["README.md"]
+
+
+def test_a_folder_without_a_listing_is_not_renders(gitops_mode, tmp_path):
+    """A render by an earlier version (no listing), or files put there by hand: refused whole."""
+    out = tmp_path / "out"
+    render_manifests(gitops_mode.stack, out)
+    (out / LISTING_FILE).unlink()
+    before = _tree(out)
+    with pytest.raises(NotOwned) as caught:
+        render_manifests(gitops_mode.stack, out)
+    assert set(caught.value.paths) == set(before)
+    assert _tree(out) == before
+
+
+def test_an_edited_listing_cannot_hand_render_a_file_outside_its_folders(gitops_mode, tmp_path):
+    out = tmp_path / "out"
+    victims = [tmp_path / "victim.txt", out / "kept.txt", out / "manifests" / ".." / "kept2.txt"]
+    for victim in victims:
+        victim.parent.mkdir(parents=True, exist_ok=True)
+        victim.write_text("not render's\n")
+    (out / LISTING_FILE).write_text(json.dumps({"files": ["../victim.txt", "kept.txt", "manifests/../kept2.txt",
+                                                          str(tmp_path / "victim.txt"), "manifests"]}))
+    render_manifests(gitops_mode.stack, out)
+    assert all(victim.read_text() == "not render's\n" for victim in victims)
+
+
+def test_render_command_names_each_file_it_will_not_touch(tmp_path):
+    config = tmp_path / "gitops.yaml"
+    config.write_text("strict: false\nkubernetes_owner: gitops\n")
+    out = tmp_path / "out"
+    (out / "manifests").mkdir(parents=True)
+    (out / "manifests/serving-rayservice.yaml").write_text("# hand-edited\n")  # a name render writes
+    (out / "helm").mkdir()
+    (out / "helm/values.yaml").write_text("x: 1\n")
+    result = CliRunner().invoke(app, ["render", "--out", str(out), "--config", str(config)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert [line.split(": ", 2)[1] for line in lines] == [str(out / "helm/values.yaml"),
+                                                          str(out / "manifests/serving-rayservice.yaml")]
+    assert all("not written by ray-llm-eks render" in line and "accepted: move it out" in line for line in lines)
+    assert (out / "manifests/serving-rayservice.yaml").read_text() == "# hand-edited\n"
+    assert sorted(p.name for p in (out / "manifests").iterdir()) == ["serving-rayservice.yaml"]
+
+
 # --- Helm: the kubectl layer's binary on a chart built here --------------------------------------
 
 
@@ -343,7 +422,7 @@ def test_a_composed_gitops_app_renders_what_it_would_have_applied(tmp_path):
     # In a stack of its own: a construct that raised is still in its scope's tree.
     with pytest.raises(ConstructValidationError, match=r"kubernetes_owner: not an owner.*got 'argo'.*cdk or gitops"):
         KubeRayOperator(cdk.Stack(cdk.App(), "Other"), "Bad", cluster=cluster, kubernetes_owner="argo")
-    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()),
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()), strict=False,
                                kubernetes_owner="gitops", nvidia_values={"priorityClassName": "system-node-critical"})
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system, kubernetes_owner="gitops")
     serving = RayLlmServing(stack, "Serving", strict=False, cluster=cluster, system=system, kuberay=kuberay,

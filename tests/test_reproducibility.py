@@ -15,6 +15,8 @@ from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
 
 DIGEST = "sha256:" + "c" * 64
 REVISION = "0123456789abcdef0123456789abcdef01234567"
+PLUGINS = {"nvidia_device_plugin_image_digest": "sha256:" + "d" * 64, "efa_device_plugin_image_digest": "sha256:" + "e" * 64}
+"""The device plugins' images by digest (tests/test_pins.py tests those pins themselves)."""
 
 
 WARNING = re.compile("ray-llm-eks:reproducibility|tags are mutable|no revision")
@@ -35,7 +37,7 @@ def test_unpinned_default_gives_one_warning_naming_both_fixes(default):
 
 
 def test_pinned_image_and_revision_give_no_warning(synth):
-    pinned = synth({"image": {"digest": DIGEST}, "model": {"revision": REVISION}})
+    pinned = synth({"image": {"digest": DIGEST}, "model": {"revision": REVISION}, "versions": PLUGINS})
     assert reproducibility_warnings(pinned.stack) == []
 
 
@@ -59,7 +61,8 @@ def test_strict_refuses_a_branch_as_revision():
 
 
 def test_strict_with_everything_pinned_builds():
-    config = parse_config({"strict": True, "image": {"digest": DIGEST}, "model": {"revision": REVISION}})
+    config = parse_config({"strict": True, "image": {"digest": DIGEST}, "model": {"revision": REVISION},
+                           "versions": PLUGINS})
     _, stack = build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
     assert stack.config.strict
 
@@ -91,8 +94,8 @@ def test_a_branch_revision_is_resolved_at_that_branch_and_a_custom_registry_by_b
 
 
 def test_a_pinned_deployment_has_no_command_to_run():
-    pinned = parse_config({"image": {"digest": DIGEST}, "model": {"revision": REVISION}})
-    assert pinned.strict and pinned.specs().serving.pin_commands() == {}
+    pinned = parse_config({"image": {"digest": DIGEST}, "model": {"revision": REVISION}, "versions": PLUGINS})
+    assert pinned.strict and pinned.specs().serving.pin_commands() == {} and pinned.pin_commands() == {}
 
 
 def test_plan_prints_the_commands_for_an_unpinned_configuration_and_refuses_a_strict_one(tmp_path):

@@ -77,8 +77,11 @@ class MixedGpuInferenceStack(cdk.Stack):
             self, "DecodeNodes", cluster=cluster, subnet=network.data_plane_subnet, fabric=fabric,
             role="decode", instance_type="g6.12xlarge", min_size=2, desired_size=2, max_size=2,
         )
-        # Tolerations and the EFA plugin's instance types come from the node groups.
-        plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_node_groups=[self.prefill, self.decode])
+        # Tolerations and the EFA plugin's instance types come from the node groups. Unpinned, as
+        # the serving below: for a real deploy give nvidia_image_digest= and efa_image_digest= (the
+        # refusal without strict=False prints the commands) and drop strict=False.
+        plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_node_groups=[self.prefill, self.decode],
+                                   strict=False)
         kuberay = KubeRayOperator(self, "KubeRay", cluster=cluster, system_nodes=system)
         # Pods, replicas (GPUs / tensor parallel x nodes), NIXL ports and the image's region all
         # derive from the pools and the stack; the charts are applied after KubeRay and the plugins.

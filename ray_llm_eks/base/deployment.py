@@ -144,14 +144,31 @@ class Versions:
     """Chart version of aws-efa-k8s-device-plugin in https://aws.github.io/eks-charts (chart v0.5.20 runs the device-plugin image v0.5.13)."""
     kuberay_image_digest: str | None = None
     """Digest of the KubeRay operator image (quay.io/kuberay/operator:v<kuberay>); the chart then pulls it by digest, not by tag."""
+    nvidia_device_plugin_image_digest: str | None = None
+    """Digest of the NVIDIA device plugin image (nvcr.io/nvidia/k8s-device-plugin:v<nvidia_device_plugin>, privileged on every GPU node); the chart then pulls it by digest. Required with ``strict`` (the refusal and ``plan`` print the command that resolves it)."""
+    efa_device_plugin_image_digest: str | None = None
+    """Digest of the EFA device plugin image the efa_device_plugin chart deploys (chart v0.5.20: 602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.13, privileged on every GPU node); the chart then pulls it by digest. Required with ``strict``."""
 
     def __post_init__(self) -> None:
         found = Collector()
         found.check(infra.semver, self.kuberay, "kuberay")
         found.check(infra.nvidia_device_plugin_version, self.nvidia_device_plugin, "nvidia_device_plugin")
-        found.check(infra.semver, self.efa_device_plugin, "efa_device_plugin", v_prefix=True)
+        if found.check(infra.semver, self.efa_device_plugin, "efa_device_plugin", v_prefix=True) is not None:
+            found.check(infra.device_plugin_image_tags, **self._device_plugin_pins())
         found.check(infra.image_digest, self.kuberay_image_digest, "kuberay_image_digest")
         found.raise_if_any(self)
+
+    def _device_plugin_pins(self) -> dict[str, Any]:
+        return dict(nvidia_version=self.nvidia_device_plugin, nvidia_digest=self.nvidia_device_plugin_image_digest,
+                    efa_version=self.efa_device_plugin, efa_digest=self.efa_device_plugin_image_digest,
+                    nvidia_field="nvidia_device_plugin_image_digest", efa_field="efa_device_plugin_image_digest")
+
+    def pin_problems(self) -> list[SpecError]:
+        """The device plugin images left to their tags (``infra.device_plugin_pin_problems``)."""
+        return infra.device_plugin_pin_problems(**self._device_plugin_pins(), efa_version_field="efa_device_plugin")
+
+    def pin_commands(self) -> dict[str, str]:
+        return infra.device_plugin_digest_commands(**self._device_plugin_pins())
 
 
 @dataclass(frozen=True)
@@ -220,7 +237,7 @@ class Deployment:
     topology: Topology = Topology.disaggregated
     """disaggregated (prefill/decode with NIXL over EFA) or colocated (the baseline); changes only the Serve config."""
     strict: bool = True
-    """Refuse an image without a digest or a model without a commit revision (``plan`` prints the commands that resolve both). ``false`` turns the refusal into one synthesis warning: an unpinned deploy is then a choice written in the configuration."""
+    """Refuse the serving image and the NVIDIA and EFA device plugin images without a digest (``image.digest``, ``versions.nvidia_device_plugin_image_digest``, ``versions.efa_device_plugin_image_digest``) and a model without a commit revision (``plan`` prints the command that resolves each). ``false`` turns the refusal into one synthesis warning: an unpinned deploy is then a choice written in the configuration. The default of any configuration file; not of the reference deployment used when no file is given (``ray_llm_eks/data/reference.yaml`` says ``false``)."""
     kubernetes_owner: infra.KubernetesOwner = infra.KubernetesOwner.cdk
     """Who applies the Kubernetes objects: cdk (the stack, and CloudFormation waits for the gate) or gitops (the stack builds the AWS side only; ``ray-llm-eks render`` writes the objects for Argo CD or Flux: docs/gitops.md)."""
     network: Network = field(default_factory=Network)
@@ -288,6 +305,9 @@ class Deployment:
         if serving is not None and verification is not None:
             found.errors.extend(type(e)(_deployment_path(e.field), e.message)
                                 for e in serving.scale_to_zero_conflicts(verification.every_minutes))
+        for warning in self.versions.pin_problems() if self.strict and isinstance(self.versions, Versions) else ():
+            found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message} (or strict false: "
+                                               "deploy unpinned, with a warning)"), prefix="versions")
         specs = None
         if serving is not None and verification is not None and not found.errors:
             specs = Specs(serving=serving, verification=verification, observability=self.observability,
@@ -320,7 +340,13 @@ class Deployment:
 
     def reproducibility_problems(self) -> list[SpecError]:
         """What makes this deployment irreproducible, by configuration field (an error; a warning with ``strict: false``)."""
-        return [type(p)(_deployment_path(p.field), p.message) for p in self.specs().serving.reproducibility_problems()]
+        return [*(type(p)(_deployment_path(p.field), p.message) for p in self.specs().serving.reproducibility_problems()),
+                *(p.within("versions") for p in self.versions.pin_problems())]
+
+    def pin_commands(self) -> dict[str, str]:
+        """The command that resolves each pin this deployment lacks, by configuration field (``plan`` prints them)."""
+        return {**{_deployment_path(f): c for f, c in self.specs().serving.pin_commands().items()},
+                **{f"versions.{f}": c for f, c in self.versions.pin_commands().items()}}
 
 
 def _fields(instance: Any) -> dict[str, Any]:

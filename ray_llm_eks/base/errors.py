@@ -8,6 +8,7 @@ in both, so ``make synth``, ``ray-llm-eks plan`` and a construct used directly s
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Iterator
 
 
@@ -47,9 +48,53 @@ class SpecErrors(ValueError):
         return SpecErrors(error.within(prefix) for error in self.errors)
 
 
+CREDENTIAL_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # gitleaks cmd/generate/config/rules/huggingface.go: ``hf_(?i:[a-z]{34})`` (user access tokens)
+    # and ``api_org_(?i:[a-z]{34})`` (organization API tokens); digits allowed here, in case.
+    ("a Hugging Face access token", re.compile(r"(?<![A-Za-z0-9])(?:hf_|api_org_)[A-Za-z0-9]{34}(?![A-Za-z0-9])")),
+    # gitleaks cmd/generate/config/rules/aws.go: ``(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}``,
+    # the prefixes of IAM's unique identifiers (IAM user guide, reference_identifiers: AKIA an
+    # access key, ASIA a temporary STS one).
+    ("an AWS access key id", re.compile(r"(?<![A-Z0-9])(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])")),
+    # A secret access key is 40 characters of base64 (IAM user guide's example
+    # ``wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY``). Only the whole value, and only with upper and
+    # lower case and a digit: a Secrets Manager name of that shape is possible but unlikely, and
+    # its ARN (which never has this shape) still names it.
+    ("an AWS secret access key", re.compile(r"^(?=[^a-z]*[a-z])(?=[^A-Z]*[A-Z])(?=[^0-9]*[0-9])[A-Za-z0-9/+]{40}$")),
+)
+"""Credentials by shape, for the fields that take a secret's name or ARN (``model.hf_token_secret``):
+a token pasted there would be rendered into the manifests, the IAM policy and the GitOps output."""
+
+
+def credential_kind(value: Any) -> str | None:
+    """What kind of credential ``value`` looks like (:data:`CREDENTIAL_SHAPES`), or None."""
+    if not isinstance(value, str):
+        return None
+    return next((kind for kind, shape in CREDENTIAL_SHAPES if shape.search(value)), None)
+
+
+def shown(value: Any) -> str:
+    """``value`` as a message quotes it: its ``repr``, but a credential only by kind and length, so
+    a refusal (printed, logged by CI) never repeats the secret."""
+    kind = credential_kind(value)
+    return f"<{kind}, {len(value)} characters, redacted>" if kind else repr(value)
+
+
+def not_a_credential(field: str, value: Any, wanted: str) -> SpecError | None:
+    """The one rule for a field that takes a secret's name or ARN (``wanted``): a value shaped like a
+    credential is refused, redacted; None otherwise (the field's own check follows)."""
+    kind = credential_kind(value)
+    if kind is None:
+        return None
+    return SpecError(field, f"{kind} where the name or ARN of the secret holding it belongs (got {shown(value)}); "
+                            f"accepted: {wanted}, of a Secrets Manager secret you put it in (revoke it if this file "
+                            "was shared)")
+
+
 def problem(field: str, value: Any, what: str, accepted: str, kind: type[SpecError] = SpecError) -> SpecError:
-    """``<what> (got <value>); accepted: <accepted>``: the one shape every message takes."""
-    return kind(field, f"{what} (got {value!r}); accepted: {accepted}")
+    """``<what> (got <value>); accepted: <accepted>``: the one shape every message takes (a
+    credential-shaped value is shown redacted: :func:`shown`)."""
+    return kind(field, f"{what} (got {shown(value)}); accepted: {accepted}")
 
 
 def is_whole_number(value: Any) -> bool:

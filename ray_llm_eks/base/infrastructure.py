@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from .errors import Collector, a_list, problem, whole_number
+from .errors import Collector, SpecError, a_list, problem, whole_number
 from .upstream_defects import NVIDIA_DEVICE_PLUGIN_MOFED, broken_nvidia_device_plugin
 
 # --- defaults, each stated once ------------------------------------------------------------------
@@ -479,3 +479,113 @@ def kuberay_image_digest_command(version: str) -> str:
     """The command that prints the digest of the operator image the chart of ``version`` deploys."""
     return (f"docker buildx imagetools inspect {KUBERAY_OPERATOR_IMAGE}:v{version} "
             "--format '{{json .Manifest.Digest}}'")
+
+
+# --- the device plugins' images: privileged, on every GPU node -------------------------------------
+
+NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
+"""The image the nvidia-device-plugin chart deploys (``values.yaml`` ``image.repository``,
+NVIDIA/k8s-device-plugin ``deployments/helm/nvidia-device-plugin``@v0.20.0). Its
+``templates/_helpers.tpl:83-86`` (``nvidia-device-plugin.fullimage``) writes
+``{{ image.repository }}:{{ image.tag | default (printf "v%s" .Chart.AppVersion) }}`` for every
+container of its DaemonSets, and ``Chart.yaml`` has ``appVersion`` equal to ``version``: the tag is
+``v<chart version>``, and there is no digest value, so a digest rides on the tag."""
+EFA_DEVICE_PLUGIN_IMAGE = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin"
+"""The image the aws-efa-k8s-device-plugin chart deploys (aws/eks-charts
+``stable/aws-efa-k8s-device-plugin/values.yaml`` ``image.repository``, the same from chart v0.5.20
+to v0.5.30). ``templates/daemonset.yaml`` writes ``{{ image.repository }}:{{ image.tag | default
+.Chart.AppVersion }}`` and has no digest value either."""
+EFA_DEVICE_PLUGIN_IMAGE_TAGS = {
+    # aws/eks-charts stable/aws-efa-k8s-device-plugin, Chart.yaml (version: appVersion) and
+    # values.yaml image.tag (equal) at the commit of each chart version.
+    "v0.5.20": "v0.5.13",  # de5fdc1
+    "v0.5.21": "v0.5.15",  # d5fd92a
+    "v0.5.22": "v0.5.16",  # d2a84c0
+    "v0.5.23": "v0.5.16",  # e53d317
+    "v0.5.24": "v0.5.16",  # 6d03676
+    "v0.5.25": "v0.5.17",  # 61fd70d
+    "v0.5.26": "v0.5.18",  # 1d5f1cb
+    "v0.5.27": "v0.5.18",  # cf8a385
+    "v0.5.28": "v0.5.19",  # 23f1a55
+    "v0.5.29": "v0.5.20",  # 2a58b2d
+    "v0.5.30": "v0.5.20",  # bfe91c4
+}
+"""The EFA chart versions its image by another number than its own: the image tag each chart
+version deploys, so a digest can be written beside the right tag. A chart version not here takes
+no digest (the tag beside it would be a guess)."""
+
+
+def nvidia_device_plugin_image_tag(chart_version: str) -> str:
+    return f"v{chart_version}"
+
+
+def efa_device_plugin_image_tag(chart_version: str) -> str | None:
+    return EFA_DEVICE_PLUGIN_IMAGE_TAGS.get(chart_version)
+
+
+def device_plugin_image_tags(nvidia_version: str, nvidia_digest: str | None, efa_version: str,
+                             efa_digest: str | None, *, nvidia_field: str, efa_field: str) -> dict[str, str]:
+    """The ``image.tag`` value of each chart given a digest (``nvidia``, ``efa``): ``<tag>@sha256:...``,
+    which the runtime pulls by the digest. Refuses a malformed digest, and an EFA digest for a chart
+    version whose image tag :data:`EFA_DEVICE_PLUGIN_IMAGE_TAGS` does not record."""
+    found = Collector()
+    found.check(image_digest, nvidia_digest, nvidia_field)
+    found.check(image_digest, efa_digest, efa_field)
+    if efa_digest is not None and efa_device_plugin_image_tag(efa_version) is None:
+        found.add(problem(efa_field, efa_digest, f"the image tag chart {efa_version} deploys is not recorded, so "
+                          "the digest has no tag to ride on", "a chart version of "
+                          f"{', '.join(EFA_DEVICE_PLUGIN_IMAGE_TAGS)}, or no digest"))
+    found.raise_if_any()
+    tags = {}
+    if nvidia_digest is not None:
+        tags["nvidia"] = f"{nvidia_device_plugin_image_tag(nvidia_version)}@{nvidia_digest}"
+    if efa_digest is not None:
+        tags["efa"] = f"{efa_device_plugin_image_tag(efa_version)}@{efa_digest}"
+    return tags
+
+
+def device_plugin_digest_commands(nvidia_version: str, nvidia_digest: str | None, efa_version: str,
+                                  efa_digest: str | None, *, nvidia_field: str, efa_field: str) -> dict[str, str]:
+    """The command that prints each missing digest, by field: NGC's registry by ``docker buildx
+    imagetools``, the EFA image's ECR (EKS's account 602401143452, us-west-2) by ``aws ecr
+    describe-images`` with the caller's credentials. None for an EFA chart whose image tag is not
+    recorded (:data:`EFA_DEVICE_PLUGIN_IMAGE_TAGS`)."""
+    commands = {}
+    if nvidia_digest is None:
+        commands[nvidia_field] = (f"docker buildx imagetools inspect {NVIDIA_DEVICE_PLUGIN_IMAGE}:"
+                                  f"{nvidia_device_plugin_image_tag(nvidia_version)} --format '{{{{json .Manifest.Digest}}}}'")
+    tag = efa_device_plugin_image_tag(efa_version)
+    if efa_digest is None and tag is not None:
+        account, _, rest = EFA_DEVICE_PLUGIN_IMAGE.partition(".dkr.ecr.")
+        region, _, repository = rest.partition(".amazonaws.com/")
+        commands[efa_field] = (f"aws ecr describe-images --registry-id {account} --repository-name {repository} "
+                               f"--image-ids imageTag={tag} --region {region} "
+                               "--query 'imageDetails[0].imageDigest' --output text")
+    return commands
+
+
+def device_plugin_pin_problems(nvidia_version: str, nvidia_digest: str | None, efa_version: str,
+                               efa_digest: str | None, *, nvidia_field: str, efa_field: str,
+                               efa_version_field: str) -> list[SpecError]:
+    """The device plugins' images left to their tags, by field, each with the command that resolves
+    it: a warning with ``strict`` off, refused with it on (the configuration and ``GpuDevicePlugins``)."""
+    commands = device_plugin_digest_commands(nvidia_version, nvidia_digest, efa_version, efa_digest,
+                                             nvidia_field=nvidia_field, efa_field=efa_field)
+    unpinned = "(privileged, on every GPU node) is pinned by tag only; tags are mutable"
+    digest = "'sha256:' followed by 64 lowercase hex"
+    found = []
+    if nvidia_digest is None:
+        image = f"{NVIDIA_DEVICE_PLUGIN_IMAGE}:{nvidia_device_plugin_image_tag(nvidia_version)}"
+        found.append(problem(nvidia_field, None, f"device plugin image {image} {unpinned}",
+                             f"{digest}; resolve it with: {commands[nvidia_field]}"))
+    if efa_digest is None:
+        tag = efa_device_plugin_image_tag(efa_version)
+        if tag is None:
+            found.append(problem(efa_field, None, f"the device plugin image of EFA chart {efa_version} {unpinned}, "
+                                 "and the image tag that chart deploys is not recorded",
+                                 f"{efa_version_field} one of {', '.join(EFA_DEVICE_PLUGIN_IMAGE_TAGS)}, then "
+                                 f"{digest}"))
+        else:
+            found.append(problem(efa_field, None, f"device plugin image {EFA_DEVICE_PLUGIN_IMAGE}:{tag} {unpinned}",
+                                 f"{digest}; resolve it with: {commands[efa_field]}"))
+    return found

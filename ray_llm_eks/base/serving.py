@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from .models import GATED_HUB_ORGANISATIONS, ModelArchitecture, is_gated, is_hybrid_gated_deltanet, known_architecture
 from . import scaling, sizing
-from .errors import Collector, DoesNotFit, SpecError, SpecErrors, problem
+from .errors import Collector, DoesNotFit, SpecError, SpecErrors, not_a_credential, problem
 from .kv_path import IMAGE_STACKS, NO_PATH_INSTEAD, UPSTREAM_CODE, ImageStack, KvPath, attention_kind
 from .kv_path import resolve as resolve_kv_path
 from .infrastructure import (
@@ -181,12 +181,17 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         found = Collector()
-        if self.hf_token_secret is not None and not (
+        secret_accepted = ("arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>, or a name "
+                           "of letters, digits and /_+=.@- (at most 512)")
+        # A token pasted here is a valid secret name by shape: refused (redacted) before it is
+        # rendered into the worker env, the Pod Identity role's policy and the GitOps output.
+        credential = not_a_credential("hf_token_secret", self.hf_token_secret, secret_accepted)
+        found.add(credential)
+        if credential is None and self.hf_token_secret is not None and not (
                 isinstance(self.hf_token_secret, str)
                 and (_SECRET_ARN.match(self.hf_token_secret) or _SECRET_NAME.match(self.hf_token_secret))):
             found.add(problem("hf_token_secret", self.hf_token_secret, "not a Secrets Manager secret ARN or name",
-                              "arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>, or a name "
-                              "of letters, digits and /_+=.@- (at most 512)"))
+                              secret_accepted))
         if not isinstance(self.source, str) or not self.source.strip():
             found.add(problem("source", self.source, "empty model source", "a Hugging Face id such as Qwen/Qwen3.5-9B"))
         if not isinstance(self.served_name, str) or not self.served_name or any(c.isspace() for c in self.served_name):

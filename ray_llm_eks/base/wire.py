@@ -13,6 +13,8 @@ runs on Python 3.9 (the serving image's interpreter may be that old).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping
 
@@ -360,3 +362,17 @@ def kv_transfer_bytes(prompt_tokens: int, *, bytes_per_token: int, bytes_per_seq
     vLLM code it follows is cited there."""
     sent = max(min(prompt_tokens, 1), prompt_tokens - tokens_withheld)
     return -(-sent // block_tokens) * block_tokens * bytes_per_token + bytes_per_sequence
+
+
+SETTINGS_SHA256_ENV = "GATE_SETTINGS_SHA256"
+"""Continuous verification's pod carries the hash of the settings rendered beside it; the program
+refuses a ``gate.json`` of another hash. The settings ConfigMap is immutable, but whoever may
+delete and create ConfigMaps in the namespace can replace it (same name, other thresholds); the
+hash lives in the CronJob's pod template, which the admission policy and the deploy own."""
+
+
+def settings_sha256(settings: Mapping[str, Any]) -> str:
+    """SHA-256 (64 hex) of the settings' canonical JSON (sorted keys, no spaces): the chart hashes
+    what it renders into ``gate.json``, the program what it reads back, whatever the whitespace."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

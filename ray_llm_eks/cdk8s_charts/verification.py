@@ -61,11 +61,13 @@ from ..base.wire import (
     INSTANCE_LABEL,
     METRICS_PORT,
     MONITOR_COMPONENT,
+    SETTINGS_SHA256_ENV,
     WORKER_CONTAINER,
     GateSettings,
     RoleExpectation,
     read_only_run,
     report_config_map,
+    settings_sha256,
 )
 from ..base.wire import metric_namespace as wire_metric_namespace
 from ..verification import bundle
@@ -361,7 +363,10 @@ class VerificationChart(cdk8s.Chart):
                                                     "--set", f"'{overrides}'", "--publish", shlex.quote(metric_namespace)),
                             env=[*PYTHON_ENV, k8s.EnvVar(name="AWS_REGION", value=spec.region),
                                  # boto3 reads ~/.aws; nobody's home is not writable
-                                 k8s.EnvVar(name="HOME", value="/tmp")],
+                                 k8s.EnvVar(name="HOME", value="/tmp"),
+                                 # What the settings ConfigMap must hold: a namespace editor can
+                                 # replace that ConfigMap, not this pod template (wire.SETTINGS_SHA256_ENV).
+                                 k8s.EnvVar(name=SETTINGS_SHA256_ENV, value=settings_sha256(self.plan.settings.to_json()))],
                             resources=guaranteed(sizing.GATE_JOB),
                             security_context=locked_down(),
                             volume_mounts=[

@@ -14,7 +14,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ..base import infrastructure as infra
-from ..base.errors import problem
+from ..base.errors import SpecError, problem
 from ..base.infrastructure import KubernetesOwner
 from ..base.placement import GPU_PRESENT_LABEL, SYSTEM_LABELS
 from ..base.pools import WorkerPool
@@ -141,6 +141,13 @@ class GpuDevicePlugins(Construct):
     chart's node affinity requires a node whose label is in that list; its own list is the EFA
     instance types known at its release, which a newer type would miss.
 
+    ``nvidia_image_digest``, ``efa_image_digest``: each plugin's image by digest (``sha256:...``),
+    set as its chart's ``image.tag`` ``<tag>@<digest>``, since neither chart takes a digest of its
+    own (``infra.NVIDIA_DEVICE_PLUGIN_IMAGE``, ``infra.EFA_DEVICE_PLUGIN_IMAGE``): both run
+    privileged on every GPU node. ``strict`` (default True, as ``RayLlmServing``'s) refuses either
+    left out, naming the command that resolves it; ``strict=False`` deploys the charts' tags.
+    With a digest, ``image.tag`` is refused in that chart's values.
+
     ``kubernetes_owner``: ``cdk`` (default) installs both charts; ``gitops`` installs nothing and
     leaves them to a GitOps tool (``gitops_parts``, docs/gitops.md).
 
@@ -161,12 +168,19 @@ class GpuDevicePlugins(Construct):
         efa_chart_version: str = infra.DEFAULT_EFA_DEVICE_PLUGIN_VERSION,
         nvidia_values: HelmValues | None = None,
         efa_values: HelmValues | None = None,
+        nvidia_image_digest: str | None = None,
+        efa_image_digest: str | None = None,
+        strict: bool = True,
         kubernetes_owner: KubernetesOwner | str = KubernetesOwner.cdk,
     ) -> None:
         super().__init__(scope, construct_id)
         self.kubernetes_owner = kubernetes_owner_of(self, kubernetes_owner)
         validated(self, infra.nvidia_device_plugin_version, nvidia_chart_version, "nvidia_chart_version")
         validated(self, infra.semver, efa_chart_version, "efa_chart_version", v_prefix=True)
+        pins = dict(nvidia_version=nvidia_chart_version, nvidia_digest=nvidia_image_digest,
+                    efa_version=efa_chart_version, efa_digest=efa_image_digest,
+                    nvidia_field="nvidia_image_digest", efa_field="efa_image_digest")
+        image_tags = validated(self, infra.device_plugin_image_tags, **pins)
         if not gpu_node_groups:
             raise ConstructValidationError(self, [problem(
                 "gpu_node_groups", [], "empty", "the EfaGpuNodeGroups (or their pools) whose nodes need the device plugins")])
@@ -178,8 +192,15 @@ class GpuDevicePlugins(Construct):
         effects = {pool.taint.key: pool.taint.effect for pool in self.pools}
         gpu_nodes = {GPU_PRESENT_LABEL: "true"}
         tolerations = [{"key": key, "operator": "Exists", "effect": effects[key]} for key in taint_keys]
-        self.nvidia_values = validated(self, merge_helm_values, {"nodeSelector": gpu_nodes, "tolerations": tolerations},
-                                       nvidia_values, "nvidia_values")
+        # Neither chart has a digest value: the digest rides on the tag, which the runtime then
+        # pulls by (infra.NVIDIA_DEVICE_PLUGIN_IMAGE, infra.EFA_DEVICE_PLUGIN_IMAGE).
+        pinned = {which: ({"image": {"tag": tag}}, {"image.tag": f"{which}_image_digest, the image pinned by digest"})
+                  for which, tag in image_tags.items()}
+        nvidia_library, nvidia_reserved = pinned.get("nvidia", ({}, {}))
+        efa_library, efa_reserved = pinned.get("efa", ({}, {}))
+        self.nvidia_values = validated(self, merge_helm_values, {"nodeSelector": gpu_nodes, "tolerations": tolerations,
+                                                                 **nvidia_library},
+                                       nvidia_values, "nvidia_values", nvidia_reserved)
         self.efa_values = validated(self, merge_helm_values, {
             "nodeSelector": gpu_nodes,
             "tolerations": tolerations,
@@ -187,7 +208,13 @@ class GpuDevicePlugins(Construct):
                 "keys": ["node.kubernetes.io/instance-type"],
                 "values": list(self.instance_types),
             },
-        }, efa_values, "efa_values")
+            **efa_library,
+        }, efa_values, "efa_values", efa_reserved)
+        if strict:
+            unpinned = infra.device_plugin_pin_problems(**pins, efa_version_field="efa_chart_version")
+            if unpinned:
+                raise ConstructValidationError(self, [SpecError(p.field, f"strict mode refuses it: {p.message} (or "
+                                                                "strict=False: deploy unpinned)") for p in unpinned])
         self.releases: tuple[HelmRelease, HelmRelease] = (
             HelmRelease(release="nvidia-device-plugin", chart="nvidia-device-plugin", repository=NVIDIA_REPOSITORY,
                         version=nvidia_chart_version, namespace="kube-system", values=self.nvidia_values),

@@ -82,12 +82,28 @@ def _keep_report(kube: Kube, config: wire.GateSettings, report: Report) -> None:
         _log(f"could not keep the report in ConfigMap {report.report_config_map}: {error}")
 
 
+def _check_rendered_hash(settings: Any) -> None:
+    """Refuse settings other than the ones rendered beside this pod: continuous verification's pod
+    carries their hash (``wire.SETTINGS_SHA256_ENV``), and a ConfigMap replaced since (deleted and
+    created again by whoever may, with other thresholds) hashes otherwise. Nothing is checked or
+    published on such settings: the run fails, and the silent period trips the alarm."""
+    expected = os.environ.get(wire.SETTINGS_SHA256_ENV)
+    if not expected:
+        return  # the deploy's Job and `ray-llm-eks verify`: their settings come with them
+    found = wire.settings_sha256(settings)
+    if found != expected:
+        raise ValueError(f"their SHA-256 is {found}, not {expected}, the hash rendered into this pod "
+                         f"({wire.SETTINGS_SHA256_ENV}): the settings ConfigMap was replaced after the deploy; "
+                         "refusing to verify against it (deploy again to restore it)")
+
+
 def run(args: argparse.Namespace) -> int:
     signal_url = os.environ.get(SIGNAL_URL_ENV) or None
     signal_secret = os.environ.get(SIGNAL_SECRET_ENV) or None
     code, kube = EXIT_FAIL, None
     try:
         settings = json.loads(Path(args.config).read_text())
+        _check_rendered_hash(settings)
         overrides = json.loads(args.set) if args.set else {}
         if args.expect_provider:
             overrides["expected_provider"] = args.expect_provider

@@ -338,6 +338,42 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     kubernetes_validate.validate(copy.deepcopy(cron), "1.35.0", strict=True)
 
 
+def test_continuous_verification_carries_the_hash_of_the_settings_rendered_beside_it():
+    """The CronJob's pod template holds the SHA-256 of the settings ConfigMap's content (canonical
+    JSON: sorted keys, no spaces), which a namespace editor who replaces the ConfigMap cannot change;
+    the deploy's own Job, which runs at once on what the same apply wrote, carries none."""
+    import hashlib
+
+    specs = Deployment(observability=ObservabilitySpec(verify_every_minutes=10)).specs()
+    app = cdk8s.App()
+    charts = build_serving_charts(app, specs.serving)
+    chart = build_verification_chart(app, specs.serving, specs.verification,
+                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None,
+                                     "RayLlmEks/RayLlmEks/inference/ray-llm")
+    objects = cdk8s.Testing.synth(chart)
+    (settings,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == chart.settings_name]
+    assert settings["immutable"] is True
+    content = json.loads(settings["data"]["gate.json"])
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    (cron,) = [o for o in objects if o["kind"] == "CronJob"]
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert {"name": "GATE_SETTINGS_SHA256", "value": hashlib.sha256(canonical).hexdigest()} in container["env"]
+    (job,) = [o for o in objects if o["kind"] == "Job"]
+    (gate,) = job["spec"]["template"]["spec"]["containers"]
+    assert all(e["name"] != "GATE_SETTINGS_SHA256" for e in gate["env"])
+    # Other thresholds render another hash: the pod template changes with the settings.
+    other = Deployment(observability=ObservabilitySpec(verify_every_minutes=10),
+                       verification=VerificationSpec(probes=2)).specs()
+    other_charts = build_serving_charts(cdk8s.App(), other.serving)
+    other_chart = build_verification_chart(cdk8s.App(), other.serving, other.verification,
+                                           GatePlan.of(other.serving, other.verification, other_charts), other_charts,
+                                           None, "RayLlmEks/RayLlmEks/inference/ray-llm")
+    (other_cron,) = [o for o in cdk8s.Testing.synth(other_chart) if o["kind"] == "CronJob"]
+    (other_container,) = other_cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    hashes = [{e["name"]: e.get("value") for e in c["env"]}["GATE_SETTINGS_SHA256"] for c in (container, other_container)]
+    assert hashes[0] != hashes[1]
+
+
 def test_autoscaled_roles_give_the_gate_their_bounds():
     from ray_llm_eks.cdk8s_charts.verification import GatePlan
 

@@ -18,7 +18,7 @@ import yaml
 
 from ray_llm_eks.cdk8s_charts import ServingCharts, build_serving_charts
 from helpers.pins import unpinned
-from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.base.deployment import Deployment, Versions
 from ray_llm_eks.base.placement import DECODE, PREFILL
 from ray_llm_eks.base.pools import WorkerPool
 from ray_llm_eks.base.serving import (
@@ -70,6 +70,9 @@ SCENARIOS: dict[str, Deployment] = {
                                 namespace="llm", service_name="qwen", client_cidrs=("10.50.0.0/16",),
                                 client_namespaces=("apps",)),
         nixl=NixlSpec(kv_buffer_device="cuda", backends=("LIBFABRIC",)),
+        # Strict requires the device plugins' images by digest too (shaped, not real: tests/test_pins.py).
+        versions=Versions(nvidia_device_plugin_image_digest="sha256:" + "d" * 64,
+                          efa_device_plugin_image_digest="sha256:" + "e" * 64),
         strict=True,
     ),
     # Four L4s per node, two tensor-parallel replicas per node, two nodes per leg, a non-hybrid model.

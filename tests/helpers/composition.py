@@ -39,7 +39,7 @@ def compose(service: ServiceSettings | None = None) -> Composed:
     the reference deployment's)."""
     stack, network, cluster = cluster_stack("Composed")
     system, legs = serving_nodes(stack, network, cluster)
-    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()))
+    plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_node_groups=list(legs.values()), strict=False)
     kuberay = KubeRayOperator(stack, "KubeRay", cluster=cluster, system_nodes=system)
     observability = ObservabilitySpec()
     serving = RayLlmServing(stack, "Serving", strict=False, cluster=cluster, prefill=legs["prefill"], decode=legs["decode"],
