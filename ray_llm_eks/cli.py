@@ -736,7 +736,8 @@ def verify_logs(
     logs = {}
     for path in files:
         try:
-            logs[str(path)] = path.read_text(errors="replace")
+            # As the gate reads a pod's log (kube.pod_log): bytes decoded, no newline translation.
+            logs[str(path)] = path.read_bytes().decode(errors="replace")
         except OSError as error:
             _fail(ExitCode.CONFIG_ERROR, f"cannot read {path}: {error.strerror}", as_json)
     result = classify_logs(logs, provider=provider)

@@ -139,10 +139,12 @@ class Defect:
                 SSM_CONV_LAYOUT_VARIABLE: facts.worker_env.get(SSM_CONV_LAYOUT_VARIABLE)}.get(self.setting)
 
 
-PROCESS_PREFIX = r"^(?:(?:\x1b\[[0-9;]*m)*\([^()\n]*\bpid=\d+\)(?:\x1b\[[0-9;]*m)*\s+)*"
-"""Ray's prefix on a worker process's output (``(ServeReplica:llm:Decode:qwen3_5-9b pid=412) ``,
-colour codes around it when it is a terminal) and vLLM's on an engine subprocess's
-(``(EngineCore_DP0 pid=31542) ``, ``(Worker pid=31655) ``), zero or more of them."""
+PROCESS_PREFIX = r"^(?:(?:\x1b\[[0-9;]*m)*\([^()\n]*\bpid=\d+(?:, ip=[^()\s]+)?\)(?:\x1b\[[0-9;]*m)*\s+)*"
+"""Ray's prefix on a worker process's output (``(ServeReplica:llm:Decode:qwen3_5-9b pid=412) ``, and
+``, ip=<ip>`` before the bracket for another node's worker: ray 2.58 ``python/ray/_private/worker.py``
+``print_worker_logs``, ``f"{color_pre}({prefix_for(data)}{pid}{ip_prefix}){color_post} "``, colour codes
+unless ``RAY_COLOR_PREFIX=0``) and vLLM's on an engine subprocess's (``(EngineCore_DP0 pid=31542) ``,
+``(Worker pid=31655) ``: vLLM 0.26.0 ``vllm/utils/system_utils.py`` ``_add_prefix``), zero or more of them."""
 NIXL_CPP_PREFIX = r"[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ "
 """NIXL's C++ logger (Abseil): severity letter, MMDD, time, thread id, then ``<file>:<line>] ``."""
 

@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
 
 def classify(args: argparse.Namespace) -> int:
     try:
-        logs = {name: Path(name).read_text(errors="replace") for name in args.files}
+        # As the gate reads a pod's log (kube.pod_log): bytes decoded, no newline translation.
+        logs = {name: Path(name).read_bytes().decode(errors="replace") for name in args.files}
     except OSError as error:
         print(f"cannot read {error.filename}: {error.strerror}", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -120,9 +120,18 @@ and Ray Serve LLM 2.58.0 never calls (it builds ``AsyncLLM`` with its ``RayProme
 The C++ lines are in NIXL's own (Abseil) logger, whose level defaults to WARN
 (``src/utils/common/nixl_log.cpp:36``): the workers run with ``NIXL_LOG_LEVEL=INFO`` so the INFO
 ones appear. NIXL's Python logger logs INFO to stdout by default and reads the same variable
-(``src/api/python/logging.py``, format ``<time> NIXL <LEVEL> <file>:<line> <message>``). Lines
-are matched anywhere in a line, since Ray and vLLM prefix them with process, level and
-timestamp.
+(``src/api/python/logging.py``, format ``<time> NIXL <LEVEL> <file>:<line> <message>``).
+
+**Evidence only from its emitter.** A line counts, for or against the path, only in the format of the
+logger that prints it, from the file that prints it (:data:`_EMITTER_LINES`): NIXL's C++ (Abseil)
+line, NIXL's Python line from ``_api.py``, vLLM's line from the NIXL connector's files, each from
+the start of the line (after Ray's and vLLM's process prefixes) to its end. A phrase anywhere else
+in a line never counts: Ray Serve 2.58 writes a client's ``x-request-id`` verbatim into every access
+line (``INFO <date> <time> <deployment> <replica> <request id> -- CALL chat OK 12.3ms``, ray 2.58.0
+``serve/_private/logging_utils.py`` ``ServeFormatter``, ``replica.py`` ``_record_errors_and_metrics``),
+so a request could otherwise fail a healthy deployment (``NIXL transfer failure: ...``) or prove a
+path that never ran (``Discovered 1 EFA devices``). For the same reason a log is split at ``\\n``
+only (:func:`log_lines`).
 
 Standard library only: this module also runs inside the cluster (see ``__init__``).
 """
@@ -138,41 +147,104 @@ from .shared import upstream_defects, wire
 EXPECTED_BACKEND = wire.EXPECTED_BACKEND
 EXPECTED_PROVIDER = wire.EXPECTED_PROVIDER
 
-_BACKEND_INSTANTIATED = re.compile(r"Backend (\w+) was instantiated")
-_AGENT_INITIALIZED = re.compile(r"Initialized NIXL agent: (\S+)")
-_SKIPPED_BACKEND = re.compile(r"Skipping backend registration (\w+) due to the missing plugin")
-_NO_PLUGINS = re.compile(r"No plugins available, cannot start transfers!")
-_EFA_DEVICES = re.compile(r"Discovered (\d+) EFA devices")
-_TCP_FALLBACK = re.compile(r"Discovered (\d+) \w+ devices \(TCP fallback\)|TCP devices available globally")
-_NO_NETWORK_DEVICES = re.compile(r"No network devices found")
-_RAILS = re.compile(r"Created (\d+) rails using provider=([\w;+-]+)")
-_NO_HMEM = re.compile(r"Using provider without FI_HMEM support|provider does not support FI_HMEM")
-_LIBFABRIC_INIT_FAILED = re.compile(r"Failed to initialize libfabric backend: ?(.*)")
-_UCX_ON_EFA = re.compile(r"(\d+) Amazon EFA\(s\) were detected, but the UCX backend was configured")
-_CREATE_BACKEND_ERROR = re.compile(r"createBackend: ?(.*)")
-_NO_COMMON_BACKEND = re.compile(r"no common backend to connect with '([^']*)'")
-_TRANSFER_FAILURE = re.compile(r"NIXL transfer failure: (\w+)")
-_TRANSFER_METRICS = re.compile(r"KV Transfer metrics: Num successful transfers=(\d+)")
+_PROCESS_PREFIX = re.compile(upstream_defects.PROCESS_PREFIX)
+_SGR = r"(?:\x1b\[[0-9;]*m)*"
+"""Colour codes, which vLLM's ``ColoredFormatter`` puts around the level, the time and the file when
+its stream is a terminal or ``VLLM_LOGGING_COLOR=1`` (vLLM 0.26.0 ``vllm/logging_utils/formatter.py``)."""
+_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)"
+
+NIXL_CPP, NIXL_PYTHON, VLLM = "nixl-c++", "nixl-python", "vllm"
+_EMITTER_LINES = (
+    # NIXL's C++ logger is Abseil's (nixl 1.3.1 src/utils/common/nixl_log.h: NIXL_INFO is LOG(INFO)):
+    # "I1201 22:19:43.018531   31655 libfabric_topology.cpp:136] <message>", the file's base name.
+    (NIXL_CPP, re.compile(upstream_defects.NIXL_CPP_PREFIX + r"(?P<file>[\w.+-]+):\d+\] (?P<message>.*)")),
+    # NIXL's Python logger (src/api/python/logging.py: "%(asctime)s NIXL %(levelname)-7s %(filename)s:%(lineno)d
+    # %(message)s", datefmt "%Y-%m-%d %H:%M:%S").
+    (NIXL_PYTHON, re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} NIXL " + _LEVEL
+                             + r" +(?P<file>[\w.-]+):\d+ (?P<message>.*)")),
+    # vLLM's logger (vLLM 0.26.0 vllm/logger.py: "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s",
+    # datefmt "%m-%d %H:%M:%S"; fileinfo is a shortened relative path at VLLM_LOGGING_LEVEL=DEBUG).
+    (VLLM, re.compile(_SGR + _LEVEL + _SGR + " " + _SGR + r"\d{2}-\d{2} \d{2}:\d{2}:\d{2}" + _SGR + " " + _SGR
+                      + r"\[(?:[\w.-]+/)*(?P<file>[\w.-]+):\d+\]" + _SGR + r" (?P<message>.*)")),
+)
+"""The line formats whose lines count, each matched from the start of the line (after the process
+prefixes, :data:`upstream_defects.PROCESS_PREFIX`) to its end. Anything else in a worker's log is
+never evidence: Ray Serve's access lines (``INFO <date> <time>,<ms> <deployment> <replica> <request
+id> -- <method> <route> <status> <ms>ms``, ray 2.58.0 ``serve/_private/logging_utils.py``
+``ServeFormatter``) carry a client's ``x-request-id`` verbatim (``serve/_private/proxy.py:1199``),
+so a request could otherwise write any phrase below into every replica's log."""
+
+Said = tuple[str, str, str]
+"""(emitter, file, message) of a line in one of :data:`_EMITTER_LINES`."""
+
+
+def _said(line: str) -> Said | None:
+    """Who printed ``line``, from which file, and its message; None for a line of no known emitter."""
+    prefix = _PROCESS_PREFIX.match(line)
+    body = line[prefix.end():] if prefix else line
+    for emitter, pattern in _EMITTER_LINES:
+        if m := pattern.match(body):
+            return emitter, m.group("file"), m.group("message")
+    return None
+
+
+@dataclass(frozen=True)
+class _Message:
+    """A message one emitter prints from one of ``files``: only such a line is evidence."""
+
+    emitter: str
+    files: tuple[str, ...]
+    message: re.Pattern[str]
+    """Matched against the whole message."""
+
+    def match(self, said: Said) -> re.Match[str] | None:
+        emitter, file, message = said
+        if emitter != self.emitter or file not in self.files:
+            return None
+        return self.message.fullmatch(message)
+
+
+def _nixl(files: str, message: str) -> _Message:
+    """A message of NIXL's C++ logger, from ``files`` (space-separated base names)."""
+    return _Message(NIXL_CPP, tuple(files.split()), re.compile(message))
+
+
+_API_PY = ("_api.py",)
+_BACKEND_INSTANTIATED = _Message(NIXL_PYTHON, _API_PY, re.compile(r"Backend (\w+) was instantiated"))
+_AGENT_INITIALIZED = _Message(NIXL_PYTHON, _API_PY, re.compile(r"Initialized NIXL agent: (\S+)"))
+_SKIPPED_BACKEND = _Message(NIXL_PYTHON, _API_PY,
+                            re.compile(r"Skipping backend registration (\w+) due to the missing plugin\."))
+_NO_PLUGINS = _Message(NIXL_PYTHON, _API_PY, re.compile(r"No plugins available, cannot start transfers!"))
+_EFA_DEVICES = _nixl("libfabric_topology.cpp", r"Discovered (\d+) EFA devices")
+_TCP_FALLBACK = _nixl("libfabric_topology.cpp",
+                      r"Discovered (\d+) \w+ devices \(TCP fallback\)"
+                      r"|TCP devices available globally - no accelerator-specific mapping required")
+_NO_NETWORK_DEVICES = _nixl("libfabric_topology.cpp libfabric_common.cpp",
+                            r"No network devices found(?: with any provider)?")
+_RAILS = _nixl("libfabric_rail_manager.cpp", r"Created (\d+) rails using provider=([\w;+-]+)")
+_NO_HMEM = _nixl("libfabric_rail.cpp", r"Using provider without FI_HMEM support for rail \d+"
+                                       r"|VRAM memory requested but provider does not support FI_HMEM.*")
+_LIBFABRIC_INIT_FAILED = _nixl("libfabric_backend.cpp", r"Failed to initialize libfabric backend: ?(.*)")
+_UCX_ON_EFA = _nixl("nixl_agent.cpp", r"(\d+) Amazon EFA\(s\) were detected, but the UCX backend was configured\..*")
+_CREATE_BACKEND_ERROR = _nixl("nixl_agent.cpp", r"createBackend: ?(.*)")
+_NO_COMMON_BACKEND = _nixl("nixl_agent.cpp", r"\w+: no common backend to connect with '([^']*)'")
+# vLLM 0.26.0 logs a failure with stacklevel=2: the file is the caller's (nixl/base_worker.py,
+# pull_worker.py, push_worker.py, each calling _log_failure).
+_TRANSFER_FAILURE = _Message(VLLM, ("base_worker.py", "pull_worker.py", "push_worker.py"),
+                             re.compile(r"NIXL transfer failure: (\w+).*"))
+_TRANSFER_METRICS = _Message(VLLM, ("metrics.py",),
+                             re.compile(r"KV Transfer metrics: Num successful transfers=(\d+).*"))
 # Root causes and the engine's own consequence line. One line is at most one of these: the outer
 # messages quote the inner ones ("Failed to create rails: fi_enable failed for rail 0").
-_ENGINE_NOT_CREATED = re.compile(r"Failed to create engine: ?(.*)")
-_RAILS_NOT_CREATED = re.compile(r"Failed to create rails: ?(.*)")
-_FI_ENABLE_FAILED = re.compile(r"fi_enable failed for rail (\d+): (.*)")
-_FI_GETINFO_FAILED = re.compile(r"fi_getinfo failed (?!for )(.+)")
-_PLUGIN_LOAD_FAILED = re.compile(r"Failed to load plugin from (\S+): (.*)")
+_ENGINE_NOT_CREATED = _nixl("backend_plugin.h", r"Failed to create engine: ?(.*)")
+_RAILS_NOT_CREATED = _nixl("libfabric_rail_manager.cpp", r"Failed to create rails: ?(.*)")
+_FI_ENABLE_FAILED = _nixl("libfabric_rail.cpp", r"fi_enable failed for rail (\d+): (.*)")
+_FI_GETINFO_FAILED = _nixl("libfabric_common.cpp", r"fi_getinfo failed (?!for )(.+)")
+_PLUGIN_LOAD_FAILED = _nixl("nixl_plugin_manager.cpp", r"Failed to load plugin from (\S+): (.*)")
 _DEFECTS = upstream_defects.LOGGED
-_PROCESS_PREFIX = re.compile(upstream_defects.PROCESS_PREFIX)
 _TRACEBACK_FRAME = re.compile(upstream_defects.PROCESS_PREFIX + r'  File "')
 """Any traceback frame line: the one a defect needs before its exception line, or another (which
 replaces it as the innermost frame seen)."""
-_ANY_EVIDENCE = re.compile("|".join(pattern.pattern for pattern in (
-    _BACKEND_INSTANTIATED, _AGENT_INITIALIZED, _SKIPPED_BACKEND, _NO_PLUGINS, _EFA_DEVICES, _TCP_FALLBACK,
-    _NO_NETWORK_DEVICES, _RAILS, _NO_HMEM, _LIBFABRIC_INIT_FAILED, _UCX_ON_EFA, _CREATE_BACKEND_ERROR,
-    _NO_COMMON_BACKEND, _TRANSFER_FAILURE, _TRANSFER_METRICS, _ENGINE_NOT_CREATED, _RAILS_NOT_CREATED,
-    _FI_ENABLE_FAILED, _FI_GETINFO_FAILED, _PLUGIN_LOAD_FAILED, _TRACEBACK_FRAME,
-    *(d.signature.pattern for d in _DEFECTS if d.signature))))
-"""One pass over a line that matches none of the patterns (most of a worker's log); derived from
-them, so a new pattern cannot be filtered out before it is tried."""
 
 _PLUGIN_FILE = re.compile(r"libplugin_(\w+)\.so")
 """NIXL's plugin file name, ``libplugin_<BACKEND>.so`` (``nixl_plugin_manager.cpp``, ``composePluginPath``)."""
@@ -266,49 +338,51 @@ class TransportEvidence:
 
     def feed(self, line: str) -> None:
         self.lines_read += 1
-        if not _ANY_EVIDENCE.search(line):
-            return
+        line = line.rstrip("\r\n")  # vLLM ends a multi-line message's lines with "\r\n" (formatter.py)
         self._feed_defects(line)
-        if m := _BACKEND_INSTANTIATED.search(line):
+        said = _said(line)
+        if said is None:
+            return
+        if m := _BACKEND_INSTANTIATED.match(said):
             self.backends_instantiated.append(m.group(1))
-        if _AGENT_INITIALIZED.search(line):
+        if _AGENT_INITIALIZED.match(said):
             self.agents_initialized += 1
-        if m := _SKIPPED_BACKEND.search(line):
+        if m := _SKIPPED_BACKEND.match(said):
             self.skipped_backends.append(m.group(1))
-        if _NO_PLUGINS.search(line):
+        if _NO_PLUGINS.match(said):
             self.no_plugins = True
-        if m := _EFA_DEVICES.search(line):
+        if m := _EFA_DEVICES.match(said):
             self.efa_devices = max(self.efa_devices, _count(m.group(1)))
-        if _TCP_FALLBACK.search(line):
+        if _TCP_FALLBACK.match(said):
             self.tcp_fallback = True
-        if _NO_NETWORK_DEVICES.search(line):
+        if _NO_NETWORK_DEVICES.match(said):
             self.no_network_devices += 1
-        if m := _RAILS.search(line):
+        if m := _RAILS.match(said):
             self.rail_providers.append(m.group(2))
-        if _NO_HMEM.search(line):
+        if _NO_HMEM.match(said):
             self.without_fi_hmem = True
-        if m := _LIBFABRIC_INIT_FAILED.search(line):
+        if m := _LIBFABRIC_INIT_FAILED.match(said):
             self.libfabric_init_failures.append(m.group(1).strip())
-        if _UCX_ON_EFA.search(line):
+        if _UCX_ON_EFA.match(said):
             self.ucx_on_efa_warning = True
-        if m := _CREATE_BACKEND_ERROR.search(line):
+        if m := _CREATE_BACKEND_ERROR.match(said):
             self.create_backend_errors.append(m.group(1).strip())
-        if m := _NO_COMMON_BACKEND.search(line):
+        if m := _NO_COMMON_BACKEND.match(said):
             self.no_common_backend.append(m.group(1))
-        if m := _TRANSFER_FAILURE.search(line):
+        if m := _TRANSFER_FAILURE.match(said):
             kind = m.group(1)
             self.transfer_failures[kind] = self.transfer_failures.get(kind, 0) + 1
-        if m := _TRANSFER_METRICS.search(line):
+        if m := _TRANSFER_METRICS.match(said):
             self.successful_transfers_logged += _count(m.group(1))
-        if m := _ENGINE_NOT_CREATED.search(line):
+        if m := _ENGINE_NOT_CREATED.match(said):
             self.engine_failures.append(m.group(1).strip())
-        elif m := _RAILS_NOT_CREATED.search(line):
+        elif m := _RAILS_NOT_CREATED.match(said):
             self.rail_failures.append(m.group(1).strip())
-        elif m := _FI_ENABLE_FAILED.search(line):
+        elif m := _FI_ENABLE_FAILED.match(said):
             self.rail_failures.append(f"fi_enable failed for rail {m.group(1)}: {m.group(2).strip()}")
-        elif (m := _FI_GETINFO_FAILED.search(line)) and not _LIBFABRIC_INIT_FAILED.search(line):
+        elif m := _FI_GETINFO_FAILED.match(said):
             self.fi_getinfo_failures.append(m.group(1).strip())
-        elif m := _PLUGIN_LOAD_FAILED.search(line):
+        elif m := _PLUGIN_LOAD_FAILED.match(said):
             path, error = m.group(1), m.group(2).strip()
             plugin = _PLUGIN_FILE.search(path)
             self.plugin_load_failures.append(
@@ -500,10 +574,19 @@ def classify(lines: Iterable[str]) -> TransportEvidence:
     return TransportEvidence().feed_all(lines)
 
 
+def log_lines(text: str) -> list[str]:
+    """A container log's lines: split at ``\\n`` only, where the kubelet's CRI log ends a line.
+    ``str.splitlines`` also splits at NEL (``\\x85``), U+2028 and others, which a client can put in
+    an ``x-request-id`` (bytes 0x80-0xFF are legal in a header value, RFC 9110 obs-text; Ray Serve
+    2.58.0 decodes it, ``serve/_private/proxy.py:1199``) and so start a line of its own choosing
+    inside Ray Serve's access line."""
+    return text.split("\n")
+
+
 def classify_logs(logs: dict[str, str], backend: str = EXPECTED_BACKEND,
                   provider: str = EXPECTED_PROVIDER, *, require_startup: bool = True) -> dict[str, Any]:
     """The verdict over several workers' logs (name -> text): pass only when every one proves the path."""
-    by_source = {name: classify(text.splitlines()) for name, text in logs.items()}
+    by_source = {name: classify(log_lines(text)) for name, text in logs.items()}
     reasons = [f"{name}: {reason}" for name, evidence in by_source.items()
                for reason in evidence.problems(backend, provider, require_startup=require_startup)]
     if not by_source:

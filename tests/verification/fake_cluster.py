@@ -57,19 +57,22 @@ RELOAD_LINES = ["(Worker pid=5188) INFO [default_loader.py:430] Loading weights 
 """What a replacement worker's vLLM prints as its engine starts (tests/verification/fixtures/drill/, the twin's)."""
 
 EFA_LINES = [
-    "I1130 21:03:46.100000 412 libfabric_topology.cpp:88] Discovered 1 EFA devices",
-    "I1130 21:03:46.120000 412 libfabric_rail_manager.cpp:131] Created 1 rails using provider=efa",
-    "I1130 21:03:46.121000 412 libfabric_rail.cpp:402] Using provider without FI_HMEM support for rail 0",
-    "(ServeReplica:llm:PDDecode pid=412) INFO 11-30 21:03:46 [nixl_connector.py:901] Backend LIBFABRIC was instantiated",
-    "(ServeReplica:llm:PDDecode pid=412) INFO 11-30 21:03:46 [_api.py:170] Initialized NIXL agent: 3f9c2a",
+    # NIXL 1.3.1's C++ (Abseil) lines: libfabric_topology.cpp:134, libfabric_rail_manager.cpp:232,
+    # libfabric_rail.cpp:457; then its Python logger's (src/api/python/logging.py format), _api.py:390
+    # and :268. None is vLLM's: the NixlConnector prints neither.
+    "I1130 21:03:46.100000     412 libfabric_topology.cpp:134] Discovered 1 EFA devices",
+    "I1130 21:03:46.120000     412 libfabric_rail_manager.cpp:232] Created 1 rails using provider=efa",
+    "I1130 21:03:46.121000     412 libfabric_rail.cpp:457] Using provider without FI_HMEM support for rail 0",
+    "(ServeReplica:llm:PDDecode pid=412) 2026-11-30 21:03:46 NIXL INFO    _api.py:390 Backend LIBFABRIC was instantiated",
+    "(ServeReplica:llm:PDDecode pid=412) 2026-11-30 21:03:46 NIXL INFO    _api.py:268 Initialized NIXL agent: 3f9c2a",
 ]
 TCP_LINES = [
-    "I1130 21:03:46.090100     412 libfabric_topology.cpp:122] TCP devices available globally - "
+    "I1130 21:03:46.090100     412 libfabric_topology.cpp:116] TCP devices available globally - "
     "no accelerator-specific mapping required",
-    "I1130 21:03:46.090211     412 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)",
+    "I1130 21:03:46.090211     412 libfabric_topology.cpp:136] Discovered 1 tcp devices (TCP fallback)",
     "I1130 21:03:46.095000     412 libfabric_rail_manager.cpp:232] Created 1 rails using provider=tcp",
-    "(ServeReplica:llm:PDDecode pid=412) INFO 11-30 21:03:46 [_api.py:390] Backend LIBFABRIC was instantiated",
-    "(ServeReplica:llm:PDDecode pid=412) INFO 11-30 21:03:46 [_api.py:268] Initialized NIXL agent: 3f9c2a",
+    "(ServeReplica:llm:PDDecode pid=412) 2026-11-30 21:03:46 NIXL INFO    _api.py:390 Backend LIBFABRIC was instantiated",
+    "(ServeReplica:llm:PDDecode pid=412) 2026-11-30 21:03:46 NIXL INFO    _api.py:268 Initialized NIXL agent: 3f9c2a",
 ]
 """What a worker logs when libfabric runs on its tcp provider (FI_PROVIDER=tcp, no EFA device)."""
 

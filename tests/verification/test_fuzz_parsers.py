@@ -110,15 +110,23 @@ def test_the_serving_window_of_two_pages_is_finite(first, second):
 # --- the worker logs -------------------------------------------------------------------------------
 
 # The TCP fallback lines only: the rest of TCP_LINES (a backend instantiated, an agent) do not disqualify.
-FAILURE_LINES = [*TCP_LINES[:3], "W1130 nixl_agent.cpp:242] 1 Amazon EFA(s) were detected, but the UCX backend was configured",
-                 "E nixl: NIXL transfer failure: transfer_failed", "No plugins available, cannot start transfers!",
-                 "createBackend: unsupported backend 'LIBFABRIC'", "Created 1 rails using provider=tcp"]
+# Each in its emitter's format (evidence.py: only such a line counts).
+FAILURE_LINES = [*TCP_LINES[:3],
+                 "W1130 21:03:46.080000     412 nixl_agent.cpp:274] 1 Amazon EFA(s) were detected, but the UCX backend "
+                 "was configured. For best performance, it's recommended to use the LIBFABRIC backend instead.",
+                 "(EngineCore pid=412) ERROR 11-30 21:04:02 [base_worker.py:888] NIXL transfer failure: transfer_failed "
+                 "| Context: {}",
+                 "2026-11-30 21:03:46 NIXL ERROR   _api.py:227 No plugins available, cannot start transfers!",
+                 "E1130 21:03:46.100023     412 nixl_agent.cpp:322] createBackend: unsupported backend 'LIBFABRIC'",
+                 "I1130 21:03:46.095000     412 libfabric_rail_manager.cpp:232] Created 1 rails using provider=tcp"]
+EFA_DEVICES = "I1130 21:03:46.090211     412 libfabric_topology.cpp:134] Discovered {} EFA devices"
 log_lines = st.one_of(
     st.sampled_from(EFA_LINES), st.sampled_from(FAILURE_LINES), st.text(max_size=60),
-    st.builds("Discovered {} EFA devices".format, st.text(alphabet="0123456789", min_size=1, max_size=5000)),
-    st.builds("KV Transfer metrics: Num successful transfers={}".format, st.text(alphabet="0123456789", min_size=1,
-                                                                                  max_size=5000)),
-    st.builds("Created {} rails using provider={}".format, st.integers(0, 9), st.sampled_from(["efa", "tcp", "efa;ofi_rxm"])),
+    st.builds(EFA_DEVICES.format, st.text(alphabet="0123456789", min_size=1, max_size=5000)),
+    st.builds("(EngineCore pid=412) INFO 11-30 21:05:00 [metrics.py:103] KV Transfer metrics: Num successful "
+              "transfers={}".format, st.text(alphabet="0123456789", min_size=1, max_size=5000)),
+    st.builds("I1130 21:03:46.095000     412 libfabric_rail_manager.cpp:232] Created {} rails using provider={}".format,
+              st.integers(0, 9), st.sampled_from(["efa", "tcp", "efa;ofi_rxm"])),
 )
 
 
@@ -350,5 +358,6 @@ def test_json_from_outside_has_finite_numbers_or_is_refused(data):
 @pytest.mark.parametrize("digits", ["9" * 5000, "0" * 5000 + "1"])
 def test_a_count_of_thousands_of_digits_in_a_log_line_does_not_end_the_classification(digits):
     """Python refuses to parse integers of more than 4,300 digits: such a line used to crash the gate."""
-    result = evidence.classify_logs({"w": "\n".join([*EFA_LINES, f"Discovered {digits} EFA devices"])})
+    result = evidence.classify_logs({"w": "\n".join([*EFA_LINES, EFA_DEVICES.format(digits)])})
     assert result["verdict"] == "pass"
+    assert result["by_source"]["w"]["efa_devices"] == (10**18 if digits.startswith("9") else 1)

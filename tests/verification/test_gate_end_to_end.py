@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import pytest
-from fake_cluster import EFA_LINES, FakeDeployment, Scenario, program_env, run_gate
+from fake_cluster import EFA_LINES, TCP_LINES, FakeDeployment, Scenario, program_env, run_gate
 
 from ray_llm_eks.base import wire
 from ray_llm_eks.cdk8s_charts.verification import PROGRAM_DIR
@@ -24,10 +24,13 @@ OWN_NAMESPACE = "RayLlmEks/RayLlmEks/inference/ray-llm"
 
 
 UCX_ON_EFA = [
-    "W1130 nixl_agent.cpp:242] 1 Amazon EFA(s) were detected, but the UCX backend was configured. For best "
-    "performance, it's recommended to use the LIBFABRIC backend instead.",
-    "INFO Backend UCX was instantiated",
+    "W1130 21:03:46.080000     412 nixl_agent.cpp:274] 1 Amazon EFA(s) were detected, but the UCX backend was "
+    "configured. For best performance, it's recommended to use the LIBFABRIC backend instead.",
+    "2026-11-30 21:03:46 NIXL INFO    _api.py:390 Backend UCX was instantiated",
 ]
+"""NIXL 1.3.1's lines, each in its emitter's format (nixl_agent.cpp:274, C++; _api.py:390, Python)."""
+TCP_FALLBACK = [TCP_LINES[3], TCP_LINES[1]]
+"""LIBFABRIC instantiated, on the tcp provider."""
 
 
 def _report(result: Any) -> dict[str, Any]:
@@ -75,13 +78,13 @@ def test_the_reference_prompt_predicts_the_planners_bytes(disaggregated):
     [
         (Scenario(ready=False), "was not ready within"),
         (Scenario(completion_status=500), "probe 1 failed: HTTP 500"),
-        (Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
-                              "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"]),
+        (Scenario(worker_log=TCP_FALLBACK),
          "libfabric fell back to TCP"),
-        (Scenario(worker_log=["INFO [_api.py:170] Initialized NIXL agent: 3f9c2a"]),
+        (Scenario(worker_log=["2026-11-30 21:03:46 NIXL INFO    _api.py:268 Initialized NIXL agent: 3f9c2a"]),
          "a NIXL agent was initialized but no backend was instantiated"),
         (Scenario(worker_log=UCX_ON_EFA), "UCX backend on EFA nodes"),
-        (Scenario(worker_log=[*EFA_LINES, "ERROR [base_worker.py:1210] NIXL transfer failure: handshake_failed | "
+        (Scenario(worker_log=[*EFA_LINES, "(EngineCore pid=412) ERROR 11-30 21:04:02 [base_worker.py:888] NIXL "
+                              "transfer failure: handshake_failed | "
                               "Context: {'remote_engine': 'abc'}"], failed_transfers=1),
          "NIXL transfer failure(s) of type handshake_failed"),
         (Scenario(efa_fraction=0.1), "at least 50% must cross EFA"),
@@ -187,7 +190,7 @@ def test_lines_of_replaced_replicas_are_not_evidence(in_cluster_copy, fake: Fake
 
 def test_old_efa_lines_do_not_vouch_for_new_replicas(in_cluster_copy, fake: FakeDeployment):
     # ... and old EFA lines do not vouch for new replicas that printed no backend.
-    fake.scenario = Scenario(old_log=list(EFA_LINES), worker_log=["INFO [_api.py:268] Initialized NIXL agent: 9a"])
+    fake.scenario = Scenario(old_log=list(EFA_LINES), worker_log=["2026-11-30 21:03:46 NIXL INFO    _api.py:268 Initialized NIXL agent: 9a"])
     report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
     assert any("no backend was instantiated" in r for r in report["reasons"]), report["reasons"]
 
@@ -217,7 +220,8 @@ def test_the_report_outlives_the_job(in_cluster_copy, fake: FakeDeployment):
 
 
 def test_a_long_failure_still_fits_the_signal(in_cluster_copy, fake: FakeDeployment):
-    fake.scenario = Scenario(worker_log=[f"ERROR NIXL transfer failure: kind{i} | Context: {{}}" for i in range(60)],
+    fake.scenario = Scenario(worker_log=[f"ERROR 11-30 21:04:02 [base_worker.py:888] NIXL transfer failure: kind{i} | Context: {{}}"
+                                         for i in range(60)],
                              efa_fraction=0.0)
     run_gate(in_cluster_copy, fake, fake.gate_settings(), env={"GATE_SIGNAL_URL": fake.signal_url})
     signal = json.loads(fake.signals[0][1])
@@ -426,8 +430,7 @@ def test_continuous_verification_publishes_the_verdict(fake: FakeDeployment, mon
     from ray_llm_eks.verification.__main__ import main
 
     if scenario_lines == "tcp":
-        fake.scenario = Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
-                                             "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
+        fake.scenario = Scenario(worker_log=TCP_FALLBACK)
     config = fake.tmp / "gate.json"
     config.write_text(json.dumps(fake.gate_settings()))
     for name, value in {"AWS_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "testing",
@@ -496,7 +499,7 @@ def test_continuous_verification_reads_only_its_window_and_only_disqualifying_li
     fake.scenario = Scenario(worker_log=quiet)
     code, published = _continuous(fake, monkeypatch, log_window_seconds=900)
     assert (code, published) == (0, [1.0])
-    fake.scenario = Scenario(worker_log=[*quiet, "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
+    fake.scenario = Scenario(worker_log=[*quiet, TCP_LINES[1]])
     code, published = _continuous(fake, monkeypatch, log_window_seconds=900)
     assert (code, published) == (1, [0.0])
     # The deploy's gate (no window) still requires the startup lines.

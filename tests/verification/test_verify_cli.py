@@ -200,8 +200,7 @@ def test_verify_with_ray_token_auth_needs_neither_the_token_nor_the_dashboard(tm
 
 
 def test_verify_fails_on_a_tcp_fallback(fake: FakeDeployment, disaggregated, tmp_path):
-    fake.scenario = Scenario(worker_log=["INFO Backend LIBFABRIC was instantiated",
-                                         "I1130 libfabric_topology.cpp:142] Discovered 1 tcp devices (TCP fallback)"])
+    fake.scenario = Scenario(worker_log=[TCP_LINES[3], TCP_LINES[1]])  # LIBFABRIC, on tcp
     _apply_deployed(fake, disaggregated)
     done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--timeout", "20")
     assert done.returncode == 1
