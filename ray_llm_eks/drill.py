@@ -84,6 +84,7 @@ REQUIRED_RBAC: tuple[tuple[str, str, str], ...] = (
     ("", "pods/eviction", "create (drain-gpu-node)"),
     ("", "nodes", "list, patch (drain-gpu-node: cordon and uncordon)"),
     ("", "configmaps", "get, list (the deployed gate settings)"),
+    ("apps", "daemonsets", "get (the gate's EFA counter readers' DaemonSet)"),
     ("", "services/proxy, pods/proxy", "get, create (the load and the gate's probes, from a workstation)"),
     ("networking.k8s.io", "networkpolicies", "create, delete (admit the API server for the run, as verify)"),
 )

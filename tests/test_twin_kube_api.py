@@ -49,3 +49,22 @@ def test_kuberays_event_names_the_cluster_and_the_time_of_the_last_submission():
     assert event["lastTimestamp"] == "2027-01-15T08:00:00Z"
     other = SELECTOR.replace("UpdatedServeApplications", "FailedToUpdateServeApplications")
     assert _get(api, f"/api/v1/namespaces/inference/events?fieldSelector={other}")[1]["items"] == []
+
+
+def test_the_counter_readers_are_controlled_by_the_daemonset_the_api_serves():
+    """The gate reads only the readers its DaemonSet controls (verification.checks.Checks.efa_counter_pods):
+    the stand-in serves the DaemonSet under the chart's name, and a reader it adds names its uid, unless
+    it was made by hand."""
+    from ray_llm_eks.base import wire
+    from ray_llm_eks.verification import objects
+
+    api = _api()
+    labels = {"ray-llm-eks/instance": "ray-llm", "ray-llm-eks/component": "efa-counters"}
+    api.add_counter_pod("ray-llm-efa-counters-decode", labels, "decode-node", "10.0.0.4")
+    api.add_counter_pod("by-hand", labels, "decode-node", "10.0.0.9", controller_uid=None)
+    status, daemon_set = _get(api, f"/apis/apps/v1/namespaces/inference/daemonsets/{wire.efa_counters_name('ray-llm')}")
+    assert status == 200 and daemon_set["kind"] == "DaemonSet"
+    status, pods = _get(api, "/api/v1/namespaces/inference/pods?labelSelector=ray-llm-eks/component%3Defa-counters")
+    controlled = {p["metadata"]["name"]: objects.controlled_by(p, "DaemonSet", daemon_set["metadata"]["uid"])
+                  for p in pods["items"]}
+    assert controlled == {"ray-llm-efa-counters-decode": True, "by-hand": False}

@@ -90,6 +90,12 @@ def report_config_map(job_name: str) -> str:
     return f"{job_name}-report"
 
 
+def efa_counters_name(service_name: str) -> str:
+    """The EFA counter readers' DaemonSet (and its service account): the gate reads only the pods
+    this DaemonSet controls, found by its uid, whatever else carries their labels."""
+    return f"{service_name}-efa-counters"
+
+
 def report_command(namespace: str, job_name: str) -> str:
     """The command that prints a gate run's full JSON report."""
     return (f"kubectl -n {namespace} get configmap {report_config_map(job_name)} "

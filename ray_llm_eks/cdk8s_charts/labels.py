@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..base.serving import ServingSpec
 from ..base.wire import INSTANCE_LABEL, LABEL_PREFIX, PROJECT, RAY_ROLE_LABEL, SERVES_HTTP_LABEL
+from ..base.wire import efa_counters_name as wire_efa_counters_name
 
 NODE_POOL_ANNOTATION = f"{LABEL_PREFIX}node-pool"
 """On each pod template: the node identity of the pool it runs on (``WorkerPool.node_identity``).
@@ -48,5 +49,6 @@ def pod_labels(spec: ServingSpec, ray_role: str, *, serves_http: bool) -> dict[s
 
 
 def efa_counters_name(service_name: str) -> str:
-    """The deployment gate's EFA counter reader DaemonSet, and its service account."""
-    return f"{service_name}-efa-counters"
+    """The deployment gate's EFA counter reader DaemonSet, and its service account (the name the
+    gate looks the DaemonSet up by: :func:`.wire.efa_counters_name`)."""
+    return wire_efa_counters_name(service_name)

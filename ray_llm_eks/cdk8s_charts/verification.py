@@ -14,7 +14,8 @@ Applied after the RayService, once per change of the serving spec (``serving-ver
   manifest, so in no kubectl handler log, CloudFormation event or ``last-applied-configuration``.
 - ServiceAccount ``<service>-gate`` with a Role (read pods, their logs and the RayService; get and
   delete RayClusters, for the rollout; get its own Job, whose creation started CloudFormation's
-  wait; create its report's ConfigMap, and update that one by name) and a ClusterRole (read
+  wait; create its report's ConfigMap, and update that one by name; get the counter readers'
+  DaemonSet by name, whose uid tells its readers from look-alikes) and a ClusterRole (read
   nodes, for allocatable EFA).
 - DaemonSet ``<service>-efa-counters`` on the GPU nodes: serves the node's EFA hardware counters
   (``/sys`` mounted read-only) on port 9475 of the pod IP; no API access, no capabilities.
@@ -233,6 +234,10 @@ class VerificationChart(cdk8s.Chart):
             # When KubeRay last submitted the Serve config (its Events on the RayService). No Secret:
             # Serve's state comes from the RayService, so the gate needs no Ray token (rollout).
             k8s.PolicyRule(api_groups=[""], resources=["events"], verbs=["list"]),
+            # The counter readers' DaemonSet, by name: its uid tells the readers it made from any pod
+            # that merely carries their labels (verification.checks.Checks.efa_counter_pods).
+            k8s.PolicyRule(api_groups=["apps"], resources=["daemonsets"], verbs=["get"],
+                           resource_names=[efa_counters_name(name)]),
         ])
         subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
         k8s.KubeRoleBinding(self, "RoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),
@@ -328,6 +333,9 @@ class VerificationChart(cdk8s.Chart):
             # The previous run's reading of the metrics, for the window's serving figures.
             k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "update"], resource_names=[state]),
             k8s.PolicyRule(api_groups=[""], resources=["events"], verbs=["list"]),
+            # The counter readers' DaemonSet (its uid: which pods are readers), as the gate's Role.
+            k8s.PolicyRule(api_groups=["apps"], resources=["daemonsets"], verbs=["get"],
+                           resource_names=[efa_counters_name(spec.service_name)]),
         ])
         subject = k8s.Subject(kind="ServiceAccount", name=account, namespace=spec.namespace)
         k8s.KubeRoleBinding(self, "MonitorRoleBinding", metadata=k8s.ObjectMeta(name=account, labels=labels),

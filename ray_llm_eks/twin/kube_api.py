@@ -13,7 +13,9 @@ No API server, kubelet or KubeRay runs here, so this loopback server answers the
 - a pod per Ray node, built from the rendered pod template as KubeRay labels and owns it, with the
   environment the twin's node really runs, the node's address as ``podIP``, and the node's
   stamped output as its log (``sinceTime`` as the kubelet applies it);
-- the EFA counter reader of each worker node (labels of the rendered DaemonSet);
+- the EFA counter reader of each worker node (labels of the rendered DaemonSet), each controlled by
+  the DaemonSet (``ownerReferences`` with its uid, as the DaemonSet controller sets them), and the
+  DaemonSet itself by name;
 - the two GPU nodes, whose allocatable ``vpc.amazonaws.com/efa`` is the veth and
   ``nvidia.com/gpu`` the engine's core, one each;
 - ConfigMaps: the rendered ones (gate settings, the continuous-verification state) and what the
@@ -78,6 +80,9 @@ class KubeApi:
         self.name = self.rayservice["metadata"]["name"]
         self.cluster = f"{self.name}-{CLUSTER_SUFFIX}"
         self.cluster_uid = secrets.token_hex(8)
+        self.counter_daemon_set = f"{self.name}-efa-counters"
+        """The readers' DaemonSet (``wire.efa_counters_name``; not imported: the twin stays apart from the gate)."""
+        self.counter_daemon_set_uid = secrets.token_hex(8)
         self.ready = False
         self.pods: list[dict[str, Any]] = []
         self.nodes: list[dict[str, Any]] = []
@@ -155,9 +160,22 @@ class KubeApi:
             return any(n["metadata"]["name"] == node and (n.get("spec") or {}).get("unschedulable")
                        for n in self.nodes)
 
-    def add_counter_pod(self, name: str, labels: Mapping[str, str], node: str, ip: str) -> None:
-        self.pods.append({"metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels)},
-                          "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip}})
+    def add_counter_pod(self, name: str, labels: Mapping[str, str], node: str, ip: str,
+                        controller_uid: str | None = "") -> None:
+        """A counter reader on ``node``; ``controller_uid``: the DaemonSet uid it names as its controller
+        ("": the readers' DaemonSet's, as its controller sets it; None: none, a pod made by hand)."""
+        uid = self.counter_daemon_set_uid if controller_uid == "" else controller_uid
+        owners = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": self.counter_daemon_set, "uid": uid,
+                   "controller": True, "blockOwnerDeletion": True}] if uid else []
+        with self.lock:
+            self.pods.append({"metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels),
+                                           "uid": secrets.token_hex(8), "ownerReferences": owners},
+                              "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip}})
+
+    def daemon_set_object(self) -> dict[str, Any]:
+        return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "metadata": {"name": self.counter_daemon_set, "namespace": self.namespace,
+                             "uid": self.counter_daemon_set_uid}}
 
     def add_node(self, name: str, labels: Mapping[str, str]) -> None:
         self.nodes.append({"metadata": {"name": name, "labels": dict(labels)},
@@ -298,6 +316,8 @@ class KubeApi:
                 return 200, {"kind": "EventList", "items": items}, json_type
             if method == "GET" and path == f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{self.cluster}":
                 return 200, self.ray_cluster_object(), json_type
+            if method == "GET" and path == f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{self.counter_daemon_set}":
+                return 200, self.daemon_set_object(), json_type
             if method == "GET" and path == f"{ns}/pods":
                 return 200, {"kind": "PodList", "items": [p for p in self.pods if matches(p, selector)]}, json_type
             if method == "GET" and path == "/api/v1/nodes":

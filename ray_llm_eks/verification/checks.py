@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from . import efa, evidence, metrics, objects, probe, reads, rollout, serving_window
 from .shared import wire
-from .state import Phase
+from .state import Phase, RunState
 
 
 class Checks(Phase):
@@ -113,8 +113,57 @@ class Checks(Phase):
         if differences:
             self.report.fail(f"the deployed engine settings differ from the spec at {', '.join(differences[:5])}")
 
+    def __init__(self, state: RunState) -> None:
+        super().__init__(state)
+        self.doubled_readers: set[str] = set()
+        """Nodes on which the DaemonSet controls more than one reader: failed, and not read."""
+
     def efa_counter_pods(self) -> list[dict[str, Any]]:
-        return list(self._kube(self.kube.pods, self.config.namespace, self.config.efa_counter_selector))
+        """The EFA counter readers whose readings count: the pods the deployment's DaemonSet
+        (``wire.efa_counters_name``) controls, by the uid the API gives it now, one per node.
+
+        The label selector alone finds any pod that carries the readers' labels, and anyone who may
+        create pods in the namespace can serve counters of their choosing from one (the last reading
+        of a node used to win). The DaemonSet controller sets itself as the controller of every pod
+        it creates (``metav1.NewControllerRef(ds, controllerKind)`` in ``syncNodes``, kubernetes
+        pkg/controller/daemon/daemon_controller.go), so a pod controlled by another uid, or by
+        none, is not a reader: it is left out with a warning that names it (failing on it would let
+        any such pod fail every deploy, while leaving it out keeps the proof to the readers the
+        deployment made). The controller keeps one non-terminating pod per node (no ``maxSurge`` in
+        the chart), so a second one on a node is a forged controller reference or a controller
+        that is not the DaemonSet's: which of them counts the node's bytes cannot be told, so the
+        node fails the run and neither is read."""
+        c = self.config
+        name = wire.efa_counters_name(c.ray_service)
+        daemon_set = self._kube(self.kube.daemon_set, c.namespace, name)
+        uid = ((daemon_set or {}).get("metadata") or {}).get("uid")
+        if not uid:
+            self.report.fail(f"the EFA counter DaemonSet {name} is not in namespace {c.namespace}, so no node's EFA "
+                             "bytes can be read from a reader the deployment made")
+            return []
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        strangers = []
+        for pod in self._kube(self.kube.pods, c.namespace, c.efa_counter_selector):
+            meta = pod.get("metadata") or {}
+            node = (pod.get("spec") or {}).get("nodeName") or meta.get("name") or "?"
+            if not objects.controlled_by(pod, "DaemonSet", uid):
+                strangers.append(f"{meta.get('name')} on {node}")
+            elif not meta.get("deletionTimestamp"):  # a reader being replaced: its successor counts
+                by_node.setdefault(node, []).append(pod)
+        if strangers:
+            self.report.warnings.append(
+                f"ignored {len(strangers)} pod(s) with the EFA counter readers' labels that DaemonSet {name} does not "
+                f"control: {', '.join(sorted(strangers))} (a pod someone else created; only the DaemonSet's are read)")
+        readers = []
+        for node, pods in sorted(by_node.items()):
+            if len(pods) == 1:
+                readers.append(pods[0])
+                continue
+            self.doubled_readers.add(node)
+            self.report.fail(f"node {node} has {len(pods)} EFA counter readers controlled by DaemonSet {name} "
+                             f"({', '.join(sorted(str((p.get('metadata') or {}).get('name')) for p in pods))}), where "
+                             "the DaemonSet runs one: which counts the node's bytes cannot be told, so none is read")
+        return readers
 
     def read_efa(self, counter_pods: list[dict[str, Any]]) -> dict[str, efa.Counters]:
         readings: dict[str, efa.Counters] = {}
@@ -308,7 +357,7 @@ class Checks(Phase):
         }
         prefill_nodes = {n for n, r in role_of_node.items() if r == "prefill"}
         decode_nodes = {n for n, r in role_of_node.items() if r == "decode"}
-        missing = sorted((prefill_nodes | decode_nodes) - set(read_twice))
+        missing = sorted((prefill_nodes | decode_nodes) - set(read_twice) - self.doubled_readers)
         if missing:
             self.report.fail(f"no EFA counter reading before and after the probes from {', '.join(missing)} "
                              "(is the efa-counters DaemonSet running there?)")

@@ -230,6 +230,9 @@ class Kube:
             ref.get("kind") == "RayCluster" and ref.get("uid") == uid and ref.get("controller")
             for ref in (p.get("metadata") or {}).get("ownerReferences") or ())]
 
+    def daemon_set(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get_or_none(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+
     def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         return self.items(f"/api/v1/namespaces/{namespace}/pods", labelSelector=_selector(selector))
 

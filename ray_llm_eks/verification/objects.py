@@ -23,6 +23,13 @@ def label(obj: Mapping[str, Any], key: str) -> str | None:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(key)
 
 
+def controlled_by(obj: Mapping[str, Any], kind: str, uid: str | None) -> bool:
+    """Whether ``obj``'s controller (its ``ownerReferences`` entry with ``controller: true``) is the
+    ``kind`` object of ``uid``; a uid the API never gave (None, empty) controls nothing."""
+    return bool(uid) and any(ref.get("kind") == kind and ref.get("uid") == uid and ref.get("controller") is True
+                             for ref in (obj.get("metadata") or {}).get("ownerReferences") or ())
+
+
 def created(pod: Mapping[str, Any]) -> float:
     try:
         return epoch(pod["metadata"]["creationTimestamp"])

@@ -152,7 +152,11 @@ def test_the_gate_can_read_what_it_checks_and_delete_only_ray_clusters(default):
         {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get"]},
         {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},  # KubeRay's Serve submissions
+        # The counter readers' DaemonSet, by name: its uid tells its readers from look-alikes.
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["ray-llm-efa-counters"]},
     ]
+    # The name the gate looks it up by is the rendered DaemonSet's.
+    assert default.one("DaemonSet")["metadata"]["name"] == wire.efa_counters_name("ray-llm") == "ray-llm-efa-counters"
     assert [r for r in rules if "delete" in r["verbs"]] == [
         {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]}]
     assert default.one("ClusterRole")["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
@@ -327,6 +331,9 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     assert "data" not in state
     assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"],
             "resourceNames": [gate_job["metadata"]["name"]]} in role["rules"]
+    # As the gate, it reads the counters only of the pods the readers' DaemonSet controls.
+    assert {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"],
+            "resourceNames": ["ray-llm-efa-counters"]} in role["rules"]
     # A 47-character service still gives a CronJob name within Kubernetes' 52.
     from ray_llm_eks.cdk8s_charts.verification import monitor_name
 

@@ -20,7 +20,9 @@ HTTP server on its own loopback address, serving what the real one serves:
 
 Serving a completion moves the KV bytes of its prompt: the fixture counters of the prefill
 node (``tx_bytes``) and the decode node (``rx_bytes``) and the decode worker's
-``ray_vllm_nixl_bytes_transferred`` grow by what the planner predicts, scaled by the scenario.
+``ray_vllm_nixl_bytes_transferred`` grow by the reference model's KV bytes for the prompt
+(:func:`kv_bytes_moved`, stated from the model's shape, not computed with the gate's formula or
+settings), scaled by the scenario, or by the scenario's own byte counts for each node.
 """
 
 from __future__ import annotations
@@ -75,6 +77,22 @@ TCP_LINES = [
     "(ServeReplica:llm:PDDecode pid=412) 2026-11-30 21:03:46 NIXL INFO    _api.py:268 Initialized NIXL agent: 3f9c2a",
 ]
 """What a worker logs when libfabric runs on its tcp provider (FI_PROVIDER=tcp, no EFA device)."""
+
+KV_BLOCK_TOKENS = 528
+KV_BLOCK_BYTES = KV_BLOCK_TOKENS * 32_768
+KV_STATE_BYTES = 51_511_296
+KV_BYTES_PER_COMPLETION = KV_BLOCK_BYTES + KV_STATE_BYTES
+"""68,812,800 B: what vLLM's NixlConnector moves for one prompt of 2 to 529 tokens of the reference
+model, Qwen3.5-9B in bfloat16 (docs/verification.md "Thresholds"): one 528-token block of its 8
+full-attention layers at 32,768 B a token (8 x 2 x 4 KV heads x 256 x 2 B; prefill keeps the last
+token back, decode recomputes it) and the state of its 24 Gated-DeltaNet layers, 51,511,296 B.
+Written out from the model, not read from ``gate.json`` nor computed with ``wire.kv_transfer_bytes``,
+so that the gate's prediction is checked against it rather than repeated by it."""
+
+
+def kv_bytes_moved(prompt_tokens: int) -> int:
+    """The reference model's bytes for a prompt: its tokens but the last, in whole blocks, and the state."""
+    return -(-(prompt_tokens - 1) // KV_BLOCK_TOKENS) * KV_BLOCK_BYTES + KV_STATE_BYTES
 
 RAY_LABELS = ("Component", "NodeAddress", "ReplicaId", "SessionName", "Version", "WorkerId", "engine", "model_name")
 """The labels Ray Serve LLM's vLLM metrics carry on a Ray node's metrics port (Ray's own tags, the
@@ -203,7 +221,12 @@ class Scenario:
 
     worker_log: list[str] = field(default_factory=lambda: list(EFA_LINES))
     efa_fraction: float = 1.0
-    """Share of the predicted KV bytes the EFA counters move per completion."""
+    """Share of the prompt's KV bytes (:func:`kv_bytes_moved`) the EFA counters of both nodes move per completion."""
+    efa_sent_bytes: int | None = None
+    """Bytes the prefill node's EFA device sends per completion (``tx_bytes``); None: ``efa_fraction``'s."""
+    efa_received_bytes: int | None = None
+    """Bytes the decode node's EFA device receives per completion (``rx_bytes``); None: ``efa_fraction``'s.
+    The two differ where other EFA traffic crosses one of the nodes (another peer, another tenant)."""
     nixl_fraction: float = 1.0
     failed_transfers: int = 0
     """Failed NIXL transfers decode counts per completion (the counter appears with the first)."""
@@ -322,6 +345,13 @@ class FakeDeployment:
         """Every NetworkPolicy body POSTed, kept after its deletion."""
         self.break_counters_until = 0
         """How many reads of each node's counters fail first (a reader not yet listening)."""
+        self.counter_daemon_set: dict[str, Any] | None = {
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": wire.efa_counters_name(self.name), "namespace": self.namespace,
+                         "uid": f"uid-efa-counters-{time.monotonic_ns() % 100000}"}}
+        """The counter readers' DaemonSet as the API returns it (None: not applied); its readers name its uid."""
+        self.planted_readers: list[dict[str, Any]] = []
+        """Pods someone created with the readers' labels, listed after the DaemonSet's (:meth:`plant_reader`)."""
         self.counter_reads: dict[str, int] = {}
         self.sysfs = {node: tmp / "sysfs" / node for node in (PREFILL_NODE, DECODE_NODE)}
         for root in self.sysfs.values():
@@ -539,14 +569,33 @@ class FakeDeployment:
                      for role, ip, node in (("head", "127.0.0.9", SYSTEM_NODE), ("prefill", PREFILL_IP, PREFILL_NODE),
                                             ("decode", DECODE_IP, DECODE_NODE))]
         for ip, node in ((PREFILL_NODE_IP, PREFILL_NODE), (DECODE_NODE_IP, DECODE_NODE)):
-            pods.append({
-                "metadata": {"name": f"{self.name}-efa-counters-{node.rsplit('.', 1)[-1]}", "namespace": self.namespace,
-                             "labels": dict(self.settings["efa_counter_selector"]),
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True,
-                                                  "name": f"{self.name}-efa-counters"}]},
-                "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip},
-            })
-        return pods
+            pods.append(self.reader_pod(f"{self.name}-efa-counters-{node.rsplit('.', 1)[-1]}", node, ip,
+                                        controller_uid=(self.counter_daemon_set or {}).get("metadata", {}).get("uid")))
+        return pods + self.planted_readers
+
+    def reader_pod(self, name: str, node: str, ip: str, controller_uid: str | None) -> dict[str, Any]:
+        """A pod with the readers' labels; ``controller_uid``: the DaemonSet it names as its controller
+        (the DaemonSet controller sets it on the pods it creates; anyone creating a pod may write one)."""
+        owners = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True, "blockOwnerDeletion": True,
+                   "name": wire.efa_counters_name(self.name), "uid": controller_uid}] if controller_uid else []
+        return {"metadata": {"name": name, "namespace": self.namespace, "uid": f"uid-{name}",
+                             "labels": dict(self.settings["efa_counter_selector"]), "ownerReferences": owners},
+                "spec": {"nodeName": node}, "status": {"phase": "Running", "podIP": ip}}
+
+    def plant_reader(self, name: str, node: str, ip: str, controller_uid: str | None,
+                     bytes_per_read: int = 10**12) -> None:
+        """A reader someone else runs on ``node`` (another image, on the readers' account), listening on
+        ``ip`` at the readers' port: its ``tx_bytes`` and ``rx_bytes`` grow by ``bytes_per_read`` at
+        every read, whatever crossed the node's EFA device."""
+        reads = {"count": 0}
+
+        def route(handler: Handler, method: str) -> None:
+            reads["count"] += 1
+            value = 1000 + reads["count"] * bytes_per_read
+            handler.reply(200, {"node": node, "counters": {"rdmap0s6": {"tx_bytes": value, "rx_bytes": value}}})
+
+        self._serve(ip, route, self.counter_port)
+        self.planted_readers.append(self.reader_pod(name, node, ip, controller_uid))
 
     def pod_name(self, cluster: str, role: str) -> str:
         generation = self.generation[role]
@@ -694,6 +743,9 @@ class FakeDeployment:
                 return handler.reply(404, {"kind": "Status", "reason": "NotFound"})
             self.deleted.append(name)  # FakeKubeRay's next reconciles rebuild what it must
             return handler.reply(200, {"kind": "Status", "status": "Success"})
+        if method == "GET" and path == f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{wire.efa_counters_name(self.name)}":
+            return handler.reply(200, self.counter_daemon_set) if self.counter_daemon_set else \
+                handler.reply(404, {"kind": "Status", "reason": "NotFound"})
         if method == "GET" and path == f"{ns}/pods":
             return handler.reply(200, {"kind": "PodList", "items": selected(self.pods(), query)})
         if method == "GET" and path == "/api/v1/pods":
@@ -836,14 +888,15 @@ class FakeDeployment:
             self.pods()  # time passes for the kubelet while clients retry
             return handler.reply(503, {"error": {"message": "no replica of the deployment is running"}})
         prompt_tokens = len(body["messages"][0]["content"].split()) + 12  # + the chat template's tokens
-        kv = wire.kv_transfer_bytes(prompt_tokens, bytes_per_token=self.settings["kv_bytes_per_token"],
-                                    bytes_per_sequence=self.settings["kv_bytes_per_sequence"],
-                                    block_tokens=self.settings["kv_block_tokens"],
-                                    tokens_withheld=self.settings["kv_tokens_withheld"])
+        kv = kv_bytes_moved(prompt_tokens)
+        scenario = self.scenario
+        sent = scenario.efa_sent_bytes if scenario.efa_sent_bytes is not None else int(kv * scenario.efa_fraction)
+        received = scenario.efa_received_bytes if scenario.efa_received_bytes is not None else \
+            int(kv * scenario.efa_fraction)
         with self.lock:
             self.requests_served += 1
-            self._bump(PREFILL_NODE, "tx_bytes", int(kv * self.scenario.efa_fraction))
-            self._bump(DECODE_NODE, "rx_bytes", int(kv * self.scenario.efa_fraction))
+            self._bump(PREFILL_NODE, "tx_bytes", sent)
+            self._bump(DECODE_NODE, "rx_bytes", received)
             decode_labels, prefill_labels = self.ray_labels("decode"), self.ray_labels("prefill")
             if self.scenario.nixl_fraction:
                 self.nixl["bytes"].labels(**decode_labels).observe(kv * self.scenario.nixl_fraction)

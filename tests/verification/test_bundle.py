@@ -73,6 +73,24 @@ def test_the_archive_is_the_same_bytes_for_the_same_files_and_holds_them_all():
     assert bundle.unpack(bundle.archive()) == bundle.shipped_files()
 
 
+def test_the_archive_is_the_same_bytes_whatever_the_clock_says(monkeypatch):
+    """Two builds a second apart look alike even with the time in the archive: these are years
+    apart. A wall-clock stamp (``ZipFile.writestr`` given a name stamps ``time.localtime(time.time())``)
+    would change the ConfigMap, so the run id and the manifest, at every synth."""
+    import io
+    import time
+    import zipfile
+
+    built = {}
+    for stamp in (1_700_000_000.0, 2_000_000_000.0):
+        monkeypatch.setattr(time, "time", lambda stamp=stamp: stamp)
+        assert time.localtime(time.time())[:6] != bundle._FIXED_TIME
+        built[stamp] = bundle.archive()
+    assert built[1_700_000_000.0] == built[2_000_000_000.0]
+    with zipfile.ZipFile(io.BytesIO(built[2_000_000_000.0])) as archive:
+        assert {entry.date_time for entry in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+
+
 def test_the_gate_manifest_fits_the_old_lambda_event_limit_and_the_last_applied_annotation(default):
     """A CloudFormation update sends the kubectl handler the old and the new manifest in one event
     (256 KB was Lambda's asynchronous payload limit, aws-cdk #19165); kubectl apply keeps the whole

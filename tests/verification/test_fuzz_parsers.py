@@ -279,22 +279,50 @@ def _numbers(value: Any) -> Iterator[float]:
 
 # --- EFA counter readings --------------------------------------------------------------------------
 
-readings = st.one_of(bodies, st.dictionaries(text, st.dictionaries(st.sampled_from(["tx_bytes", "rx_bytes", "rdma_read_bytes"]),
-                                                                   json_values, max_size=3), max_size=2).map(
-    lambda counters: json.dumps({"node": "n", "counters": counters}).encode()))
+COUNTER_NAMES = [*efa.SENT, *efa.SENT_RDMA, *efa.RECEIVED, *efa.RECEIVED_RDMA, "tx_pkts"]
+counts = st.one_of(st.integers(0, (1 << 63) - 1), st.integers(0, 1 << 40), st.sampled_from([0, (1 << 63) - 1]))
+"""Counts the driver could report: over the whole range, small ones that add up, and the edges."""
 
 
-@FUZZ
-@given(readings, readings)
-def test_an_efa_reading_is_counts_or_refused_and_its_delta_is_counts(first, second):
-    try:
-        before, after = efa.parse_reading(first), efa.parse_reading(second)
-    except ValueError:
-        return
-    for reading in (before, after):
-        assert all(reads.count(v) is not None for values in reading.values() for v in values.values())
-    delta = efa.node_delta(before, after)
-    assert reads.count(delta["sent_bytes"]) is not None and reads.count(delta["received_bytes"]) is not None
+def _devices(values: st.SearchStrategy[Any], least: int = 0) -> st.SearchStrategy[bytes]:
+    return st.dictionaries(st.sampled_from(["rdmap0s6", "rdmap16s27", ""]),
+                           st.dictionaries(st.sampled_from(COUNTER_NAMES), values, min_size=least, max_size=4),
+                           min_size=least, max_size=2).map(
+        lambda counters: json.dumps({"node": "n", "counters": counters}).encode())
+
+
+readings = st.one_of(_devices(counts, 1), _devices(counts, 1), _devices(counts), _devices(st.one_of(counts, json_values)),
+                     bodies)
+"""Mostly readings the package's reader could send, so that the properties are checked over
+deltas; the rest with any JSON value among the counts, or any body."""
+
+
+def test_an_efa_reading_is_counts_or_refused_and_its_delta_is_counts():
+    parsed = []
+
+    @FUZZ
+    @given(readings, readings)
+    def check(first, second):
+        try:
+            before, after = efa.parse_reading(first), efa.parse_reading(second)
+        except ValueError:
+            return
+        for reading in (before, after):
+            assert all(reads.count(v) is not None for values in reading.values() for v in values.values())
+        delta = efa.node_delta(before, after)
+        # Sums over devices: non-negative integers (each device's counts are under 2**63; two of them
+        # near it add up past it, which Python's integers carry exactly).
+        assert all(type(delta[side]) is int and delta[side] >= 0 for side in ("sent_bytes", "received_bytes"))
+        assert all(reads.count(v) is not None for values in delta["by_device"].values() for v in values.values())
+        # Nothing moved between a reading and itself; a delta never exceeds what the devices counted.
+        assert efa.node_delta(after, after)["sent_bytes"] == efa.node_delta(after, after)["received_bytes"] == 0
+        ceiling = sum(v for values in after.values() for v in values.values())
+        assert delta["sent_bytes"] <= ceiling and delta["received_bytes"] <= ceiling
+        parsed.append(delta["sent_bytes"] + delta["received_bytes"] > 0)
+
+    check()
+    # The property held over readings, not only over refusals: most draws parse, many move bytes.
+    assert len(parsed) >= 50 and sum(parsed) >= 25, (len(parsed), sum(parsed))
 
 
 # --- the probes' SSE streams -----------------------------------------------------------------------
