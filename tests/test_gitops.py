@@ -133,7 +133,8 @@ def test_render_holds_exactly_what_the_stack_applies(cdk_mode, cdk_render):
     """Each object of the template's kubectl manifests is rendered, once, identical; nothing more,
     but for the add-ons' policies, which the stack applies in either mode."""
     assert rendered(cdk_render) == applied_by_cdk(cdk_mode, addon_policies=False)
-    assert sum(applied_by_cdk(cdk_mode, addon_policies=False).values()) == 42
+    # 44: issue 38 added the CONNECT policy and its binding (``<ns>-<svc>-pod-connect``).
+    assert sum(applied_by_cdk(cdk_mode, addon_policies=False).values()) == 44
 
 
 def test_gitops_render_plus_the_addons_policies_is_the_default_deployment(gitops_mode, gitops_render, cdk_mode,

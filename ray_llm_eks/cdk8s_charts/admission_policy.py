@@ -122,7 +122,8 @@ from ..base.wire import (
 )
 from .containers import NOBODY
 from .gcs_redis import sync_account_name
-from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME, efa_counters_name
+from .labels import (APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME, bench_job_prefix, efa_counters_name, gate_name,
+                     monitor_name)
 from .model_cache import HF_CACHE_CAPABILITIES, HF_CACHE_HOST_PATH
 from .pod_templates import head_service_account
 from .teardown_guard import teardown_guard_name
@@ -272,8 +273,6 @@ def own_pods(spec: ServingSpec) -> tuple[OwnPods, ...]:
     (``serving``), the counter readers, the gate and continuous verification (``verification``),
     the GCS password copy (``gcs_redis``), the teardown guard and the benchmark Job (``bench``,
     on the namespace's ``default`` account, which it alone does not claim)."""
-    from .verification import gate_name, monitor_name  # verification builds on the serving charts, which hold this one
-
     operator = (f"system:serviceaccount:{spec.operator_namespace}:{KUBERAY_OPERATOR_SERVICE_ACCOUNT}",)
     jobs = (JOB_CONTROLLER_USER,)
     image, svc = spec.image_uri, spec.service_name
@@ -568,13 +567,11 @@ def _exec_admins(spec: ServingSpec) -> str:
 
 
 def _connect_validations(spec: ServingSpec) -> list[k8s.Validation]:
-    from .bench import bench_job_name
-
     # The benchmark Job's pod, which docs/benchmark.md has you ``kubectl cp`` from (an exec): the
     # Job controller names it ``<job>-<5 random>`` and the Job is ``<svc>-bench-<hash>``. No other
     # pod here starts so: KubeRay's are ``<svc>-<5 random>-...`` (ray-operator/controllers/ray/utils/util.go
     # GenerateRayClusterName, v1.5.1:366), from apimachinery's rand alphabet, which has no vowels.
-    bench = bench_job_name(spec.service_name, {}).rsplit("-", 1)[0] + "-"
+    bench = bench_job_prefix(spec.service_name)
     return [k8s.Validation(
         expression=(f"{_exec_admins(spec)} || "
                     f"(request.subResource == 'exec' && request.name.startsWith('{bench}'))"),

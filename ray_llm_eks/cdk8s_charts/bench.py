@@ -32,6 +32,7 @@ from ..base import sizing
 from ..base.serving import SERVE_PORT, ServingSpec
 from ..base.wire import BENCH_COMPONENT, COMPONENT_LABEL, INSTANCE_LABEL
 from .containers import guaranteed, locked_down, non_root
+from .labels import bench_job_prefix
 from .serving import openai_service_name
 
 PROGRAM_DIR = "/opt/rayllmeks-bench"
@@ -49,7 +50,7 @@ DEFAULT_HOLD_SECONDS = 3600
 
 def bench_job_name(service_name: str, settings: dict[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{service_name}-bench-{digest}"
+    return f"{bench_job_prefix(service_name)}{digest}"
 
 
 def in_cluster_url(spec: ServingSpec) -> str:

@@ -52,3 +52,18 @@ def efa_counters_name(service_name: str) -> str:
     """The deployment gate's EFA counter reader DaemonSet, and its service account (the name the
     gate looks the DaemonSet up by: :func:`.wire.efa_counters_name`)."""
     return wire_efa_counters_name(service_name)
+
+
+def bench_job_prefix(service_name: str) -> str:
+    """What every benchmark Job's name starts with (``<svc>-bench-<settings hash>``), and so its pods'."""
+    return f"{service_name}-bench-"
+
+
+def gate_name(service_name: str) -> str:
+    return f"{service_name}-gate"
+
+
+def monitor_name(service_name: str) -> str:
+    """The continuous verification CronJob and its service account: ``<svc>-cv``, at most 50
+    characters for a 47-character service (a CronJob's name may have 52: its Jobs add 11)."""
+    return f"{service_name}-cv"

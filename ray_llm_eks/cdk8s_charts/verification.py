@@ -74,7 +74,7 @@ from ..base.wire import metric_namespace as wire_metric_namespace
 from ..verification import bundle
 from . import pod_templates
 from .containers import guaranteed, locked_down, non_root
-from .labels import efa_counters_name
+from .labels import efa_counters_name, gate_name, monitor_name
 from .rayservice import CLUSTER_SPEC_HASH_ANNOTATION
 from .serving import ServingCharts, openai_service_name
 
@@ -97,10 +97,6 @@ POST_SYNC_HOOK_ANNOTATIONS = {
     "argocd.argoproj.io/hook-delete-policy": "HookSucceeded,BeforeHookCreation",
 }
 """The gate Job's annotations when a GitOps tool applies it (``kubernetes_owner: gitops``)."""
-
-def gate_name(service_name: str) -> str:
-    return f"{service_name}-gate"
-
 
 def gate_job_name(service_name: str, run_id: str) -> str:
     """At most 47 + 6 + 8 = 61 characters: a Job name must fit the 63 of its pods' job-name label."""
@@ -405,10 +401,6 @@ def monitor_state_name(service_name: str) -> str:
     return f"{monitor_name(service_name)}-state"
 
 
-def monitor_name(service_name: str) -> str:
-    """The continuous verification CronJob and its service account: ``<svc>-cv``, at most 50
-    characters for a 47-character service (a CronJob's name may have 52: its Jobs add 11)."""
-    return f"{service_name}-cv"
 
 
 def _job_labels(service_name: str, run: str) -> dict[str, str]:
