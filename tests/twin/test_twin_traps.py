@@ -104,6 +104,36 @@ def test_a_node_with_loopback_only(healthy):
     assert "rail" in verdict.stdout.lower() or "network device" in verdict.stdout.lower(), verdict.stdout
 
 
+def test_a_planted_counter_reader(healthy):
+    """Pods with the readers' labels beside the DaemonSet's (the twin's API stand-in lists them with
+    the real readers): one made by hand is ignored and named, one claiming the DaemonSet's uid on a
+    node that has its reader fails that node. Neither is read, so neither needs to answer."""
+    # Fresh: the gate reads the workers' startup lines since the last submission, and after the
+    # traps before it the running replicas may predate this one (KubeRay's resubmission of an
+    # unchanged config restarts no replica).
+    healthy.use("disaggregated", fresh=True)
+    api, settings = healthy.api, healthy.settings("disaggregated", deadline_seconds=300.0)
+    selector = healthy.deployments["disaggregated"].gate_settings["efa_counter_selector"]
+    decode = healthy.twin.node_name("decode")
+    address = healthy.deployments["disaggregated"].nodes["decode"].address
+    try:
+        api.add_counter_pod("efa-counters-by-hand", selector, decode, address, controller_uid=None)
+        ignored = healthy.gate(settings)
+        print(f"\nreader by hand: {ignored.verdict} {ignored.reasons} {ignored.report.get('warnings')}")
+        assert ignored.verdict == "pass", ignored.reasons
+        assert any("efa-counters-by-hand on " + decode in w for w in ignored.report["warnings"])
+        api.add_counter_pod("ray-llm-efa-counters-forged", selector, decode, address)
+        doubled = healthy.gate(settings)
+        print(f"\nforged reader: {doubled.reasons}")
+        assert doubled.verdict == "fail"
+        assert doubled.reasons[0].startswith(f"node {decode} has 2 EFA counter readers controlled by DaemonSet"), \
+            doubled.reasons
+        assert "ray-llm-efa-counters-forged" in doubled.reasons[0]
+    finally:
+        api.remove_pod("efa-counters-by-hand")
+        api.remove_pod("ray-llm-efa-counters-forged")
+
+
 def test_a_worker_lost_during_the_probes(healthy):
     """The prefill engine is killed once the gate starts probing: a failed probe or vLLM's
     failed-transfer counter must fail the gate."""
@@ -133,30 +163,3 @@ def test_a_worker_lost_during_the_probes(healthy):
     assert result.verdict == "fail"
     assert any("probe" in r and "failed" in r for r in result.reasons) or \
         any("failed NIXL transfer" in r for r in result.reasons), result.reasons
-
-
-def test_a_planted_counter_reader(healthy):
-    """Pods with the readers' labels beside the DaemonSet's (the twin's API stand-in lists them with
-    the real readers): one made by hand is ignored and named, one claiming the DaemonSet's uid on a
-    node that has its reader fails that node. Neither is read, so neither needs to answer."""
-    healthy.use("disaggregated")
-    api, settings = healthy.api, healthy.settings("disaggregated", deadline_seconds=300.0)
-    selector = healthy.deployments["disaggregated"].gate_settings["efa_counter_selector"]
-    decode = healthy.twin.node_name("decode")
-    address = healthy.deployments["disaggregated"].nodes["decode"].address
-    try:
-        api.add_counter_pod("efa-counters-by-hand", selector, decode, address, controller_uid=None)
-        ignored = healthy.gate(settings)
-        print(f"\nreader by hand: {ignored.verdict} {ignored.report.get('warnings')}")
-        assert ignored.verdict == "pass", ignored.reasons
-        assert any("efa-counters-by-hand on " + decode in w for w in ignored.report["warnings"])
-        api.add_counter_pod("ray-llm-efa-counters-forged", selector, decode, address)
-        doubled = healthy.gate(settings)
-        print(f"\nforged reader: {doubled.reasons}")
-        assert doubled.verdict == "fail"
-        assert doubled.reasons[0].startswith(f"node {decode} has 2 EFA counter readers controlled by DaemonSet"), \
-            doubled.reasons
-        assert "ray-llm-efa-counters-forged" in doubled.reasons[0]
-    finally:
-        api.remove_pod("efa-counters-by-hand")
-        api.remove_pod("ray-llm-efa-counters-forged")
