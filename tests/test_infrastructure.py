@@ -1,4 +1,5 @@
-"""Fine-grained assertions on the AWS half: one test per fact of BRIEF section 2 / issue 3."""
+"""Fine-grained assertions on the AWS half (issue 3): one test per fact, each fact's source cited
+where the construct states it (``ray_llm_eks/constructs``)."""
 
 from __future__ import annotations
 

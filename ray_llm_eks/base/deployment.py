@@ -219,10 +219,12 @@ def _deployment_path(spec_field: str) -> str:
 
 @dataclass(frozen=True)
 class Deployment:
-    """A whole deployment. ``Deployment()`` is the reference deployment of the AWS sample (BRIEF
-    section 1): ``Qwen/Qwen3.5-9B`` with prefill/decode disaggregation on two ``g6.8xlarge``
-    nodes plus one ``m7i.xlarge`` system node, in us-west-2, KubeRay 1.5.1 with Ray token authentication, Ray 2.58.0, image
-    ``ray:serve-llm-cuda-v1.0``. Raises :class:`SpecErrors` naming each dotted field."""
+    """A whole deployment. ``Deployment()`` is the reference deployment, after the AWS sample
+    (lopezfelipe/sample-aws-deep-learning-containers ``inference/ray-serve/ray-serve-multi-node/``):
+    ``Qwen/Qwen3.5-9B`` with prefill/decode disaggregation on two GPU nodes (here ``g6.8xlarge``, with
+    EFA) plus one ``m7i.xlarge`` system node, Ray 2.58.0, image ``ray:serve-llm-cuda-v1.0``; here in
+    us-west-2, KubeRay 1.5.1 with Ray token authentication. Raises :class:`SpecErrors` naming each
+    dotted field."""
 
     __pydantic_config__ = _FORBID
 

@@ -36,7 +36,9 @@ Worker choices, each with its reason:
   kills the process with SIGBUS. Requesting them would tie scheduling to a per-node pool size
   the AMI sets and we do not control (a pod asking for more stays Pending). The KV cache itself
   is registered user memory (CUDA or host), not libfabric's bounce buffers, so the cost of
-  regular pages is small (BRIEF section 2: "request hugepages-2Mi or set FI_EFA_USE_HUGE_PAGE=0").
+  regular pages is small. The pool: "5128 2MiB Huge Pages, which you can request as resources"
+  (awsdocs/amazon-eks-user-guide ``latest/ug/ml/node-efa.adoc:55``@4d52b4d0); the switch: "By
+  default, EFA provider will use huge page" (ofiwg/libfabric ``man/fi_efa.7.md:517``@v2.5.1).
 - ``FI_EFA_USE_DEVICE_RDMA`` is never set: G-series has no GPUDirect RDMA (aws-ofi-nccl #547),
   where setting it to 1 aborts the application, and on P-series libfabric uses the device's RDMA
   anyway when it is unset ("If not set, RDMA operations will occur when available",

@@ -1,7 +1,7 @@
 """Managed node groups: one CPU system node, and EFA GPU nodes for prefill and decode.
 
-Facts (BRIEF section 2, "GPU node groups with EFA"; eksctl ``efaEnabled``; terraform-aws-eks
-EFA support; EKS launch-template docs):
+Facts (eksctl ``efaEnabled``: ``buildNetworkInterfaces``, ``pkg/cfn/builder/network_interfaces.go:28``@v0.230.0;
+terraform-aws-eks ``enable_efa_support``; the EKS user guide pages named below):
 - EFA needs launch template network interfaces (``InstanceType.network_interfaces``): on a
   single-card type (g6.8xlarge, g6e.12xlarge) one ``efa`` interface at card 0 device 0, as eksctl's
   ``efaEnabled`` renders it; on a multi-card type (g6e.24xlarge/48xlarge, p4d, p5) the EC2 guide's
@@ -12,10 +12,13 @@ EFA support; EKS launch-template docs):
   guide device-management-efa) and no top-level ``SecurityGroupIds``. EFA-only interfaces need
   VPC CNI v1.18.5 or later (EKS user guide, node-efa).
 - A launch template that names any security group stops EKS from attaching the cluster security
-  group, so the interface carries both the cluster security group and the EFA security group.
-- The EFA security group allows all traffic in from and out to itself: EFA's SRD transport is
-  not IP, so CIDR rules do not admit it.
-- With a launch template the root volume is sized in its block-device mappings, not ``disk_size``.
+  group ("Amazon EKS doesn't add the cluster security group", EKS user guide
+  ``latest/ug/nodes/launch-templates.adoc:105``@4d52b4d0), so the interface carries both the
+  cluster security group and the EFA security group.
+- The EFA security group allows all traffic in from and out to itself (terraform-aws-eks's "Node to
+  node EFA" rules: protocol -1, self): EFA's SRD transport is not IP, so CIDR rules do not admit it.
+- With a launch template the root volume is sized in its block-device mappings, not ``disk_size``
+  ("You must specify this in the launch template", ``launch-templates.adoc:74``@4d52b4d0).
 - AMI ``AL2023_x86_64_NVIDIA`` ships the NVIDIA driver, container toolkit and the EFA kernel
   module, but neither device plugin (see ``addons.GpuDevicePlugins``).
 """

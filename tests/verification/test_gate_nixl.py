@@ -1,4 +1,4 @@
-"""vLLM's NIXL metrics as Ray Serve LLM 2.58 really exports them, read by the gate (BRIEF section 8).
+"""vLLM's NIXL metrics as Ray Serve LLM 2.58 really exports them (docs/twin.md), read by the gate.
 
 - The failure counters (``*_num_failed_transfers``, ``*_num_failed_notifications``,
   ``*_num_kv_expired_reqs``) are not exported while zero: the first failure makes the series appear.

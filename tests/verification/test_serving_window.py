@@ -296,7 +296,7 @@ def test_replacements_are_counted_per_role():
     assert window(base, rebalanced, disaggregated=False)["worker_pods_replaced"] == 0
 
 
-# --- Ray Serve LLM 2.58's shape (BRIEF section 8) ------------------------------------------------------------
+# --- Ray Serve LLM 2.58's shape, as the twin showed it (docs/twin.md) ----------------------------------------
 
 RAY_LABELS = ("Component", "NodeAddress", "ReplicaId", "SessionName", "Version", "WorkerId", "engine", "model_name")
 
