@@ -182,17 +182,23 @@ def test_no_folder_of_the_package_has_a_name_test_tools_read_as_tests():
 def test_the_base_layer_imports_by_one_path_and_its_classes_have_one_name():
     """The names of an unreleased 0.1.0 are gone (issue 39): the re-export modules at the package
     root, ``spec``, ``models``, ``instance_types`` and ``pricing`` (each was the base layer's
-    module under a second name), and the aliases ``DeploymentConfig`` and ``GateConfig``."""
-    import importlib
+    module under a second name), and the aliases ``DeploymentConfig`` and ``GateConfig``.
 
+    Read from the source, not by importing: an editable install of another checkout (its setuptools
+    finder maps ``ray_llm_eks`` to that tree) would still resolve an old path there."""
     import ray_llm_eks
     from ray_llm_eks import config, verification
     from ray_llm_eks.base import deployment, wire
 
-    for old in ("spec", "models", "instance_types", "pricing"):
-        assert not (PACKAGE / f"{old}.py").exists() and not (PACKAGE / old).exists(), old
-        with pytest.raises(ModuleNotFoundError):
-            importlib.import_module(f"ray_llm_eks.{old}")
+    old = ("spec", "models", "instance_types", "pricing")
+    for name in old:
+        assert not (PACKAGE / f"{name}.py").exists() and not (PACKAGE / name).exists(), name
+    root = PACKAGE.parent
+    old_paths = {f"ray_llm_eks.{name}" for name in old}
+    for folder in ("ray_llm_eks", "tests", "tools", "examples"):
+        for path in sorted((root / folder).rglob("*.py")):
+            stale = sorted(n for n in imports_of(path) if ".".join(n.split(".")[:2]) in old_paths)
+            assert not stale, f"{path.relative_to(root)} imports {stale}"
     assert ray_llm_eks.Deployment is config.Deployment is deployment.Deployment
     assert verification.GateSettings is wire.GateSettings
     assert not hasattr(config, "DeploymentConfig") and not hasattr(ray_llm_eks, "DeploymentConfig")
