@@ -1,8 +1,9 @@
 """ray-llm-eks: disaggregated Ray Serve LLM inference on Amazon EKS, as AWS CDK constructs."""
 
-from .config import ConfigError, DeploymentConfig, load_config, parse_config
+from .base.deployment import Deployment
+from .config import ConfigError, load_config, parse_config
 
-__all__ = ["ConfigError", "DeploymentConfig", "load_config", "parse_config", "render_manifests"]
+__all__ = ["ConfigError", "Deployment", "load_config", "parse_config", "render_manifests"]
 
 
 def __getattr__(name: str) -> object:

@@ -43,12 +43,13 @@ from rich.table import Table
 from rich.cells import cell_len
 from rich.text import Text
 
-from .config import ConfigError, DeploymentConfig, load_config
+from .base.deployment import Deployment
+from .config import ConfigError, load_config
 from .manifests import DEPLOY_TIME_VALUE as DEPLOY_TIME_PLACEHOLDER
 from .base.units import GIB
 from .base.sizing import NodeBudget
 from .planning import CapacityPlan, Plan, PlanError, Workload, make_plan, node_budgets
-from .pricing import PriceBasis, PriceError
+from .base.pricing import PriceBasis, PriceError
 
 if TYPE_CHECKING:  # preflight brings boto3: only the preflight command imports it
     from .preflight import PreflightReport
@@ -130,7 +131,7 @@ def _fail(code: ExitCode, message: str, as_json: bool) -> NoReturn:
     raise typer.Exit(int(code))
 
 
-def _load(path: Path | None, as_json: bool) -> DeploymentConfig:
+def _load(path: Path | None, as_json: bool) -> Deployment:
     try:
         return load_config(path)
     except ConfigError as error:
@@ -500,7 +501,7 @@ def preflight(
     raise typer.Exit(int(ExitCode.OK if report.passed else ExitCode.CHECK_FAILED))
 
 
-def _run_with_progress(deployment: DeploymentConfig, session: Any) -> PreflightReport:
+def _run_with_progress(deployment: Deployment, session: Any) -> PreflightReport:
     from .preflight import check_titles, run_preflight
 
     # Transient: the bar disappears once the results table is ready.

@@ -32,12 +32,9 @@ from .base.serving import EndpointType, Leg, SecurityProfile, Topology
 from .model_source import resolve_auto
 
 __all__ = [
-    "ConfigError", "Deployment", "DeploymentConfig", "EndpointType", "SecurityProfile", "Specs", "Topology",
+    "ConfigError", "Deployment", "EndpointType", "SecurityProfile", "Specs", "Topology",
     "load_config", "parse_config",
 ]
-
-DeploymentConfig = Deployment
-"""The name earlier releases gave the loaded configuration; it is the declared model itself."""
 
 _ADAPTER = TypeAdapter(Deployment)
 _LEG_FIELDS = frozenset(f.name for f in fields(Leg)) - {"pool"}
@@ -216,7 +213,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_config(path: str | Path | None) -> DeploymentConfig:
+def load_config(path: str | Path | None) -> Deployment:
     """Load and validate a YAML file; ``None`` gives the reference deployment (:data:`REFERENCE_CONFIG`)."""
     if path is None:
         path = REFERENCE_CONFIG

@@ -525,7 +525,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     """Compute the plan of a validated deployment: a :class:`Deployment` (a configuration), or the
     :class:`Specs` of one composed from constructs (``RayLlmServing.specs``) with its ``footprint``.
     Raises :class:`PlanError` (bad token rate, no footprint) or
-    :class:`~ray_llm_eks.pricing.PriceError` (an instance type the table cannot price in the region).
+    :class:`~ray_llm_eks.base.pricing.PriceError` (an instance type the table cannot price in the region).
     A region the table has no prices for at all is no error: every figure that does not depend on
     the region is computed, and the cost's lines have no price (``cost.unknown_reason`` says why).
 

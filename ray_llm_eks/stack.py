@@ -1,4 +1,4 @@
-"""The default stack: every construct of the library composed from one DeploymentConfig.
+"""The default stack: every construct of the library composed from one Deployment.
 
 Construct IDs below are part of the public API: CloudFormation logical IDs derive from them,
 and changing one replaces the resource (see docs/replacement.md).
@@ -16,7 +16,8 @@ import cdk8s
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from .config import ConfigError, DeploymentConfig
+from .base.deployment import Deployment
+from .config import ConfigError
 from .cdk8s_charts import endpoint_command
 from .constructs.addons import GpuDevicePlugins, KubeRayOperator
 from .constructs.autoscaler import NodeAutoscaler
@@ -45,7 +46,7 @@ class RayLlmEksStack(cdk.Stack):
     The stack is the configuration's only reader on the AWS side: it passes flat props to each
     construct, and the serving construct derives its pods from the node groups it is given.
 
-    :param config: the deployment; ``DeploymentConfig()`` is the reference deployment.
+    :param config: the deployment; ``Deployment()`` is the reference deployment.
     :param vpc: an existing VPC to use instead of creating one (give ``data_plane_subnet`` too).
     :param data_plane_subnet: the private subnet, in ``config.data_plane_az``, for every node.
     """
@@ -55,7 +56,7 @@ class RayLlmEksStack(cdk.Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: DeploymentConfig,
+        config: Deployment,
         vpc: ec2.IVpc | None = None,
         data_plane_subnet: ec2.ISubnet | None = None,
         **kwargs: Any,
@@ -220,7 +221,7 @@ def default_context() -> dict[str, Any]:
 
 
 def build_app(
-    config: DeploymentConfig,
+    config: Deployment,
     *,
     outdir: str | None = None,
     context: Mapping[str, Any] | None = None,

@@ -30,7 +30,7 @@ from ray_llm_eks.constructs import ConstructValidationError, EfaFabric, EfaGpuNo
 from ray_llm_eks.planning import make_plan
 from ray_llm_eks.preflight import (G_AND_VT_QUOTA, STANDARD_QUOTA, CheckStatus, check_capacity_reservations,
                                    check_titles)
-from ray_llm_eks.pricing import PriceBasis, load_price_table
+from ray_llm_eks.base.pricing import PriceBasis, load_price_table
 from test_upstream_checkers_aws import ACCEPTED_CFN_LINT_WARNINGS, cfn_lint
 
 BLOCK_ID, ODCR_ID = "cr-02168da1478b509e0", "cr-0123456789abcdef0"

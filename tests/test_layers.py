@@ -179,29 +179,44 @@ def test_no_folder_of_the_package_has_a_name_test_tools_read_as_tests():
     assert not [name for name in folders if name in ("spec", "specs") or name.startswith("test")]
 
 
-def test_the_base_layer_s_former_import_path_still_imports():
-    import ray_llm_eks.base.serving as serving
-    from ray_llm_eks.spec import ModelSpec, WorkerPool  # noqa: F401 - the README's old imports
-    from ray_llm_eks.spec.serving import ServingSpec
+def test_the_base_layer_imports_by_one_path_and_its_classes_have_one_name():
+    """The names of an unreleased 0.1.0 are gone (issue 39): the re-export modules at the package
+    root, ``spec``, ``models``, ``instance_types`` and ``pricing`` (each was the base layer's
+    module under a second name), and the aliases ``DeploymentConfig`` and ``GateConfig``.
 
-    assert ServingSpec is serving.ServingSpec
+    Read from the source, not by importing: an editable install of another checkout (its setuptools
+    finder maps ``ray_llm_eks`` to that tree) would still resolve an old path there."""
+    import ray_llm_eks
+    from ray_llm_eks import config, verification
+    from ray_llm_eks.base import deployment, wire
+
+    old = ("spec", "models", "instance_types", "pricing")
+    for name in old:
+        assert not (PACKAGE / f"{name}.py").exists() and not (PACKAGE / name).exists(), name
+    root = PACKAGE.parent
+    old_paths = {f"ray_llm_eks.{name}" for name in old}
+    for folder in ("ray_llm_eks", "tests", "tools", "examples"):
+        for path in sorted((root / folder).rglob("*.py")):
+            stale = sorted(n for n in imports_of(path) if ".".join(n.split(".")[:2]) in old_paths)
+            assert not stale, f"{path.relative_to(root)} imports {stale}"
+    assert ray_llm_eks.Deployment is config.Deployment is deployment.Deployment
+    assert verification.GateSettings is wire.GateSettings
+    assert not hasattr(config, "DeploymentConfig") and not hasattr(ray_llm_eks, "DeploymentConfig")
+    assert not hasattr(verification, "GateConfig")
 
 
 # The tiers, bottom up. The charts sit above the in-cluster programs because they carry the
 # programs' files (the gate's ConfigMap); the AWS constructs above the charts because
 # RayLlmServing applies them. The package root holds the application (configuration, stack, CLI,
-# plan, preflight) and four modules that only keep old import paths of the base layer.
+# plan, preflight).
 TIERS = {"base": 0, "verification": 1, "bench": 1, "teardown": 1, "cdk8s_charts": 2, "constructs": 3, "twin": 4}
-BASE_ALIASES = ("spec.py", "models.py", "instance_types.py", "pricing.py")
 
 
 def _tier_of(module: str) -> int | None:
     parts = module.split(".")
     if parts[0] != "ray_llm_eks" or len(parts) < 2:
         return None
-    if parts[1] in TIERS:
-        return TIERS[parts[1]]
-    return 0 if f"{parts[1]}.py" in BASE_ALIASES else 4
+    return TIERS.get(parts[1], 4)
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from helpers.pins import unpinned, unpinned_config
-from ray_llm_eks import instance_types
-from ray_llm_eks.config import ConfigError, DeploymentConfig
+from ray_llm_eks.base import instance_types
+from ray_llm_eks.base.deployment import Deployment
+from ray_llm_eks.config import ConfigError
 from ray_llm_eks.base.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
 from ray_llm_eks.base.memory import memory_budget
-from ray_llm_eks.pricing import PriceBasis, PriceError, UnpricedInstance, load_price_table
+from ray_llm_eks.base.pricing import PriceBasis, PriceError, UnpricedInstance, load_price_table
 
 REQUIRED_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-northeast-1", "sa-east-1")
 
@@ -25,7 +26,7 @@ DENSE_70B = {
 }
 
 
-def _config(**overrides) -> DeploymentConfig:
+def _config(**overrides) -> Deployment:
     return unpinned_config(overrides)
 
 
@@ -207,7 +208,7 @@ def test_config_architecture_overrides_the_table():
 
 # --- P-series: the worked example of docs/plan.md ("The reference model on p5.48xlarge") ------
 
-def _on(instance_type: str, region: str = "us-east-1", tp: int = 8, **overrides) -> DeploymentConfig:
+def _on(instance_type: str, region: str = "us-east-1", tp: int = 8, **overrides) -> Deployment:
     azs = {"us-east-1": ["us-east-1a", "us-east-1b"], "us-west-2": ["us-west-2a", "us-west-2b"]}[region]
     return _config(region=region, data_plane_az=azs[0], control_plane_azs=azs,
                    prefill={"instance_type": instance_type}, decode={"instance_type": instance_type},

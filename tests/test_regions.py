@@ -19,7 +19,7 @@ def test_the_generated_table_is_the_installed_aws_cdk_libs_region_facts():
 
 
 def test_every_region_the_price_table_prices_is_a_known_region():
-    from ray_llm_eks.pricing import load_price_table
+    from ray_llm_eks.base.pricing import load_price_table
 
     assert set(load_price_table().regions) <= infrastructure.known_regions()
 
@@ -74,7 +74,7 @@ def test_offerings_refuse_only_what_the_table_says_the_region_lacks():
 
 
 def test_the_price_table_prices_only_offered_types_and_reads_the_same_table():
-    from ray_llm_eks.pricing import load_price_table
+    from ray_llm_eks.base.pricing import load_price_table
 
     for name, prices in load_price_table().regions.items():
         offered = instance_types.offered_in(name)

@@ -1,5 +1,5 @@
 """The base layer, below both halves: the declared deployment and what the AWS constructs and the
-cdk8s charts must agree on. (Formerly ``ray_llm_eks.spec``, which still imports.)
+cdk8s charts must agree on.
 
 It imports no ``aws_cdk``, no ``cdk8s`` and no ``constructs``; ``ray_llm_eks.constructs`` and
 ``ray_llm_eks.cdk8s_charts`` both import it and never each other (a test walks the imports).

@@ -95,7 +95,7 @@ class Footprint:
 def cost_estimate(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "desired") -> CostEstimate:
     """The deployment's cost with every GPU node group at its ``min``, ``desired`` or ``max`` size.
 
-    In a region the table has no prices for (:class:`~ray_llm_eks.pricing.UnpricedRegion`), every
+    In a region the table has no prices for (:class:`~ray_llm_eks.base.pricing.UnpricedRegion`), every
     line keeps its item and quantity and has no price (None), and the estimate carries the reason."""
     try:
         prices: RegionPrices | None = table.region(footprint.region)

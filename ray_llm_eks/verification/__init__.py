@@ -20,7 +20,5 @@ from .report import Report
 from .shared import wire
 
 GateSettings = wire.GateSettings
-GateConfig = GateSettings
-"""The name the settings had before the wire contract (``ray_llm_eks.base.wire``) held them."""
 
-__all__ = ["Gate", "GateConfig", "GateSettings", "Report", "TransportEvidence", "classify", "classify_logs"]
+__all__ = ["Gate", "GateSettings", "Report", "TransportEvidence", "classify", "classify_logs"]

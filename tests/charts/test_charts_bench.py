@@ -12,9 +12,8 @@ from ray_llm_eks.bench import bundle
 from ray_llm_eks.cdk8s_charts import bench as chart
 from ray_llm_eks.base.wire import INSTANCE_LABEL
 from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
-from ray_llm_eks.base import sizing
+from ray_llm_eks.base import instance_types, sizing
 from ray_llm_eks.base.pools import DEFAULT_SYSTEM_INSTANCE_TYPE
-from ray_llm_eks import instance_types
 
 KUBERNETES_VERSION = "1.35.0"
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aws_cdk import assertions
 
-from ray_llm_eks.config import DeploymentConfig
+from ray_llm_eks.base.deployment import Deployment
 from ray_llm_eks.constructs import nag_rules
 from ray_llm_eks.constructs.nag_rules import RayLlmEksChecks
 from ray_llm_eks.stack import RayLlmEksStack, build_app
@@ -24,7 +24,7 @@ from ray_llm_eks.testing import FAST_SYNTH_CONTEXT as TEST_CONTEXT
 
 @dataclass
 class Synthesized:
-    config: DeploymentConfig
+    config: Deployment
     stack: RayLlmEksStack
     template: assertions.Template
     template_json: dict[str, Any]
@@ -88,7 +88,7 @@ class RecordingChecks(RayLlmEksChecks):
 _cache: dict[tuple[str, bool], Synthesized] = {}
 
 
-def synthesize(config: DeploymentConfig, outdir: Path, *, nag: bool = False) -> Synthesized:
+def synthesize(config: Deployment, outdir: Path, *, nag: bool = False) -> Synthesized:
     """Synthesize the default stack for ``config`` (cached: one synth per scenario per session)."""
     key = (config, nag)
     if key not in _cache:
