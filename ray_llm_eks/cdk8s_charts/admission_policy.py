@@ -582,60 +582,49 @@ def _connect_validations(spec: ServingSpec) -> list[k8s.Validation]:
 
 
 class AdmissionPolicyChart(cdk8s.Chart):
-    """The pod policy and its two bindings, the RayCluster policy and its binding (cluster-scoped;
-    see the module docstring)."""
+    """The pod policy and its two bindings, the RayCluster policy and the CONNECT policy, each with
+    its binding (cluster-scoped; see the module docstring)."""
 
     def __init__(self, scope: cdk8s.App, construct_id: str, *, spec: ServingSpec) -> None:
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
-        name = policy_name(spec)
-        labels = {APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: spec.service_name}
-        k8s.KubeValidatingAdmissionPolicy(self, "Policy", metadata=k8s.ObjectMeta(name=name, labels=labels),
-                                          spec=k8s.ValidatingAdmissionPolicySpec(
-            failure_policy="Fail",
-            match_constraints=k8s.MatchResources(resource_rules=[k8s.NamedRuleWithOperations(
-                api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"],
-                resources=["pods", "pods/ephemeralcontainers"])]),
-            variables=_variables(spec),
-            validations=_validations(spec)))
+        self._labels = {APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: spec.service_name}
         own = k8s.LabelSelector(match_expressions=[k8s.LabelSelectorRequirement(
             key=NAMESPACE_NAME_LABEL, operator="In", values=[spec.namespace])])
         elsewhere = k8s.LabelSelector(match_expressions=[k8s.LabelSelectorRequirement(
             key=NAMESPACE_NAME_LABEL, operator="NotIn",
             values=sorted({spec.namespace, *spec.service.other_serving_namespaces}))])
-        for id_, suffix, selector in (("BindingOwn", "own", own), ("BindingElsewhere", "elsewhere", elsewhere)):
-            k8s.KubeValidatingAdmissionPolicyBinding(
-                self, id_, metadata=k8s.ObjectMeta(name=f"{name}-{suffix}", labels=labels),
-                spec=k8s.ValidatingAdmissionPolicyBindingSpec(
-                    policy_name=name, validation_actions=["Deny"],
-                    match_resources=k8s.MatchResources(namespace_selector=selector)))
+        name = policy_name(spec)
+        self._policy("Policy", name, k8s.NamedRuleWithOperations(
+            api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"],
+            resources=["pods", "pods/ephemeralcontainers"]), _validations(spec), variables=_variables(spec),
+            bindings=(("BindingOwn", f"{name}-own", own), ("BindingElsewhere", f"{name}-elsewhere", elsewhere)))
         clusters = ray_cluster_policy_name(spec)
-        k8s.KubeValidatingAdmissionPolicy(self, "RayClusterPolicy", metadata=k8s.ObjectMeta(name=clusters, labels=labels),
-                                          spec=k8s.ValidatingAdmissionPolicySpec(
-            failure_policy="Fail",
-            match_constraints=k8s.MatchResources(resource_rules=[k8s.NamedRuleWithOperations(
-                api_groups=["ray.io"], api_versions=["*"], operations=["CREATE", "UPDATE"],
-                resources=["rayclusters", "rayjobs"])]),
-            validations=_ray_cluster_validations(spec)))
-        k8s.KubeValidatingAdmissionPolicyBinding(
-            self, "RayClusterBinding", metadata=k8s.ObjectMeta(name=clusters, labels=labels),
-            spec=k8s.ValidatingAdmissionPolicyBindingSpec(
-                policy_name=clusters, validation_actions=["Deny"],
-                match_resources=k8s.MatchResources(namespace_selector=own)))
+        self._policy("RayClusterPolicy", clusters, k8s.NamedRuleWithOperations(
+            api_groups=["ray.io"], api_versions=["*"], operations=["CREATE", "UPDATE"],
+            resources=["rayclusters", "rayjobs"]), _ray_cluster_validations(spec),
+            bindings=(("RayClusterBinding", clusters, own),))
         # CONNECT reaches ValidatingAdmissionPolicy: the API server's connect handler validates
         # the request's options (PodExecOptions, ...) with the pod's name (k8s.io/apiserver
         # pkg/endpoints/handlers/rest.go:199-215, ConnectResource) and the policy plugin handles
         # admission.Connect (pkg/admission/plugin/policy/validating/plugin.go:82), at v0.35.7
         # (Kubernetes 1.35.7). The pod itself is not in the request: the whole namespace is governed.
         connect = connect_policy_name(spec)
-        k8s.KubeValidatingAdmissionPolicy(self, "ConnectPolicy", metadata=k8s.ObjectMeta(name=connect, labels=labels),
+        self._policy("ConnectPolicy", connect, k8s.NamedRuleWithOperations(
+            api_groups=[""], api_versions=["v1"], operations=["CONNECT"], resources=list(CONNECT_SUBRESOURCES)),
+            _connect_validations(spec), bindings=(("ConnectBinding", connect, own),))
+
+    def _policy(self, construct_id: str, name: str, rule: k8s.NamedRuleWithOperations,
+                validations: list[k8s.Validation], *, bindings: tuple[tuple[str, str, k8s.LabelSelector], ...],
+                variables: list[k8s.Variable] | None = None) -> None:
+        """A policy (``failurePolicy: Fail``) on ``rule`` and its Deny bindings, each
+        ``(construct id, name, namespace selector)``."""
+        k8s.KubeValidatingAdmissionPolicy(self, construct_id, metadata=k8s.ObjectMeta(name=name, labels=self._labels),
                                           spec=k8s.ValidatingAdmissionPolicySpec(
-            failure_policy="Fail",
-            match_constraints=k8s.MatchResources(resource_rules=[k8s.NamedRuleWithOperations(
-                api_groups=[""], api_versions=["v1"], operations=["CONNECT"],
-                resources=list(CONNECT_SUBRESOURCES))]),
-            validations=_connect_validations(spec)))
-        k8s.KubeValidatingAdmissionPolicyBinding(
-            self, "ConnectBinding", metadata=k8s.ObjectMeta(name=connect, labels=labels),
-            spec=k8s.ValidatingAdmissionPolicyBindingSpec(
-                policy_name=connect, validation_actions=["Deny"],
-                match_resources=k8s.MatchResources(namespace_selector=own)))
+            failure_policy="Fail", match_constraints=k8s.MatchResources(resource_rules=[rule]),
+            variables=variables, validations=validations))
+        for binding_id, binding_name, selector in bindings:
+            k8s.KubeValidatingAdmissionPolicyBinding(
+                self, binding_id, metadata=k8s.ObjectMeta(name=binding_name, labels=self._labels),
+                spec=k8s.ValidatingAdmissionPolicyBindingSpec(
+                    policy_name=name, validation_actions=["Deny"],
+                    match_resources=k8s.MatchResources(namespace_selector=selector)))

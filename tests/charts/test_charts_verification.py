@@ -273,17 +273,8 @@ def test_continuous_verification_is_a_read_only_cronjob_that_publishes():
     """The gate's checks on observability.verify_every_minutes: never a rollout, its own account."""
     import shlex
 
-    import cdk8s
-
-    from ray_llm_eks.cdk8s_charts import build_serving_charts
-    from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
-    specs = Deployment(observability=ObservabilitySpec(verify_every_minutes=10)).specs()
-    app = cdk8s.App()
-    charts = build_serving_charts(app, specs.serving)
-    chart = build_verification_chart(app, specs.serving, specs.verification,
-                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None,
-                                     "RayLlmEks/RayLlmEks/inference/ray-llm")
-    objects = cdk8s.Testing.synth(chart)
+    rendered = Rendered(Deployment(observability=ObservabilitySpec(verify_every_minutes=10)), signal_secret=None)
+    objects = rendered.objects
     (cron,) = [o for o in objects if o["kind"] == "CronJob"]
     assert (cron["spec"]["schedule"], cron["spec"]["concurrencyPolicy"], cron["spec"]["timeZone"]) == (
         "*/10 * * * *", "Forbid", "Etc/UTC")
@@ -351,13 +342,8 @@ def test_continuous_verification_carries_the_hash_of_the_settings_rendered_besid
     the deploy's own Job, which runs at once on what the same apply wrote, carries none."""
     import hashlib
 
-    specs = Deployment(observability=ObservabilitySpec(verify_every_minutes=10)).specs()
-    app = cdk8s.App()
-    charts = build_serving_charts(app, specs.serving)
-    chart = build_verification_chart(app, specs.serving, specs.verification,
-                                     GatePlan.of(specs.serving, specs.verification, charts), charts, None,
-                                     "RayLlmEks/RayLlmEks/inference/ray-llm")
-    objects = cdk8s.Testing.synth(chart)
+    rendered = Rendered(Deployment(observability=ObservabilitySpec(verify_every_minutes=10)), signal_secret=None)
+    chart, objects = rendered.chart, rendered.objects
     (settings,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == chart.settings_name]
     assert settings["immutable"] is True
     content = json.loads(settings["data"]["gate.json"])
@@ -369,13 +355,9 @@ def test_continuous_verification_carries_the_hash_of_the_settings_rendered_besid
     (gate,) = job["spec"]["template"]["spec"]["containers"]
     assert all(e["name"] != "GATE_SETTINGS_SHA256" for e in gate["env"])
     # Other thresholds render another hash: the pod template changes with the settings.
-    other = Deployment(observability=ObservabilitySpec(verify_every_minutes=10),
-                       verification=VerificationSpec(probes=2)).specs()
-    other_charts = build_serving_charts(cdk8s.App(), other.serving)
-    other_chart = build_verification_chart(cdk8s.App(), other.serving, other.verification,
-                                           GatePlan.of(other.serving, other.verification, other_charts), other_charts,
-                                           None, "RayLlmEks/RayLlmEks/inference/ray-llm")
-    (other_cron,) = [o for o in cdk8s.Testing.synth(other_chart) if o["kind"] == "CronJob"]
+    other_objects = Rendered(Deployment(observability=ObservabilitySpec(verify_every_minutes=10),
+                                        verification=VerificationSpec(probes=2)), signal_secret=None).objects
+    (other_cron,) = [o for o in other_objects if o["kind"] == "CronJob"]
     (other_container,) = other_cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     hashes = [{e["name"]: e.get("value") for e in c["env"]}["GATE_SETTINGS_SHA256"] for c in (container, other_container)]
     assert hashes[0] != hashes[1]
