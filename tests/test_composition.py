@@ -243,16 +243,19 @@ PRINTED = re.compile(r"^\s*print\(.*\)\s*#\s*(?P<shown>.+?)\s*$", re.M)
 """A ``print(...)`` line with what it prints in its trailing comment (``print(a, b)  # 2 4``)."""
 
 
-def test_readme_python_snippets_run_as_written(tmp_path, monkeypatch, capsys):
-    readme = (ROOT / "README.md").read_text()
-    snippets = re.findall(r"```python\n(.*?)```", readme, re.S)
-    assert snippets, "the README shows how to compose the constructs"
-    assert any(PRINTED.search(snippet) for snippet in snippets), "the README shows what the snippet prints"
+@pytest.mark.parametrize("document", ["README.md", "docs/constructs.md"])
+def test_readme_python_snippets_run_as_written(document, tmp_path, monkeypatch, capsys):
+    """The README's snippet (the whole stack) and docs/constructs.md's (the constructs composed one by
+    one), each executed as written."""
+    text = (ROOT / document).read_text()
+    snippets = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert snippets, f"{document} shows how to use the constructs"
+    assert any(PRINTED.search(snippet) for snippet in snippets), f"{document} shows what the snippet prints"
     monkeypatch.chdir(tmp_path)
     for snippet in snippets:
         namespace: dict = {"__name__": "readme_snippet"}
         capsys.readouterr()
-        exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+        exec(compile(snippet, document, "exec"), namespace)  # noqa: S102 - the document's own code
         # What the README says each print shows is what it prints, line for line.
         shown = [match["shown"] for match in PRINTED.finditer(snippet)]
         assert capsys.readouterr().out.splitlines() == shown

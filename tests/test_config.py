@@ -66,17 +66,17 @@ def test_an_empty_mapping_is_the_library_default_which_is_strict(tmp_path):
     assert "image.digest: strict mode refuses it" in str(caught.value)
     assert "model.revision: strict mode refuses it" in str(caught.value)
     # The device plugins' images too (both privileged on every GPU node): strict covers every image
-    # a GPU node runs privileged, as the README's Pinning section says.
+    # a GPU node runs privileged, as docs/deploying.md's Pinning section says.
     assert "versions.nvidia_device_plugin_image_digest: strict mode refuses it" in str(caught.value)
     assert "versions.efa_device_plugin_image_digest: strict mode refuses it" in str(caught.value)
     assert parse_config({"strict": False}) == unpinned()
 
 
-def test_the_readme_says_when_strict_applies_as_the_reference_does():
-    """No configuration means the reference file, which says strict false: the README says so in
-    its Pinning section, and names every field strict requires."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    pinning = readme.split("### Pinning", 1)[1].split("\n### ", 1)[0]
+def test_the_deploying_doc_says_when_strict_applies_as_the_reference_does():
+    """No configuration means the reference file, which says strict false: docs/deploying.md says so
+    in its Pinning section (the README's until issue 39), and names every field strict requires."""
+    deploying = (Path(__file__).resolve().parents[1] / "docs" / "deploying.md").read_text()
+    pinning = deploying.split("### Pinning", 1)[1].split("\n### ", 1)[0]
     assert load_config(None).strict is False
     assert "**Strict does not apply when no\nconfiguration is given:**" in pinning
     for field in ("image.digest", "versions.nvidia_device_plugin_image_digest",

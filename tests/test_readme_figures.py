@@ -1,8 +1,10 @@
-"""The README's counts are the suite's and the package's: each figure is read from the README and
-compared with what it counts, so neither is written twice.
+"""The figures the README's documents state are the suite's and the package's: each is read from the
+document and compared with what it counts, so neither is written twice. Since issue 39 the README is
+a quick start; the figures it held moved with their sections: the suite's to CONTRIBUTING.md, the
+deployment's to docs/deploying.md.
 
-Timings are not asserted here (no wall-clock assertion in the unit tests): each one the README
-states names the command that measured it, which the last test checks.
+Timings are not asserted here (no wall-clock assertion in the unit tests): each one the README or
+the documents its detail moved to states names the command that measured it, which a test checks.
 """
 
 from __future__ import annotations
@@ -17,15 +19,21 @@ WORDS = {word: number for number, word in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve".split())}
 
 
-def readme() -> str:
-    return " ".join((ROOT / "README.md").read_text().split())  # one line: figures wrap anywhere
+CONTRIBUTING = "CONTRIBUTING.md"
+DEPLOYING = "docs/deploying.md"
+TIMED_DOCUMENTS = ("README.md", CONTRIBUTING, "docs/architecture.md", DEPLOYING, "docs/constructs.md")
+"""The README and the documents its detail moved to (issue 39): every duration they state names its command."""
 
 
-def stated(pattern: str) -> int:
-    """The number (digits or a word up to twelve) in the README's one sentence matching ``pattern``,
-    whose ``(?P<n>...)`` group is the figure."""
-    matches = re.findall(pattern.replace("(?P<n>)", r"(?P<n>\d+|[a-z]+)"), readme(), re.I)
-    assert len(matches) == 1, f"the README states {pattern!r} {len(matches)} times"
+def document(name: str) -> str:
+    return " ".join((ROOT / name).read_text().split())  # one line: figures wrap anywhere
+
+
+def stated(pattern: str, name: str) -> int:
+    """The number (digits or a word up to twelve) in document ``name``'s one sentence matching
+    ``pattern``, whose ``(?P<n>...)`` group is the figure."""
+    matches = re.findall(pattern.replace("(?P<n>)", r"(?P<n>\d+|[a-z]+)"), document(name), re.I)
+    assert len(matches) == 1, f"{name} states {pattern!r} {len(matches)} times"
     (figure,) = matches
     return int(figure) if figure.isdigit() else WORDS[figure.lower()]
 
@@ -33,41 +41,42 @@ def stated(pattern: str) -> int:
 def test_the_battery_of_bad_configurations_is_the_size_the_readme_says():
     from test_one_validation import BAD_CONFIGS, CONSTRUCT_CASES
 
-    assert stated(r"One battery of (?P<n>) bad configurations") == len(BAD_CONFIGS)
-    assert stated(r"\((?P<n>) of them also through the equivalent construct call") == len(CONSTRUCT_CASES)
+    assert stated(r"One battery of (?P<n>) bad configurations", CONTRIBUTING) == len(BAD_CONFIGS)
+    assert stated(r"\((?P<n>) of them also through the equivalent construct call", CONTRIBUTING) == len(CONSTRUCT_CASES)
 
 
 def test_the_consumer_apps_are_as_many_as_the_readme_says():
     from test_composition import COMBINATIONS
 
-    assert stated(r"consumer apps on (?P<n>) instance-type and tensor-parallel combinations") == len(COMBINATIONS)
+    assert stated(r"consumer apps on (?P<n>) instance-type and tensor-parallel combinations", CONTRIBUTING) == \
+        len(COMBINATIONS)
 
 
 def test_the_agreement_prompts_are_as_many_as_the_readme_says():
-    assert stated(r"greedy completions of (?P<n>) fixed prompts") == len(PROMPTS)
+    assert stated(r"greedy completions of (?P<n>) fixed prompts", DEPLOYING) == len(PROMPTS)
 
 
 def test_the_stack_has_the_alarms_the_readme_counts(default):
-    assert stated(r"sends (?P<n>) alarms to one SNS topic") == len(default.resources("AWS::CloudWatch::Alarm"))
+    assert stated(r"sends (?P<n>) alarms to one SNS topic", DEPLOYING) == len(default.resources("AWS::CloudWatch::Alarm"))
 
 
 TIMED = re.compile(r"\b(?:\d+ min(?: \d+ s)?\b|\d+ s\b|(?:under|about|at most) (?:a|an|one|two|three|four|five|"
                    r"ten|\d+) (?:seconds?|minutes?|hours?)\b)")
-"""A duration the README states: ``2 min 46 s``, ``under a minute``, ``about ten minutes``."""
+"""A duration a document states: ``2 min 46 s``, ``under a minute``, ``about ten minutes``."""
 MEASURED = re.compile(r"measured with `(?P<command>[^`]+)`|an estimate")
 
 
-def timings() -> list[tuple[str, str]]:
-    """(duration, its sentence) for every duration the README states."""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", (ROOT / "README.md").read_text())]
+def timings(name: str) -> list[tuple[str, str]]:
+    """(duration, its sentence) for every duration document ``name`` states."""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", (ROOT / name).read_text())]
     sentences = [s for p in paragraphs for s in re.split(r"(?<=[.!?])\s+(?=[A-Z`(\[])", p)]
     return [(match.group(0), sentence) for sentence in sentences for match in TIMED.finditer(sentence)]
 
 
-def test_each_timing_in_the_readme_names_the_command_that_measured_it():
+def test_each_timing_in_the_readme_and_its_documents_names_the_command_that_measured_it():
     """Or says it is an estimate. Timings are not asserted (they depend on the machine); what
     measured them is written next to them, so a reader can run it again."""
-    found = timings()
+    found = [timing for name in TIMED_DOCUMENTS for timing in timings(name)]
     assert len(found) >= 3, found
     for duration, sentence in found:
         assert MEASURED.search(sentence), f"{duration!r} names no command: {sentence}"

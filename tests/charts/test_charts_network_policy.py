@@ -362,7 +362,8 @@ def test_the_endpoint_command_never_port_forwards(serving, expected):
 
 
 def test_the_readme_client_namespace_policy_reaches_the_api_and_no_ray_port():
-    """README, "Call the API": the policy a client namespace needs under strict mode, evaluated with
+    """examples/client-policy.yaml, which the README's quick start applies ("Call the API") and
+    docs/deploying.md shows: the policy a client namespace needs under strict mode, evaluated with
     the rendered serving policies (a client in ``apps`` of the reference deployment)."""
     import re
     import textwrap
@@ -375,9 +376,12 @@ def test_the_readme_client_namespace_policy_reaches_the_api_and_no_ray_port():
     from ray_llm_eks.base.serving import ServiceSettings
     from ray_llm_eks.cdk8s_charts.network_policy import NetworkPolicyChart
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "name: call-ray-llm" in b]
-    client_policy = yaml.safe_load(textwrap.dedent(block))
+    root = Path(__file__).resolve().parents[2]
+    example = (root / "examples" / "client-policy.yaml").read_text()
+    deploying = (root / "docs" / "deploying.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", deploying, re.S) if "name: call-ray-llm" in b]
+    assert textwrap.dedent(block) == example  # the doc shows the file, as it is
+    client_policy = yaml.safe_load(example)
     spec = Deployment(serving=ServiceSettings(client_namespaces=("apps",))).specs().serving
     rules = [*cdk8s.Testing.synth(NetworkPolicyChart(cdk8s.App(), "p", spec=spec)), client_policy]
     endpoints = pods(spec.namespace, spec.service_name)
