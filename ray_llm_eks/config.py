@@ -193,7 +193,7 @@ def parse_config(data: dict[str, Any] | None, source: str = "configuration") -> 
 
 REFERENCE_CONFIG = Path(__file__).parent / "data" / "reference.yaml"
 """What no configuration means: the reference deployment with ``strict: false``, stated (and
-explained) in that file, since no digest or commit can be known offline (README, Pinning)."""
+explained) in that file, since no digest or commit can be known offline (docs/deploying.md, Pinning)."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

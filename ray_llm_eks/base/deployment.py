@@ -267,7 +267,7 @@ class Deployment:
     observability: ObservabilitySpec = field(default_factory=ObservabilitySpec)
     """Container Insights, the transport's log metrics, alarms on one SNS topic, and a dashboard (docs/observability.md); on by default, and ``plan`` adds its cost."""
     spend: SpendSpec | None = None
-    """Optional spend limits: a monthly AWS Budgets budget on the stack's cost-allocation tag with alerts to the observability topic, and a hard hourly cap at the node groups' max sizes (README, "Spend limits and the cost allocation tag": the tag must be activated by hand). Set, the stack tags everything it creates but the placement group, and its nodes through their launch templates (the nodes roll once: docs/replacement.md). Unset: no budget, no cap, no tag."""
+    """Optional spend limits: a monthly AWS Budgets budget on the stack's cost-allocation tag with alerts to the observability topic, and a hard hourly cap at the node groups' max sizes (docs/deploying.md, "Spend limits and the cost allocation tag": the tag must be activated by hand). Set, the stack tags everything it creates but the placement group, and its nodes through their launch templates (the nodes roll once: docs/replacement.md). Unset: no budget, no cap, no tag."""
     _specs: Specs | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -39,7 +39,7 @@ endpoint to CIDRs (``EndpointAccess.PUBLIC.only_from`` raises), so it would alwa
 the internet, and the kubectl handler could not reach it from the VPC."""
 DEFAULT_ENDPOINT_ACCESS = "private"
 """The Kubernetes API is reachable only from the VPC (the kubectl handler runs there); open a
-public side for named CIDRs with ``public-and-private`` (README, "Reach the cluster")."""
+public side for named CIDRs with ``public-and-private`` (docs/deploying.md, "Reach the cluster")."""
 DEFAULT_PUBLIC_ACCESS_CIDRS: tuple[str, ...] = ()
 DEFAULT_BOOTSTRAP_CLUSTER_CREATOR_ADMIN = False
 """Whether the identity that creates the cluster (the CloudFormation execution role) silently

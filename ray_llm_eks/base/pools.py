@@ -234,7 +234,7 @@ class WorkerPool:
     """Join the shared cluster placement group; must be false with capacity.type odcr or capacity-block
     (eksctl #7949, terraform-aws-eks #3730 report insufficient capacity; ParallelCluster refuses it with a Capacity Block)."""
     capacity: Capacity = field(default_factory=Capacity)
-    """Where the nodes' capacity comes from: On-Demand, an On-Demand Capacity Reservation or a Capacity Block for ML (README, Capacity reservations)."""
+    """Where the nodes' capacity comes from: On-Demand, an On-Demand Capacity Reservation or a Capacity Block for ML (docs/deploying.md, Capacity reservations)."""
 
     def __post_init__(self) -> None:
         found = Collector()

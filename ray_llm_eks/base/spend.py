@@ -6,8 +6,8 @@ whose ``CostFilters`` keep the costs tagged ``<key>=<value>``: ``{"TagKeyValue":
 ["user:<key>$<value>"]}``, ``user:`` marking a user-defined cost allocation tag, key and value
 joined by ``$`` (the AWS CLI's own example, aws/aws-cli ``awscli/examples/budgets/create-budget.rst``).
 AWS Budgets filters on a tag only once it is activated as a cost allocation tag, a manual step
-(README, "Cost allocation tag"): "You must activate tags to use them" (AWS Cost Management user
-guide, ``budgets-create-filters.md``).
+(docs/deploying.md, "Spend limits and the cost allocation tag"): "You must activate tags to use
+them" (AWS Cost Management user guide, ``budgets-create-filters.md``).
 
 ``max_hourly_usd`` is checked here, once, by :func:`check_max_hourly`: the configuration
 (``Deployment``, so ``make synth``), ``ray-llm-eks plan`` on composed constructs, and
@@ -74,7 +74,7 @@ class SpendSpec:
     __pydantic_config__ = {"extra": "forbid"}
 
     monthly_budget_usd: float | None = None
-    """An AWS Budgets monthly COST budget, in USD, on the costs tagged with the cost-allocation tag (activate the tag first: README); its alerts go to the observability SNS topic, so it needs ``observability.enabled``. Unset: no budget."""
+    """An AWS Budgets monthly COST budget, in USD, on the costs tagged with the cost-allocation tag (activate the tag first: docs/deploying.md); its alerts go to the observability SNS topic, so it needs ``observability.enabled``. Unset: no budget."""
     actual_alert_percent: tuple[float, ...] = DEFAULT_ACTUAL_ALERT_PERCENT
     """Alert when the month's actual cost passes these percentages of ``monthly_budget_usd``."""
     forecasted_alert_percent: tuple[float, ...] = DEFAULT_FORECASTED_ALERT_PERCENT

@@ -20,7 +20,8 @@
   that statement on its key.
 
 The budget only sees the tag's costs once the tag is activated as a cost allocation tag in the
-Billing console (README, "Cost allocation tag"); until then it reports nothing.
+Billing console (docs/deploying.md, "Spend limits and the cost allocation tag"); until then it
+reports nothing.
 """
 
 from __future__ import annotations
