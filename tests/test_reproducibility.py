@@ -120,5 +120,5 @@ def test_plan_prints_the_commands_for_an_unpinned_configuration_and_refuses_a_st
 def test_the_shipped_examples_that_deploy_unpinned_say_so():
     root = Path(__file__).resolve().parents[1]
     for example in ("examples/benchmark/colocated.yaml", "examples/benchmark/disaggregated.yaml",
-                    "examples/twin/twin.yaml", "ray_llm_eks/data/reference.yaml"):
+                    "examples/twin/twin.yaml", "examples/quickstart.yaml", "ray_llm_eks/data/reference.yaml"):
         assert yaml.safe_load((root / example).read_text())["strict"] is False, example
