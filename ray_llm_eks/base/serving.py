@@ -12,10 +12,10 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Mapping, get_args
 
 from .models import GATED_HUB_ORGANISATIONS, ModelArchitecture, is_gated, is_hybrid_gated_deltanet, known_architecture
-from . import scaling, sizing
+from . import engine_args, scaling, sizing
 from .errors import Collector, DoesNotFit, SpecError, SpecErrors, not_a_credential, problem
 from .kv_path import IMAGE_STACKS, NO_PATH_INSTEAD, UPSTREAM_CODE, ImageStack, KvPath, attention_kind
 from .kv_path import resolve as resolve_kv_path
@@ -178,8 +178,11 @@ class ModelSpec:
     """An AWS Secrets Manager secret (ARN, or name in the stack's region and account) whose
     string is a Hugging Face token, for gated models. The workers read it at start with their own
     Pod Identity role; only its name is in the template and the manifests."""
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """vLLM engine arguments the library does not model, for both legs, deep-merged over the ones it renders (a nested mapping merges key by key). Each name is checked against the engine arguments of the image's vLLM (``ray_llm_eks/data/generated/vllm_engine_args.json``); the ones the library renders or depends on (``max_model_len``, ``tensor_parallel_size``, ``kv_transfer_config``, ...) are refused with the setting to use instead (``ray_llm_eks.base.engine_args.OWNED``)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "engine_kwargs", engine_args.frozen(self.engine_kwargs))
         found = Collector()
         secret_accepted = ("arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>, or a name "
                            "of letters, digits and /_+=.@- (at most 512)")
@@ -389,8 +392,11 @@ class Leg:
     (docs/scaling.md)."""
     request_router: RequestRouter = field(default_factory=RequestRouter)
     """How Ray Serve picks the leg's replica for each request: Ray's default, or prefix-cache-affinity, which helps on the prefill leg when prompts share long prefixes (docs/scaling.md, "Prefix-aware routing")."""
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """vLLM engine arguments for this leg only, deep-merged over ``model.engine_kwargs`` (this leg's values win); checked as those are. With topology colocated, only prefill's apply (one deployment), and a different decode value is refused."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "engine_kwargs", engine_args.frozen(self.engine_kwargs))
         found = Collector()
         if not isinstance(self.pool, WorkerPool):
             found.add(problem("pool", self.pool, "not a worker pool", "a WorkerPool (or an EfaGpuNodeGroup's pool)"))
@@ -583,6 +589,7 @@ class ServingSpec:
         self._check_offerings(found)
         self._check_ray_auth(found)
         self._check_request_routers(found)
+        self._check_engine_kwargs(found)
         tensor_parallel_ok = self._check_tensor_parallel(found)
         for role in WORKER_ROLES:
             if self.pool(role).desired_size < 1:
@@ -646,6 +653,27 @@ class ServingSpec:
             found.add(problem("decode.request_router", self.decode.request_router.policy.value,
                               "topology colocated serves one deployment, routed by prefill.request_router",
                               "the same request_router on both legs, or set it on prefill only"))
+
+    def _engine_kwargs_fields(self) -> list[tuple[str, Any]]:
+        return [("model.engine_kwargs", self.model.engine_kwargs),
+                *((f"{role}.engine_kwargs", self.leg(role).engine_kwargs) for role in WORKER_ROLES)]
+
+    def _check_engine_kwargs(self, found: Collector) -> None:
+        stack = self.image_stack
+        for name, kwargs in self._engine_kwargs_fields():
+            for error in engine_args.problems(kwargs, name, vllm=stack.vllm if stack else None, ray=self.ray_version):
+                found.add(error)
+        # Colocated serves one deployment with prefill's engine arguments: a different decode value
+        # would be silently dropped, as a decode router would (_check_request_routers).
+        if self.topology is Topology.colocated and self.decode.engine_kwargs not in ({}, self.prefill.engine_kwargs):
+            found.add(problem("decode.engine_kwargs", sorted(self.decode.engine_kwargs),
+                              "topology colocated serves one deployment, with prefill.engine_kwargs",
+                              "the same engine_kwargs on both legs, or set them on prefill or in model.engine_kwargs"))
+
+    def engine_kwargs(self, role: str) -> dict[str, Any]:
+        """The user's engine arguments for the ``role`` leg: ``model.engine_kwargs`` with the leg's own
+        deep-merged over them (the serve config merges the result over what it renders)."""
+        return engine_args.thaw(engine_args.deep_merge(self.model.engine_kwargs, self.leg(role).engine_kwargs))
 
     def _check_offerings(self, found: Collector) -> None:
         # Where the stack's region is known at synth time and the library's offerings table knows
@@ -790,6 +818,10 @@ class ServingSpec:
         (``models.is_gated``) without ``model.hf_token_secret``. ``make synth`` and the constructs
         add it as a CDK warning annotation, ``plan`` prints it and lists it under ``warnings``."""
         found = self._kv_path_warnings()
+        if self.image_stack is None:
+            unchecked = engine_args.unchecked_warning([n for n, kwargs in self._engine_kwargs_fields() if kwargs],
+                                                      self.image_uri)
+            found.extend([unchecked] if unchecked is not None else [])
         if is_gated(self.model.source) and self.model.hf_token_secret is None:
             organisation = next(o for o in GATED_HUB_ORGANISATIONS if self.model.source.lower().startswith(o))
             found.append(problem(

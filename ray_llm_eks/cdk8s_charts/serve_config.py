@@ -60,11 +60,12 @@ one unit per GPU of the node: :func:`worker_custom_resources`), and each P/D leg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import json
 
+from ..base.engine_args import deep_merge
 from ..base.instance_types import InstanceType
 from ..base.placement import DECODE, PREFILL, require_worker_role
 from ..base.serving import NIXL_SIDE_CHANNEL_PORT_BASE, SERVE_PORT, ServingSpec, Topology
@@ -181,8 +182,15 @@ class EngineKwargs:
     "disables all multimodal inputs by setting all modality limits to 0"): a vision-language model
     served as text, without its vision tower or the tower's startup profile. Written (true) only for
     such a model without ``model.serve_images``; None leaves it out."""
+    user: Mapping[str, Any] = field(default_factory=dict)
+    """The user's ``engine_kwargs`` for the leg (:meth:`ServingSpec.engine_kwargs`), deep-merged over the
+    rendered ones. The spec refuses every key rendered here (``base.engine_args.OWNED``), so in
+    practice they add keys and never replace one."""
 
     def to_dict(self) -> dict[str, Any]:
+        return deep_merge(self._rendered(), self.user)
+
+    def _rendered(self) -> dict[str, Any]:
         return _without_none(
             {
                 "dtype": self.dtype,
@@ -374,6 +382,7 @@ def engine_kwargs(spec: ServingSpec, role: str, *, with_kv_transfer: bool) -> En
         revision=model.revision,
         kv_transfer_config=kv,
         language_model_only=True if spec.language_model_only else None,
+        user=spec.engine_kwargs(role),
     )
 
 

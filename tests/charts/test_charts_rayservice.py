@@ -154,6 +154,23 @@ def test_a_pinned_revision_reaches_the_model_and_the_tokenizer(scenario):
         assert engine["tokenizer_revision"] == PINNED_REVISION
 
 
+def test_the_users_engine_arguments_are_deep_merged_into_each_leg(scenario, disaggregated):
+    """``model.engine_kwargs`` on both legs, ``prefill.engine_kwargs`` over them on prefill (a nested
+    mapping merged key by key, the leg's value winning); what the library renders is unchanged."""
+    args = scenario("hardened").application["args"]
+    prefill, decode = args["prefill_config"]["engine_kwargs"], args["decode_config"]["engine_kwargs"]
+    assert prefill["override_generation_config"] == {"temperature": 0.0, "top_p": 0.95}
+    assert decode["override_generation_config"] == {"temperature": 0.6, "top_p": 0.95}
+    assert prefill["max_num_seqs"] == decode["max_num_seqs"] == 64
+    assert prefill["enable_prefix_caching"] is True and "enable_prefix_caching" not in decode
+    added = {"max_num_seqs", "override_generation_config", "enable_prefix_caching"}
+    plain = disaggregated.application["args"]["prefill_config"]["engine_kwargs"]
+    assert not added & set(plain)  # the default adds nothing
+    rendered = {key: value for key, value in prefill.items() if key not in added}
+    assert rendered["kv_transfer_config"]["kv_role"] == "kv_producer"
+    assert set(rendered) == set(plain) | {"revision", "tokenizer_revision"}
+
+
 def test_nixl_side_channel_bases_are_explicit_per_leg(disaggregated):
     args = disaggregated.application["args"]
     assert args["prefill_config"]["experimental_configs"] == {"NIXL_SIDE_CHANNEL_PORT_BASE": 20000}

@@ -203,6 +203,8 @@ CLUSTER_CHANGES = {
 SERVE_CONFIG_CHANGES = {
     "model": Deployment(model=ModelSpec(source="meta-llama/Llama-3.1-8B-Instruct", served_name="llama-8b")),
     "engine settings": Deployment(model=ModelSpec(max_model_len=2048, gpu_memory_utilization=0.92)),
+    # The user's engine arguments (base.engine_args) are in the serve config, so in the run id.
+    "user engine arguments": Deployment(model=ModelSpec(engine_kwargs={"max_num_seqs": 64})),
     "topology": Deployment(topology=Topology.colocated),
 }
 

@@ -55,16 +55,21 @@ def pair(**pool: Any) -> dict[str, Leg]:
     return {role: leg(role, **pool) for role in (PREFILL, DECODE)}
 
 
+MODEL_ENGINE_KWARGS = {"max_num_seqs": 64, "override_generation_config": {"temperature": 0.6, "top_p": 0.95}}
+PREFILL_ENGINE_KWARGS = {"enable_prefix_caching": True, "override_generation_config": {"temperature": 0.0}}
+"""The escape hatch (``base.engine_args``) in the hardened scenario: both legs' and prefill's own, nested."""
+
 _LLAMA = ModelSpec(source="meta-llama/Llama-3.1-8B-Instruct", served_name="llama-8b", tensor_parallel_size=2)
 _TWO_G6_12XL = pair(instance_type="g6.12xlarge", min_size=2, desired_size=2, max_size=2)
 
 SCENARIOS: dict[str, Deployment] = {
     "disaggregated": unpinned(),
     "colocated": unpinned(topology=Topology.colocated),
-    # Everything optional switched on: pinned revision and digest, ipc-lock, internal NLB, the NIXL settings
+    # Everything optional switched on: pinned revision and digest, user engine arguments, ipc-lock, internal NLB, the NIXL settings
     # written out (the KV-path table's own choice for a hybrid model on g6: base/kv_path.py).
     "hardened": unpinned(
-        model=ModelSpec(revision=PINNED_REVISION),
+        model=ModelSpec(revision=PINNED_REVISION, engine_kwargs=MODEL_ENGINE_KWARGS),
+        prefill=Leg(WorkerPool(PREFILL), engine_kwargs=PREFILL_ENGINE_KWARGS),
         image=ImageSpec(digest=DIGEST),
         serving=ServiceSettings(security_profile=SecurityProfile.ipc_lock, endpoint=EndpointType.internal_nlb,
                                 namespace="llm", service_name="qwen", client_cidrs=("10.50.0.0/16",),
