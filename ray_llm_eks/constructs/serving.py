@@ -1,10 +1,11 @@
 """The serving layer on the cluster: the RayService charts, their identity, and their apply order.
 
-``RayLlmServing`` takes the node pools it serves on (the ``EfaGpuNodeGroup``s and the
-``SystemNodeGroup``, or their spec-layer pools) plus flat props, and builds one
-:class:`~ray_llm_eks.base.ServingSpec` from them. Every pod figure (GPUs, CPU, memory, replicas,
-NIXL ports, node selector, toleration) and the image's region derive from those pools and from
-the stack, so a pod that cannot fit its node cannot be synthesized.
+``RayLlmServing`` takes a composed deployment's :class:`~ray_llm_eks.base.Specs` (``specs=``, as
+the stack passes ``Deployment.specs()``), or the node pools it serves on (the ``EfaGpuNodeGroup``s
+and the ``SystemNodeGroup``, or their spec-layer pools) plus flat props, which it composes through
+``ray_llm_eks.base.composition.compose``, the configuration's own composition. Every pod figure
+(GPUs, CPU, memory, replicas, NIXL ports, node selector, toleration) and the image's region derive
+from those pools and from the stack, so a pod that cannot fit its node cannot be synthesized.
 
 - An IAM role for the Ray pods, trusted by EKS Pod Identity (``pods.eks.amazonaws.com`` with
   ``sts:AssumeRole`` and ``sts:TagSession``, as the EKS Pod Identity docs require). It has no
@@ -91,6 +92,11 @@ class RayLlmServing(Construct):
     """The Ray Serve LLM RayService (disaggregated or colocated) on the pools it is given.
 
     :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster.
+    :param specs: the composed deployment (``Deployment.specs()``, or ``base.composition.compose``),
+        taken as it is. With it, give none of the flat props below (``model`` to ``observability``:
+        refused, naming them); ``prefill``, ``decode`` and ``system`` may then name the node groups
+        built from its pools (``EfaGpuNodeGroup(..., pool=specs.prefill)``), which the RayService
+        is applied after. Its client CIDRs are checked against this cluster's VPC.
     :param prefill: the prefill leg: its ``EfaGpuNodeGroup`` (or that group's ``pool``), or a
         :class:`~ray_llm_eks.base.serving.Leg` of that pool with settings of its own
         (``tensor_parallel_size``, ``target_ongoing_requests``, ``request_router``). The prefill worker group gets one
@@ -113,11 +119,12 @@ class RayLlmServing(Construct):
         stack's own region (the stack needs an explicit ``env`` region, or give ``repository``).
     :param nixl: NIXL settings. Default: the KV-path table's backends and buffer (``base.kv_path``; LIBFABRIC, what uses EFA).
     :param topology: ``disaggregated`` (default) or ``colocated``; only the Serve config differs.
+        Every flat prop left None takes the default of its field in ``ServingSpec``.
     :param service: the Kubernetes side (:class:`~ray_llm_eks.base.serving.ServiceSettings`):
         namespace (default ``inference``), service name (``ray-llm``), security profile, endpoint,
         client namespaces and CIDRs, egress, Ray auth, GCS fault tolerance, admission exemptions.
     :param ray_version: default ``2.58.0``, the image's Ray; checked against the DLC tag.
-    :param strict: refuse an image without a digest or a model without a commit revision.
+    :param strict: refuse an image without a digest or a model without a commit revision (default true).
     :param kuberay_version: the operator's version when ``kuberay`` is not given (default
         ``1.5.1``, which token authentication needs); with ``kuberay`` it follows that operator.
     :param operator_namespace: where a KubeRay operator installed outside this library runs
