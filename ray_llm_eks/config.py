@@ -25,7 +25,8 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from .base.deployment import Deployment, Specs
+from .base.deployment import Deployment
+from .base.specs import Specs
 from .base.errors import DoesNotFit, SpecError, SpecErrors, shown
 from .base.placement import WORKER_ROLES
 from .base.serving import EndpointType, Leg, SecurityProfile, Topology

@@ -37,7 +37,8 @@ from .verification.shared import wire
 if TYPE_CHECKING:
     import os
 
-    from .base.deployment import Deployment, Specs
+    from .base.deployment import Deployment
+    from .base.specs import Specs
     from .base.serving import ServingSpec
 
 Clock = Callable[[], float]

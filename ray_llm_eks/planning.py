@@ -16,14 +16,16 @@ from typing import Any
 
 from .base import instance_types, sizing, upstream_defects
 from .bench import cost as bench_cost
-from .base.deployment import Deployment, Specs
+from .base.deployment import Deployment
+from .base.specs import Specs
 from .base.models import ModelArchitecture, licence_record
 from .base.cost import SIZES, CostLine, Footprint, cost_estimate  # noqa: F401 - this module's names before the move
 from .base.cost import CostEstimate as BaseCostEstimate
 from .base.pricing import PriceBasis, PriceError, PriceTable, load_price_table  # noqa: F401 - likewise
 from .base.errors import SpecError
 from .base.memory import DTYPE_BYTES, PROFILE_RESERVE_GIB, MemoryBudget, kv_layout
-from .base.spend import SpendSpec, check_max_hourly
+from .base.composition import check_max_hourly
+from .base.spend import SpendSpec
 from .base.units import GIB
 from .base.placement import DECODE, PREFILL, WORKER_ROLES
 from .base.serving import ServingSpec, Topology
@@ -535,7 +537,7 @@ def make_plan(deployment: Deployment | Specs, tokens_per_second: float | None = 
     if tokens_per_second is not None and tokens_per_second <= 0:
         raise PlanError(f"tokens per second must be positive; got {tokens_per_second}")
     if isinstance(deployment, Deployment):
-        specs, footprint = deployment.specs(), footprint or Footprint.of(deployment)
+        specs, footprint = deployment.specs(), footprint or deployment.footprint()
     else:
         specs = deployment
         if footprint is None:

@@ -6,7 +6,6 @@ and changing one replaces the resource (see docs/replacement.md).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,9 +27,8 @@ from .constructs.nodegroups import EfaFabric, EfaGpuNodeGroup, SystemNodeGroup
 from .constructs.serving import RayLlmServing
 from .constructs.spend import InferenceSpend
 from .constructs.validation import ConstructValidationError
-from .base.cost import Footprint
+
 from .base.placement import DECODE, PREFILL, WORKER_ROLES
-from .base.serving import Leg
 from .base.wire import report_command
 
 # Construct ids of the GPU node groups, by role (public API: logical ids derive from them).
@@ -43,8 +41,10 @@ class RayLlmEksStack(cdk.Stack):
     With ``kubernetes_owner: gitops`` the stack builds the AWS side only and applies no Helm chart
     and no chart of the serving layer (``ray-llm-eks render`` writes them: docs/gitops.md).
 
-    The stack is the configuration's only reader on the AWS side: it passes flat props to each
-    construct, and the serving construct derives its pods from the node groups it is given.
+    The stack is the configuration's only reader on the AWS side. The deployment's parts are
+    composed once, when it is built (``Deployment.specs()``, ``base.composition.compose``), and
+    handed on as they are: each node group its pool (``pool=``), the serving construct the whole
+    ``Specs`` (``specs=``) with the node groups its pods run on.
 
     :param config: the deployment; ``Deployment()`` is the reference deployment.
     :param vpc: an existing VPC to use instead of creating one (give ``data_plane_subnet`` too).
@@ -95,13 +95,7 @@ class RayLlmEksStack(cdk.Stack):
             addon_versions=config.cluster.addon_versions.by_addon(),
         )
         self.system_nodes = SystemNodeGroup(
-            self,
-            "SystemNodes",
-            cluster=self.cluster,
-            subnet=self.network.data_plane_subnet,
-            instance_type=specs.system.instance_type,
-            count=specs.system.count,
-            root_volume_size_gib=specs.system.root_volume_size_gib,
+            self, "SystemNodes", cluster=self.cluster, subnet=self.network.data_plane_subnet, pool=specs.system
         )
         # One EFA security group and placement group for both roles: the KV cache crosses roles.
         self.efa_fabric = EfaFabric(
@@ -112,23 +106,13 @@ class RayLlmEksStack(cdk.Stack):
         )
         self.gpu_node_groups: dict[str, EfaGpuNodeGroup] = {}
         for role in WORKER_ROLES:
-            pool = specs.pool(role)
             self.gpu_node_groups[role] = EfaGpuNodeGroup(
                 self,
                 GPU_NODE_GROUP_IDS[role],
                 cluster=self.cluster,
                 subnet=self.network.data_plane_subnet,
-                role=role,
                 fabric=self.efa_fabric,
-                instance_type=pool.instance_type,
-                min_size=pool.min_size,
-                desired_size=pool.desired_size,
-                max_size=pool.max_size,
-                root_volume_size_gib=pool.root_volume.size_gib,
-                root_volume_throughput_mibps=pool.root_volume.throughput_mibps,
-                root_volume_iops=pool.root_volume.iops,
-                placement_group=pool.placement_group,
-                capacity=pool.capacity,
+                pool=specs.pool(role),
             )
         self.prefill_nodes = self.gpu_node_groups[PREFILL]
         self.decode_nodes = self.gpu_node_groups[DECODE]
@@ -156,15 +140,10 @@ class RayLlmEksStack(cdk.Stack):
             watch_namespaces=[specs.serving.namespace], image_digest=config.versions.kuberay_image_digest,
             kubernetes_owner=config.kubernetes_owner,
         )
-        serving = specs.serving
         self.serving = RayLlmServing(
-            self, "Serving", cluster=self.cluster, prefill=self._leg(PREFILL), decode=self._leg(DECODE),
+            self, "Serving", cluster=self.cluster, specs=specs, prefill=self.prefill_nodes, decode=self.decode_nodes,
             system=self.system_nodes, kuberay=self.kuberay, device_plugins=self.device_plugins,
-            node_autoscaler=self.node_autoscaler, model=serving.model, image=serving.image, nixl=serving.nixl,
-            topology=serving.topology, service=config.serving, ray_version=serving.ray_version,
-            strict=serving.strict, verification=specs.verification,
-            observability=specs.observability if specs.observability.enabled else None,
-            kubernetes_owner=config.kubernetes_owner,
+            node_autoscaler=self.node_autoscaler, kubernetes_owner=config.kubernetes_owner,
         )
         self.cdk8s_app = self.serving.cdk8s_app
 
@@ -177,7 +156,7 @@ class RayLlmEksStack(cdk.Stack):
         self.spend: InferenceSpend | None = None
         if specs.spend is not None:
             self.spend = InferenceSpend(self, "Spend", spend=specs.spend, serving=self.serving,
-                                        observability=self.observability, footprint=Footprint.of(config))
+                                        observability=self.observability, footprint=config.footprint())
 
         cluster_name = self.cluster.cluster.cluster_name
         cdk.CfnOutput(self, "ClusterName", value=cluster_name)
@@ -201,10 +180,6 @@ class RayLlmEksStack(cdk.Stack):
             description="The deployment gate's full JSON report, kept after a rollback (docs/verification.md)",
             value=report_command(self.serving.namespace, self.serving.gate_job_name),
         )
-
-    def _leg(self, role: str) -> Leg:
-        """The configured leg on this stack's node group of the role (the group's pool is the configured one)."""
-        return dataclasses.replace(self.config.leg(role), pool=self.gpu_node_groups[role].pool)
 
     @property
     def charts(self) -> list[cdk8s.Chart]:

@@ -27,7 +27,8 @@ import json
 from dataclasses import replace
 from typing import Mapping
 
-from .base.deployment import Deployment, Specs
+from .base.deployment import Deployment
+from .base.specs import Specs
 from .base.serving import ServingSpec
 from .base.verification import VerificationSpec
 from .base.wire import GATE_SETTINGS_FILE, INSTANCE_LABEL, GateSettings, read_only_run

@@ -261,9 +261,39 @@ def test_readme_python_snippets_run_as_written(document, tmp_path, monkeypatch, 
         assert capsys.readouterr().out.splitlines() == shown
 
 
-def test_the_stack_hands_every_serving_setting_to_the_construct():
-    """The stack's RayLlmServing gets the spec the configuration checked, field for field (it once
-    dropped the client and egress settings, which left the NetworkPolicies at their defaults)."""
+def _counting(monkeypatch, *classes):
+    """How many of each class are built from now on (each build runs its ``__post_init__``, its checks)."""
+    import collections
+
+    counts: collections.Counter = collections.Counter()
+    for cls in classes:
+        def counted(self, _original=cls.__post_init__, _name=cls.__name__):
+            counts[_name] += 1
+            return _original(self)
+        monkeypatch.setattr(cls, "__post_init__", counted)
+    return counts
+
+
+def test_each_part_is_built_once_per_synth_on_the_yaml_path(monkeypatch, tmp_path):
+    """The configuration composes the deployment once (``base.composition.compose``); the stack hands
+    the parts on as they are. Before issue 39 each was built twice: the stack unpacked each pool into
+    flat props that the node group rebuilt, and RayLlmServing rebuilt the legs and the ServingSpec."""
+    from ray_llm_eks.base import Leg, ServingSpec, SystemPool
+    from ray_llm_eks.config import load_config
+    from ray_llm_eks.stack import build_app
+
+    path = tmp_path / "deployment.yaml"
+    path.write_text("strict: false\nprefill: {tensor_parallel_size: 1}\n")
+    counts = _counting(monkeypatch, WorkerPool, Leg, SystemPool, ServingSpec)
+    config = load_config(path)
+    app, stack = build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
+    app.synth()
+    assert dict(counts) == {"WorkerPool": 2, "Leg": 2, "SystemPool": 1, "ServingSpec": 1}  # a pool and leg per role
+
+
+def test_the_stack_hands_the_composed_parts_on_as_they_are():
+    """What the configuration composed is what the constructs build from, object for object (the stack
+    once dropped the client and egress settings, which left the NetworkPolicies at their defaults)."""
     from ray_llm_eks.stack import build_app
 
     config = unpinned_config({
@@ -273,9 +303,69 @@ def test_the_stack_hands_every_serving_setting_to_the_construct():
                     "other_serving_namespaces": ["llm-2"]},
         "topology": "colocated",
         "nixl": {"kv_buffer_device": "cpu"},
+        "prefill": {"tensor_parallel_size": 1},
     })
     _, stack = build_app(config, context=FAST_SYNTH_CONTEXT, nag=False)
-    assert stack.serving.spec == config.specs().serving
+    specs = config.specs()
+    assert stack.serving.specs is specs and stack.serving.spec is specs.serving
+    assert stack.system_nodes.pool is specs.system
+    assert stack.prefill_nodes.pool is specs.prefill and stack.decode_nodes.pool is specs.decode
+    assert stack.serving.spec.leg("prefill") is config.prefill
+
+
+def test_a_part_given_whole_and_as_flat_props_is_refused_naming_the_props(scratch):
+    from ray_llm_eks.base import SystemPool
+
+    stack, network, cluster = scratch
+    with pytest.raises(ConstructValidationError) as caught:
+        EfaGpuNodeGroup(stack, "BothGpu", cluster=cluster, subnet=network.data_plane_subnet,
+                        pool=WorkerPool("decode"), role="decode", max_size=2)
+    assert str(caught.value) == (
+        "Same/BothGpu: pool: given with flat props the WorkerPool already holds (got ['max_size', 'role']); "
+        "accepted: pool=WorkerPool(...) alone, or the flat props (role, instance_type, min_size, desired_size, "
+        "max_size, root_volume_size_gib, root_volume_throughput_mibps, root_volume_iops, placement_group, capacity) "
+        "without it")
+    with pytest.raises(ConstructValidationError, match=r"Same/BothSystem: pool: given with flat props the SystemPool "
+                                                       r"already holds \(got \['count'\]\)"):
+        SystemNodeGroup(stack, "BothSystem", cluster=cluster, subnet=network.data_plane_subnet, pool=SystemPool(),
+                        count=2)
+    with pytest.raises(ConstructValidationError, match=r"Same/NotAPool: pool: not a WorkerPool"):
+        EfaGpuNodeGroup(stack, "NotAPool", cluster=cluster, subnet=network.data_plane_subnet, pool=SystemPool())
+    specs = unpinned_config({}).specs()
+    with pytest.raises(ConstructValidationError, match=r"Same/BothServing: specs: given with flat props the Specs "
+                                                       r"already holds \(got \['model', 'strict'\]\)"):
+        RayLlmServing(stack, "BothServing", cluster=cluster, specs=specs, model=ModelSpec(), strict=False)
+    with pytest.raises(ConstructValidationError, match=r"Same/NoLegs: prefill: no prefill leg given .*\n"
+                                                       r"Same/NoLegs: decode: no decode leg given"):
+        RayLlmServing(stack, "NoLegs", cluster=cluster, strict=False)
+
+
+def test_a_serving_given_specs_refuses_node_groups_and_an_operator_they_were_not_composed_for(scratch):
+    stack, network, cluster = scratch
+    specs = unpinned_config({}).specs()
+    wider = EfaGpuNodeGroup(stack, "Wider", cluster=cluster, subnet=network.data_plane_subnet, role="decode", max_size=2)
+    with pytest.raises(ConstructValidationError) as caught:
+        RayLlmServing(stack, "OtherPool", cluster=cluster, specs=specs, decode=wider, prefill=WorkerPool("prefill"),
+                      kuberay=KubeRayOperator(stack, "OldOperator", cluster=cluster, version="1.4.0"))
+    lines = str(caught.value).splitlines()
+    assert lines[0] == ("Same/OtherPool: prefill: with specs=, the EfaGpuNodeGroup the specs' prefill pool runs on, "
+                        "built from it (got None); accepted: EfaGpuNodeGroup(..., pool=specs.prefill), or leave it out")
+    assert lines[1].startswith("Same/OtherPool: decode: with specs=, the EfaGpuNodeGroup the specs' decode pool runs on")
+    assert lines[2].startswith("Same/OtherPool: kuberay: the operator given is KubeRay 1.4.0 in kuberay, the specs' "
+                               "KubeRay 1.5.1 in kuberay (got 'Same/OldOperator')")
+    # The specs' node groups, built from the specs' pools, are taken.
+    groups = {role: EfaGpuNodeGroup(stack, f"Given{role}", cluster=cluster, subnet=network.data_plane_subnet,
+                                    pool=specs.pool(role), fabric=EfaFabric(stack, f"GivenFabric{role}", vpc=network.vpc)
+                                    if role == "prefill" else None)
+              for role in ("prefill", "decode")}
+    with pytest.raises(ConstructValidationError, match="Same/TwoFabricsGiven: decode: its node group is on the EFA "
+                                                       "fabric Same/Givendecode/Fabric"):
+        RayLlmServing(stack, "TwoFabricsGiven", cluster=cluster, specs=specs, **groups)
+    # And the cluster's own VPC is checked against the client CIDRs, which the composition may not have known.
+    overlapping = unpinned_config({"network": {"vpc_cidr": "10.9.0.0/16"}, "serving": {"client_cidrs": ["10.0.0.0/20"]}})
+    with pytest.raises(ConstructValidationError, match=r"Same/OtherVpc: service\.client_cidrs: .*overlaps the "
+                                                       r"cluster's VPC 10\.0\.0\.0/16"):
+        RayLlmServing(stack, "OtherVpc", cluster=cluster, specs=overlapping.specs())
 
 
 def test_the_operator_settings_follow_the_operator_given(scratch):
@@ -291,3 +381,57 @@ def test_the_operator_settings_follow_the_operator_given(scratch):
             RayLlmServing(stack, f"Mismatch{field}", strict=False, cluster=cluster, prefill=WorkerPool("prefill"),
                           decode=WorkerPool("decode"), kuberay=operator, service=ServiceSettings(namespace="follows"),
                           **props)
+
+
+# --- the composition itself (base layer, no CDK): each cross-part rule, held in compose() alone ---
+
+def _compose(**props):
+    from ray_llm_eks.base.composition import compose
+
+    return compose(region="us-west-2", prefill=WorkerPool("prefill"), decode=WorkerPool("decode"), strict=False,
+                   **props)
+
+
+def test_compose_exempts_the_cloudwatch_agent_only_with_observability_on():
+    from ray_llm_eks.base.observability import AGENT_EXEMPTIONS, ObservabilitySpec
+
+    watched = _compose(observability=ObservabilitySpec())
+    assert set(AGENT_EXEMPTIONS) <= set(watched.serving.service.admission_exempt_agents)
+    assert watched.observability == ObservabilitySpec()
+    bare = _compose()
+    assert not set(AGENT_EXEMPTIONS) & set(bare.serving.service.admission_exempt_agents)
+    assert bare.observability.enabled is False and bare.spend is None
+
+
+def test_compose_refuses_client_cidrs_over_the_vpc_it_is_given():
+    service = ServiceSettings(client_cidrs=("10.0.16.0/20",))
+    assert _compose(service=service).serving.service.client_cidrs == ("10.0.16.0/20",)  # no VPC known
+    with pytest.raises(SpecErrors) as caught:
+        _compose(service=service, vpc_cidrs=["10.0.0.0/16"])
+    assert [e.field for e in caught.value] == ["service.client_cidrs"]
+    assert "overlaps the cluster's VPC 10.0.0.0/16" in str(caught.value)
+
+
+def test_compose_refuses_a_leg_at_zero_under_continuous_verification_and_a_budget_without_a_topic():
+    from ray_llm_eks.base import Leg
+    from ray_llm_eks.base.cost import Footprint
+    from ray_llm_eks.base.spend import SpendSpec
+    from ray_llm_eks.base.verification import VerificationSpec
+
+    from ray_llm_eks.base.composition import compose
+
+    # Colocated: the other group keeps serving while one is empty (tests/charts/test_charts_scaling.py).
+    legs = {"prefill": Leg(WorkerPool("prefill", min_size=0, max_size=2)), "decode": WorkerPool("decode"),
+            "topology": "colocated"}
+
+    with pytest.raises(SpecErrors) as caught:
+        compose(region="us-west-2", strict=False, **legs, verification=VerificationSpec(every_minutes=15))
+    assert [e.field for e in caught.value] == ["prefill.min_size"]
+    assert "continuous verification probes the endpoint every 15 minutes" in str(caught.value)
+    assert compose(region="us-west-2", strict=False, **legs).prefill.min_size == 0  # without it, accepted
+    footprint = Footprint("us-west-2", "us-west-2a", 1)
+    with pytest.raises(SpecErrors) as caught:
+        _compose(spend=SpendSpec(monthly_budget_usd=100), footprint=footprint)
+    assert [e.field for e in caught.value] == ["spend.monthly_budget_usd"]
+    with pytest.raises(TypeError, match="footprint"):
+        _compose(spend=SpendSpec(max_hourly_usd=100))

@@ -25,7 +25,8 @@ from ray_llm_eks.constructs import (
 from ray_llm_eks.constructs.nodegroups import EfaGpuNodeGroup
 from ray_llm_eks.constructs.validation import ConstructValidationError
 from ray_llm_eks.planning import Footprint, PlanError, make_plan
-from ray_llm_eks.base.deployment import ClusterSettings, Deployment, Network, Specs, Versions
+from ray_llm_eks.base.deployment import ClusterSettings, Deployment, Network, Versions
+from ray_llm_eks.base.specs import Specs
 from ray_llm_eks.base.observability import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, ObservabilitySpec
 from ray_llm_eks.base.pools import RootVolume, SystemPool, WorkerPool
 from ray_llm_eks.base.serving import Leg, ServiceSettings, ServingSpec
@@ -54,26 +55,12 @@ PROPS_OF_THE_MODEL = {
     (InferenceCluster, "bootstrap_cluster_creator_admin_permissions"):
         (ClusterSettings, "bootstrap_cluster_creator_admin_permissions"),
     (InferenceCluster, "control_plane_log_retention_days"): (ClusterSettings, "control_plane_log_retention_days"),
-    (SystemNodeGroup, "instance_type"): (SystemPool, "instance_type"),
-    (SystemNodeGroup, "count"): (SystemPool, "count"),
-    (SystemNodeGroup, "root_volume_size_gib"): (SystemPool, "root_volume_size_gib"),
-    (EfaGpuNodeGroup, "instance_type"): (WorkerPool, "instance_type"),
-    (EfaGpuNodeGroup, "min_size"): (WorkerPool, "min_size"),
-    (EfaGpuNodeGroup, "desired_size"): (WorkerPool, "desired_size"),
-    (EfaGpuNodeGroup, "max_size"): (WorkerPool, "max_size"),
-    (EfaGpuNodeGroup, "placement_group"): (WorkerPool, "placement_group"),
-    (EfaGpuNodeGroup, "root_volume_size_gib"): (RootVolume, "size_gib"),
-    (EfaGpuNodeGroup, "root_volume_throughput_mibps"): (RootVolume, "throughput_mibps"),
-    (EfaGpuNodeGroup, "root_volume_iops"): (RootVolume, "iops"),
     (GpuDevicePlugins, "nvidia_chart_version"): (Versions, "nvidia_device_plugin"),
     (GpuDevicePlugins, "efa_chart_version"): (Versions, "efa_device_plugin"),
     (GpuDevicePlugins, "nvidia_image_digest"): (Versions, "nvidia_device_plugin_image_digest"),
     (GpuDevicePlugins, "efa_image_digest"): (Versions, "efa_device_plugin_image_digest"),
     (GpuDevicePlugins, "strict"): (ServingSpec, "strict"),
     (KubeRayOperator, "version"): (Versions, "kuberay"),
-    (RayLlmServing, "topology"): (ServingSpec, "topology"),
-    (RayLlmServing, "ray_version"): (Versions, "ray"),
-    (RayLlmServing, "strict"): (ServingSpec, "strict"),
 }
 
 
@@ -81,6 +68,37 @@ PROPS_OF_THE_MODEL = {
 def test_a_construct_prop_and_the_model_agree_on_the_default(construct, prop):
     part, name = PROPS_OF_THE_MODEL[(construct, prop)]
     assert _defaults(construct)[prop] == _field_default(part, name)
+
+
+# Props of a part the construct also takes whole (``pool=``, ``specs=``): None, "the part's own
+# default", so giving both can be told from giving one, and the default is stated once, in the part.
+PROPS_LEFT_TO_THE_PART = {
+    SystemNodeGroup: ("instance_type", "count", "root_volume_size_gib"),
+    EfaGpuNodeGroup: ("role", "instance_type", "min_size", "desired_size", "max_size", "root_volume_size_gib",
+                      "root_volume_throughput_mibps", "root_volume_iops", "placement_group", "capacity"),
+    RayLlmServing: ("prefill", "decode", "system", "model", "image", "nixl", "topology", "service", "ray_version",
+                    "strict", "kuberay_version", "operator_namespace", "verification", "observability"),
+}
+
+
+@pytest.mark.parametrize("construct", list(PROPS_LEFT_TO_THE_PART), ids=lambda c: c.__name__)
+def test_a_flat_prop_of_a_part_given_whole_defaults_to_the_parts_own_default(construct, composed):
+    assert {prop: _defaults(construct)[prop] for prop in PROPS_LEFT_TO_THE_PART[construct]} == dict.fromkeys(
+        PROPS_LEFT_TO_THE_PART[construct])
+    # Built with none of them (helpers/composition.py), the parts are the model's defaults.
+    _, _, _, serving, _ = composed
+    assert serving.spec.system == SystemPool()
+    assert (serving.spec.pool("prefill"), serving.spec.pool("decode")) == (WorkerPool("prefill"), WorkerPool("decode"))
+    assert serving.spec.pool("prefill").root_volume == RootVolume()
+    assert (serving.spec.topology, serving.spec.ray_version) == (_field_default(ServingSpec, "topology"),
+                                                                 _field_default(Versions, "ray"))
+
+
+def test_a_serving_given_no_strict_is_strict():
+    stack, _, cluster = cluster_stack("Strict")
+    assert _field_default(ServingSpec, "strict") is True
+    with pytest.raises(ConstructValidationError, match="Strict/Serving: image.digest: strict mode refuses it"):
+        RayLlmServing(stack, "Serving", cluster=cluster, prefill=WorkerPool("prefill"), decode=WorkerPool("decode"))
 
 
 def test_the_vpc_construct_takes_the_network_defaults_when_given_none():
@@ -168,17 +186,6 @@ def test_a_composed_deployment_is_planned_like_its_configuration(composed):
         configured, pin_commands={f: c for f, c in configured.pin_commands.items() if not f.startswith("versions.")})
     with pytest.raises(PlanError, match="footprint"):
         make_plan(serving.specs)
-
-
-def test_the_stack_builds_each_leg_from_its_configured_leg():
-    deployment = unpinned_config({"prefill": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
-                               "decode": {"instance_type": "g6.12xlarge", "tensor_parallel_size": 2},
-                               "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "llama"}})
-    from ray_llm_eks.stack import build_app
-
-    _, stack = build_app(deployment, context=FAST_SYNTH_CONTEXT, nag=False)
-    assert stack.serving.spec == deployment.specs().serving
-    assert stack.serving.spec.replicas("prefill") == 2
 
 
 def test_the_dtypes_the_model_accepts_are_the_ones_the_planner_sizes():

@@ -12,9 +12,9 @@ AWS_LIBRARIES = ("aws_cdk", "constructs", "cdk_nag")
 K8S_LIBRARIES = ("cdk8s", "cdk8s_plus_35")
 
 
-def imports_of(path: Path) -> set[str]:
+def imports_of(path: Path, package: Path = PACKAGE) -> set[str]:
     """Absolute names of everything ``path`` imports (relative imports resolved in the package)."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
     package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -139,20 +139,57 @@ def test_the_wire_contract_is_one_self_contained_file():
             assert root == "__future__" or root in sys.stdlib_module_names, f"wire.py imports {module}"
 
 
-def test_the_charts_import_no_module_of_theirs_in_a_circle():
-    """No chart module imports one that imports it back, even lazily inside a function (pod_templates
-    and gcs_redis once did: the charts' conventions now live in modules of their own)."""
-    modules = {f"ray_llm_eks.cdk8s_charts.{p.stem}": p for p in sorted((PACKAGE / "cdk8s_charts").glob("*.py"))
+def circles(folder: str, package: Path = PACKAGE) -> list[str]:
+    """Each import circle among the modules of ``folder`` (``a -> b -> a``), by every import the
+    source writes: inside a function, or under ``if TYPE_CHECKING:``, counts too."""
+    modules = {f"ray_llm_eks.{folder}.{p.stem}": p for p in sorted((package / folder).glob("*.py"))
                if p.name != "__init__.py"}
-    graph = {module: imports_of(path) & set(modules) for module, path in modules.items()}
+    graph = {module: imports_of(path, package) & set(modules) for module, path in modules.items()}
+    found: list[str] = []
 
     def visit(module: str, trail: tuple[str, ...]) -> None:
         for target in sorted(graph[module]):
-            assert target not in trail, " -> ".join((*trail, target))
-            visit(target, (*trail, target))
+            if target in trail:
+                found.append(" -> ".join((*trail[trail.index(target):], target)))
+            else:
+                visit(target, (*trail, target))
 
     for module in sorted(modules):
         visit(module, (module,))
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("folder", ["base", "cdk8s_charts", "constructs", "verification", "bench"])
+def test_no_module_of_a_tier_imports_itself_in_a_circle(folder):
+    """No module imports one that imports it back, even lazily inside a function or for typing only.
+    pod_templates and gcs_redis once did in the charts; in the base layer cost and spend reached
+    deployment for ``Specs``, which imported them back (issue 39: ``Specs`` now lives in
+    ``base/specs.py``, and the hourly cap, which prices ``Specs``, in ``base/composition.py``)."""
+    assert circles(folder) == []
+
+
+def test_the_circle_finder_finds_a_circle(tmp_path):
+    folder = tmp_path / "ray_llm_eks" / "loop"
+    folder.mkdir(parents=True)
+    (folder / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n")
+    (folder / "b.py").write_text("def f():\n    from . import c\n")
+    (folder / "c.py").write_text("from .a import A\n")
+    assert circles("loop", tmp_path / "ray_llm_eks") == ["ray_llm_eks.loop.a -> ray_llm_eks.loop.b -> ray_llm_eks.loop.c -> ray_llm_eks.loop.a",
+                               "ray_llm_eks.loop.b -> ray_llm_eks.loop.c -> ray_llm_eks.loop.a -> ray_llm_eks.loop.b",
+                               "ray_llm_eks.loop.c -> ray_llm_eks.loop.a -> ray_llm_eks.loop.b -> ray_llm_eks.loop.c"]
+
+
+IN_CLUSTER_SIBLINGS = {"bench": {"verification"}}
+"""The in-cluster programs share a tier; the one import across it allowed: the bench reads
+utilization with the gate's modules, which its ConfigMap carries beside its own (``bench.bundle.SHARED``).
+What the gate and the bench both use (the wire contract, the histogram quantile) sits in the base layer."""
+
+
+@pytest.mark.parametrize("program", ["verification", "bench", "teardown"])
+def test_an_in_cluster_program_imports_no_sibling_program(program):
+    siblings = {"verification", "bench", "teardown"} - {program} - IN_CLUSTER_SIBLINGS.get(program, set())
+    for path, names in folder_imports(program).items():
+        assert not _uses(names, tuple(f"ray_llm_eks.{s}" for s in sorted(siblings))), path
 
 
 def test_the_twin_sits_on_top_and_nothing_below_imports_it():

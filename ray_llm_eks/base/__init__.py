@@ -6,7 +6,12 @@ It imports no ``aws_cdk``, no ``cdk8s`` and no ``constructs``; ``ray_llm_eks.con
 It holds:
 
 - :mod:`.deployment`: :class:`Deployment`, the whole deployment as declared (what a YAML file
-  loads into), with the rules that cross its parts;
+  loads into), with the rules that cross its AWS-side parts;
+- :mod:`.composition`: :func:`~.composition.compose`, the one step that makes a deployment's parts
+  into :class:`Specs` (:mod:`.specs`), with every rule that crosses the serving parts; the
+  configuration and the constructs used directly both call it;
+- :mod:`.cost` and :mod:`.spend`: the hourly cost of :class:`Specs` and the spend limits;
+- :mod:`.histogram`: Prometheus histogram quantiles (the gate and the bench both read them);
 - :mod:`.wire`: the names and settings the in-cluster programs share with the charts;
 - :mod:`.units`: byte units;
 - :mod:`.placement`: the worker roles, node labels and taints;
@@ -51,7 +56,8 @@ from .serving import (
     ServingSpec,
     Topology,
 )
-from .deployment import ClusterSettings, Deployment, Network, Specs, Versions
+from .specs import Specs
+from .deployment import ClusterSettings, Deployment, Network, Versions
 
 __all__ = [
     "DECODE",

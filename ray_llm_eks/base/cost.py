@@ -10,15 +10,13 @@ benchmark shares).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .observability import ALARM_METRICS, DASHBOARDS, LOG_METRICS, alarm_names, published_metrics
 from .placement import WORKER_ROLES
 from .pricing import PriceBasis, PriceError, PriceTable, RegionPrices, UnpricedInstance, UnpricedRegion
 from .serving import EndpointType, Topology
-
-if TYPE_CHECKING:
-    from .deployment import Deployment, Specs
+from .specs import Specs
 
 @dataclass(frozen=True)
 class CostLine:
@@ -79,17 +77,13 @@ def _nodes(pool: Any, size: str) -> int:
 class Footprint:
     """What a plan needs beyond the constructs' specs: where the nodes run and the NAT gateways paid for.
 
-    A configuration gives it (:meth:`of`); a deployment composed from constructs passes its own,
-    for example ``Footprint(region, vpc.data_plane_az, nat_gateways=1)``.
+    A configuration gives it (``Deployment.footprint()``); a deployment composed from constructs
+    passes its own, for example ``Footprint(region, vpc.data_plane_az, nat_gateways=1)``.
     """
 
     region: str
     data_plane_az: str
     nat_gateways: int
-
-    @classmethod
-    def of(cls, deployment: Deployment) -> Footprint:
-        return cls(deployment.region, deployment.data_plane_az, deployment.network.nat_gateways)
 
 
 def cost_estimate(specs: Specs, footprint: Footprint, table: PriceTable, size: str = "desired") -> CostEstimate:

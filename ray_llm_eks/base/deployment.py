@@ -6,9 +6,10 @@ pydantic's ``TypeAdapter`` over these frozen dataclasses) and what the stack, ``
 legs, the model, the image, the service settings, the gate, observability), so each field has
 one definition, one default and one docstring, and docs/configuration.md is generated from them
 (``make docs``). Each part checks its own fields when built; :meth:`Deployment.__post_init__`
-checks the rules that cross parts (the AZs of the region, the VPC's room for them, the legs on
-the model, scale-to-zero against continuous verification) and builds the :class:`Specs` the
-constructs take, once.
+checks the rules of the AWS side that cross parts (the AZs of the region, the VPC's room for
+them) and composes the :class:`~.specs.Specs` the constructs take, once, through
+:func:`~.composition.compose`, which holds the rules that cross the serving parts (the legs on the
+model, client CIDRs against the VPC, scale-to-zero against continuous verification, spend).
 
 Every problem is a :class:`~ray_llm_eks.base.errors.SpecError` whose field is the dotted path a
 user writes in the YAML file (``prefill.tensor_parallel_size``, ``serving.client_cidrs``).
@@ -20,9 +21,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import infrastructure as infra
+from .composition import compose
 from .cost import Footprint
 from .errors import Collector, SpecError, SpecErrors
-from .observability import AGENT_EXEMPTIONS, ObservabilitySpec
+from .observability import ObservabilitySpec
 from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
 from .serving import (
@@ -32,10 +34,10 @@ from .serving import (
     ModelSpec,
     NixlSpec,
     ServiceSettings,
-    ServingSpec,
     Topology,
 )
-from .spend import SpendSpec, check_max_hourly, needs_topic_problem
+from .specs import Specs
+from .spend import SpendSpec
 from .verification import VerificationSpec
 
 _FORBID = {"extra": "forbid"}
@@ -171,33 +173,6 @@ class Versions:
         return infra.device_plugin_digest_commands(**self._device_plugin_pins())
 
 
-@dataclass(frozen=True)
-class Specs:
-    """Everything the stack builds, as the constructs take it (:meth:`Deployment.specs`)."""
-
-    serving: ServingSpec
-    """Holds the legs and the system pool too: ``system``, ``prefill`` and ``decode`` below are its own."""
-    verification: VerificationSpec = field(default_factory=VerificationSpec)
-    observability: ObservabilitySpec = field(default_factory=ObservabilitySpec)
-    spend: SpendSpec | None = None
-    """The spend limits, or None (no budget, no cap, no cost-allocation tag)."""
-
-    @property
-    def system(self) -> SystemPool:
-        return self.serving.system
-
-    @property
-    def prefill(self) -> WorkerPool:
-        return self.serving.pool(PREFILL)
-
-    @property
-    def decode(self) -> WorkerPool:
-        return self.serving.pool(DECODE)
-
-    def pool(self, role: str) -> WorkerPool:
-        return self.serving.pool(role)
-
-
 DERIVED_FIELDS = {"verification.every_minutes": "observability.verify_every_minutes"}
 """Fields of a part that a deployment derives from another field, and so refuses when given:
 continuous verification runs only with observability on, at the period observability names."""
@@ -278,10 +253,6 @@ class Deployment:
         found.check(infra.stack_name, self.stack_name)
         vpc_cidr = found.check(infra.vpc_cidr, self.network.vpc_cidr, len(self.control_plane_azs))
         found.check(infra.nat_gateways, self.network.nat_gateways, max(1, len(self.control_plane_azs)))
-        if isinstance(self.serving, ServiceSettings) and vpc_cidr is not None:
-            # The library makes the VPC: every subnet of it is the cluster's (public and private).
-            found.check(infra.client_cidrs_outside, self.serving.client_cidrs, [self.network.vpc_cidr],
-                        "the cluster's VPC")
         for role in WORKER_ROLES:
             leg = getattr(self, role)
             if isinstance(leg, Leg) and leg.role != role:
@@ -295,28 +266,21 @@ class Deployment:
             verification = VerificationSpec(**{**_fields(self.verification), "every_minutes": self._every_minutes()})
         except SpecErrors as errors:  # every other field was checked when self.verification was built
             found.errors.extend(type(e)("observability.verify_every_minutes", e.message) for e in errors)
-        serving = None
-        if not found.errors:
+        specs = None
+        if verification is not None and vpc_cidr is not None and not found.errors:
+            # The library makes the VPC: every subnet of it is the cluster's (public and private).
             try:
-                serving = ServingSpec(
+                specs = compose(
                     region=self.region, prefill=self.prefill, decode=self.decode, system=self.system, model=self.model,
-                    image=self.image, nixl=self.nixl, topology=self.topology, service=self._service(),
-                    ray_version=self.versions.ray, kuberay_version=self.versions.kuberay, strict=self.strict)
+                    image=self.image, nixl=self.nixl, topology=self.topology, service=self.serving,
+                    ray_version=self.versions.ray, kuberay_version=self.versions.kuberay, strict=self.strict,
+                    verification=verification, observability=self.observability, spend=self.spend,
+                    footprint=self.footprint(), vpc_cidrs=[self.network.vpc_cidr])
             except SpecErrors as errors:
                 found.errors.extend(type(e)(_deployment_path(e.field), e.message) for e in errors)
-        if serving is not None and verification is not None:
-            found.errors.extend(type(e)(_deployment_path(e.field), e.message)
-                                for e in serving.scale_to_zero_conflicts(verification.every_minutes))
         for warning in self.versions.pin_problems() if self.strict and isinstance(self.versions, Versions) else ():
             found.add(SpecError(warning.field, f"strict mode refuses it: {warning.message} (or strict false: "
                                                "deploy unpinned, with a warning)"), prefix="versions")
-        specs = None
-        if serving is not None and verification is not None and not found.errors:
-            specs = Specs(serving=serving, verification=verification, observability=self.observability,
-                          spend=self.spend)
-            if self.spend is not None:
-                found.add(needs_topic_problem(self.spend, self.observability.enabled), prefix="spend")
-                found.check(check_max_hourly, self.spend, specs, Footprint.of(self), prefix="spend")
         found.raise_if_any(self)
         assert specs is not None
         object.__setattr__(self, "_specs", specs)
@@ -324,14 +288,15 @@ class Deployment:
     def _every_minutes(self) -> int | None:
         return self.observability.verify_every_minutes if self.observability.enabled else None
 
-    def _service(self) -> ServiceSettings:
-        # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
-        return self.serving.exempting(*AGENT_EXEMPTIONS) if self.observability.enabled else self.serving
-
     def specs(self) -> Specs:
-        """The constructs' inputs, built (and so checked) once when the deployment was."""
+        """The constructs' inputs, composed (and so checked) once, when the deployment was built
+        (:func:`~.composition.compose`)."""
         assert self._specs is not None
         return self._specs
+
+    def footprint(self) -> Footprint:
+        """Where the nodes run and the NAT gateways paid for, as ``plan`` and the spend cap price them."""
+        return Footprint(self.region, self.data_plane_az, self.network.nat_gateways)
 
     def leg(self, role: str) -> Leg:
         return {PREFILL: self.prefill, DECODE: self.decode}[role]

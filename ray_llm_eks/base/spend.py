@@ -9,9 +9,10 @@ AWS Budgets filters on a tag only once it is activated as a cost allocation tag,
 (docs/deploying.md, "Spend limits and the cost allocation tag"): "You must activate tags to use
 them" (AWS Cost Management user guide, ``budgets-create-filters.md``).
 
-``max_hourly_usd`` is checked here, once, by :func:`check_max_hourly`: the configuration
-(``Deployment``, so ``make synth``), ``ray-llm-eks plan`` on composed constructs, and
-``InferenceSpend`` used directly all call it, and all say the same sentence.
+``max_hourly_usd`` is checked once, by :func:`~ray_llm_eks.base.composition.check_max_hourly` (it
+prices the node groups, so it sits above :mod:`.cost`): the composition (``Deployment``, so ``make
+synth``), ``ray-llm-eks plan`` on composed constructs, and ``InferenceSpend`` used directly all call
+it, and all say the same sentence.
 """
 
 from __future__ import annotations
@@ -19,16 +20,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .cost import Footprint, cost_estimate
 from .errors import Collector, SpecError, problem
-from .placement import WORKER_ROLES
-from .pricing import PriceError, PriceTable, load_price_table
 from .wire import LABEL_PREFIX
-
-if TYPE_CHECKING:
-    from .deployment import Specs
 
 COST_ALLOCATION_TAG_KEY = f"{LABEL_PREFIX}stack"
 """The one tag the stack puts on everything it creates when ``spend`` is set (value: the stack
@@ -138,34 +133,3 @@ def needs_topic_problem(spend: SpendSpec | None, observability_enabled: bool) ->
     return problem("monthly_budget_usd", spend.monthly_budget_usd,
                    "the budget's alerts go to the observability SNS topic, and observability is disabled",
                    "observability.enabled true (its alarm_email subscribes to the topic), or no monthly_budget_usd")
-
-
-def check_max_hourly(spend: SpendSpec | None, specs: Specs, footprint: Footprint,
-                     table: PriceTable | None = None) -> float | None:
-    """The deployment's hourly cost at every GPU node group's max_size, checked against
-    ``spend.max_hourly_usd`` (field ``max_hourly_usd``; callers add their prefix). Returns that cost
-    (None without a cap). Raises :class:`SpecError` when it exceeds the cap, or when the price table
-    cannot price the deployment (an unknown price cannot be held to a hard cap)."""
-    if spend is None or spend.max_hourly_usd is None:
-        return None
-    limit = spend.max_hourly_usd
-    try:
-        estimate = cost_estimate(specs, footprint, table or load_price_table(), "max")
-        reason = estimate.unknown_reason
-    except PriceError as error:
-        estimate, reason = None, str(error)
-    if estimate is None or reason is not None:
-        raise problem("max_hourly_usd", limit, f"cannot be checked: {reason}",
-                      "a region and instance types the price table prices (ray_llm_eks/data/prices.yaml), or no "
-                      "max_hourly_usd")
-    hourly = estimate.hourly_usd
-    assert hourly is not None
-    if hourly > limit:
-        sizes = ", ".join(f"{role} {specs.pool(role).max_size} x {specs.pool(role).instance_type}"
-                          for role in WORKER_ROLES)
-        raise problem("max_hourly_usd", limit,
-                      f"the deployment costs ${hourly:.4f} per hour with every GPU node group at its max_size "
-                      f"({sizes}; plan's hourly_cost_usd_max, prices as of {estimate.price_table_as_of}), above the cap",
-                      f"a cap of at least {math.ceil(hourly * 100) / 100:.2f}, or lower prefill.max_size / "
-                      "decode.max_size, or cheaper instance types")
-    return hourly

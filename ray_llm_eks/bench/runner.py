@@ -35,7 +35,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import agreement, cost, histogram, utilization
+from . import agreement, cost, utilization
+
+try:  # the in-cluster bundle: beside this module (bundle.SHARED)
+    from . import histogram  # type: ignore[attr-defined]
+except ImportError:  # the repository: the base layer's, which the gate reads percentiles with too
+    from ..base import histogram  # type: ignore[no-redef]
 from .metrics_relay import MetricsRelay
 
 AIPERF_VERSION = "0.13.0"

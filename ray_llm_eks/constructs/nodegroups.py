@@ -36,11 +36,10 @@ from ..base.errors import SpecError, SpecErrors, problem
 from ..base.placement import Taint
 from ..base.scaling import node_template_tags
 from ..base.wire import LABEL_PREFIX
-from ..base.pools import (DEFAULT_GPU_INSTANCE_TYPE, DEFAULT_SYSTEM_INSTANCE_TYPE, Capacity, RootVolume, SystemPool,
-                          WorkerPool)
+from ..base.pools import Capacity, RootVolume, SystemPool, WorkerPool
 from .cluster import ClusterLike, InferenceCluster, eks_cluster_of
 from .nag import acknowledge_node_role
-from .validation import ConstructValidationError, validated
+from .validation import ConstructValidationError, part_or_props, validated
 
 ROLE_TAG = f"{LABEL_PREFIX}role"
 """The AWS tag naming a node group's role (prefill, decode, system) on everything it makes."""
@@ -311,6 +310,10 @@ class SystemNodeGroup(Construct):
     ``InferenceCluster``, it waits for the networking add-ons and CoreDNS waits for it (CoreDNS
     is a Deployment: it reports healthy only once a node can run it).
 
+    The node pool comes whole, ``pool=SystemPool(...)`` (as the stack passes the composed
+    deployment's), or as the flat props ``instance_type``, ``count`` and ``root_volume_size_gib``
+    (each left None takes :class:`~ray_llm_eks.base.SystemPool`'s default); giving both is refused.
+
     Public attributes: ``pool`` (the :class:`~ray_llm_eks.base.SystemPool` the Ray head is sized
     from), ``nodegroup``, ``launch_template``, ``role``.
     """
@@ -322,14 +325,15 @@ class SystemNodeGroup(Construct):
         *,
         cluster: ClusterLike,
         subnet: ec2.ISubnet,
-        instance_type: InstanceTypeLike = DEFAULT_SYSTEM_INSTANCE_TYPE,
-        count: int = SystemPool.count,
-        root_volume_size_gib: int = SystemPool.root_volume_size_gib,
+        pool: SystemPool | None = None,
+        instance_type: InstanceTypeLike | None = None,
+        count: int | None = None,
+        root_volume_size_gib: int | None = None,
         node_role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.pool = validated(self, SystemPool, instance_type=instance_type, count=count,
-                              root_volume_size_gib=root_volume_size_gib)
+        self.pool: SystemPool = part_or_props(self, "pool", SystemPool, pool, {
+            "instance_type": instance_type, "count": count, "root_volume_size_gib": root_volume_size_gib})
         _check_offered(self, self.pool.instance_type, gpu=False)
         self.role = node_role or _node_role_for(self, cluster)
         self.launch_template = ec2.CfnLaunchTemplate(
@@ -444,6 +448,11 @@ class EfaGpuNodeGroup(Construct):
       CloudFormation keeps it; setting or changing it rolls the nodes, ``max_unavailable`` at a
       time.
 
+    The node pool comes whole, ``pool=WorkerPool(...)`` (as the stack passes the composed
+    deployment's), or as the flat props ``role``, ``instance_type``, ``min_size``, ``desired_size``,
+    ``max_size``, ``root_volume_*``, ``placement_group`` and ``capacity`` (each left None takes
+    :class:`~ray_llm_eks.base.WorkerPool`'s default; ``role`` is required); giving both is refused.
+
     Refuses, at construction, an instance type without a GPU or without EFA support, sizes out
     of order and node-group options out of range, with the construct path and the field in the
     message.
@@ -462,16 +471,17 @@ class EfaGpuNodeGroup(Construct):
         *,
         cluster: ClusterLike,
         subnet: ec2.ISubnet,
-        role: str,
+        pool: WorkerPool | None = None,
+        role: str | None = None,
         fabric: EfaFabric | None = None,
-        instance_type: InstanceTypeLike = DEFAULT_GPU_INSTANCE_TYPE,
-        min_size: int = WorkerPool.min_size,
-        desired_size: int = WorkerPool.desired_size,
-        max_size: int = WorkerPool.max_size,
-        root_volume_size_gib: int = RootVolume.size_gib,
-        root_volume_throughput_mibps: int = RootVolume.throughput_mibps,
-        root_volume_iops: int = RootVolume.iops,
-        placement_group: bool = WorkerPool.placement_group,
+        instance_type: InstanceTypeLike | None = None,
+        min_size: int | None = None,
+        desired_size: int | None = None,
+        max_size: int | None = None,
+        root_volume_size_gib: int | None = None,
+        root_volume_throughput_mibps: int | None = None,
+        root_volume_iops: int | None = None,
+        placement_group: bool | None = None,
         node_role: iam.IRole | None = None,
         capacity_type: CapacityTypeLike = DEFAULT_CAPACITY_TYPE,
         max_unavailable: int | None = None,
@@ -480,13 +490,12 @@ class EfaGpuNodeGroup(Construct):
         capacity: Capacity | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        root_volume = validated(self, _root_volume, size_gib=root_volume_size_gib,
-                                throughput_mibps=root_volume_throughput_mibps, iops=root_volume_iops)
-        self.pool: WorkerPool = validated(
-            self, WorkerPool, role=role, instance_type=instance_type, min_size=min_size, desired_size=desired_size,
-            max_size=max_size, root_volume=root_volume, placement_group=placement_group,
-            capacity=capacity if capacity is not None else Capacity(),
-        )
+        self.pool: WorkerPool = part_or_props(self, "pool", WorkerPool, pool, {
+            "role": role, "instance_type": instance_type, "min_size": min_size, "desired_size": desired_size,
+            "max_size": max_size, "root_volume_size_gib": root_volume_size_gib,
+            "root_volume_throughput_mibps": root_volume_throughput_mibps, "root_volume_iops": root_volume_iops,
+            "placement_group": placement_group, "capacity": capacity}, build=_worker_pool)
+        root_volume, placement_group = self.pool.root_volume, self.pool.placement_group
         _check_offered(self, self.pool.instance_type, gpu=True)
         eks_cluster = eks_cluster_of(cluster)
         self.nodegroup_options: dict[str, Any] = validated(
@@ -569,9 +578,13 @@ def _check_offered(scope: Construct, instance_type: str, *, gpu: bool) -> None:
         validated(scope, infra.instance_type_offered, region_name, instance_type, "instance_type", gpu=gpu)
 
 
-def _root_volume(**props: Any) -> RootVolume:
-    """``RootVolume(**props)``, its refusals named by this construct's props (``root_volume_size_gib``)."""
+def _worker_pool(*, role: str | None = None, **props: Any) -> WorkerPool:
+    """``WorkerPool`` from ``EfaGpuNodeGroup``'s flat props (those given): the root volume's
+    refusals named by this construct's props (``root_volume_size_gib``), as before the pool's."""
+    volume = {name: props.pop(f"root_volume_{name}") for name in ("size_gib", "throughput_mibps", "iops")
+              if f"root_volume_{name}" in props}
     try:
-        return RootVolume(**props)
+        root_volume = RootVolume(**volume)
     except SpecErrors as errors:
         raise SpecErrors(type(e)(f"root_volume_{e.field}", e.message) for e in errors) from None
+    return WorkerPool(role=role, root_volume=root_volume, **props)  # type: ignore[arg-type]

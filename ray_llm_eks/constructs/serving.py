@@ -1,10 +1,11 @@
 """The serving layer on the cluster: the RayService charts, their identity, and their apply order.
 
-``RayLlmServing`` takes the node pools it serves on (the ``EfaGpuNodeGroup``s and the
-``SystemNodeGroup``, or their spec-layer pools) plus flat props, and builds one
-:class:`~ray_llm_eks.base.ServingSpec` from them. Every pod figure (GPUs, CPU, memory, replicas,
-NIXL ports, node selector, toleration) and the image's region derive from those pools and from
-the stack, so a pod that cannot fit its node cannot be synthesized.
+``RayLlmServing`` takes a composed deployment's :class:`~ray_llm_eks.base.Specs` (``specs=``, as
+the stack passes ``Deployment.specs()``), or the node pools it serves on (the ``EfaGpuNodeGroup``s
+and the ``SystemNodeGroup``, or their spec-layer pools) plus flat props, which it composes through
+``ray_llm_eks.base.composition.compose``, the configuration's own composition. Every pod figure
+(GPUs, CPU, memory, replicas, NIXL ports, node selector, toleration) and the image's region derive
+from those pools and from the stack, so a pod that cannot fit its node cannot be synthesized.
 
 - An IAM role for the Ray pods, trusted by EKS Pod Identity (``pods.eks.amazonaws.com`` with
   ``sts:AssumeRole`` and ``sts:TagSession``, as the EKS Pod Identity docs require). It has no
@@ -40,7 +41,7 @@ logical ids derive from them.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Any, Sequence
 
 import cdk8s
 from aws_cdk import (Annotations, ArnFormat, CfnWaitCondition, CfnWaitConditionHandle, SecretValue, Stack, Token, aws_ec2 as ec2,
@@ -49,12 +50,14 @@ from constructs import Construct
 
 from ..cdk8s_charts import ServingCharts, build_serving_charts, openai_service_name
 from ..cdk8s_charts.verification import GatePlan, VerificationChart, build_verification_chart, gate_name, monitor_name
-from ..base.deployment import Specs
-from ..base.errors import problem
+from ..base.composition import check_client_cidrs, compose
+from ..base.errors import SpecError, problem
 from ..base.pools import SystemPool, WorkerPool
-from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, KubernetesOwner, client_cidrs_outside
-from ..base.observability import AGENT_EXEMPTIONS, ObservabilitySpec
-from ..base.serving import DEFAULT_RAY_VERSION, ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
+from ..base.infrastructure import DEFAULT_KUBERAY_VERSION, KUBERAY_NAMESPACE, KubernetesOwner
+from ..base.observability import ObservabilitySpec
+from ..base.placement import DECODE, PREFILL
+from ..base.serving import ImageSpec, Leg, ModelSpec, NixlSpec, ServiceSettings, ServingSpec, Topology
+from ..base.specs import Specs
 from ..base.verification import VerificationSpec
 from ..cdk8s_charts.gcs_redis import GCS_REDIS_CHART_ID, GcsRedisChart, sync_account_name
 from .addons import GpuDevicePlugins, KubeRayOperator
@@ -89,6 +92,11 @@ class RayLlmServing(Construct):
     """The Ray Serve LLM RayService (disaggregated or colocated) on the pools it is given.
 
     :param cluster: an ``InferenceCluster`` or any ``aws_eks_v2`` cluster.
+    :param specs: the composed deployment (``Deployment.specs()``, or ``base.composition.compose``),
+        taken as it is. With it, give none of the flat props below (``model`` to ``observability``:
+        refused, naming them); ``prefill``, ``decode`` and ``system`` may then name the node groups
+        built from its pools (``EfaGpuNodeGroup(..., pool=specs.prefill)``), which the RayService
+        is applied after. Its client CIDRs are checked against this cluster's VPC.
     :param prefill: the prefill leg: its ``EfaGpuNodeGroup`` (or that group's ``pool``), or a
         :class:`~ray_llm_eks.base.serving.Leg` of that pool with settings of its own
         (``tensor_parallel_size``, ``target_ongoing_requests``, ``request_router``). The prefill worker group gets one
@@ -111,11 +119,12 @@ class RayLlmServing(Construct):
         stack's own region (the stack needs an explicit ``env`` region, or give ``repository``).
     :param nixl: NIXL settings. Default: the KV-path table's backends and buffer (``base.kv_path``; LIBFABRIC, what uses EFA).
     :param topology: ``disaggregated`` (default) or ``colocated``; only the Serve config differs.
+        Every flat prop left None takes the default of its field in ``ServingSpec``.
     :param service: the Kubernetes side (:class:`~ray_llm_eks.base.serving.ServiceSettings`):
         namespace (default ``inference``), service name (``ray-llm``), security profile, endpoint,
         client namespaces and CIDRs, egress, Ray auth, GCS fault tolerance, admission exemptions.
     :param ray_version: default ``2.58.0``, the image's Ray; checked against the DLC tag.
-    :param strict: refuse an image without a digest or a model without a commit revision.
+    :param strict: refuse an image without a digest or a model without a commit revision (default true).
     :param kuberay_version: the operator's version when ``kuberay`` is not given (default
         ``1.5.1``, which token authentication needs); with ``kuberay`` it follows that operator.
     :param operator_namespace: where a KubeRay operator installed outside this library runs
@@ -157,18 +166,19 @@ class RayLlmServing(Construct):
         construct_id: str,
         *,
         cluster: ClusterLike,
-        prefill: GpuLegLike,
-        decode: GpuLegLike,
+        specs: Specs | None = None,
+        prefill: GpuLegLike | None = None,
+        decode: GpuLegLike | None = None,
         system: SystemNodeGroup | SystemPool | None = None,
         kuberay: KubeRayOperator | None = None,
         device_plugins: GpuDevicePlugins | None = None,
         model: ModelSpec | None = None,
         image: ImageSpec | None = None,
         nixl: NixlSpec | None = None,
-        topology: Topology | str = ServingSpec.topology,
+        topology: Topology | str | None = None,
         service: ServiceSettings | None = None,
-        ray_version: str = DEFAULT_RAY_VERSION,
-        strict: bool = ServingSpec.strict,
+        ray_version: str | None = None,
+        strict: bool | None = None,
         kuberay_version: str | None = None,
         operator_namespace: str | None = None,
         node_autoscaler: NodeAutoscaler | None = None,
@@ -179,94 +189,35 @@ class RayLlmServing(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.kubernetes_owner = kubernetes_owner_of(self, kubernetes_owner)
-        if self.kubernetes_owner is KubernetesOwner.cdk:
-            for prop, given in (("kuberay", kuberay), ("device_plugins", device_plugins),
-                                ("node_autoscaler", node_autoscaler)):
-                if given is not None and given.kubernetes_owner is not KubernetesOwner.cdk:
-                    raise ConstructValidationError(self, [problem(
-                        prop, given.node.path, f"its charts are left to GitOps (kubernetes_owner "
-                        f"{given.kubernetes_owner.value}), so the stack would apply the RayService without them",
-                        "the same kubernetes_owner on every construct of the stack")])
-        if kuberay is not None and kuberay_version is not None and kuberay_version != kuberay.version:
-            raise ConstructValidationError(self, [problem(
-                "kuberay_version", kuberay_version, f"the operator given is KubeRay {kuberay.version}",
-                f"{kuberay.version}, or leave it out (it follows the operator)")])
-        kuberay_version = kuberay.version if kuberay is not None else (kuberay_version or DEFAULT_KUBERAY_VERSION)
-        if kuberay is not None and operator_namespace is not None and operator_namespace != kuberay.NAMESPACE:
-            raise ConstructValidationError(self, [problem(
-                "operator_namespace", operator_namespace, f"the operator given runs in {kuberay.NAMESPACE}",
-                f"{kuberay.NAMESPACE}, or leave it out (it follows the operator)")])
-        operator_namespace = kuberay.NAMESPACE if kuberay is not None else (operator_namespace or KUBERAY_NAMESPACE)
+        self._check_owners(kuberay=kuberay, device_plugins=device_plugins, node_autoscaler=node_autoscaler)
         self.cluster = cluster
-        model = spec_prop(self, "model", ModelSpec, model, ModelSpec)
-        image = spec_prop(self, "image", ImageSpec, image, ImageSpec)
-        nixl = spec_prop(self, "nixl", NixlSpec, nixl, NixlSpec)
-        service = spec_prop(self, "service", ServiceSettings, service, ServiceSettings)
-        verification = spec_prop(self, "verification", VerificationSpec, verification, VerificationSpec)
-        observability = spec_prop(self, "observability", ObservabilitySpec, observability, lambda: None)
-        self.observability = observability
-        if observability is not None and observability.enabled:
-            # The add-on's agent and Fluent Bit run with host access and tolerate every taint.
-            service = service.exempting(*AGENT_EXEMPTIONS)
-        # Build (and so check) the spec first: a refused combination fails before any resource exists.
-        self.spec: ServingSpec = validated(
-            self, ServingSpec, region=Stack.of(self).region, prefill=_leg(prefill), decode=_leg(decode),
-            system=_system_pool(system), model=model, image=image,
-            nixl=nixl, topology=topology, service=service, ray_version=ray_version, strict=strict,
-            kuberay_version=kuberay_version, operator_namespace=operator_namespace,
-        )
+        flat = {"model": model, "image": image, "nixl": nixl, "topology": topology, "service": service,
+                "ray_version": ray_version, "strict": strict, "kuberay_version": kuberay_version,
+                "operator_namespace": operator_namespace, "verification": verification, "observability": observability}
+        # Composed (and so checked) first: a refused combination fails before any resource exists.
+        if specs is None:
+            composed = self._compose(cluster, prefill, decode, system, kuberay, **flat)
+            self.observability: ObservabilitySpec | None = spec_prop(
+                self, "observability", ObservabilitySpec, observability, lambda: None)
+        else:
+            composed = self._given(specs, cluster, prefill, decode, system, kuberay, flat)
+            self.observability = composed.observability if composed.observability.enabled else None
+        self.spec: ServingSpec = composed.serving
         for warning in self.spec.warnings():  # a gated model without a token (base decides)
             Annotations.of(self).add_warning_v2(f"ray-llm-eks:{warning.field}", str(warning))
-        # Client CIDRs over the cluster's own VPC would admit every pod to the API (the check
-        # Deployment runs against network.vpc_cidr): here, the VPC CIDRs the app knows at synth time.
-        validated(self, client_cidrs_outside, self.spec.service.client_cidrs, known_vpc_cidrs(cluster),
-                  "the cluster's VPC", field="service.client_cidrs")
-        if self.spec.autoscaling and node_autoscaler is None:
-            grows = [f"{p.role} {p.min_size} to {p.max_size}" for p in self.spec.pools if p.autoscaled]
-            raise ConstructValidationError(self, [problem(
-                "node_autoscaler", None,
-                f"the node groups may grow ({', '.join(grows)} nodes), and Ray will ask for worker pods to fill "
-                "them, but nothing would add the nodes: the pods would stay Pending",
-                "a NodeAutoscaler on the same cluster (ray_llm_eks.constructs.autoscaler), or fixed node groups "
-                "(min_size == max_size)")])
-        if device_plugins is not None:
-            uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))
-            if uncovered:
-                raise ConstructValidationError(self, [problem(
-                    "device_plugins", list(device_plugins.instance_types),
-                    f"the EFA device plugin does not cover {', '.join(uncovered)}, so those nodes would never "
-                    "advertise vpc.amazonaws.com/efa and the workers would stay Pending",
-                    "GpuDevicePlugins built from the same node groups (gpu_node_groups=[prefill, decode])")])
-
-        if (self.spec.topology is Topology.disaggregated and isinstance(prefill, EfaGpuNodeGroup)
-                and isinstance(decode, EfaGpuNodeGroup) and prefill.fabric is not decode.fabric):
-            raise ConstructValidationError(self, [problem(
-                "decode", decode.node.path,
-                f"its node group is on the EFA fabric {decode.fabric.node.path}, prefill's on "
-                f"{prefill.fabric.node.path}: EFA traffic is admitted only within one fabric's security group "
-                "(and placement group), so the KV cache could not cross between them",
-                "both node groups built with the same EfaFabric (fabric=...)")])
-
-        self.verification = verification
+        self._check_nodes(prefill, decode, device_plugins, node_autoscaler)
+        self.verification = composed.verification
         if self.kubernetes_owner is KubernetesOwner.gitops:
             # No stack applies the gate, so no CloudFormation wait: the GitOps tool waits for the Job.
             self.verification = replace(self.verification, wait=False)
-        conflicts = self.spec.scale_to_zero_conflicts(self.verification.every_minutes)
-        if conflicts:
-            raise ConstructValidationError(self, conflicts)
+        self.specs: Specs = (composed if self.verification is composed.verification
+                             else replace(composed, verification=self.verification))
+        """What ``ray_llm_eks.planning.make_plan`` prices and sizes (with the network's ``Footprint``)."""
+
         self.cdk8s_app = cdk8s.App()
         self.serving_charts: ServingCharts = build_serving_charts(self.cdk8s_app, self.spec)
         self.gate = GatePlan.of(self.spec, self.verification, self.serving_charts)
-        self.gate_handle: CfnWaitConditionHandle | None = None
-        self.gate_signal: secretsmanager.Secret | None = None
-        if self.verification.wait:
-            self.gate_handle = CfnWaitConditionHandle(self, f"GateHandle{self.gate.run_id}")
-            self.gate_signal = secretsmanager.Secret(
-                self, f"GateSignal{self.gate.run_id}",
-                description=f"The deploy gate's signal URL ({self.spec.namespace}/{self.spec.service_name}, run "
-                            f"{self.gate.run_id}); read only by the gate's Pod Identity role",
-                secret_string_value=SecretValue.resource_attribute(self.gate_handle.ref))
-            acknowledge_gate_signal(self.gate_signal)
+        self._gate_signal()
         self.metric_namespace = metric_namespace(Stack.of(self).stack_name, self.spec.namespace, self.spec.service_name)
         self.verification_chart: VerificationChart = build_verification_chart(
             self.cdk8s_app, self.spec, self.verification, self.gate, self.serving_charts,
@@ -283,6 +234,140 @@ class RayLlmServing(Construct):
         self.openai_service_name = openai_service_name(self.spec.service_name)
 
         target = eks_cluster_of(cluster)
+        self._identities(target)
+        self._gcs_cache(target)
+        if kuberay is not None and kuberay.watch_namespaces is not None and self.namespace not in kuberay.watch_namespaces:
+            raise ConstructValidationError(self, [problem(
+                "kuberay", list(kuberay.watch_namespaces),
+                f"the operator watches only those namespaces, so it would never act on the RayService in "
+                f"{self.namespace}", f"KubeRayOperator(watch_namespaces=[..., '{self.namespace}'])")])
+        previous = self._apply(target, [prefill, decode, system], kuberay, device_plugins, depends_on)
+
+        self.gate_wait_condition: CfnWaitCondition | None = None
+        if self.gate_handle is not None:
+            self.gate_wait_condition = CfnWaitCondition(
+                self, f"Gate{self.gate.run_id}", handle=self.gate_handle.ref, count=1,
+                timeout=str(self.verification.timeout_seconds),
+            )
+            # The clock starts when the Job exists: after the RayService and the gate's chart are applied.
+            self.gate_wait_condition.node.add_dependency(previous)
+
+    def _check_owners(self, **given: KubeRayOperator | GpuDevicePlugins | NodeAutoscaler | None) -> None:
+        """A ``cdk`` serving applies its charts after these constructs' charts: they must be ``cdk`` too."""
+        if self.kubernetes_owner is not KubernetesOwner.cdk:
+            return
+        for prop, construct in given.items():
+            if construct is not None and construct.kubernetes_owner is not KubernetesOwner.cdk:
+                raise ConstructValidationError(self, [problem(
+                    prop, construct.node.path, f"its charts are left to GitOps (kubernetes_owner "
+                    f"{construct.kubernetes_owner.value}), so the stack would apply the RayService without them",
+                    "the same kubernetes_owner on every construct of the stack")])
+
+    def _compose(self, cluster: ClusterLike, prefill: GpuLegLike | None, decode: GpuLegLike | None,
+                 system: SystemNodeGroup | SystemPool | None, kuberay: KubeRayOperator | None, *,
+                 kuberay_version: str | None, operator_namespace: str | None, **props: Any) -> Specs:
+        """The flat props composed (``base.composition.compose``), refusals named by this construct's path."""
+        missing = [role for role, leg in ((PREFILL, prefill), (DECODE, decode)) if leg is None]
+        if missing:
+            raise ConstructValidationError(self, [problem(
+                role, None, f"no {role} leg given", f"its EfaGpuNodeGroup, WorkerPool or Leg; or specs=Specs(...)")
+                for role in missing])
+        assert prefill is not None and decode is not None
+        if kuberay is not None and kuberay_version is not None and kuberay_version != kuberay.version:
+            raise ConstructValidationError(self, [problem(
+                "kuberay_version", kuberay_version, f"the operator given is KubeRay {kuberay.version}",
+                f"{kuberay.version}, or leave it out (it follows the operator)")])
+        if kuberay is not None and operator_namespace is not None and operator_namespace != kuberay.NAMESPACE:
+            raise ConstructValidationError(self, [problem(
+                "operator_namespace", operator_namespace, f"the operator given runs in {kuberay.NAMESPACE}",
+                f"{kuberay.NAMESPACE}, or leave it out (it follows the operator)")])
+        parts = {name: spec_prop(self, name, spec_type, props.pop(name), spec_type) for name, spec_type in (
+            ("model", ModelSpec), ("image", ImageSpec), ("nixl", NixlSpec), ("service", ServiceSettings),
+            ("verification", VerificationSpec))}
+        observability = spec_prop(self, "observability", ObservabilitySpec, props.pop("observability"), lambda: None)
+        return validated(
+            self, compose, region=Stack.of(self).region, prefill=_leg(prefill), decode=_leg(decode),
+            system=_system_pool(system), **parts, observability=observability,
+            kuberay_version=kuberay.version if kuberay is not None else (kuberay_version or DEFAULT_KUBERAY_VERSION),
+            operator_namespace=kuberay.NAMESPACE if kuberay is not None else (operator_namespace or KUBERAY_NAMESPACE),
+            vpc_cidrs=known_vpc_cidrs(cluster), **{name: value for name, value in props.items() if value is not None})
+
+    def _given(self, specs: Specs, cluster: ClusterLike, prefill: GpuLegLike | None, decode: GpuLegLike | None,
+               system: SystemNodeGroup | SystemPool | None, kuberay: KubeRayOperator | None,
+               flat: dict[str, Any]) -> Specs:
+        """``specs`` as composed, checked against what this construct is given: the node groups the
+        pools run on, the operator, and the VPC of the cluster (which the composition may not have known)."""
+        given = sorted(name for name, value in flat.items() if value is not None)
+        if given:
+            raise ConstructValidationError(self, [problem(
+                "specs", given, "given with flat props the Specs already holds",
+                f"specs=Specs(...) alone, or the flat props ({', '.join(flat)}) without it")])
+        if not isinstance(specs, Specs):
+            raise ConstructValidationError(self, [problem(
+                "specs", specs, "not a Specs", "a Specs (Deployment.specs()), or the flat props without it")])
+        found: list[SpecError] = []
+        for role, group, group_type, pool in ((PREFILL, prefill, EfaGpuNodeGroup, specs.prefill),
+                                              (DECODE, decode, EfaGpuNodeGroup, specs.decode),
+                                              ("system", system, SystemNodeGroup, specs.system)):
+            if group is not None and (not isinstance(group, group_type) or group.pool != pool):
+                found.append(problem(role, getattr(group, "node", None) and group.node.path, (
+                    f"with specs=, the {group_type.__name__} the specs' {role} pool runs on, built from it"),
+                    f"{group_type.__name__}(..., pool=specs.{role}), or leave it out"))
+        serving = specs.serving
+        if kuberay is not None and (kuberay.version, kuberay.NAMESPACE) != (serving.kuberay_version,
+                                                                           serving.operator_namespace):
+            found.append(problem("kuberay", kuberay.node.path, (
+                f"the operator given is KubeRay {kuberay.version} in {kuberay.NAMESPACE}, the specs' KubeRay "
+                f"{serving.kuberay_version} in {serving.operator_namespace}"),
+                "the operator the specs were composed for (versions.kuberay)"))
+        if found:
+            raise ConstructValidationError(self, found)
+        validated(self, check_client_cidrs, serving.service, known_vpc_cidrs(cluster))
+        return specs
+
+    def _check_nodes(self, prefill: GpuLegLike | None, decode: GpuLegLike | None,
+                     device_plugins: GpuDevicePlugins | None, node_autoscaler: NodeAutoscaler | None) -> None:
+        """The spec against the constructs that run its pods: nodes added, devices advertised, one fabric."""
+        if self.spec.autoscaling and node_autoscaler is None:
+            grows = [f"{p.role} {p.min_size} to {p.max_size}" for p in self.spec.pools if p.autoscaled]
+            raise ConstructValidationError(self, [problem(
+                "node_autoscaler", None,
+                f"the node groups may grow ({', '.join(grows)} nodes), and Ray will ask for worker pods to fill "
+                "them, but nothing would add the nodes: the pods would stay Pending",
+                "a NodeAutoscaler on the same cluster (ray_llm_eks.constructs.autoscaler), or fixed node groups "
+                "(min_size == max_size)")])
+        if device_plugins is not None:
+            uncovered = sorted({p.instance_type for p in self.spec.pools} - set(device_plugins.instance_types))
+            if uncovered:
+                raise ConstructValidationError(self, [problem(
+                    "device_plugins", list(device_plugins.instance_types),
+                    f"the EFA device plugin does not cover {', '.join(uncovered)}, so those nodes would never "
+                    "advertise vpc.amazonaws.com/efa and the workers would stay Pending",
+                    "GpuDevicePlugins built from the same node groups (gpu_node_groups=[prefill, decode])")])
+        if (self.spec.topology is Topology.disaggregated and isinstance(prefill, EfaGpuNodeGroup)
+                and isinstance(decode, EfaGpuNodeGroup) and prefill.fabric is not decode.fabric):
+            raise ConstructValidationError(self, [problem(
+                "decode", decode.node.path,
+                f"its node group is on the EFA fabric {decode.fabric.node.path}, prefill's on "
+                f"{prefill.fabric.node.path}: EFA traffic is admitted only within one fabric's security group "
+                "(and placement group), so the KV cache could not cross between them",
+                "both node groups built with the same EfaFabric (fabric=...)")])
+
+    def _gate_signal(self) -> None:
+        """The wait condition's handle and the secret holding its URL, named after the run."""
+        self.gate_handle: CfnWaitConditionHandle | None = None
+        self.gate_signal: secretsmanager.Secret | None = None
+        if self.verification.wait:
+            self.gate_handle = CfnWaitConditionHandle(self, f"GateHandle{self.gate.run_id}")
+            self.gate_signal = secretsmanager.Secret(
+                self, f"GateSignal{self.gate.run_id}",
+                description=f"The deploy gate's signal URL ({self.spec.namespace}/{self.spec.service_name}, run "
+                            f"{self.gate.run_id}); read only by the gate's Pod Identity role",
+                secret_string_value=SecretValue.resource_attribute(self.gate_handle.ref))
+            acknowledge_gate_signal(self.gate_signal)
+
+    def _identities(self, target: eks.ICluster) -> None:
+        """The Pod Identity roles: the Ray pods', the gate's (when waiting) and the monitor's (continuous verification)."""
         self.pod_role, self.pod_identity = pod_identity(
             self, "PodRole", "PodIdentity", cluster=target, namespace=self.namespace,
             service_account=self.service_account_name,
@@ -326,6 +411,9 @@ class RayLlmServing(Construct):
                 actions=["cloudwatch:PutMetricData"], resources=["*"],
                 conditions={"StringEquals": {"cloudwatch:namespace": self.metric_namespace}}))
             acknowledge_monitor_role(self.monitor_role)
+
+    def _gcs_cache(self, target: eks.ICluster) -> None:
+        """With GCS fault tolerance: the Valkey cache and its chart, applied before the RayService."""
         self.gcs_cache: GcsRedisCache | None = None
         self.gcs_chart: GcsRedisChart | None = None
         if self.spec.service.gcs_fault_tolerance.enabled:
@@ -341,11 +429,9 @@ class RayLlmServing(Construct):
             rayservice_at = self.charts.index(self.serving_charts.rayservice)
             self.charts.insert(rayservice_at, self.gcs_chart)
 
-        if kuberay is not None and kuberay.watch_namespaces is not None and self.namespace not in kuberay.watch_namespaces:
-            raise ConstructValidationError(self, [problem(
-                "kuberay", list(kuberay.watch_namespaces),
-                f"the operator watches only those namespaces, so it would never act on the RayService in "
-                f"{self.namespace}", f"KubeRayOperator(watch_namespaces=[..., '{self.namespace}'])")])
+    def _apply(self, target: eks.ICluster, pools: list[Any], kuberay: KubeRayOperator | None,
+               device_plugins: GpuDevicePlugins | None, depends_on: Sequence[Construct]) -> eks.KubernetesManifest | None:
+        """Each chart applied (with ``cdk``) after what it needs and the chart before it; returns the last."""
         # An operator confined to this namespace installs its Role into it: the namespace goes first.
         namespace_first = kuberay is not None and bool(kuberay.watch_namespaces)
         after: list[Construct] = [self.pod_identity]
@@ -365,7 +451,7 @@ class RayLlmServing(Construct):
         # The RayService (and so the gate after it) is applied once the node groups it runs on are
         # done: a node-group update that replaces nodes finishes before the gate starts, instead of
         # draining them minutes after it passed (their identity is in the pods' hash, so it reruns).
-        given = [prefill, decode, system, *(device_plugins.node_groups if device_plugins is not None else ())]
+        given = [*pools, *(device_plugins.node_groups if device_plugins is not None else ())]
         node_groups = list(dict.fromkeys(group.nodegroup for group in given
                                          if isinstance(group, (EfaGpuNodeGroup, SystemNodeGroup))))
         self.manifests: dict[str, eks.KubernetesManifest] = {}
@@ -386,26 +472,13 @@ class RayLlmServing(Construct):
                 manifest.node.add_dependency(previous)
             self.manifests[chart.node.id] = manifest
             previous = manifest
-
-        self.gate_wait_condition: CfnWaitCondition | None = None
-        if self.gate_handle is not None:
-            self.gate_wait_condition = CfnWaitCondition(
-                self, f"Gate{self.gate.run_id}", handle=self.gate_handle.ref, count=1,
-                timeout=str(self.verification.timeout_seconds),
-            )
-            # The clock starts when the Job exists: after the RayService and the gate's chart are applied.
-            self.gate_wait_condition.node.add_dependency(previous)
+        return previous
 
     @property
     def gitops_parts(self) -> list[cdk8s.Chart]:
         """What a GitOps tool applies in this construct's place: the charts, in apply order."""
         return list(self.charts)
 
-    @property
-    def specs(self) -> Specs:
-        """What ``ray_llm_eks.planning.make_plan`` prices and sizes (with the network's ``Footprint``)."""
-        return Specs(serving=self.spec, verification=self.verification,
-                     observability=self.observability or ObservabilitySpec(enabled=False))
 
 
 def known_vpc_cidrs(cluster: ClusterLike) -> list[str]:

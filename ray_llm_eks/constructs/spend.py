@@ -3,7 +3,7 @@
 ``InferenceSpend`` reads a :class:`~ray_llm_eks.base.spend.SpendSpec`:
 
 - it refuses a deployment whose hourly cost at every GPU node group's ``max_size`` exceeds
-  ``max_hourly_usd`` (``base.spend.check_max_hourly``, the check the configuration and ``plan``
+  ``max_hourly_usd`` (``base.composition.check_max_hourly``, the check the configuration and ``plan``
   run, with the same sentence);
 - it tags every resource of its stack ``<cost_allocation_tag_key>=<value>`` (the stack name unless
   set), and writes the tag into every launch template's instance and volume tag specifications:
@@ -36,7 +36,8 @@ from constructs import Construct, IConstruct
 from ..base import infrastructure as infra
 from ..base.cost import Footprint
 from ..base.errors import SpecError, problem
-from ..base.spend import SpendSpec, check_max_hourly, needs_topic_problem
+from ..base.composition import check_max_hourly
+from ..base.spend import SpendSpec, needs_topic_problem
 from .observability import InferenceObservability
 from .serving import RayLlmServing
 from .validation import ConstructValidationError, spec_prop

@@ -60,3 +60,22 @@ def spec_prop(scope: Construct, name: str, spec_type: type[T], value: Any, defau
     raise ConstructValidationError(scope, [problem(
         name, value, f"not a {spec_type.__name__}",
         f"{spec_type.__name__}(...) or a dict of its fields ({', '.join(names)})")])
+
+
+def part_or_props(scope: Construct, name: str, part_type: type[T], part: Any, props: Mapping[str, Any],
+                  build: Callable[..., T] | None = None) -> T:
+    """A construct's model part given whole (``pool=WorkerPool(...)``, as the stack passes the
+    composed parts) or as flat props (``instance_type=..., min_size=...``, as a CDK user writes it),
+    never both: giving both is refused, naming the flat props given. A flat prop left None takes the
+    part's own default (``build``, default ``part_type``, gets only the props given)."""
+    given = {key: value for key, value in props.items() if value is not None}
+    if part is None:
+        return validated(scope, build or part_type, **given)
+    if given:
+        raise ConstructValidationError(scope, [problem(
+            name, sorted(given), f"given with flat props the {part_type.__name__} already holds",
+            f"{name}={part_type.__name__}(...) alone, or the flat props ({', '.join(props)}) without it")])
+    if not isinstance(part, part_type):
+        raise ConstructValidationError(scope, [problem(
+            name, part, f"not a {part_type.__name__}", f"a {part_type.__name__}, or the flat props without it")])
+    return part

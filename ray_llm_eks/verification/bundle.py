@@ -26,10 +26,10 @@ _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 """Every entry's timestamp: the archive's bytes depend on the files only (one synth, one hash)."""
 
 
-SHARED = (PACKAGE_DIR.parent / "bench" / "histogram.py", PACKAGE_DIR.parent / "base" / "wire.py",
+SHARED = (PACKAGE_DIR.parent / "base" / "histogram.py", PACKAGE_DIR.parent / "base" / "wire.py",
           PACKAGE_DIR.parent / "base" / "upstream_defects.py")
 """Modules of other packages the gate uses (standard library only, no relative imports; :mod:`.shared`
-imports them): the histogram quantile the bench's report uses too, so the two compute percentiles
+imports them): the histogram quantile the bench's report uses too (both import it from the base layer), so the two compute percentiles
 alike, the wire contract the charts render the gate's settings and names by, and the upstream
 defects table, whose log lines the gate names as root causes with what synth would have said."""
 

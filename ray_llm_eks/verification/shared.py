@@ -10,7 +10,6 @@ from __future__ import annotations
 try:  # the in-cluster bundle: beside this module
     from . import histogram, upstream_defects, wire  # type: ignore[attr-defined]
 except ImportError:  # the repository (exercised in the cluster's layout by the bundle tests)
-    from ..bench import histogram  # type: ignore[no-redef]
-    from ..base import upstream_defects, wire  # type: ignore[no-redef]
+    from ..base import histogram, upstream_defects, wire  # type: ignore[no-redef]
 
 __all__ = ["histogram", "upstream_defects", "wire"]

@@ -272,17 +272,19 @@ def test_a_page_that_is_not_dcgm_s_counts_is_refused(page, says):
 # --- the in-cluster bundle ----------------------------------------------------------------------
 
 def test_the_utilization_reader_imports_in_the_cluster_layout(tmp_path):
-    """The ConfigMap's files as the pod mounts them: the gate's modules beside the bench's."""
+    """The ConfigMap's files as the pod mounts them: the gate's modules and the base layer's
+    histogram beside the bench's, each imported from there (not from the repository)."""
     package = tmp_path / bundle.IN_CLUSTER_PACKAGE
     package.mkdir()
     for name, text in bundle.files().items():
         (package / name).write_text(text)
-    code = (f"import {bundle.IN_CLUSTER_PACKAGE}.utilization as u, {bundle.IN_CLUSTER_PACKAGE}.runner; "
-            "print(u.efa.__name__, u.metrics.__name__, u.reads.__name__)")
+    code = (f"import {bundle.IN_CLUSTER_PACKAGE}.utilization as u, {bundle.IN_CLUSTER_PACKAGE}.runner as r; "
+            "print(u.efa.__name__, u.metrics.__name__, u.reads.__name__, r.histogram.__name__)")
     result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [f"{bundle.IN_CLUSTER_PACKAGE}.{m}" for m in ("efa", "metrics", "reads")]
+    assert result.stdout.split() == [f"{bundle.IN_CLUSTER_PACKAGE}.{m}" for m in ("efa", "metrics", "reads",
+                                                                                  "histogram")]
 
 
 def test_the_program_and_the_largest_trace_fit_in_one_config_map():

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers.pins import unpinned
-from ray_llm_eks.bench import agreement, cost, histogram, runner, workloads
+from ray_llm_eks.base import histogram
+from ray_llm_eks.bench import agreement, cost, runner, workloads
 from ray_llm_eks.bench.runner import BenchError, BenchSettings
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bench"

@@ -28,7 +28,7 @@ from fake_cluster import EFA_LINES, TCP_LINES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_llm_eks.bench import histogram
+from ray_llm_eks.base import histogram
 from ray_llm_eks.verification import checks, efa, evidence, metrics, objects, probe, reads, rollout, serving_window
 from ray_llm_eks.verification.kube import Kube, KubeAccess, NoClusterAccess
 

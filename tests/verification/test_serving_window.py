@@ -268,7 +268,7 @@ def test_the_p99_floor_is_the_lower_edge_of_its_bucket():
     """Three probes at 1.05 s interpolate to a p99 of 2485 ms in vLLM's 1-2.5 s bucket; the floor
     (what the alarm watches) says only what is certain: at least 1000 ms."""
     buckets = {0.5: 0.0, 1.0: 0.0, 2.5: 3.0, float("inf"): 3.0}
-    from ray_llm_eks.bench.histogram import quantile
+    from ray_llm_eks.base.histogram import quantile
 
     assert quantile(0.99, buckets) == pytest.approx(2.485)
     assert serving_window.quantile_floor(0.99, buckets) == 1.0
