@@ -11,8 +11,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from ..base.pricing import PriceBasis, PriceError
-from ..base.units import GIB
 from .common import ConfigOption, ExitCode, JsonOption, fail, load, make_console
 from .tables import print_table
 
@@ -36,6 +34,7 @@ def plan(
     """Memory, KV-transfer, cold-start and cost figures for a deployment; with --isl, --osl and
     --rate, the prefill and decode capacity the workload needs and the prefill:decode node ratio
     (docs/scaling.md). No AWS calls."""
+    from ..base.pricing import PriceError
     from ..planning import PlanError, Workload, make_plan, node_budgets
 
     deployment = load(config, as_json)
@@ -57,6 +56,8 @@ def plan(
 
 
 def _gib(value_bytes: float) -> str:
+    from ..base.units import GIB
+
     return f"{value_bytes / GIB:.2f} GiB"
 
 
@@ -106,6 +107,8 @@ def _print_kv_path(console: Console, path: dict[str, Any]) -> None:
 
 
 def _print_plan(result: Plan, budgets: dict[str, NodeBudget] | None = None) -> None:
+    from ..base.pricing import PriceBasis
+
     console = make_console()
     model = result.model
     console.print(Panel.fit(
