@@ -82,7 +82,7 @@ def test_a_managed_endpoint_serving_a_table_model_carries_the_tables_licence():
     """The model table is the one place a licence is written: an endpoint's model id that is a
     table model's gets that entry, and restating it with --license is refused."""
     from ray_llm_eks.base.models import known_terms
-    from ray_llm_eks.cli import _model_record
+    from ray_llm_eks.cli.bench import _model_record
 
     record = _model_record(None, "us-east-1", managed=True, served_name="Qwen/Qwen3.5-9B", stated=None)
     assert record["license"] == known_terms("Qwen/Qwen3.5-9B").record()
@@ -362,7 +362,7 @@ def test_the_summary_table_has_a_utilization_column_that_is_never_cut():
     _, managed, _ = recorded("per-token")
     for width in (200, 80):
         console = Console(width=width, record=True, force_terminal=False)
-        cli._print_summary(console, Path("out"), [entry, managed])
+        cli.bench._print_summary(console, Path("out"), [entry, managed])
         text = console.export_text()
         u = entry["utilization"]
         cell = f"49% / {max(u['efa_gbps_per_node'].values()):.3f} ({u['efa_line_rate_share_max']:.1%})"
