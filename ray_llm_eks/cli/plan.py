@@ -238,7 +238,7 @@ def _print_idle_and_spend(console: Any, result: Plan) -> None:
         alerts = ", ".join(f"{a['type'].lower()} {a['percent']:g}%" for a in spend["alerts"])
         console.print(f"[bold]Budget[/]: ${spend['monthly_budget_usd']:,.2f} per month on {spend['budget_filter']} "
                       f"(alerts: {alerts}); the deployment costs {_usd(spend['monthly_cost_usd'])} a month at desired "
-                      f"sizes. Activate the tag first (README, \"Cost allocation tag\")", markup=True)
+                      f"sizes. Activate the tag first (docs/deploying.md, \"Spend limits and the cost allocation tag\")", markup=True)
         monthly = spend["monthly_cost_usd"]
         if monthly is not None and monthly > spend["monthly_budget_usd"]:
             console.print("[yellow]warning:[/] the budget is below the month's cost at desired sizes: its 100% alert "
