@@ -361,8 +361,9 @@ def _parse(text: str, path: Path) -> Any:
                 raise ConfigError(f"malformed JSON in {path}: nested more than {MAX_NESTING} levels deep; "
                                   f"accepted: at most {MAX_NESTING}")
             return data
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # its reader refuses a character YAML does not allow, here
         node = loader.get_single_node()
         if node is None:
             return None
@@ -379,7 +380,8 @@ def _parse(text: str, path: Path) -> Any:
         raise ConfigError(f"malformed YAML in {path}: {error}; accepted: a value YAML can read (quote it to "
                           "make it text)") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_text(path: Path, what: str = "configuration file") -> str:
