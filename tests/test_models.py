@@ -391,3 +391,28 @@ def test_qwen3_5_9b_blocks_are_528_tokens_and_it_loads_no_mtp_head():
 def test_more_kv_heads_than_attention_heads_is_refused():
     with pytest.raises(SpecErrors, match="num_key_value_heads: more than num_attention_heads"):
         ModelArchitecture(name="x/bad", source="test", **{**TINY_QWEN3_5, "num_key_value_heads": 8})
+
+
+@pytest.mark.parametrize("source, why", [
+    ("./models/x", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("/data/m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("~/m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("file:///data/m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("C:\\models\\m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("gs://bucket/m", "a URI the pods do not fetch"),
+    ("s3://Not_A_Bucket/m", "a URI the pods do not fetch"),
+    ("gpt2", "not a Hugging Face id (organisation/name) or an s3:// URI"),
+    ("", "empty model source"),
+])
+def test_a_source_the_pods_cannot_fetch_is_refused_by_the_declared_model(source, why):
+    """The rule is the declared model's, so a construct built in code refuses what a file does."""
+    with pytest.raises(SpecErrors) as caught:
+        ModelSpec(source=source, served_name="m")
+    (error,) = [e for e in caught.value.errors if e.field == "source"]
+    assert error.message.startswith(f"{why} (got {source!r}); accepted: a Hugging Face id organisation/name "
+                                    "such as Qwen/Qwen3.5-9B, or an s3:// URI of the weights"), error.message
+
+
+@pytest.mark.parametrize("source", ["Qwen/Qwen3.5-9B", "s3://weights/qwen3.5-9b/", "s3://my.bucket-1", "org/name.v2"])
+def test_a_hub_id_or_an_s3_uri_is_a_source_the_pods_fetch(source):
+    assert ModelSpec(source=source, served_name="m", architecture=known_architecture("Qwen/Qwen3.5-9B")).source == source
