@@ -16,6 +16,7 @@ the section's name.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import fields
@@ -34,7 +35,7 @@ from .model_source import resolve_auto
 
 __all__ = [
     "ConfigError", "Deployment", "EndpointType", "SecurityProfile", "Specs", "Topology",
-    "load_config", "parse_config",
+    "load_config", "load_data", "parse_config",
 ]
 
 _ADAPTER = TypeAdapter(Deployment)
@@ -197,38 +198,218 @@ REFERENCE_CONFIG = Path(__file__).parent / "data" / "reference.yaml"
 explained) in that file, since no digest or commit can be known offline (docs/deploying.md, Pinning)."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping: the YAML spec says keys
-    are unique, and PyYAML would silently keep the last one (``region:`` twice deploys the second)."""
+ACCEPTED_ENCODINGS = ("UTF-8 (with or without a byte-order mark) or UTF-16 with a byte-order mark (PowerShell: "
+                      "Out-File -Encoding utf8)")
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, yaml.Node] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                first = seen[key].start_mark.line + 1
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice (lines {first} and {key_node.start_mark.line + 1}); "
-                    "accepted: each key once in its section", key_node.start_mark)
-            seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+MAX_NESTING = 64
+"""Deepest nesting a configuration may have, aliases expanded. The model's deepest field is four
+levels down; the bound stops PyYAML's composer, which recurses once per level, before Python's
+recursion limit (a 5,000-deep file was a RecursionError traceback)."""
+
+MAX_VALUES = 10_000
+"""Most values (mappings, lists and scalars) a configuration may hold once its aliases are
+expanded. PyYAML builds an alias as a reference, so a "billion laughs" file loads as a few hundred
+nodes and explodes afterwards, in validation and in every manifest that renders it (synth printed
+2.1 GB); the reference configuration has about 150."""
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"  # the `<<` key, https://yaml.org/type/merge.html
 
 
-def load_config(path: str | Path | None) -> Deployment:
-    """Load and validate a YAML file; ``None`` gives the reference deployment (:data:`REFERENCE_CONFIG`)."""
-    if path is None:
-        path = REFERENCE_CONFIG
-    path = Path(path)
+def _decode(data: bytes) -> str:
+    """The text of a configuration file, or ValueError saying what the bytes are instead."""
+    if data.startswith((b"\x00\x00\xfe\xff", b"\xff\xfe\x00\x00")):
+        raise ValueError("it is UTF-32 (its byte-order mark says so)")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        encoding = "utf-16-le" if data.startswith(b"\xff\xfe") else "utf-16-be"
+        try:
+            text = data[2:].decode(encoding)
+        except UnicodeDecodeError as error:
+            raise ValueError(f"it starts with a UTF-16 byte-order mark and is not UTF-16 ({error.reason} at byte "
+                             f"{error.start + 2})") from None
+    else:
+        if b"\x00" in data:
+            offset = data.index(b"\x00")
+            odd, even = data[1::2], data[0::2]
+            if data and (odd.count(0) > len(odd) * 0.9 or even.count(0) > len(even) * 0.9):
+                raise ValueError("it looks like UTF-16 without a byte-order mark (every other byte is NUL)")
+            raise ValueError(f"it is binary, not text (a NUL byte at offset {offset})")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            line = data.count(b"\n", 0, error.start) + 1
+            raise ValueError(f"it is not UTF-8 (byte 0x{data[error.start]:02X} on line {line} is {error.reason}; "
+                             "Latin-1 or Windows-1252 perhaps)") from None
+    if "\x00" in text:
+        raise ValueError(f"it is binary, not text (a NUL character at character {text.index(chr(0))})")
+    return text
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """A file this loader will not build: nested too deep, or aliases expanding too far."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with bounds on nesting and alias expansion, refusing a key given twice in
+    one mapping: the YAML spec says keys are unique, and PyYAML would silently keep the last one
+    (``region:`` twice deploys the second). Merge keys (``<<: *base``) are YAML's own
+    (https://yaml.org/type/merge.html): a key a mapping writes itself overrides a merged one, and
+    only the keys a mapping writes itself are checked for repeats."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._checked: set[int] = set()
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                raise _Refused(None, None, f"nested more than {MAX_NESTING} levels deep; accepted: at most "
+                               f"{MAX_NESTING} (a configuration needs about 4)", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Called before a mapping's merge keys are folded into it (SafeConstructor.construct_mapping,
+        # and for each merged mapping), so the keys seen here are the ones the file writes in it.
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    first = seen[key].start_mark.line + 1
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice (lines {first} and {key_node.start_mark.line + 1}); "
+                        "accepted: each key once in its section", key_node.start_mark)
+                seen[key] = key_node
+        super().flatten_mapping(node)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a node graph whose aliases expand past :data:`MAX_NESTING` or :data:`MAX_VALUES`;
+    each node is measured once, so a bomb is refused in time linear in the file."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height), aliases expanded
+    open_nodes: set[int] = set()
+
+    def measure(node: yaml.Node, level: int) -> tuple[int, int]:
+        known = sizes.get(id(node))
+        if known is None:
+            if id(node) in open_nodes:
+                raise _Refused(None, None, "an alias refers to a node that contains it (a loop); accepted: "
+                               "aliases of anchors written before them, outside them", node.start_mark)
+            if level > MAX_NESTING:
+                raise _Refused(None, None, f"nested more than {MAX_NESTING} levels deep once its aliases are "
+                               f"expanded; accepted: at most {MAX_NESTING}", node.start_mark)
+            open_nodes.add(id(node))
+            children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                        else node.value if isinstance(node, yaml.SequenceNode) else [])
+            values, height = 1, 0
+            for child in children:
+                child_values, child_height = measure(child, level + 1)
+                values, height = values + child_values, max(height, child_height + 1)
+                if values > MAX_VALUES:
+                    raise _Refused(None, None, f"its aliases expand to more than {MAX_VALUES:,} values (an alias "
+                                   f"bomb?); accepted: at most {MAX_VALUES:,}", node.start_mark)
+            open_nodes.discard(id(node))
+            known = sizes[id(node)] = (values, height)
+        if level + known[1] > MAX_NESTING:
+            raise _Refused(None, None, f"nested more than {MAX_NESTING} levels deep once its aliases are expanded; "
+                           f"accepted: at most {MAX_NESTING}", node.start_mark)
+        return known
+
+    measure(root, 1)
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"key {repeated!r} is given twice in one object; accepted: each key once in its section")
+    return dict(pairs)
+
+
+def _json_depth(data: Any) -> int:
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(value, dict):
+            stack.extend((item, level + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, level + 1) for item in value)
+    return deepest
+
+
+def _parse(text: str, path: Path) -> Any:
+    """The file's data: JSON where the text is JSON (PyYAML, a YAML 1.1 parser, refuses a tab that
+    indents JSON and reads ``1e5`` as text), YAML otherwise."""
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text, object_pairs_hook=_json_pairs)
+        except json.JSONDecodeError:
+            pass  # a YAML flow mapping, or a mistake: YAML's parser says where
+        except RecursionError:
+            raise ConfigError(f"malformed JSON in {path}: nested more than {MAX_NESTING} levels deep; "
+                              f"accepted: at most {MAX_NESTING}") from None
+        except ValueError as error:
+            raise ConfigError(f"malformed JSON in {path}: {error}") from None
+        else:
+            if _json_depth(data) > MAX_NESTING:
+                raise ConfigError(f"malformed JSON in {path}: nested more than {MAX_NESTING} levels deep; "
+                                  f"accepted: at most {MAX_NESTING}")
+            return data
+    loader = None
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"cannot read configuration file {path}: {error.strerror}") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        loader = _Loader(text)  # its reader refuses a character YAML does not allow, here
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise ConfigError(f"malformed YAML in {path} at {where}: {error.problem or error}") from None
+        problem = " ".join(str(error.problem or error).split())
+        raise ConfigError(f"malformed YAML in {path} at {where}: {problem}") from None
+    except yaml.YAMLError as error:  # the reader's: a character YAML does not allow
+        raise ConfigError(f"malformed YAML in {path}: {' '.join(str(error).split())}") from None
+    except ValueError as error:  # a value the safe constructor cannot build, e.g. the date 2026-13-45
+        raise ConfigError(f"malformed YAML in {path}: {error}; accepted: a value YAML can read (quote it to "
+                          "make it text)") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_text(path: Path, what: str = "configuration file") -> str:
+    """The text of a file a person wrote, or a :class:`ConfigError` naming the file, what its bytes
+    are and :data:`ACCEPTED_ENCODINGS` (PowerShell 5.1's ``Out-File`` writes UTF-16 with a BOM)."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read {what} {path}: {error.strerror}") from None
+    try:
+        return _decode(data)
+    except ValueError as error:
+        raise ConfigError(f"cannot read {what} {path}: {error}; accepted: {ACCEPTED_ENCODINGS}") from None
+
+
+def load_data(path: str | Path) -> Any:
+    """The data of a YAML (or JSON) configuration file, unvalidated (None for an empty one), read as
+    :func:`load_config` reads it: the same encodings, bounds and refusals, as :class:`ConfigError`."""
+    path = Path(path)
+    return _parse(read_text(path), path)
+
+
+def load_config(path: str | Path | None) -> Deployment:
+    """Load and validate a YAML (or JSON) file; ``None`` gives the reference deployment (:data:`REFERENCE_CONFIG`)."""
+    path = Path(REFERENCE_CONFIG if path is None else path)
+    text = read_text(path)
+    data = _parse(text, path)
     if data is None:
         raise ConfigError(f"invalid configuration in {path}: the file is empty (got {text.strip()!r}); accepted: a "
                           "mapping of settings, or `{}` to deploy the library's defaults (docs/configuration.md)")

@@ -10,7 +10,9 @@ Where ``config.json`` is read from, by ``model.source``:
 
 - a model in the package's table (``ray_llm_eks.base.models.KNOWN_ARCHITECTURES``): the table's
   entry, with no I/O (so ``auto`` works offline for them);
-- a local directory holding ``config.json``;
+- a local directory holding ``config.json`` (:func:`architecture_for` only, for code that builds a
+  construct: a configuration's ``model.source`` must be one the pods can fetch, and a path is
+  refused by the declared model, ``ray_llm_eks.base.serving.model_source_problem``);
 - ``s3://bucket/prefix``: ``prefix/config.json``, with boto3's default credentials;
 - a Hugging Face id: ``huggingface_hub.hf_hub_download`` (if installed) at ``model.revision``,
   with ``HF_TOKEN`` for gated repositories; ``HF_HUB_OFFLINE=1`` reads the local cache only.
@@ -31,7 +33,7 @@ from typing import Any
 
 from .base.errors import SpecError, SpecErrors, problem
 from .base.models import COUNTED_FAMILIES, ModelArchitecture, architecture_from_config, known_architecture
-from .base.serving import ModelSpec
+from .base.serving import ModelSpec, model_source_problem
 
 AUTO = "auto"
 
@@ -50,8 +52,8 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _OFFLINE_VALUES = {"1", "on", "yes", "true"}  # huggingface_hub constants._is_true
 
 WHAT_TO_DO = ("model.architecture written by hand from the model's config.json (docs/configuration.md, "
-              "model.architecture; docs/plan.md, Supplying another model), or model.source as a local directory "
-              "or s3:// URI holding config.json, or Hub access (network, HF_HUB_OFFLINE unset, HF_TOKEN for a "
+              "model.architecture; docs/plan.md, Supplying another model), or model.source as an s3:// URI "
+              "holding config.json, or Hub access (network, HF_HUB_OFFLINE unset, HF_TOKEN for a "
               "gated repository, huggingface_hub installed)")
 
 
@@ -197,8 +199,9 @@ def resolve_auto(data: dict[str, Any], *, cache_dir: str | Path | None = None) -
         return data
     source = model.get("source", _default_source())
     revision = model.get("revision")
-    if not isinstance(source, str) or not source.strip():
-        # Nothing to read: the declared model refuses the source itself, and "auto" names no architecture.
+    if model_source_problem(source) is not None:
+        # Nothing to read (or nothing the pods could): the declared model refuses the source itself,
+        # and "auto" names no architecture.
         return {**data, "model": {key: value for key, value in model.items() if key != "architecture"}}
     try:
         architecture = architecture_for(source, revision if isinstance(revision, str) else None, cache_dir=cache_dir)

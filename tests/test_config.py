@@ -212,3 +212,121 @@ def test_a_value_of_the_wrong_type_is_named_in_the_configurations_words(tmp_path
     message = error_for(tmp_path, "strict: false\n" + text)
     assert f"  {field}: {expected}" in message, message
     assert "Input should be" not in message and "instance of" not in message, message
+
+
+# --- the file a person writes: encodings, YAML's merge keys and aliases, bounds, JSON ----------------
+
+SMALL = "strict: false\nregion: us-west-2\nmodel:\n  max_model_len: 8192\n"
+ALIAS_BOMB = "\n".join(  # "billion laughs": nine levels of nine aliases, 9**9 values expanded
+    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]" for p, c in zip("abcdefgh", "bcdefghi")]) + "\n"
+ACCEPTED = "accepted: UTF-8 (with or without a byte-order mark) or UTF-16 with a byte-order mark"
+
+
+@pytest.mark.parametrize("data", [
+    SMALL.encode(),
+    b"\xef\xbb\xbf" + SMALL.encode(),
+    b"\xff\xfe" + SMALL.encode("utf-16-le"),  # what PowerShell 5.1's Out-File writes
+    b"\xfe\xff" + SMALL.encode("utf-16-be"),
+    SMALL.replace("\n", "\r\n").encode(),
+    b"\xff\xfe" + SMALL.replace("\n", "\r\n").encode("utf-16-le"),
+    b'{\n\t"strict": false,\n\t"region": "us-west-2",\n\t"model": {"max_model_len": 8192}\n}\n',  # JSON, tab-indented
+    b'{"strict":false,"region":"us-west-2","model":{"max_model_len":8.192e3}}',
+], ids=["utf8", "utf8-bom", "utf16le-bom", "utf16be-bom", "crlf", "utf16-crlf", "json-tabs", "json-exponent"])
+def test_every_accepted_encoding_and_form_reads_the_same_deployment(tmp_path, data):
+    path = tmp_path / "deployment.yaml"
+    path.write_bytes(data)
+    config = load_config(path)
+    assert (config.region, config.model.max_model_len, config.strict) == ("us-west-2", 8192, False)
+
+
+@pytest.mark.parametrize("data, problem", [
+    ("region: us-west-2\n# caf\u00e9\n".encode("latin-1"),
+     "it is not UTF-8 (byte 0xE9 on line 2 is invalid continuation byte; Latin-1 or Windows-1252 perhaps)"),
+    (SMALL.encode("utf-16-le"), "it looks like UTF-16 without a byte-order mark (every other byte is NUL)"),
+    (b"\xff\xfe\x00\x00" + SMALL.encode("utf-32-le"), "it is UTF-32 (its byte-order mark says so)"),
+    (b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)), "it is binary, not text (a NUL byte at offset 7)"),
+    (b"\xff\xfe" + "region: x\x00\n".encode("utf-16-le"), "it is binary, not text (a NUL character at character 9)"),
+    (b"\xff\xfe" + SMALL.encode("utf-16-le") + b"\x00\xd8", "it starts with a UTF-16 byte-order mark and is not "
+                                                            "UTF-16 (unexpected end of data at byte"),
+], ids=["latin-1", "utf16-no-bom", "utf32", "binary", "utf16-with-nul", "utf16-broken"])
+def test_another_encoding_or_a_binary_file_is_refused_naming_the_file_and_what_it_is(tmp_path, data, problem):
+    path = tmp_path / "deployment.yaml"
+    path.write_bytes(data)
+    message = str(pytest.raises(ConfigError, load_config, path).value)
+    assert message.startswith(f"cannot read configuration file {path}: {problem}"), message
+    assert message.endswith(f"{ACCEPTED} (PowerShell: Out-File -Encoding utf8)") and "\n" not in message
+
+
+def test_merge_keys_and_aliases_are_yaml_and_a_written_key_overrides_a_merged_one(tmp_path):
+    config = load_config(write(tmp_path, (
+        "strict: false\n"
+        "prefill: &pool {instance_type: g6e.12xlarge, desired_size: 2, max_size: 3}\n"
+        "decode:\n  <<: *pool\n  desired_size: 1\n"
+        "model: {source: Qwen/Qwen3-32B, served_name: q, tensor_parallel_size: 4}\n")))
+    assert (config.decode.pool.instance_type, config.decode.pool.desired_size, config.decode.pool.max_size) == \
+        ("g6e.12xlarge", 1, 3)
+    several = load_config(write(tmp_path, (
+        "strict: false\nmodel: &a {max_model_len: 8192}\n"
+        "prefill: &b {max_size: 4}\n"
+        "decode: {<<: [*b, {desired_size: 2}], min_size: 1}\n")))
+    assert (several.decode.pool.desired_size, several.decode.pool.max_size, several.decode.pool.min_size) == (2, 4, 1)
+    # Repeats are still refused among the keys a mapping writes itself.
+    repeated = error_for(tmp_path, "prefill: &p {desired_size: 1}\ndecode:\n  <<: *p\n  max_size: 2\n  max_size: 3\n")
+    assert "key 'max_size' is given twice (lines 4 and 5)" in repeated, repeated
+
+
+@pytest.mark.parametrize("text, problem", [
+    (ALIAS_BOMB, "at line 5, column 4: its aliases expand to more than 10,000 values (an alias bomb?); "
+                 "accepted: at most 10,000"),
+    ("".join("  " * i + f"k{i}:\n" for i in range(5000)) + "  " * 5000 + "v\n",
+     "at line 64, column 127: nested more than 64 levels deep; accepted: at most 64 (a configuration needs about 4)"),
+    ("a: &x [*x]\n", "at line 1, column 4: an alias refers to a node that contains it (a loop)"),
+    ("a: &a " + "[" * 60 + "1" + "]" * 60 + "\nb: " + "[" * 10 + "*a" + "]" * 10 + "\n", "nested more than 64 levels deep once its aliases are expanded; accepted: at most 64"),
+    ("region: 2026-13-45\n", "month must be in 1..12; accepted: a value YAML can read (quote it to make it text)"),
+    ("region: \x07\n", "unacceptable character #x0007: special characters are not allowed"),
+])
+def test_yaml_past_its_bounds_is_refused_with_the_reason(tmp_path, text, problem):
+    message = error_for(tmp_path, text)
+    assert message.startswith(f"malformed YAML in {tmp_path / 'deployment.yaml'}"), message
+    assert problem in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[" * 5000 + "]" * 5000, "nested more than 64 levels deep; accepted: at most 64"),
+    ("[" * 65 + "]" * 65, "nested more than 64 levels deep; accepted: at most 64"),
+    ('{"region": "us-west-2", "region": "eu-west-1"}',
+     "key 'region' is given twice in one object; accepted: each key once in its section"),
+])
+def test_json_past_its_bounds_is_refused_with_the_reason(tmp_path, text, problem):
+    assert error_for(tmp_path, text) == f"malformed JSON in {tmp_path / 'deployment.yaml'}: {problem}"
+
+
+CLI_CASES = {
+    "utf16-bom": (b"\xff\xfe" + SMALL.encode("utf-16-le"), 0, None),
+    "latin-1": ("region: us-west-2\n# caf\u00e9\n".encode("latin-1"), 2, "it is not UTF-8"),
+    "binary": (bytes(range(256)) * 4, 2, "it is binary, not text"),
+    "deep": (("".join("  " * i + f"k{i}:\n" for i in range(5000)) + "  " * 5000 + "v\n").encode(), 2,
+             "nested more than 64 levels deep"),
+    "alias-bomb": (ALIAS_BOMB.encode(), 2, "its aliases expand to more than 10,000 values"),
+    "local-source": (b"strict: false\nmodel: {source: ./models/x, served_name: m, architecture: auto}\n", 2,
+                     "model.source: a local path: the pods cannot read the files of the machine that renders"),
+}
+
+
+@pytest.mark.parametrize("case", CLI_CASES)
+def test_plan_reads_or_refuses_each_file_with_exit_2_and_no_traceback(tmp_path, case):
+    """Through the real command in a process of its own: ``plan`` loads the file as synth does."""
+    data, code, problem = CLI_CASES[case]
+    path = tmp_path / "deployment.yaml"
+    path.write_bytes(data)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="400")
+    result = subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "plan", "--config", str(path)], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    if problem is not None:
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and str(path) in errors[0], result.stderr
+        # A file that cannot be read is one line; a setting the model refuses is its own line below.
+        assert problem in (errors[0] if code == 2 and case != "local-source" else result.stderr), result.stderr

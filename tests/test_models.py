@@ -173,11 +173,17 @@ def _auto(source: str, **model) -> dict:
             "prefill": {"instance_type": "g6e.12xlarge"}, "decode": {"instance_type": "g6e.12xlarge"}}
 
 
-def test_auto_reads_a_local_directory(tmp_path):
+def test_architecture_for_reads_a_local_directory_which_a_configuration_may_not_name(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(_config_json("Qwen/Qwen3-30B-A3B")))
-    deployment = unpinned_config(_auto(str(tmp_path)))
-    assert _facts(deployment.model.architecture) == _facts(known_architecture("Qwen/Qwen3-30B-A3B"))
-    assert deployment.model.architecture.source == f"{tmp_path}/config.json (model.architecture: auto)"
+    model = architecture_for(str(tmp_path))
+    assert _facts(model) == _facts(known_architecture("Qwen/Qwen3-30B-A3B"))
+    assert model.source == f"{tmp_path}/config.json (model.architecture: auto)"
+    # As model.source the directory is refused before anything reads it: the pods cannot.
+    with pytest.raises(ConfigError) as caught:
+        unpinned_config(_auto(str(tmp_path)))
+    assert [e.field for e in caught.value.errors] == ["model.source"]
+    assert f"  model.source: a local path: the pods cannot read the files of the machine that renders the " \
+           f"configuration (got {str(tmp_path)!r}); accepted: a Hugging Face id organisation/name" in str(caught.value)
 
 
 def test_auto_reads_the_checkpoint_index_for_a_family_with_no_formula(tmp_path):
@@ -207,7 +213,7 @@ def test_auto_reads_s3_with_moto(monkeypatch):
     assert "s3://weights/elsewhere has no config.json" in str(caught.value)
 
 
-def test_auto_without_access_says_what_to_do(monkeypatch, tmp_path):
+def test_auto_without_access_says_what_to_do(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConfigError) as caught:
         unpinned_config(_auto("some-org/not-in-the-table"))
@@ -215,10 +221,8 @@ def test_auto_without_access_says_what_to_do(monkeypatch, tmp_path):
     assert ("  model.architecture: 'auto' reads the config.json of model.source 'some-org/not-in-the-table', and could "
             "not: huggingface.co/some-org/not-in-the-table config.json: HF_HUB_OFFLINE is set and the file is not in "
             "the local Hugging Face cache (got 'auto'); accepted: model.architecture written by hand") in message
-    assert "a local directory or s3:// URI holding config.json" in message
+    assert "or model.source as an s3:// URI holding config.json, or Hub access" in message
     assert [e.field for e in caught.value.errors] == ["model.architecture"]
-    with pytest.raises(ConfigError, match=r"has no config.json"):
-        unpinned_config(_auto(str(tmp_path)))
 
 
 def test_auto_for_a_table_model_needs_no_access(monkeypatch):
@@ -387,3 +391,28 @@ def test_qwen3_5_9b_blocks_are_528_tokens_and_it_loads_no_mtp_head():
 def test_more_kv_heads_than_attention_heads_is_refused():
     with pytest.raises(SpecErrors, match="num_key_value_heads: more than num_attention_heads"):
         ModelArchitecture(name="x/bad", source="test", **{**TINY_QWEN3_5, "num_key_value_heads": 8})
+
+
+@pytest.mark.parametrize("source, why", [
+    ("./models/x", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("/data/m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("~/m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("file:///data/m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("C:\\models\\m", "a local path: the pods cannot read the files of the machine that renders the configuration"),
+    ("gs://bucket/m", "a URI the pods do not fetch"),
+    ("s3://Not_A_Bucket/m", "a URI the pods do not fetch"),
+    ("gpt2", "not a Hugging Face id (organisation/name) or an s3:// URI"),
+    ("", "empty model source"),
+])
+def test_a_source_the_pods_cannot_fetch_is_refused_by_the_declared_model(source, why):
+    """The rule is the declared model's, so a construct built in code refuses what a file does."""
+    with pytest.raises(SpecErrors) as caught:
+        ModelSpec(source=source, served_name="m")
+    (error,) = [e for e in caught.value.errors if e.field == "source"]
+    assert error.message.startswith(f"{why} (got {source!r}); accepted: a Hugging Face id organisation/name "
+                                    "such as Qwen/Qwen3.5-9B, or an s3:// URI of the weights"), error.message
+
+
+@pytest.mark.parametrize("source", ["Qwen/Qwen3.5-9B", "s3://weights/qwen3.5-9b/", "s3://my.bucket-1", "org/name.v2"])
+def test_a_hub_id_or_an_s3_uri_is_a_source_the_pods_fetch(source):
+    assert ModelSpec(source=source, served_name="m", architecture=known_architecture("Qwen/Qwen3.5-9B")).source == source

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from helpers.pins import unpinned, unpinned_config
 from ray_llm_eks.base import instance_types
@@ -11,7 +14,8 @@ from ray_llm_eks.config import ConfigError
 from ray_llm_eks.base.models import KNOWN_ARCHITECTURES, ModelArchitecture, known_architecture
 from ray_llm_eks.planning import GIB, PlanError, make_plan
 from ray_llm_eks.base.memory import memory_budget
-from ray_llm_eks.base.pricing import PriceBasis, PriceError, UnpricedInstance, load_price_table
+from ray_llm_eks.base import pricing
+from ray_llm_eks.base.pricing import PriceBasis, PriceError, load_price_table
 
 REQUIRED_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-northeast-1", "sa-east-1")
 
@@ -262,9 +266,31 @@ def test_reference_kv_transfer_is_unchanged_on_one_efa_device():
     assert "no GPUDirect RDMA" in transfer.assumption
 
 
-def test_an_offered_type_without_a_price_makes_the_cost_unknown_not_an_error():
-    # p5.48xlarge is offered in us-west-2 (moto's snapshot) but priced only in us-east-1.
+def test_p_series_in_us_west_2_is_priced_as_an_estimate_and_plan_says_so():
+    # p5.48xlarge is offered in us-west-2 (ec2_offerings.json); prices.yaml has its figure for us-east-1
+    # only, so the figure is us-east-1's times us-west-2's ratio in the table (1: every us-west-2 figure
+    # is us-east-1's, basis us_parity), labelled an estimate.
     plan = make_plan(_on("p5.48xlarge", region="us-west-2"))
+    lines = {line.item: line for line in plan.cost.lines}
+    assert lines["decode node p5.48xlarge"].usd_per_hour == pytest.approx(55.04)
+    assert lines["decode node p5.48xlarge"].basis is PriceBasis.estimate
+    assert plan.cost.unknown_reason is None and plan.cost.has_estimates
+    assert {"prefill node p5.48xlarge", "decode node p5.48xlarge"} <= set(plan.cost.estimated_items)
+    assert "p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5en.48xlarge: us-east-1 GPU x 1" in plan.cost.estimate_note
+    summary = plan.summary()
+    assert summary["price_includes_estimates"] is True
+    assert {"item": "decode node p5.48xlarge", "basis": "estimate"}.items() <= next(
+        line for line in summary["cost_lines"] if line["item"] == "decode node p5.48xlarge").items()
+    p4d = make_plan(_on("p4d.24xlarge", region="us-west-2"))
+    assert {line.item: line for line in p4d.cost.lines}["decode node p4d.24xlarge"].usd_per_hour == \
+        pytest.approx(21.957642, abs=1e-5)
+
+
+def test_an_offered_type_without_a_figure_to_scale_makes_the_cost_unknown_not_an_error():
+    # The table with no us-east-1 figure for p5.48xlarge: nothing to scale, so no price and a reason.
+    raw = yaml.safe_load((Path(pricing.__file__).parents[1] / "data" / "prices.yaml").read_text())
+    del raw["regions"]["us-east-1"]["instances"]["p5.48xlarge"]
+    plan = make_plan(_on("p5.48xlarge", region="us-west-2"), price_table=pricing.parse_price_table(raw))
     assert plan.cost.hourly_usd is None and "p5.48xlarge" in plan.cost.unknown_reason
     lines = {line.item: line for line in plan.cost.lines}
     assert lines["decode node p5.48xlarge"].usd_per_hour is None
@@ -272,12 +298,44 @@ def test_an_offered_type_without_a_price_makes_the_cost_unknown_not_an_error():
     assert plan.kv_transfer.efa_gbps == 3200
 
 
+def test_every_region_of_the_offerings_prices_every_type_it_offers_with_a_basis():
+    table = load_price_table()
+    for region, offered in instance_types.offerings()["instance_types"].items():
+        for name in offered:
+            price = table.region(region).instance(name)
+            assert price.usd_per_hour > 0 and isinstance(price.basis, PriceBasis), (region, name)
+        prices = table.regions.get(region)
+        if offered:
+            assert prices.nat_gateway.usd_per_hour > 0 and prices.gp3.usd_per_gb_month > 0, region
+            assert set(prices.cache_nodes) == set(table.region("us-east-1").cache_nodes), region
+
+
+def test_an_estimate_is_the_us_east_1_figure_times_a_ratio_the_table_states():
+    table = load_price_table()
+    base = table.region("us-east-1")
+    # A region the table has figures for: its own ratio, by family (Tokyo's g6e 1.4503, multiplier_note).
+    tokyo = table.region("ap-northeast-1")
+    assert tokyo.instance("g6e.48xlarge") == pricing.Price(round(30.13118 * 1.4503, 5), PriceBasis.estimate)
+    assert tokyo.instance("g6e.8xlarge").basis is PriceBasis.estimate  # the table's own, unchanged
+    assert tokyo.instance("g6e.8xlarge").usd_per_hour == 6.5678
+    # A region it has none for: the highest ratio of any (sa-east-1's GPU 1.60), figures never below it.
+    frankfurt = table.region("eu-central-1")
+    assert frankfurt.instance("g6.xlarge") == pricing.Price(round(0.8048 * 1.6, 5), PriceBasis.estimate)
+    assert frankfurt.nat_gateway == pricing.Price(0.093, PriceBasis.estimate)
+    assert frankfurt.eks_cluster_hour == base.eks_cluster_hour and "highest ratio" in frankfurt.multiplier_note
+    with pytest.raises(PriceError, match="not offered in eu-central-1"):
+        frankfurt.instance("p5.48xlarge")
+    # A type with no us-east-1 figure: its stand-in's (pricing.STAND_INS).
+    assert table.region("us-west-2").instance("p5e.48xlarge") == pricing.Price(63.296, PriceBasis.estimate)
+    # What the table gives is kept as given.
+    assert table.region("us-west-2").instance("g6.8xlarge").basis is PriceBasis.us_parity
+
+
 # --- the price table ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("region", REQUIRED_REGIONS)
 def test_price_table_covers_every_known_instance_type(region):
     prices = load_price_table().region(region)
-    us_east_1 = load_price_table().region("us-east-1")
     for name in instance_types.known_names():
         if name in prices.unavailable:
             with pytest.raises(PriceError, match="not offered"):
@@ -285,12 +343,7 @@ def test_price_table_covers_every_known_instance_type(region):
         elif name in prices.instances:
             assert prices.instance(name).usd_per_hour > 0
         else:
-            # Only the types whose one source is the us-east-1 price list go without a price
-            # elsewhere (prices.yaml sources.instances_price_list), and plan reports them unknown.
-            assert name not in us_east_1.instances or us_east_1.instance(name).basis is PriceBasis.price_list
-            assert instance_types.INSTANCE_TYPES[name].gpudirect_rdma or name.startswith("g6e.")
-            with pytest.raises(UnpricedInstance, match="no price for instance type"):
-                prices.instance(name)
+            assert prices.instance(name).usd_per_hour > 0  # offered, so priced (an estimate at worst)
     assert prices.eks_cluster_hour == 0.10
 
 
@@ -302,11 +355,12 @@ def test_price_table_is_dated_and_sourced():
 
 
 def test_a_region_without_prices_gets_every_other_figure_and_an_unknown_price():
-    unpriced = make_plan(_config(region="ap-south-2", control_plane_azs=["ap-south-2a", "ap-south-2b"],
-                                 data_plane_az="ap-south-2a"), tokens_per_second=500)
+    # ap-east-2: a region with zones in ec2_offerings.json and no offerings record, so no estimate either.
+    unpriced = make_plan(_config(region="ap-east-2", control_plane_azs=["ap-east-2a", "ap-east-2b"],
+                                 data_plane_az="ap-east-2a"), tokens_per_second=500)
     priced = make_plan(_config(), tokens_per_second=500)
     assert unpriced.cost.unknown_reason.startswith("the price table (as of 2026-11-30) has no prices for region "
-                                                   "'ap-south-2'; covered regions: ap-northeast-1")
+                                                   "'ap-east-2'; covered regions: af-south-1")
     assert unpriced.cost.hourly_usd is None and unpriced.cost.monthly_usd is None
     assert unpriced.cost.usd_per_million_output_tokens(500) is None
     assert unpriced.cost_range == {"min": None, "max": None}

@@ -151,12 +151,12 @@ def test_make_synth_plan_and_the_construct_refuse_the_same_cap_with_the_same_sen
 
 
 def test_without_prices_the_cap_cannot_be_checked_and_is_refused():
-    region = {"region": "eu-central-1", "control_plane_azs": ["eu-central-1a", "eu-central-1b"],
-              "data_plane_az": "eu-central-1a"}
+    # ap-east-2: zones in ec2_offerings.json and no offerings record, so no prices, not even estimates.
+    region = {"region": "ap-east-2", "control_plane_azs": ["ap-east-2a", "ap-east-2b"], "data_plane_az": "ap-east-2a"}
     assert make_plan(unpinned_config(region)).cost.unknown_reason  # plan alone prints an unknown price
     line = _line(str(_refusal({**region, "spend": {"max_hourly_usd": 1000}})), "spend.max_hourly_usd")
     assert line.startswith("spend.max_hourly_usd: cannot be checked: the price table (as of ")
-    assert "has no prices for region 'eu-central-1'" in line
+    assert "has no prices for region 'ap-east-2'" in line
     assert line.endswith("(got 1000.0); accepted: a region and instance types the price table prices "
                          "(ray_llm_eks/data/prices.yaml), or no max_hourly_usd")
     # The budget needs no price: the same region takes it.

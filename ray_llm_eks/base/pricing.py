@@ -6,11 +6,19 @@ warns about estimates, so nobody budgets on a number we could not check.
 An unknown instance type, or a type the region does not offer, is a :class:`PriceError` that
 says which, never a guess; a region without prices is an :class:`UnpricedRegion`, which ``plan``
 reports as an unknown price beside its other figures.
+
+Every type a region of ``data/generated/ec2_offerings.json`` offers has a price: where the table
+has no figure, :func:`parse_price_table` estimates one (basis ``estimate``, and the region's
+``multiplier_note`` says how): the us-east-1 figure (:data:`STAND_INS` for a type us-east-1 does
+not offer) times the region's ratio to us-east-1 in the table, by family (``g6e``), else by class
+(GPU or CPU); for a region the table has no figures for, the highest ratio of any region in it, and
+its highest NAT, gp3 and cache figures. No public price source for every region was reachable
+offline (prices.yaml says what was checked), so these are labelled, never passed off as prices.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import lru_cache
 from importlib import resources
@@ -182,12 +190,93 @@ def _region(name: str, raw: dict[str, Any]) -> RegionPrices:
     )
 
 
+BASE_REGION = "us-east-1"
+"""The region every estimate scales from: the table's most complete one (every type it offers has a figure)."""
+
+STAND_INS = {"p5e.48xlarge": "p5en.48xlarge"}
+"""A type with no us-east-1 figure (EC2 does not offer it there, ec2_offerings.json), priced where
+it is offered as its nearest type that has one: p5e.48xlarge and p5en.48xlarge both carry 8 H200
+GPUs (141 GB each); p5en adds a newer CPU and EFAv3 (https://aws.amazon.com/ec2/instance-types/p5/)."""
+
+
+def _class_of(instance_type: str) -> str:
+    return "GPU" if instance_types.INSTANCE_TYPES[instance_type].gpus else "CPU"
+
+
+def _ratios(table: dict[str, RegionPrices], region: str) -> dict[str, float]:
+    """The region's price over us-east-1's, from the figures the table has for both, by family
+    (``g6e``) and by class (``GPU``/``CPU``); the highest where they differ, so an estimate errs high."""
+    base, here = table[BASE_REGION].instances, table[region].instances
+    found: dict[str, float] = {}
+    for itype, price in here.items():
+        if itype in base:  # the table's own estimates too: their multipliers are stated (multiplier_note)
+            ratio = round(price.usd_per_hour / base[itype].usd_per_hour, 4)
+            for key in (itype.split(".")[0], _class_of(itype)):
+                found[key] = max(found.get(key, 0.0), ratio)
+    return found
+
+
+def _estimated(table: dict[str, RegionPrices], region: str, offered: frozenset[str]) -> RegionPrices:
+    """The region's prices with every offered type the table lacks priced by the documented rule
+    (this module's docstring): the us-east-1 figure (or :data:`STAND_INS`'s) times the region's ratio
+    for the family, else for the class; for a region the table has no figures for at all, the
+    highest ratio any region of the table has, and the highest of its NAT, gp3 and cache figures."""
+    base = table[BASE_REGION]
+    known = table.get(region)
+    if known is not None:
+        ratios = _ratios(table, region)
+    else:
+        everywhere = [_ratios(table, name) for name in table if name != BASE_REGION]
+        ratios = {key: max(r.get(key, 0.0) for r in everywhere) for key in ("GPU", "CPU")}
+    filled: dict[str, Price] = {}
+    how: dict[str, list[str]] = {}
+    for itype in sorted(offered):
+        if known is not None and itype in known.instances:
+            continue
+        source = itype if itype in base.instances else STAND_INS.get(itype)
+        if source is None or source not in base.instances:
+            continue  # no figure to scale: UnpricedInstance says so
+        family = itype.split(".")[0]
+        key = family if family in ratios else _class_of(itype)
+        factor = ratios.get(key, max(ratios.values(), default=1.0))
+        filled[itype] = Price(round(base.instances[source].usd_per_hour * factor, 5), PriceBasis.estimate)
+        label = f"{key} x {factor:g}" + (f" ({itype} as {source})" if source != itype else "")
+        how.setdefault(label, []).append(itype)
+    if not filled:
+        return known
+    rule = "; ".join(f"{', '.join(types)}: us-east-1 {label}" for label, types in how.items())
+    origin = ("the region's own ratio to us-east-1 in this table" if known is not None
+              else "the highest ratio to us-east-1 of any region in this table, as are NAT, gp3 and cache figures")
+    note = f"Estimated by rule (ray_llm_eks/base/pricing.py), {origin}: {rule}"
+    if known is not None:
+        return replace(known, instances={**known.instances, **filled},
+                       multiplier_note=f"{known.multiplier_note} {note}" if known.multiplier_note else note)
+    others = [prices for name, prices in table.items() if name != BASE_REGION] or [base]
+
+    def highest(get):
+        return max(others, key=lambda prices: get(prices))
+
+    nat, gp3 = highest(lambda p: p.nat_gateway.usd_per_hour).nat_gateway, highest(lambda p: p.gp3.usd_per_gb_month).gp3
+    return RegionPrices(
+        region=region, eks_cluster_hour=base.eks_cluster_hour,  # one price in every commercial region (eks/pricing)
+        nat_gateway=Price(nat.usd_per_hour, PriceBasis.estimate), public_ipv4_hour=base.public_ipv4_hour,
+        gp3=Gp3Prices(gp3.usd_per_gb_month, gp3.usd_per_mbps_month, gp3.usd_per_iops_month, PriceBasis.estimate),
+        instances=filled, unavailable=frozenset(instance_types.INSTANCE_TYPES) - offered, multiplier_note=note,
+        cache_nodes={node: Price(max(p.cache_nodes[node].usd_per_hour for p in others if node in p.cache_nodes),
+                                 PriceBasis.estimate) for node in base.cache_nodes})
+
+
 def parse_price_table(raw: dict[str, Any]) -> PriceTable:
+    regions = {name: _region(name, body) for name, body in raw["regions"].items()}
+    if BASE_REGION in regions:
+        listed = instance_types.offerings()["instance_types"]
+        regions = {**regions, **{name: _estimated(regions, name, frozenset(types))
+                                 for name, types in sorted(listed.items()) if types}}
     return PriceTable(
         as_of=str(raw["as_of"]),
         hours_per_month=int(raw["hours_per_month"]),
         sources={key: str(value) for key, value in raw["sources"].items()},
-        regions={name: _region(name, body) for name, body in raw["regions"].items()},
+        regions=regions,
         cloudwatch=_cloudwatch(raw["cloudwatch"]) if "cloudwatch" in raw else None,
     )
 

@@ -104,6 +104,8 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _ECR_REPOSITORY = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9._/-]+)$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?$")  # bucket names: 3-63 of a-z 0-9 . -
+_LOCAL_PATH = re.compile(r"^(/|\.{1,2}(/|\\|$)|~|file:|[A-Za-z]:[\\/]|\\)")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _CACHE_NODE_TYPE = re.compile(r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
@@ -148,6 +150,26 @@ def _enum(found: Collector, cls: type[Enum], value: Any, name: str) -> Any:
         return None
 
 
+MODEL_SOURCES_ACCEPTED = ("a Hugging Face id organisation/name such as Qwen/Qwen3.5-9B, or an s3:// URI of the weights "
+                          "such as s3://bucket/prefix/ (copy local weights there first: aws s3 sync DIR s3://bucket/prefix/)")
+
+
+def model_source_problem(source: object) -> str | None:
+    """Why the pods cannot fetch ``source`` (a ``model.source``), or None when they can: the
+    workers download a Hugging Face id from the Hub, and an ``s3://`` URI with their own role
+    (the revision and the S3 read are theirs). A path names the disk of the machine that renders
+    the configuration, which no node has: rendered into the pods, vLLM fails at start, on every node."""
+    if not isinstance(source, str) or not source.strip():
+        return "empty model source"
+    if _HUB_ID.match(source) or _S3_URI.match(source):
+        return None
+    if _LOCAL_PATH.match(source):
+        return "a local path: the pods cannot read the files of the machine that renders the configuration"
+    if "://" in source:
+        return "a URI the pods do not fetch"
+    return "not a Hugging Face id (organisation/name) or an s3:// URI"
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """The served model and the vLLM engine settings both legs share."""
@@ -155,7 +177,7 @@ class ModelSpec:
     __pydantic_config__ = {"extra": "forbid"}
 
     source: str = "Qwen/Qwen3.5-9B"
-    """Hugging Face repository id (or a path the image can read); must be in the package's architecture table (``ray_llm_eks.base.models``) or come with ``architecture`` (written out, or ``auto``)."""
+    """Hugging Face repository id (``organisation/name``) or an ``s3://`` URI of the weights (a local path is refused: the pods cannot read the machine that renders the configuration); must be in the package's architecture table (``ray_llm_eks.base.models``) or come with ``architecture`` (written out, or ``auto``)."""
     served_name: str = "qwen3.5-9b"
     """The OpenAI ``model`` id clients send (Ray's ``model_id``)."""
     revision: str | None = None
@@ -171,7 +193,7 @@ class ModelSpec:
     tensor_parallel_size: int = 1
     """GPUs per model replica, for both legs (a divisor of one node's GPUs)."""
     architecture: ModelArchitecture | None = None
-    """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.base.models``). Dense models leave the ``linear_*``, ``sliding_*``, MLA and MoE fields at 0. ``auto``: read config.json when the configuration is loaded (``make synth``, ``plan``) from the table, a local directory, an ``s3://`` URI or the Hugging Face Hub (``HF_TOKEN``; ``HF_HUB_OFFLINE`` honoured), and refuse the file, saying what to do, when none is reachable; code building a construct resolves it first with ``ray_llm_eks.model_source.architecture_for(source, revision)``."""
+    """Architecture facts from the model's config.json, for the GPU memory check; needed when ``source`` is not in the package's table (``ray_llm_eks.base.models``). Dense models leave the ``linear_*``, ``sliding_*``, MLA and MoE fields at 0. ``auto``: read config.json when the configuration is loaded (``make synth``, ``plan``) from the table, an ``s3://`` URI or the Hugging Face Hub (``HF_TOKEN``; ``HF_HUB_OFFLINE`` honoured), and refuse the file, saying what to do, when none is reachable; code building a construct resolves it first with ``ray_llm_eks.model_source.architecture_for(source, revision)``."""
     serve_images: bool = False
     """Serve image inputs with a vision-language model (the architecture has a vision tower: Qwen3.5). False (the default) renders vLLM's ``language_model_only`` on both legs: the tower is not loaded and vLLM's startup profile runs no maximal image, which leaves the KV pool their memory (for Qwen3.5-9B on an L4: 0.85 GiB of weights and a 0.92 GiB activation peak). True loads and profiles the tower; the memory check counts both."""
     hf_token_secret: str | None = None
@@ -195,8 +217,9 @@ class ModelSpec:
                 and (_SECRET_ARN.match(self.hf_token_secret) or _SECRET_NAME.match(self.hf_token_secret))):
             found.add(problem("hf_token_secret", self.hf_token_secret, "not a Secrets Manager secret ARN or name",
                               secret_accepted))
-        if not isinstance(self.source, str) or not self.source.strip():
-            found.add(problem("source", self.source, "empty model source", "a Hugging Face id such as Qwen/Qwen3.5-9B"))
+        source_problem = model_source_problem(self.source)
+        if source_problem is not None:
+            found.add(problem("source", self.source, source_problem, MODEL_SOURCES_ACCEPTED))
         if not isinstance(self.served_name, str) or not self.served_name or any(c.isspace() for c in self.served_name):
             found.add(problem("served_name", self.served_name, "not a model id clients can send",
                               "a non-empty name with no whitespace, such as qwen3.5-9b"))
@@ -242,7 +265,7 @@ class ModelSpec:
     def revision_command(self) -> str | None:
         """The command that prints the commit ``revision`` (default ``main``) names today on the
         Hugging Face Hub (``HfApi.model_info(...).sha``; a gated model needs ``HF_TOKEN`` set);
-        None for a source that is not a Hub id (a path the image reads)."""
+        None for a source that is not a Hub id (an ``s3://`` URI)."""
         if not isinstance(self.source, str) or not _HUB_ID.match(self.source):
             return None
         revision = self.revision or "main"

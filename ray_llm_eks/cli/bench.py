@@ -180,7 +180,12 @@ def bench(
 
         trace_text = None
         if trace:
-            trace_text = trace.read_text()
+            from ..config import ConfigError, read_text
+
+            try:  # a file a person wrote: UTF-8 or UTF-16 with a BOM, or one line saying why not
+                trace_text = read_text(trace, what="--trace file")
+            except ConfigError as error:
+                fail(ExitCode.CONFIG_ERROR, str(error), False)
             if len(trace_text.encode()) > MAX_TRACE_BYTES:
                 fail(ExitCode.CONFIG_ERROR, f"--trace: {len(trace_text.encode()):,} bytes do not fit in the Job's "
                                             f"ConfigMap (got {str(trace)!r}); accepted: at most {MAX_TRACE_BYTES:,} "

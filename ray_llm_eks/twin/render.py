@@ -52,9 +52,9 @@ def tiny_config(config_path: str | Path, out: Path, *, runs_hybrid: bool) -> Tin
     ``out/config.yaml``); everything else (instance types, topology, KV path, environment) as
     configured, so the render is the configuration's. ``runs_hybrid``: whether the machine's vLLM
     serves the tiny hybrid (the GPU profile does; the CPU twin does not, :data:`HYBRID_ON_CPU`)."""
-    from ..config import parse_config
+    from ..config import load_data, parse_config
 
-    data = yaml.safe_load(Path(config_path).read_text()) or {}
+    data = load_data(config_path) or {}
     serving = parse_config(data, str(config_path)).specs().serving
     configured_kind = "hybrid" if serving.is_hybrid else "dense"
     kind = configured_kind if runs_hybrid else "dense"
@@ -76,12 +76,12 @@ def render(config_path: str | Path, topology: str, outdir: Path | None = None) -
     """
     # Imported here: they bring aws_cdk and cdk8s (and Node through jsii), which the GPU profile's
     # machine lacks; it runs from renders made elsewhere (ray_llm_eks.twin.gpu).
-    from ..config import parse_config
+    from ..config import load_data, parse_config
     from ..manifests import chart_objects, write_manifests
     from ..stack import build_app
     from ..testing import FAST_SYNTH_CONTEXT
 
-    data = yaml.safe_load(Path(config_path).read_text()) or {}
+    data = load_data(config_path) or {}
     config = parse_config({**data, "topology": topology}, str(config_path))
     with tempfile.TemporaryDirectory(prefix="rle-twin-synth-") as scratch:
         _, stack = build_app(config, outdir=scratch, context=FAST_SYNTH_CONTEXT, nag=False)

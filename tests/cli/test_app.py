@@ -113,8 +113,8 @@ def test_the_commands_that_need_no_synth_load_no_cdk_library(tmp_path, write_con
     and bench --emit-job renders a Job with cdk8s: only their --help and option refusals are here.)"""
     log = tmp_path / "decode.log"
     log.write_text("\n".join(EFA_LOG) + "\n")
-    unpriced = write_config("region: ap-south-2\ncontrol_plane_azs: [ap-south-2a, ap-south-2b]\n"
-                            "data_plane_az: ap-south-2a\n")
+    unpriced = write_config("region: ap-east-2\ncontrol_plane_azs: [ap-east-2a, ap-east-2b]\n"
+                            "data_plane_az: ap-east-2a\n")
     runs = [
         ([name, "--help"], 0) for name in COMMANDS.commands
     ] + [

@@ -15,12 +15,12 @@ RUNS = Path(__file__).resolve().parents[1] / "data" / "bench" / "runs"
 
 
 def test_bench_in_a_region_without_prices_needs_the_hourly_cost(runner, write_config, tmp_path):
-    config = write_config("region: ap-south-2\ncontrol_plane_azs: [ap-south-2a, ap-south-2b]\n"
-                          "data_plane_az: ap-south-2a\n")
+    config = write_config("region: ap-east-2\ncontrol_plane_azs: [ap-east-2a, ap-east-2b]\n"
+                          "data_plane_az: ap-east-2a\n")
     result = runner.invoke(app, ["bench", "--config", config, "--url", "http://127.0.0.1:9",
                                  "--out", str(tmp_path / "run")], env={"COLUMNS": "200"})
     assert result.exit_code == 2
-    assert "no prices for region 'ap-south-2'" in result.output and "accepted: --hourly-cost-usd" in result.output
+    assert "no prices for region 'ap-east-2'" in result.output and "accepted: --hourly-cost-usd" in result.output
 
 
 @pytest.mark.parametrize("width", [60, 80, 120])

@@ -81,12 +81,12 @@ def test_plan_exits_2_for_a_config_error(runner, write_config):
 
 
 def test_plan_in_a_region_missing_from_the_price_table_prints_every_other_figure(runner, write_config):
-    config = write_config("region: ap-south-2\ncontrol_plane_azs: [ap-south-2a, ap-south-2b]\n"
-                          "data_plane_az: ap-south-2a\n")
+    config = write_config("region: ap-east-2\ncontrol_plane_azs: [ap-east-2a, ap-east-2b]\n"
+                          "data_plane_az: ap-east-2a\n")
     as_json = runner.invoke(app, ["plan", "--config", config, "--json", "--tokens-per-second", "500"])
     assert as_json.exit_code == 0, as_json.output  # as for a priced plan that fits
     data = json.loads(as_json.stdout)
-    assert "no prices for region 'ap-south-2'" in data["price_unknown"]
+    assert "no prices for region 'ap-east-2'" in data["price_unknown"]
     assert data["hourly_cost_usd"] is None and data["monthly_cost_usd"] is None
     assert data["cost_per_million_output_tokens_usd"] is None
     assert all(line["usd_per_hour"] is None and line["basis"] is None for line in data["cost_lines"])
@@ -98,10 +98,26 @@ def test_plan_in_a_region_missing_from_the_price_table_prints_every_other_figure
     text = result.output
     for figure in ("32,768 B", "1.79 GiB", "189,923,328 bytes", "60.8 ms over EFA", "17.98 GiB -> 18 s"):
         assert figure in text, figure
-    assert "Price unknown: the price table (as of 2026-11-30) has no prices for region 'ap-south-2'" in text
+    assert "Price unknown: the price table (as of 2026-11-30) has no prices for region 'ap-east-2'" in text
     total = next(line for line in text.splitlines() if "total" in line)
     assert "unknown" in total and "0.0000" not in text
     assert "unknown per 1M output tokens" in text and "per hour, $" not in text
+
+
+def test_plan_prices_p5_in_us_west_2_and_labels_the_estimate_in_text_and_json(runner, write_config):
+    config = write_config("prefill: {instance_type: p5.48xlarge}\ndecode: {instance_type: p5.48xlarge}\n"
+                          "model: {tensor_parallel_size: 8}\n")
+    as_json = runner.invoke(app, ["plan", "--config", config, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.stdout)
+    assert data["price_unknown"] is None and data["price_includes_estimates"] is True
+    node = next(line for line in data["cost_lines"] if line["item"] == "decode node p5.48xlarge")
+    assert (node["usd_per_hour"], node["basis"]) == (pytest.approx(55.04), "estimate")
+    text = " ".join(runner.invoke(app, ["plan", "--config", config], env={"COLUMNS": "200"}).output.split())
+    assert ("warning: these prices for us-west-2 are estimates, not confirmed against the AWS price list: prefill "
+            "node p5.48xlarge, decode node p5.48xlarge, CloudWatch: 1 dashboard") in text
+    assert "(Estimated by rule (ray_llm_eks/base/pricing.py), the region's own ratio to us-east-1 in this table" in text
+    assert "p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5en.48xlarge: us-east-1 GPU x 1;" in text
 
 
 def test_plan_exits_2_for_an_instance_type_the_region_does_not_offer(runner, write_config):
