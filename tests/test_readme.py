@@ -69,6 +69,12 @@ def cli_options() -> dict[str, set[str]]:
            | {"--help"} for name, command in group.commands.items()}
 
 
+def app_options() -> set[str]:
+    """The options of the ``ray-llm-eks`` app itself, before any command (``--version``, ``--help``)."""
+    group = typer.main.get_command(app)
+    return {option for param in group.params for option in (*param.opts, *param.secondary_opts)} | {"--help"}
+
+
 def project_arguments(words: list[str]) -> tuple[str, list[str]] | None:
     """("make" or "ray-llm-eks", the arguments) of a command of this project's, else None."""
     if words[0] == "sudo":
@@ -93,6 +99,8 @@ def checked_command(words: list[str], targets: set[str], commands: dict[str, set
                    and word not in targets]
         return f"no Makefile target {unknown}" if unknown else None
     name = arguments[0] if arguments else None
+    if name in app_options():  # the app's own options: ray-llm-eks --version, --help
+        return None
     if name not in commands:
         return f"no ray-llm-eks command {name!r}"
     unknown = [word.split("=", 1)[0] for word in arguments[1:]
@@ -151,6 +159,8 @@ def test_the_matcher_finds_each_kind_of_mistake():
     assert checked_command(["python", "-m", "ray_llm_eks.cli", "plna"], targets, commands) == \
         "no ray-llm-eks command 'plna'"
     assert checked_command(["kubectl", "apply", "-f", "x"], targets, commands) is None
+    assert checked_command(["ray-llm-eks", "--version"], targets, commands) is None
+    assert checked_command(["ray-llm-eks", "--versoin"], targets, commands) == "no ray-llm-eks command '--versoin'"
 
 
 def test_every_command_the_readme_shows_exists():
