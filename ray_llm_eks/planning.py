@@ -103,40 +103,68 @@ class CapacityPlan:
     assumptions: tuple[str, ...]
 
 
-def _prefill_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
-    model, instance, tp = spec.architecture, spec.pool(PREFILL).instance, spec.tensor_parallel_size(PREFILL)
+def prefill_seconds(spec: ServingSpec, role: str, prompt_tokens: int) -> float:
+    """Seconds one replica of ``role`` takes to prefill a prompt of ``prompt_tokens``, by the roofline
+    at :data:`PREFILL_MFU` (the capacity model's prefill leg; the SLO planner's, on either leg)."""
+    return prefill_flops(spec, prompt_tokens) / _peak_flops(spec, role)
+
+
+def prefill_flops(spec: ServingSpec, prompt_tokens: int) -> int:
+    model = spec.architecture
     # Kaplan et al. 2020 (arXiv 2001.08361, Table 1): 2N FLOPs per token for the weights, plus the
     # attention scores, 2 x layers x context x d_attn per token, which summed over a causal prompt
     # of L tokens is 2 x layers x L^2 x d_attn; only full-attention layers have it.
     d_attn = model.num_attention_heads * model.head_dim
     # A MoE multiplies each token through its active parameters only (parameters_per_token).
-    flops = 2 * model.parameters_per_token * workload.isl + 2 * model.full_attention_layers * workload.isl ** 2 * d_attn
-    seconds = flops / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
+    return 2 * model.parameters_per_token * prompt_tokens + 2 * model.full_attention_layers * prompt_tokens ** 2 * d_attn
+
+
+def _peak_flops(spec: ServingSpec, role: str) -> float:
+    return spec.tensor_parallel_size(role) * spec.pool(role).instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU
+
+
+def _prefill_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
+    flops = prefill_flops(spec, workload.isl)
+    seconds = flops / _peak_flops(spec, PREFILL)
     return _leg(spec, PREFILL, {"flops_per_request": float(flops), "seconds_per_request": round(seconds, 6)},
                 workload.rate * seconds)
 
 
-def _decode_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
+def decode_batch(spec: ServingSpec, isl: int, osl: int) -> int:
+    """The sequences of ``isl + osl`` tokens one decode replica's KV pool holds (whole blocks, as
+    vLLM allocates them); raises :class:`PlanError` when not one fits."""
+    dtype = DTYPE_BYTES[spec.model.dtype]
+    budget = next(b for b in spec.memory_budgets() if b.role == DECODE)
+    layout = kv_layout(spec.architecture, dtype, spec.tensor_parallel_size(DECODE))
+    batch = budget.kv_blocks // layout.blocks_per_request(isl + osl)
+    if batch < 1:
+        raise PlanError(f"--isl {isl} + --osl {osl}: one sequence of {isl + osl} tokens does not fit "
+                        f"the decode leg's KV pool ({budget.kv_pool_gib:.2f} GiB per GPU); accepted: fewer tokens, or "
+                        "the fixes `plan` lists for model.max_model_len")
+    return batch
+
+
+def decode_step_seconds(spec: ServingSpec, isl: int, osl: int, batch: float) -> tuple[float, float]:
+    """One decode step of a replica holding ``batch`` sequences of ``isl`` prompt and ``osl`` answer
+    tokens: (memory-bound seconds, compute-bound seconds); the step takes the larger."""
     model, instance, tp = spec.architecture, spec.pool(DECODE).instance, spec.tensor_parallel_size(DECODE)
     dtype = DTYPE_BYTES[spec.model.dtype]
     budget = next(b for b in spec.memory_budgets() if b.role == DECODE)
     kv_per_token, state = budget.kv_cache_bytes_per_token, budget.linear_state_bytes_per_sequence
-    context = workload.isl + workload.osl
-    layout = kv_layout(model, dtype, tp)
-    batch = budget.kv_blocks // layout.blocks_per_request(context)  # whole blocks, as vLLM allocates them
-    if batch < 1:
-        raise PlanError(f"--isl {workload.isl} + --osl {workload.osl}: one sequence of {context} tokens does not fit "
-                        f"the decode leg's KV pool ({budget.kv_pool_gib:.2f} GiB per GPU); accepted: fewer tokens, or "
-                        "the fixes `plan` lists for model.max_model_len")
     # Each step reads the weights once and, per sequence, its KV cache (half the answer written
     # on average) and reads and writes a hybrid model's linear state; memory-bound unless the
     # batch's 2N FLOPs per token take longer (then compute-bound).
-    per_sequence = ((workload.isl + workload.osl / 2) * kv_per_token + 2 * state
-                    + model.sliding_window_bytes_per_sequence(dtype, context, tp))
+    per_sequence = ((isl + osl / 2) * kv_per_token + 2 * state
+                    + model.sliding_window_bytes_per_sequence(dtype, isl + osl, tp))
     weights = model.weight_bytes(dtype, vision=spec.model.serve_images)
     memory = (weights / tp + batch * per_sequence) / (instance.gpu_memory_bandwidth_gbps * 1e9 * DECODE_MBU)
     compute = 2 * model.parameters_per_token * batch / (tp * instance.gpu_dense_bf16_tflops * 1e12 * PREFILL_MFU)
-    step = max(memory, compute)
+    return memory, compute
+
+
+def _decode_capacity(spec: ServingSpec, workload: Workload) -> LegCapacity:
+    batch = decode_batch(spec, workload.isl, workload.osl)
+    step = max(decode_step_seconds(spec, workload.isl, workload.osl, batch))
     tokens_per_second = batch / step
     return _leg(spec, DECODE, {"batch": float(batch), "step_ms": round(step * 1000, 3),
                                "tokens_per_second": round(tokens_per_second, 3)},

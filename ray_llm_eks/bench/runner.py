@@ -54,6 +54,15 @@ RUN_FILE = "run.json"
 AGREEMENT_FILE = "agreement.json"
 RAW_DIR = "raw"
 METRICS_RELAY_FILE = "metrics_relay.json"
+PROFILE_FILE = "profile.json"
+"""The planner's performance profile (``bench --profile-isl``; ``plan --profile RUN_DIR`` reads it):
+docs/benchmark.md, "A profile for the planner"."""
+PROFILE_FORMAT = 1
+PROFILE_PERCENTILES = ("p50", "p90", "p95", "p99")
+"""AIPerf's aggregate has p90 (``profile_export_aiperf.json``), which the planner sizes for; the
+summary keeps its own three."""
+PREFILL_LEVEL_OSL = 8
+"""Answer tokens of a prefill level: TTFT is what it measures, a short answer keeps the level short."""
 PERCENTILES = ("p50", "p95", "p99")
 METRIC_PREFIXES = ("vllm:", "ray_vllm_", "vllm_")
 """vLLM's own spelling, and Ray's re-export of it (``ray_`` prefix, ``:`` to ``_``)."""
@@ -117,6 +126,10 @@ class BenchSettings:
     """Ask for exactly ``osl`` tokens (vLLM's ``ignore_eos``), so both topologies do the same work."""
     request_timeout_s: float = 600.0
     agreement_prompts: int = len(agreement.PROMPTS)
+    profile_isls: tuple[int, ...] = ()
+    """Prompt lengths of the prefill levels (``--profile-isl``): each is run at concurrency 1 with
+    :data:`PREFILL_LEVEL_OSL` answer tokens after the concurrency levels, and :data:`PROFILE_FILE`
+    records TTFT by prompt length and ITL by concurrency. Empty: no profile."""
     tokenizer_revision: str | None = None
     """The model revision (``model.revision``), so prompts are built with the deployed tokenizer."""
     seed: int = 0
@@ -181,6 +194,15 @@ class BenchSettings:
         if not 0 <= self.agreement_prompts <= len(agreement.PROMPTS):
             problems.append(("agreement_prompts",
                              f"between 0 and {len(agreement.PROMPTS)} (got {self.agreement_prompts})"))
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.profile_isls):
+            problems.append(("profile_isls", f"each prompt length must be a whole number >= 1 (got "
+                                             f"{list(self.profile_isls)})"))
+        elif len(set(self.profile_isls)) != len(self.profile_isls):
+            problems.append(("profile_isls", f"prompt lengths repeat (got {list(self.profile_isls)}); accepted: "
+                                             "distinct lengths"))
+        if self.profile_isls and (self.trace or self.replay_timestamps):
+            problems.append(("profile_isls", "a profile measures synthetic prompts of each length, not a trace; "
+                                             "accepted: without --trace"))
         if problems:
             raise BenchError("; ".join(f"{name}: {sentence}" for name, sentence in problems), problems)
 
@@ -192,7 +214,8 @@ class BenchSettings:
         return HOURLY if self.hourly_cost_usd is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "concurrency": list(self.concurrency), "metrics_urls": list(self.metrics_urls)}
+        return {**asdict(self), "concurrency": list(self.concurrency), "metrics_urls": list(self.metrics_urls),
+                "profile_isls": list(self.profile_isls)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BenchSettings:
@@ -201,7 +224,7 @@ class BenchSettings:
         if unknown:
             raise BenchError(f"unknown bench settings: {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
         values = dict(data)
-        for name in ("concurrency", "metrics_urls"):
+        for name in ("concurrency", "metrics_urls", "profile_isls"):
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)
@@ -699,7 +722,7 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
     progress(check_tokenizer(settings))
     out.mkdir(parents=True, exist_ok=True)
     # A rerun into the same directory must not leave the last run's files to be read as this one's.
-    for stale in (SUMMARY_FILE, AGREEMENT_FILE, RUN_FILE):
+    for stale in (SUMMARY_FILE, AGREEMENT_FILE, RUN_FILE, PROFILE_FILE):
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / RAW_DIR, ignore_errors=True)
     levels: list[int | None] = [None] if settings.replay_timestamps else list(settings.concurrency)
@@ -715,6 +738,13 @@ def run(settings: BenchSettings, out: Path, *, progress: Callable[[str], None] =
             (out / RAW_DIR / METRICS_RELAY_FILE).write_text(json.dumps(names, indent=2) + "\n")
         entries = _run_levels(replace(settings, metrics_urls=relayed), levels, out, endpoint_names=names,
                               progress=progress, ui=ui)
+        if settings.profile_isls:
+            prefill = [_run_levels(replace(settings, metrics_urls=relayed, isl=isl, osl=PREFILL_LEVEL_OSL,
+                                           concurrency=(1,)), [1], out, endpoint_names=names, progress=progress,
+                                   ui=ui, name=prefill_level_name(isl), write_summary=False)[0]
+                       for isl in settings.profile_isls]
+            (out / PROFILE_FILE).write_text(json.dumps(profile_record(settings, out, entries, prefill), indent=2,
+                                                       allow_nan=False) + "\n")
     if settings.agreement_prompts:
         progress(f"agreement: {settings.agreement_prompts} greedy completions, one at a time")
         recorded = agreement.record(settings.url, settings.model, count=settings.agreement_prompts,
@@ -749,15 +779,47 @@ def level_meter(settings: BenchSettings) -> utilization.LevelMeter:
                                   gpu_interval_s=settings.gpu_sample_interval_s)
 
 
+def prefill_level_name(isl: int) -> str:
+    return f"prefill-isl{isl}"
+
+
+def profile_record(settings: BenchSettings, out: Path, decode: list[dict[str, Any]],
+                   prefill: list[dict[str, Any]]) -> dict[str, Any]:
+    """``profile.json``: what the planner reads as its performance model (docs/benchmark.md, "A
+    profile for the planner"). ``prefill``: TTFT by prompt length at concurrency 1 (a prompt's
+    prefill, with the KV transfer on a disaggregated deployment and the first decode step);
+    ``decode``: ITL by concurrency at ``isl``/``osl``. Percentiles are AIPerf's own, p90 among them."""
+
+    def level(entry: dict[str, Any]) -> dict[str, Any]:
+        aggregate_file = out / entry["raw"] / "profile_export_aiperf.json"
+        aggregate = _read_json(aggregate_file) if aggregate_file.exists() else {}  # a level that served nothing
+        return {"ttft_ms": {p: (aggregate.get("time_to_first_token") or {}).get(p) for p in PROFILE_PERCENTILES},
+                "itl_ms": {p: (aggregate.get("inter_token_latency") or {}).get(p) for p in PROFILE_PERCENTILES},
+                "requests_ok": entry["requests_ok"], "requests_failed": entry["requests_failed"], "raw": entry["raw"]}
+
+    return {
+        "format": PROFILE_FORMAT,
+        "deployment": settings.deployment,
+        "model": settings.model,
+        "prefill": [{"isl": isl, "osl": PREFILL_LEVEL_OSL, "concurrency": 1, **level(entry)}
+                    for isl, entry in zip(settings.profile_isls, prefill)],
+        "decode": [{"concurrency": entry["concurrency"], "isl": settings.isl, "osl": settings.osl,
+                    "output_tokens_per_s": entry["output_tokens_per_s"], **level(entry)} for entry in decode],
+    }
+
+
 def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *, endpoint_names: dict[str, str],
-                progress: Callable[[str], None], ui: str) -> list[dict[str, Any]]:
+                progress: Callable[[str], None], ui: str, name: str | None = None,
+                write_summary: bool = True) -> list[dict[str, Any]]:
     """AIPerf once per level; ``settings.metrics_urls`` are the relay's (:mod:`.metrics_relay`), and
-    ``endpoint_names`` the nodes behind them."""
+    ``endpoint_names`` the nodes behind them. ``name``: the one level's directory under ``raw/`` (a
+    prefill level of a profile), which then stays out of ``summary.json``."""
     entries = []
     for index, concurrency in enumerate(levels, 1):
-        artifact_dir = out / RAW_DIR / level_name(concurrency)
+        artifact_dir = out / RAW_DIR / (name or level_name(concurrency))
         artifact_dir.mkdir(parents=True)
-        what = "trace timestamps" if concurrency is None else f"concurrency {concurrency}"
+        what = ("trace timestamps" if concurrency is None else f"concurrency {concurrency}") + (
+            f", prompt {settings.isl} tokens" if name else "")
         level_settings = settings
         warmup = 0 if concurrency is None else level_warmup(settings, concurrency)
         if settings.metrics_urls and warmup:
@@ -784,11 +846,14 @@ def _run_levels(settings: BenchSettings, levels: list[int | None], out: Path, *,
             _check_failed_level(artifact_dir, settings, concurrency, code, what, log_file)
         entry = summarize_level(artifact_dir, settings, concurrency, aiperf_exit_code=code,
                                 endpoint_names=endpoint_names, level_utilization=meter.record())
+        if name:
+            entry["raw"] = f"{RAW_DIR}/{name}"
         entries.append(entry)
         progress(f"[{index}/{len(levels)}] {what}: {entry['requests_ok']} ok, {entry['requests_failed']} failed, "
                  f"{entry['accepted_responses']} accepted, TTFT p50 {_fmt(entry['ttft_ms']['p50'])} ms, "
                  f"{entry['output_tokens_per_s']:.1f} output tokens/s ({time.monotonic() - level_started:.0f} s)")
-        _write_summary(out, entries)
+        if write_summary:
+            _write_summary(out, entries)
     return entries
 
 

@@ -27,7 +27,8 @@ def with_flags(error: Any) -> str:
 
 SETTING_FLAGS = {"price_per_million_input_tokens_usd": "--price-per-million-input-tokens",
                  "price_per_million_output_tokens_usd": "--price-per-million-output-tokens",
-                 "efa_counters_urls": "--efa-counters-url", "gpu_metrics_urls": "--gpu-metrics-url"}
+                 "efa_counters_urls": "--efa-counters-url", "gpu_metrics_urls": "--gpu-metrics-url",
+                 "profile_isls": "--profile-isl"}
 """Bench settings whose flag is not the setting's name in dashes."""
 
 
@@ -39,6 +40,19 @@ def _concurrency_levels(text: str) -> tuple[int, ...]:
     if not levels or any(level < 1 for level in levels):
         raise typer.BadParameter(f"each level must be >= 1 (got {text!r})")
     return levels
+
+
+def _prompt_lengths(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    try:
+        lengths = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"not a comma list of whole numbers (got {text!r}); accepted: e.g. "
+                                 "128,512,2048") from None
+    if not lengths or any(length < 1 for length in lengths):
+        raise typer.BadParameter(f"each prompt length must be >= 1 (got {text!r})")
+    return lengths
 
 
 def bench(
@@ -88,6 +102,11 @@ def bench(
     agreement_prompts: Annotated[int, typer.Option("--agreement-prompts", min=0, help="Fixed prompts to complete "
                                                                                      "greedily for `compare` (0: skip).")] = 16,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--allow-eos", help="Ask for exactly --osl tokens.")] = True,
+    profile_isl: Annotated[str | None, typer.Option(
+        "--profile-isl", metavar="ISL,ISL,...",
+        help="Also measure the planner's profile: TTFT at concurrency 1 for each prompt length (after the "
+             "concurrency levels, whose ITL by concurrency it records too), into profile.json for "
+             "`plan --profile RUN_DIR` (docs/benchmark.md).")] = None,
     aiperf: Annotated[str | None, typer.Option("--aiperf", help="The aiperf program; default: installed beside this one.")] = None,
     emit_job: Annotated[bool, typer.Option("--emit-job", help="Print a Kubernetes Job that runs this bench next to "
                                                               "the service, instead of running it here.")] = False,
@@ -102,6 +121,10 @@ def bench(
     if workload not in PRESETS:
         fail(ExitCode.CONFIG_ERROR, f"--workload: unknown preset (got {workload!r}); accepted: {', '.join(PRESETS)}", False)
     levels = _concurrency_levels(concurrency or ("1" if replay_timestamps else "1,4,16"))
+    try:
+        profile_isls = _prompt_lengths(profile_isl)
+    except typer.BadParameter as error:
+        fail(ExitCode.CONFIG_ERROR, f"--profile-isl: {error}", False)
     if trace is not None and not trace.is_file():
         fail(ExitCode.CONFIG_ERROR, f"--trace: no such file (got {str(trace)!r}); accepted: a Mooncake-format "
                                     "JSON-lines trace", False)
@@ -123,6 +146,12 @@ def bench(
     if not managed and not trace and isl + osl > serving.model.max_model_len:
         fail(ExitCode.CONFIG_ERROR, f"--isl + --osl: {isl} + {osl} tokens exceed model.max_model_len "
                                     f"({serving.model.max_model_len}); accepted: a sum within it", False)
+    too_long = [n for n in profile_isls if n + runner.PREFILL_LEVEL_OSL > serving.model.max_model_len]
+    if not managed and too_long:
+        fail(ExitCode.CONFIG_ERROR, f"--profile-isl: {', '.join(map(str, too_long))} tokens and the prefill level's "
+                                    f"{runner.PREFILL_LEVEL_OSL} answer tokens exceed model.max_model_len "
+                                    f"({serving.model.max_model_len}); accepted: prompt lengths of at most "
+                                    f"{serving.model.max_model_len - runner.PREFILL_LEVEL_OSL}", False)
     efa_urls = _node_urls("--efa-counters-url", efa_counters_url)
     gpu_urls = _node_urls("--gpu-metrics-url", gpu_metrics_url)
     if per_token:
@@ -172,7 +201,7 @@ def bench(
             price_per_million_input_tokens_usd=price_input, price_per_million_output_tokens_usd=price_output,
             efa_counters_urls=efa_urls, gpu_metrics_urls=gpu_urls,
             nodes=_node_facts(sorted({*efa_urls, *gpu_urls}), specs if config else None),
-            model_record=model_record)
+            model_record=model_record, profile_isls=profile_isls)
     except BenchError as error:
         fail(ExitCode.CONFIG_ERROR, with_flags(error), False)
     if emit_job:
@@ -222,6 +251,10 @@ def bench(
                   if tokenizer is None and any(name == "tokenizer" for name, _ in error.problems) else "")
         fail(ExitCode.CHECK_FAILED, with_flags(error) + source, False)
     _print_summary(console, out, entries)
+    if profile_isls:
+        console.print(f"profile: {escape(str(out / runner.PROFILE_FILE))} (TTFT at concurrency 1 for prompts of "
+                      f"{', '.join(map(str, profile_isls))} tokens, ITL at concurrency {', '.join(map(str, levels))}); "
+                      f"plan it with `ray-llm-eks plan --profile {escape(str(out))} --slo-ttft-ms ... --slo-itl-ms ...`")
 
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -1,9 +1,11 @@
-"""``ray-llm-eks plan``: memory, KV-transfer, cold-start and cost figures, and with a workload the
-capacity per leg. No AWS calls, no synth."""
+"""``ray-llm-eks plan``: memory, KV-transfer, cold-start and cost figures, with a workload the
+capacity per leg, and with TTFT and ITL targets the SLO plan (docs/plan.md, "SLO plan"). No AWS
+calls, no synth."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -17,6 +19,7 @@ from .tables import print_table
 if TYPE_CHECKING:
     from ..base.sizing import NodeBudget
     from ..planning import CapacityPlan, Plan
+    from ..slo_planning import SloPlan
 
 
 def plan(
@@ -30,10 +33,19 @@ def plan(
     isl: Annotated[int | None, typer.Option("--isl", help="Mean prompt (input) tokens of the workload to size for.")] = None,
     osl: Annotated[int | None, typer.Option("--osl", help="Mean answer (output) tokens of the workload.")] = None,
     rate: Annotated[float | None, typer.Option("--rate", help="Requests per second of the workload.")] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(
+        "--slo-ttft-ms", help="With the workload and --slo-itl-ms: the p90 time-to-first-token target the SLO plan "
+                              "sizes the legs for.")] = None,
+    slo_itl_ms: Annotated[float | None, typer.Option(
+        "--slo-itl-ms", help="The p90 inter-token latency target of the SLO plan.")] = None,
+    profile: Annotated[Path | None, typer.Option(
+        "--profile", metavar="RUN_DIR", help="A `bench --profile-isl` run directory: its measured levels are the SLO "
+                                              "plan's performance model instead of the built-in one.")] = None,
 ) -> None:
     """Memory, KV-transfer, cold-start and cost figures for a deployment; with --isl, --osl and
     --rate, the prefill and decode capacity the workload needs and the prefill:decode node ratio
-    (docs/scaling.md). No AWS calls."""
+    (docs/scaling.md); with --slo-ttft-ms and --slo-itl-ms, the replicas per leg that meet them, the
+    prompt length below which prefill stays on the decode replica, and the cost (docs/plan.md). No AWS calls."""
     from ..base.pricing import PriceError
     from ..planning import PlanError, Workload, make_plan, node_budgets
 
@@ -42,17 +54,36 @@ def plan(
     if any(v is not None for v in given.values()) and any(v is None for v in given.values()):
         missing = ", ".join(k for k, v in given.items() if v is None)
         fail(ExitCode.CONFIG_ERROR, f"a workload needs --isl, --osl and --rate together; missing {missing}", as_json)
+    slo_flags = {"--slo-ttft-ms": slo_ttft_ms, "--slo-itl-ms": slo_itl_ms}
+    if any(v is not None for v in slo_flags.values()) or profile is not None:
+        missing = [k for k, v in {**slo_flags, **given}.items() if v is None]
+        if missing:
+            fail(ExitCode.CONFIG_ERROR, f"an SLO plan{' (--profile)' if profile is not None else ''} needs "
+                                        "--slo-ttft-ms, --slo-itl-ms, --isl, --osl and --rate together; missing "
+                                        f"{', '.join(missing)}", as_json)
+    slo = None
     try:
         workload = Workload(isl, osl, rate) if isl is not None else None  # type: ignore[arg-type]
         result = make_plan(deployment, tokens_per_second=tokens_per_second, workload=workload)
+        if slo_ttft_ms is not None and workload is not None:
+            from ..base.pricing import load_price_table
+            from ..slo_planning import SloTargets, slo_plan
+
+            slo = slo_plan(deployment.specs(), deployment.footprint(), load_price_table(), workload,
+                           SloTargets(slo_ttft_ms, slo_itl_ms), profile=profile)  # type: ignore[arg-type]
     except (PlanError, PriceError) as error:
         fail(ExitCode.CONFIG_ERROR, str(error), as_json)
     budgets = node_budgets(deployment)
     if as_json:
-        typer.echo(json.dumps({**result.summary(), "node_budget": {role: b.to_dict() for role, b in budgets.items()}},
-                              indent=2))
+        extra = {"slo_plan": slo.summary()} if slo is not None else {}
+        typer.echo(json.dumps({**result.summary(), "node_budget": {role: b.to_dict() for role, b in budgets.items()},
+                               **extra}, indent=2))
     else:
         _print_plan(result, budgets)
+        if slo is not None:
+            _print_slo_plan(make_console(), slo)
+    if slo is not None and not slo.feasible:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 
 def _gib(value_bytes: float) -> str:
@@ -261,3 +292,38 @@ def _print_capacity(console: Any, capacity: CapacityPlan) -> None:
     console.print(f"[bold]recommended_prefill_decode_ratio {capacity.recommended_prefill_decode_ratio:g}[/] "
                   f"(prefill nodes per decode node); a new node serves in about {capacity.node_start_seconds:.0f} s")
     console.print("[dim]Throughput model: " + "; ".join(capacity.assumptions) + "[/]")
+
+
+BINDING_TEXT = {"ttft": "TTFT", "itl": "ITL", "throughput": "throughput (the rate alone)",
+                "none": "none (one replica a leg meets both targets)"}
+
+
+def _print_slo_plan(console: Any, slo: SloPlan) -> None:
+    """The SLO plan: replicas per leg, the binding constraint, the threshold and its assumptions."""
+    w, s = slo.workload, slo.summary()
+
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1f} ms"
+
+    rows = [[f"prefill ({slo.binding_by_leg['prefill']})", str(slo.prefill_replicas), str(slo.nodes["prefill"])],
+            [f"decode ({slo.binding_by_leg['decode']})", str(slo.decode_replicas), str(slo.nodes["decode"])]]
+    print_table(console, f"SLO plan for {w.rate:g} requests/s of {w.isl} prompt + {w.osl} answer tokens: TTFT p90 <= "
+                         f"{slo.slo.ttft_ms:g} ms, ITL p90 <= {slo.slo.itl_ms:g} ms ({escape(slo.performance_model)})",
+                [("leg (binding)", False), ("replicas", True), ("nodes", True)], rows)
+    console.print(f"[bold]Binding constraint: {BINDING_TEXT[slo.binding]}[/]; predicted TTFT p90 "
+                  f"{ms(s['ttft_ms_p90'])}, ITL p90 {ms(s['itl_ms_p90'])} at "
+                  f"{'n/a' if slo.decode_concurrency_per_replica is None else f'{slo.decode_concurrency_per_replica:.2f}'} "
+                  f"sequences per decode replica ({slo.path})")
+    cost = ("unknown" if slo.hourly_cost_usd is None else
+            f"${slo.hourly_cost_usd:.2f} per hour, ${slo.cost_per_million_output_tokens_usd:.2f} per 1M output tokens")
+    console.print(f"[bold]Cost[/]: {cost}")
+    threshold = slo.threshold
+    never = (" (a remote prefill pays at no prompt length up to model.max_model_len: every prompt stays on its "
+             "decode replica)" if threshold.never_pays else "")
+    console.print(f"[bold]disaggregation.min_prompt_tokens {slo.min_prompt_tokens}[/]: shorter prompts are prefilled "
+                  f"on the decode replica{never}")
+    if not slo.feasible:
+        console.print(f"[bold red]Infeasible[/]: {escape(slo.reason or '')}")
+    for warning in slo.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+    console.print("[dim]SLO plan: " + escape("; ".join((*slo.assumptions, *threshold.assumptions))) + "[/]")

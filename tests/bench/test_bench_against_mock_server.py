@@ -275,3 +275,31 @@ def test_when_aiperf_fails_its_own_reason_comes_first(tokenizer_dir, tmp_path, c
     assert f"no request succeeded at c1 (summary.json has the errors; first check --url and --model): {url}. " \
            "AIPerf says: All 3 inference request(s) failed." in message
     assert "Error in aiohttp request: ClientConnectorError(" in message and "Connect call failed" in message
+
+
+def test_a_profile_sweep_records_ttft_by_prompt_length_and_itl_by_concurrency(mock_servers, tokenizer_dir,
+                                                                               tmp_path, cli):
+    """``bench --profile-isl``: the concurrency levels, then one prefill level per prompt length at
+    concurrency 1; ``profile.json`` holds AIPerf's own percentiles of each (p90 among them), which
+    ``plan --profile`` reads."""
+    url = mock_servers.start("profile", "--ttft-ms", str(TTFT_MS), "--ttft-ms-std", "0",
+                             "--itl-ms", str(ITL_MS), "--output-tokens", str(OUTPUT_TOKENS))
+    out = tmp_path / "run"
+    cli("bench", "--url", url, "--model", "tiny", "--tokenizer", str(tokenizer_dir), "--isl", "32",
+        "--osl", str(OUTPUT_TOKENS), "--concurrency", "2", "--requests", "8", "--agreement-prompts", "0",
+        "--profile-isl", "16,128", "--out", str(out))
+    profile = read_json(out / runner.PROFILE_FILE)
+    assert profile["format"] == runner.PROFILE_FORMAT
+    assert [(p["isl"], p["concurrency"], p["raw"]) for p in profile["prefill"]] == [
+        (16, 1, "raw/prefill-isl16"), (128, 1, "raw/prefill-isl128")]
+    assert [(d["concurrency"], d["isl"], d["osl"], d["raw"]) for d in profile["decode"]] == [(2, 32, OUTPUT_TOKENS, "raw/c2")]
+    # The prefill levels stay out of summary.json: it holds the concurrency levels only.
+    assert [e["concurrency"] for e in read_json(out / runner.SUMMARY_FILE)] == [2]
+    for level in (*profile["prefill"], *profile["decode"]):
+        aggregate = read_json(out / level["raw"] / "profile_export_aiperf.json")
+        assert level["ttft_ms"] == {p: aggregate["time_to_first_token"][p] for p in runner.PROFILE_PERCENTILES}
+        assert level["itl_ms"] == {p: aggregate["inter_token_latency"][p] for p in runner.PROFILE_PERCENTILES}
+        assert level["requests_ok"] == 8 and level["ttft_ms"]["p90"] >= TTFT_MS - LOOP_CLOCK_MS
+    for level in profile["prefill"]:
+        command = (out / level["raw"] / "command.txt").read_text()
+        assert f"--isl {level['isl']} --osl {runner.PREFILL_LEVEL_OSL}" in command and "--concurrency 1 " in command
