@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 import yaml
 
+from ray_llm_eks.base import wire
 from ray_llm_eks.twin import kube_api, render, twin_profile
 from ray_llm_eks.twin.run import DEFAULT_CONFIG
 
@@ -135,8 +136,15 @@ def test_the_gate_settings_follow_the_profile(rendered, twins):
     assert settings["worker_env"]["FI_PROVIDER"] == "tcp"
     assert settings["worker_env"] == {k: twins["disaggregated"].nodes["decode"].env[k] for k in original["worker_env"]}
     unchanged = {k for k in original if k not in {"openai_url", "serve_args", "worker_env",
-                                                   "expected_provider", "as_deploy_job", "deadline_seconds"}}
+                                                   "expected_provider", "as_deploy_job", "deadline_seconds",
+                                                   "poll_seconds"}}
     assert {k: settings[k] for k in unchanged} == {k: original[k] for k in unchanged}
+    # The stand-in answers from this machine: the gate reads it every 2 s (the rendered settings leave
+    # poll_seconds at the wire contract's default, 10 s); the Serve settle it must wait out stays.
+    rendered = wire.GateSettings.from_json(original)
+    twin = wire.GateSettings.from_json(settings)
+    assert (rendered.poll_seconds, twin.poll_seconds) == (10.0, twin_profile.GATE_POLL_SECONDS) == (10.0, 2.0)
+    assert twin.serve_settle_seconds == rendered.serve_settle_seconds
     # The planner's figures for the tiny model (2 x 2 layers x 4 KV heads x 64 x 2 bytes), not Qwen's.
     assert settings["kv_bytes_per_token"] == 2048 and settings["kv_bytes_per_sequence"] == 0
 

@@ -29,6 +29,11 @@ KV_CACHE_SPACE_GIB = 1
 HEAD_PORT = 6379
 DASHBOARD_PORT = 8265
 GATE_DEADLINE_SECONDS = 900.0
+GATE_POLL_SECONDS = 2.0
+"""How often the gate reads the RayService on the twin (``poll_seconds``, 10 s as rendered). The
+twin's API stand-in answers from this machine with Serve's state as the head reports it, so the
+gate looks as often as KubeRay requeues (``ServiceDefaultRequeueDuration``, 2 s), and a Serve
+status is still believed only once it held ``serve_settle_seconds`` (6 s, as rendered)."""
 
 CHANGES: tuple[tuple[str, str], ...] = (
     ("serve: model_loading_config.model_source", "the tiny model built on this machine, never a hub download"),
@@ -48,6 +53,8 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("gate: serve_args, worker_env", "what this profile changed, which the gate compares with what runs"),
     ("gate: expected_provider tcp", "the provider the twin's links offer"),
     ("gate: as_deploy_job false, deadline_seconds", "no Job, no wait condition; bounded for a local run"),
+    ("gate: poll_seconds 2", "the API stand-in answers from this machine: the gate reads the RayService as often as "
+     "KubeRay requeues (2 s) instead of every 10 s; a Serve status must still hold 6 s before it is believed"),
 )
 
 
@@ -198,6 +205,7 @@ def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_ob
         expected_provider=TWIN_PROVIDER,
         as_deploy_job=False,
         deadline_seconds=GATE_DEADLINE_SECONDS,
+        poll_seconds=GATE_POLL_SECONDS,
     )
     # The RayService the KubeRay stand-in serves carries the config it submits, as KubeRay's does:
     # the gate compares the stored serveConfigV2 with its serve_args (verification.rollout).
