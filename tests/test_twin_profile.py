@@ -282,3 +282,27 @@ def test_the_twin_runs_ray_with_the_token_kuberay_1_5_1_would_set(twins, tmp_pat
     assert twin.auth_headers() == {"x-ray-authorization": f"Bearer {twin.ray_auth_token}"}
     assert len(twin.ray_auth_token) >= 40  # 32 random bytes, URL-safe base64
     assert Twin(twins["disaggregated"], None, tmp_path, tmp_path, tmp_path).ray_auth_token != twin.ray_auth_token
+
+
+def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(rendered, tmp_path):
+    """A replacement head whose ``ray start --block`` exits (its ports still taken) is reported as
+    such, so the kubelet stand-in retries it, instead of waiting out the dashboard's whole timeout:
+    under the stand-in a Ray node's process is restartable, which the generic wait never counts as
+    dead (twin/run.py ``_pod_deleted``)."""
+    from ray_llm_eks.twin.cluster import Twin, TwinError
+    from ray_llm_eks.twin.host_network import HostNetwork
+
+    network = HostNetwork(("head", "prefill", "decode"))
+    charts = rendered["disaggregated"]
+    deployment = twin_profile.twin_deployment(charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART],
+                                              network.addresses, PATHS)
+    ray_bin = tmp_path / "bin"
+    ray_bin.mkdir()
+    (ray_bin / "ray").write_text("#!/bin/sh\necho \"ray $*\"\nexit 3\n")
+    (ray_bin / "ray").chmod(0o755)
+    twin = Twin(deployment, network, tmp_path, ray_bin, tmp_path, log=lambda line: None)
+    twin.restarts_exited = True  # what TwinRun.kubelet() sets while drills run
+    with pytest.raises(TwinError, match="the Ray head's `ray start` exited with code 3 before its dashboard answered"):
+        twin.start_node("head", timeout=60.0)
+    assert twin.processes[-1].restartable
+    assert "ray start --block" in twin.node_logs["head"].text()
