@@ -150,8 +150,34 @@ def test_the_gate_settings_follow_the_profile(rendered, twins):
 
 
 def test_every_change_is_listed_once_with_a_reason():
-    whats = [what for what, _ in twin_profile.CHANGES]
-    assert len(whats) == len(set(whats)) and all(why for _, why in twin_profile.CHANGES)
+    changes = twin_profile.CHANGES + twin_profile.TRAP_CHANGES
+    whats = [what for what, _ in changes]
+    assert len(whats) == len(set(whats)) and all(why for _, why in changes)
+
+
+def test_a_trap_that_cannot_start_fails_at_its_first_failed_start_and_changes_nothing_else(twins):
+    """The traps whose engines cannot start (``FI_PROVIDER=efa`` without a device, no libfabric):
+    Ray Serve would retry each leg's replica min(20, 3 x 1) times, about 40 s each on the twin,
+    before the application is DEPLOY_FAILED; the first failure already logged the root cause."""
+    from ray.serve._private.config import DeploymentConfig
+    from ray.serve._private.constants import MAX_PER_REPLICA_RETRY_COUNT
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    healthy = twins["disaggregated"].serve_config
+    trap = twin_profile.failing_at_first_start(healthy)
+    assert sorted(differences(healthy, trap)) == [
+        f".applications[0].args.{leg}.deployment_config.max_constructor_retry_count"
+        for leg in ("decode_config", "prefill_config")]
+    assert "max_constructor_retry_count" not in healthy["applications"][0]["args"]["prefill_config"]["deployment_config"]
+    ServeDeploySchema.model_validate(trap)
+    for leg in ("prefill_config", "decode_config"):
+        llm = trap["applications"][0]["args"][leg]
+        LLMConfig.model_validate(llm)  # validates deployment_config against Serve's DeploymentConfig
+        assert DeploymentConfig(**llm["deployment_config"]).max_constructor_retry_count == 1
+        assert llm["deployment_config"]["num_replicas"] == 1
+    # What the traps ran with before: Serve's default of 20, capped at 3 per replica.
+    assert (DeploymentConfig().max_constructor_retry_count, MAX_PER_REPLICA_RETRY_COUNT) == (20, 3)
 
 
 # --- the Kubernetes API stand-in ---------------------------------------------------------------

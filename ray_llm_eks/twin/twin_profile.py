@@ -8,7 +8,9 @@ of those values changed. Every change is made here and listed, with its reason, 
 
 Everything else (the engine arguments, the NIXL backends, the side-channel port bases, the role
 resources, the placement strategy, the replica counts, the other environment variables, the
-probes and thresholds of the gate) runs as rendered. The standard library and PyYAML only.
+probes and thresholds of the gate) runs as rendered. The traps of ``make test-twin`` change what
+they deploy on top of this; the one change they share is here too (:data:`TRAP_CHANGES`,
+:func:`failing_at_first_start`). The standard library and PyYAML only.
 """
 
 from __future__ import annotations
@@ -56,6 +58,14 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("gate: poll_seconds 2", "the API stand-in answers from this machine: the gate reads the RayService as often as "
      "KubeRay requeues (2 s) instead of every 10 s; a Serve status must still hold 6 s before it is believed"),
 )
+
+TRAP_CHANGES: tuple[tuple[str, str], ...] = (
+    ("serve: deployment_config.max_constructor_retry_count 1 (the traps whose engines cannot start)",
+     "Ray Serve retries a replica that fails to start min(20, 3 x replicas) times before the application is "
+     "DEPLOY_FAILED (Ray 2.58 deployment_state.py _failed_to_start_threshold), about 40 s an engine start on the "
+     "twin; the first failure already wrote the root cause the gate reads in the worker logs"),
+)
+"""What :func:`failing_at_first_start` changes in a trap's Serve config (docs/twin.md lists it)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,22 @@ def serve_for_cpu(serve_config: Mapping[str, Any], model_path: str) -> dict[str,
             transfer = (llm.get("engine_kwargs") or {}).get("kv_transfer_config")
             if transfer is not None:
                 transfer["kv_buffer_device"] = "cpu"
+    return config
+
+
+def failing_at_first_start(serve_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``serve_config`` (a new dict) whose LLM deployments fail the application at their first
+    failed start (:data:`TRAP_CHANGES`): ``max_constructor_retry_count`` 1 in each leg's
+    ``deployment_config``, which Ray Serve LLM passes to ``serve.deployment`` as a deployment option
+    (Ray 2.58 ``llm/_internal/serve/core/server/builder.py`` ``build_llm_deployment``). Serve fails a
+    deployment once its constructor failures reach min(``max_constructor_retry_count``, 3 x
+    replicas) (``serve/_private/deployment_state.py`` ``_failed_to_start_threshold``, 3 from
+    ``RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT``) and the application with its first failed
+    deployment (``application_state.py``)."""
+    config = copy.deepcopy(dict(serve_config))
+    for application in config["applications"]:
+        for llm in _llm_configs(application["args"]):
+            llm.setdefault("deployment_config", {})["max_constructor_retry_count"] = 1
     return config
 
 
