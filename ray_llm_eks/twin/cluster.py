@@ -211,8 +211,17 @@ class Twin:
         process.restartable = self.restarts_exited
         self.node_logs[name] = process.log  # type: ignore[assignment]
         if name == "head":
-            self._wait(lambda: self._get_json(f"http://{node.address}:{DASHBOARD_PORT}/api/version") is not None,
-                       timeout, "the Ray head's dashboard to answer")
+            def dashboard_answers() -> bool:
+                # A head whose ``ray start --block`` exited never answers: say so now. Under the kubelet
+                # stand-in its process is restartable, which :meth:`_wait` does not count as dead, and
+                # a replacement head that found its ports still taken waited out the whole timeout
+                # (180 s) before the retry that then started it (docs/twin.md, the head drill).
+                if process.popen.poll() is not None:
+                    raise TwinError(f"the Ray head's `ray start` exited with code {process.popen.returncode} before "
+                                    f"its dashboard answered; see {process.log.path if process.log else 'its log'}")
+                return self._get_json(f"http://{node.address}:{DASHBOARD_PORT}/api/version") is not None
+
+            self._wait(dashboard_answers, timeout, "the Ray head's dashboard to answer")
         return process
 
     def stop_node(self, name: str, grace_seconds: float = 30.0) -> None:

@@ -8,7 +8,9 @@ of those values changed. Every change is made here and listed, with its reason, 
 
 Everything else (the engine arguments, the NIXL backends, the side-channel port bases, the role
 resources, the placement strategy, the replica counts, the other environment variables, the
-probes and thresholds of the gate) runs as rendered. The standard library and PyYAML only.
+probes and thresholds of the gate) runs as rendered. The traps of ``make test-twin`` change what
+they deploy on top of this; the one change they share is here too (:data:`TRAP_CHANGES`,
+:func:`failing_at_first_start`). The standard library and PyYAML only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ KV_CACHE_SPACE_GIB = 1
 HEAD_PORT = 6379
 DASHBOARD_PORT = 8265
 GATE_DEADLINE_SECONDS = 900.0
+GATE_POLL_SECONDS = 2.0
+"""How often the gate reads the RayService on the twin (``poll_seconds``, 10 s as rendered). The
+twin's API stand-in answers from this machine with Serve's state as the head reports it, so the
+gate looks as often as KubeRay requeues (``ServiceDefaultRequeueDuration``, 2 s), and a Serve
+status is still believed only once it held ``serve_settle_seconds`` (6 s, as rendered)."""
 
 CHANGES: tuple[tuple[str, str], ...] = (
     ("serve: model_loading_config.model_source", "the tiny model built on this machine, never a hub download"),
@@ -48,7 +55,17 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("gate: serve_args, worker_env", "what this profile changed, which the gate compares with what runs"),
     ("gate: expected_provider tcp", "the provider the twin's links offer"),
     ("gate: as_deploy_job false, deadline_seconds", "no Job, no wait condition; bounded for a local run"),
+    ("gate: poll_seconds 2", "the API stand-in answers from this machine: the gate reads the RayService as often as "
+     "KubeRay requeues (2 s) instead of every 10 s; a Serve status must still hold 6 s before it is believed"),
 )
+
+TRAP_CHANGES: tuple[tuple[str, str], ...] = (
+    ("serve: deployment_config.max_constructor_retry_count 1 (the traps whose engines cannot start)",
+     "Ray Serve retries a replica that fails to start min(20, 3 x replicas) times before the application is "
+     "DEPLOY_FAILED (Ray 2.58 deployment_state.py _failed_to_start_threshold), about 40 s an engine start on the "
+     "twin; the first failure already wrote the root cause the gate reads in the worker logs"),
+)
+"""What :func:`failing_at_first_start` changes in a trap's Serve config (docs/twin.md lists it)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,22 @@ def serve_for_cpu(serve_config: Mapping[str, Any], model_path: str) -> dict[str,
     return config
 
 
+def failing_at_first_start(serve_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``serve_config`` (a new dict) whose LLM deployments fail the application at their first
+    failed start (:data:`TRAP_CHANGES`): ``max_constructor_retry_count`` 1 in each leg's
+    ``deployment_config``, which Ray Serve LLM passes to ``serve.deployment`` as a deployment option
+    (Ray 2.58 ``llm/_internal/serve/core/server/builder.py`` ``build_llm_deployment``). Serve fails a
+    deployment once its constructor failures reach min(``max_constructor_retry_count``, 3 x
+    replicas) (``serve/_private/deployment_state.py`` ``_failed_to_start_threshold``, 3 from
+    ``RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT``) and the application with its first failed
+    deployment (``application_state.py``)."""
+    config = copy.deepcopy(dict(serve_config))
+    for application in config["applications"]:
+        for llm in _llm_configs(application["args"]):
+            llm.setdefault("deployment_config", {})["max_constructor_retry_count"] = 1
+    return config
+
+
 def worker_env_for_twin(env: Mapping[str, str], paths: Paths) -> dict[str, str]:
     changed = dict(env)
     changed["FI_PROVIDER"] = TWIN_PROVIDER
@@ -198,6 +231,7 @@ def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_ob
         expected_provider=TWIN_PROVIDER,
         as_deploy_job=False,
         deadline_seconds=GATE_DEADLINE_SECONDS,
+        poll_seconds=GATE_POLL_SECONDS,
     )
     # The RayService the KubeRay stand-in serves carries the config it submits, as KubeRay's does:
     # the gate compares the stored serveConfigV2 with its serve_args (verification.rollout).

@@ -19,7 +19,7 @@ import urllib.parse
 import pytest
 
 from helpers.twin import capture
-from ray_llm_eks.twin import netns
+from ray_llm_eks.twin import netns, twin_profile
 
 pytestmark = pytest.mark.twin
 
@@ -71,14 +71,17 @@ def test_ucx_backend(healthy):
 
 
 def test_efa_provider_without_a_device(healthy):
-    result = trap(healthy, with_env(healthy, {"FI_PROVIDER": "efa"}), "efa-without-device")
+    # The engines cannot start: the app fails at the first failed start, not after Serve's retries.
+    config = twin_profile.failing_at_first_start(with_env(healthy, {"FI_PROVIDER": "efa"}))
+    result = trap(healthy, config, "efa-without-device")
     assert result.verdict == "fail"
     assert "fi_getinfo" in result.reasons[0] or "no EFA device" in result.reasons[0], result.reasons
 
 
 def test_libfabric_plugin_cannot_load_libfabric(healthy):
     without = ":".join(p for p in healthy.environment.library_path.split(":") if "mpich" not in p)
-    result = trap(healthy, with_env(healthy, {"LD_LIBRARY_PATH": without}), "no-libfabric")
+    config = twin_profile.failing_at_first_start(with_env(healthy, {"LD_LIBRARY_PATH": without}))
+    result = trap(healthy, config, "no-libfabric")
     assert result.verdict == "fail"
     assert "libfabric.so.1" in result.reasons[0], result.reasons
 
