@@ -136,3 +136,14 @@ def test_ray_unpacks_it_into_an_importable_package(tmp_path):
         sys.path.remove(str(module_dir))
         for name in [n for n in sys.modules if n.startswith("rayllmeks_pd")]:
             del sys.modules[name]
+
+
+def test_the_twin_profile_moves_the_archive_from_the_mount_to_the_runs_folder(conditional):
+    from ray_llm_eks.twin import twin_profile
+
+    serve, files = twin_profile.pd_program_for_twin(conditional.serve_config, conditional.objects["serving-rayservice"],
+                                                    "/run/twin")
+    name = bundle.archive_name()
+    assert files == {name: bundle.archive()}
+    assert serve["applications"][0]["runtime_env"] == {"py_modules": [f"file:///run/twin/{name}"]}
+    assert conditional.application["runtime_env"]["py_modules"] == [bundle.uri()]  # the input is left as it was
