@@ -237,7 +237,7 @@ class Deployment:
     nixl: NixlSpec = field(default_factory=NixlSpec)
     """NIXL KV-transfer settings."""
     disaggregation: DisaggregationSpec = field(default_factory=DisaggregationSpec)
-    """When a request takes the prefill leg: ``min_prompt_tokens`` sends shorter prompts to a decode replica, which prefills them itself with no KV transfer (docs/conditional-disaggregation.md)."""
+    """When a request takes the prefill leg: ``min_prompt_tokens`` sends shorter prompts to a decode replica, which prefills them itself with no KV transfer (ray_llm_eks/pd/conditional.py)."""
     serving: ServiceSettings = field(default_factory=ServiceSettings)
     """Kubernetes-side serving settings."""
     verification: VerificationSpec = field(default_factory=VerificationSpec)

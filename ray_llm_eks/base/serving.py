@@ -406,7 +406,7 @@ class DisaggregationSpec:
     over EFA at about 0 % throughput gain and a worse TTFT at 1,000 input tokens, against +22 % at
     8,000. SageMaker HyperPod's inference operator (``pdSpec.routingThreshold``) and llm-d's
     ``pd-profile-handler`` (``threshold``) route the same way. How the Serve side does it and what
-    is counted: :mod:`ray_llm_eks.pd.conditional` (docs/conditional-disaggregation.md)."""
+    is counted: :mod:`ray_llm_eks.pd.conditional`."""
 
     __pydantic_config__ = {"extra": "forbid"}
 
