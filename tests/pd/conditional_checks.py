@@ -1,6 +1,6 @@
 """Checks of ray_llm_eks.pd.conditional against Ray Serve LLM 2.58's own classes, run by the twin's
 Python (Ray Serve LLM's protocol models need vLLM, which only .venv-twin has):
-``.venv-twin/bin/python tests/pd/conditional_checks.py NAME`` (tests/pd/test_conditional_server.py runs each)."""
+``.venv-twin/bin/python tests/pd/conditional_checks.py NAME[,NAME...] [ARGS]`` (tests/pd/test_conditional_server.py runs each)."""
 
 from __future__ import annotations
 
@@ -108,5 +108,14 @@ def check_the_graph_is_rays_with_the_decode_class_swapped() -> None:
 
 
 if __name__ == "__main__":
-    globals()[f"check_{sys.argv[1]}"]()
-    print("ok", sys.argv[1])
+    # One interpreter for every check named (importing Ray Serve LLM and vLLM takes most of the time);
+    # each prints "ok NAME" or "failed NAME: ..." so the tests can tell them apart.
+    import traceback
+
+    for name in sys.argv[1].split(","):
+        try:
+            globals()[f"check_{name}"]()
+        except Exception:  # noqa: BLE001 - reported to the test of that name
+            print(f"failed {name}: {traceback.format_exc()!r}", flush=True)
+        else:
+            print("ok", name, flush=True)
