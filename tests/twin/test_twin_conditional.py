@@ -60,7 +60,12 @@ def conditional(twin, tmp_path_factory):
     for name, data in files.items():
         (out / name).write_bytes(data)
     twin.use("disaggregated", serve, fresh=True)
-    return twin, plain
+    try:
+        yield twin, plain
+    finally:
+        # The next module deploys the plain application from an empty Serve, not by a rolling update
+        # of another import path over these replicas (as after the prefix-routing module).
+        twin.twin.remove_applications()
 
 
 def nixl_transfers(run) -> float:
