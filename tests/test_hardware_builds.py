@@ -11,10 +11,10 @@ import json
 import cdk8s
 import pytest
 
+from helpers.synthesis import launch_template_of, nodegroups_by_role
 from ray_llm_eks.base import sizing
 from ray_llm_eks.base.instance_types import INSTANCE_TYPES
 from ray_llm_eks.base.wire import EFA_RESOURCE, GPU_RESOURCE, WORKER_CONTAINER
-from test_infrastructure import launch_template_of, nodegroups_by_role
 from test_upstream_checkers_aws import ACCEPTED_CFN_LINT_WARNINGS, AWS_CDK_LIB_W3005, cfn_lint
 
 LLAMA_70B = {"source": "meta-llama/Llama-3.3-70B-Instruct", "served_name": "llama"}

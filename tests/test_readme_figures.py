@@ -46,7 +46,7 @@ def test_the_battery_of_bad_configurations_is_the_size_the_readme_says():
 
 
 def test_the_consumer_apps_are_as_many_as_the_readme_says():
-    from test_composition import COMBINATIONS
+    from base.test_composition import COMBINATIONS
 
     assert stated(r"consumer apps on (?P<n>) instance-type and tensor-parallel combinations", CONTRIBUTING) == \
         len(COMBINATIONS)

@@ -16,7 +16,7 @@ from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
 DIGEST = "sha256:" + "c" * 64
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 PLUGINS = {"nvidia_device_plugin_image_digest": "sha256:" + "d" * 64, "efa_device_plugin_image_digest": "sha256:" + "e" * 64}
-"""The device plugins' images by digest (tests/test_pins.py tests those pins themselves)."""
+"""The device plugins' images by digest (tests/constructs/test_cluster_pins.py tests those pins themselves)."""
 
 
 WARNING = re.compile("ray-llm-eks:reproducibility|tags are mutable|no revision")

@@ -3,7 +3,7 @@ CloudFormation resource provider schemas: for each resource type the library mus
 accident, the ``createOnlyProperties`` (a change to one replaces the resource), in every region the
 schemas cover, as dotted paths.
 
-Run with ``make generate`` after upgrading cfn-lint; tests/test_replacement_table.py fails while
+Run with ``make generate`` after upgrading cfn-lint; tests/test_testing.py fails while
 the file and the installed schemas disagree.
 """
 

@@ -15,7 +15,7 @@ independently mapped Availability Zones"), an older account can see a letter tha
 ``ACCOUNT_MAPPED_LETTERS`` adds those, each with its source, so a real AZ of some account is never
 refused. A region without a snapshot is absent from the table, and the checks accept it.
 
-Run with ``make generate`` after upgrading moto or adding an instance type; tests/test_regions.py
+Run with ``make generate`` after upgrading moto or adding an instance type; tests/base/test_infrastructure_regions.py
 fails while the file and the installed snapshots disagree.
 """
 

@@ -2,7 +2,7 @@
 (``aws_cdk.region_info.RegionInfo.regions``), so a configuration naming a region that does not
 exist (``us-west-3``) is refused at once by every entry point, not only by ``plan``'s price table.
 
-Run with ``make generate`` after upgrading aws-cdk-lib; tests/test_regions.py fails while the file
+Run with ``make generate`` after upgrading aws-cdk-lib; tests/base/test_infrastructure_regions.py fails while the file
 and the installed region facts disagree.
 """
 

@@ -20,7 +20,7 @@ The four classes' fields are recorded, each with the file and line it was read a
 
 ``<version>`` is the vLLM of the default image (``ray_llm_eks.base.kv_path.IMAGE_STACKS``) unless
 ``--version`` says otherwise. Run by ``make generate VLLM_SOURCE=...``;
-tests/test_engine_args.py fails while the committed file and tests/data/vllm-0.26.0 disagree.
+tests/base/test_engine_args.py fails while the committed file and tests/data/vllm-0.26.0 disagree.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Write tests/data/upstream_pods/: the pod templates upstream ships for everything the stack runs
 beside its own pods (EKS's add-ons, the Helm charts it installs), at the versions it pins, so
-tests/charts/test_admission_upstream_pods.py can put each through the admission policy as its
+tests/cdk8s_charts/test_admission_policy_upstream_pods.py can put each through the admission policy as its
 controller would create it.
 
 Each file holds one workload (a DaemonSet's or a Deployment's ``spec.template``), taken from:

@@ -1,6 +1,6 @@
 """The EC2 instance types the library knows, with the facts that drive validation and sizing.
 
-Sources: EC2 DescribeInstanceTypes (tests/test_instance_types.py checks every row against the
+Sources: EC2 DescribeInstanceTypes (tests/base/test_instance_types.py checks every row against the
 snapshot of that API that moto ships: vCPUs, memory, GPUs and their memory, instance store,
 network performance, network cards and ``EfaInfo.MaximumEfaInterfaces``), the Amazon EC2
 instance type pages for accelerated computing (G5, G6, G6e, P4d, P5) and general purpose (M7i),

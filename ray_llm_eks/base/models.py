@@ -370,7 +370,7 @@ class ModelArchitecture:
         "Hybrid SSM registration ... mamba_ssm_size=(conv, ssm)"). Sliding-window layers hand over at
         most their window. Measured on an H100 with vLLM 0.26.0 and NIXL 1.3.1: a tiny Qwen3.5 of
         1 attention + 3 GDN layers moved 4 x 163,840 + 3 x (6,144 + 131,072) = 1,067,008 bytes for
-        a 313-token prompt, which this returns (tests/test_models.py)."""
+        a 313-token prompt, which this returns (tests/base/test_models.py)."""
         sent = self.kv_tokens_sent(prompt_tokens)
         whole_blocks = wire.kv_transfer_bytes(
             prompt_tokens, bytes_per_token=self.kv_cache_bytes_per_token(dtype_bytes),

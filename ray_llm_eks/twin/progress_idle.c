@@ -98,5 +98,5 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
     return real(epfd, events, maxevents, in_progress_thread && timeout == 0 ? IDLE_WAIT_MS : timeout);
 }
 
-/* For the fast test (tests/test_twin_progress_idle.py): whether this thread is the one changed. */
+/* For the fast test (tests/twin_units/test_progress_idle.py): whether this thread is the one changed. */
 int rle_in_progress_thread(void) { return in_progress_thread; }

@@ -32,7 +32,7 @@ from ray_llm_eks.base.serving import ServiceSettings
 from ray_llm_eks.stack import default_context
 from ray_llm_eks.testing import FAST_SYNTH_CONTEXT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 # (prefill type, decode type, tensor parallel, prefill nodes, decode nodes, model)
@@ -420,7 +420,7 @@ def test_compose_refuses_a_leg_at_zero_under_continuous_verification_and_a_budge
 
     from ray_llm_eks.base.composition import compose
 
-    # Colocated: the other group keeps serving while one is empty (tests/charts/test_charts_scaling.py).
+    # Colocated: the other group keeps serving while one is empty (tests/cdk8s_charts/test_rayservice_scaling.py).
     legs = {"prefill": Leg(WorkerPool("prefill", min_size=0, max_size=2)), "decode": WorkerPool("decode"),
             "topology": "colocated"}
 

@@ -1,8 +1,8 @@
 """The engine-arguments escape hatch (``base.engine_args``): vLLM 0.26.0's names read from its source,
 the deep merge into each leg's ``engine_kwargs``, and the refusals. The rendered RayService with user
 engine arguments (the hardened chart scenario) is checked against Ray's ``LLMConfig`` in
-tests/charts/test_charts_schemas.py and for the merge in tests/charts/test_charts_rayservice.py; its
-gate run id in tests/charts/test_charts_verification.py."""
+tests/cdk8s_charts/test_serving_schemas.py and for the merge in tests/cdk8s_charts/test_rayservice.py; its
+gate run id in tests/cdk8s_charts/test_verification.py."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ray_llm_eks.base.serving import DEFAULT_IMAGE_TAG
 from ray_llm_eks.cdk8s_charts.serve_config import build_serve_config, colocated_model, pd_leg
 from ray_llm_eks.config import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VLLM_SOURCE = ROOT / "tests" / "data" / "vllm-0.26.0"
 GENERATED = json.loads(ENGINE_ARGS_FILE.read_text())
 

@@ -31,7 +31,7 @@ def test_the_generated_offerings_table_is_the_installed_moto_snapshot():
     import sys
     from pathlib import Path
 
-    tool = Path(__file__).resolve().parents[1] / "tools" / "generate_ec2_offerings.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "generate_ec2_offerings.py"
     spec = importlib.util.spec_from_file_location("generate_ec2_offerings", tool)
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("generate_ec2_offerings", module)

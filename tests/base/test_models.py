@@ -22,7 +22,7 @@ from ray_llm_eks.config import ConfigError
 from ray_llm_eks.model_source import architecture_for
 from ray_llm_eks.planning import GIB, make_plan
 
-CONFIGS = Path(__file__).parent / "data" / "model_configs"
+CONFIGS = Path(__file__).parents[1] / "data" / "model_configs"
 NEW_MODELS = ("meta-llama/Llama-3.3-70B-Instruct", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
               "openai/gpt-oss-120b", "openai/gpt-oss-20b")
 
@@ -66,7 +66,7 @@ def test_memory_figures_match_the_hand_calculation(name):
 
 
 def test_docs_plan_md_shows_the_same_hand_calculation():
-    text = (Path(__file__).parents[1] / "docs" / "plan.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "plan.md").read_text()
     section = text.split("### The table's models (hand calculation)")[1].split("### Worked example")[0]
     for name, figures in HAND.items():
         model = known_architecture(name)
@@ -304,7 +304,7 @@ def test_the_formulas_other_branches_equal_transformers_counts():
     ``VARIANTS``, run 2026-12-03 on the meta device): the branches the table's models do not take."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("check", Path(__file__).parents[1] / "tools" / "check_parameter_counts.py")
+    spec = importlib.util.spec_from_file_location("check", Path(__file__).parents[2] / "tools" / "check_parameter_counts.py")
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     from ray_llm_eks.base.models import count_parameters

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ray_llm_eks import cli
 from ray_llm_eks.base.models import COMMERCIAL_USE, KNOWN_TERMS, ModelTerms, licence_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 LLAMA = {"strict": False, "model": {"source": "meta-llama/Llama-3.3-70B-Instruct", "served_name": "llama",
                                     "tensor_parallel_size": 4},

@@ -191,7 +191,7 @@ def test_the_mapping_form_on_a_leg_names_an_unknown_key_and_the_accepted_ones():
 def test_the_example_in_docs_scaling_is_accepted_and_renders_the_router():
     import yaml
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "scaling.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scaling.md").read_text()
     section = text[text.index("## Prefix-aware routing"):]
     example = yaml.safe_load(section[section.index("```yaml") + len("```yaml"):section.index("```", section.index("```yaml") + 7)])
     args = args_of(example)

@@ -1,7 +1,7 @@
 """The ValidatingAdmissionPolicy, its CEL evaluated case by case with cel-python on the rendered
 policy (helpers.admission): what a tenant who can create pods, Jobs, DaemonSets, RayClusters or
 namespaces, or patch pods, is refused; and that the pods this deployment renders are admitted as
-their controllers create them. Every option's full build is in tests/test_admission_every_build.py.
+their controllers create them. Every option's full build is in tests/cdk8s_charts/test_admission_policy_every_build.py.
 """
 
 from __future__ import annotations

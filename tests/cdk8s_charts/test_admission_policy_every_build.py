@@ -4,7 +4,7 @@ Each build is the stack as ``cdk synth`` makes it (the ``synth`` fixture); the p
 templates are read back from the template's kubectl manifests, and each pod is built as its
 controller creates it (KubeRay's wait-gcs-ready init container and autoscaler container, the
 DaemonSet controller's tolerations, the API server's default tolerations: helpers.admission), then
-evaluated with cel-python. The refusals are in tests/charts/test_charts_admission_policy.py.
+evaluated with cel-python. The refusals are in tests/cdk8s_charts/test_admission_policy.py.
 """
 
 from __future__ import annotations

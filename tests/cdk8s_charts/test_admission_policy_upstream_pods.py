@@ -7,7 +7,7 @@ charts rendered with the stack's values, the CloudWatch operator's DaemonSets of
 resources). Each pod is built as its controller creates it: the DaemonSet controller's
 tolerations, or the ReplicaSet controller's pod with ``DefaultTolerationSeconds``' (helpers.admission),
 requested by that controller's account, in its own namespace, under its own service account; then
-the API server's defaulting of host ports, which runs before admission. tests/test_admission_every_build.py
+the API server's defaulting of host ports, which runs before admission. tests/cdk8s_charts/test_admission_policy_every_build.py
 does the same for the pods the stack renders itself.
 """
 
@@ -20,7 +20,7 @@ import pytest
 import yaml
 from helpers.admission import (DAEMONSET_CONTROLLER, REPLICASET_CONTROLLER, controller_pod, daemonset_pod, denials,
                                policy_of)
-from test_admission_every_build import BUILDS, _objects
+from cdk8s_charts.test_admission_policy_every_build import BUILDS, _objects
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "upstream_pods"
 UPSTREAM = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(DATA.glob("*.yaml"))}

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import cdk8s
 import pytest
 from helpers.charts import render
-from netpol import Endpoint, allowed
+from cdk8s_charts.netpol import Endpoint, allowed
 
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
 from ray_llm_eks.cdk8s_charts.admission_policy import ADMISSION_POLICY_CHART_ID

@@ -1,4 +1,4 @@
-"""The serving namespace's NetworkPolicies, evaluated (tests/charts/netpol.py), not string-matched.
+"""The serving namespace's NetworkPolicies, evaluated (tests/cdk8s_charts/netpol.py), not string-matched.
 
 The reference deployment (namespace ``inference``, service ``ray-llm``) and the hardened scenario
 (namespace ``llm``, service ``qwen``, internal NLB, clients from namespace ``apps`` and from a
@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from netpol import Endpoint, allowed, policy_types
+from cdk8s_charts.netpol import Endpoint, allowed, policy_types
 from ray_llm_eks.cdk8s_charts import NETWORK_POLICY_CHART_ID
 from ray_llm_eks.base.infrastructure import KUBERAY_NAMESPACE, KUBERAY_OPERATOR_POD_LABELS
 from ray_llm_eks.base import wire

@@ -7,7 +7,7 @@ import copy
 import pytest
 from helpers.charts import leg
 from helpers.charts import render as render_scenario
-from netpol import selects
+from cdk8s_charts.netpol import selects
 
 from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from helpers.synthesis import launch_template_of, nodegroups_by_role
 from ray_llm_eks.base import GPU_TAINT_KEY
 
 
@@ -204,18 +205,6 @@ def test_admin_role_gets_cluster_admin_through_an_access_entry(default, synth):
 
 
 # --- Node groups -------------------------------------------------------------------------
-
-
-def nodegroups_by_role(synthesized) -> dict[str, dict]:
-    return {
-        props(n)["Labels"]["role"]: props(n)
-        for n in synthesized.resources("AWS::EKS::Nodegroup").values()
-    }
-
-
-def launch_template_of(synthesized, nodegroup: dict) -> dict:
-    lt_id = nodegroup["LaunchTemplate"]["Id"]["Ref"]
-    return props(synthesized.template_json["Resources"][lt_id])["LaunchTemplateData"]
 
 
 def test_three_node_groups_system_prefill_decode(default):

@@ -148,7 +148,7 @@ def test_a_destroy_holds_the_rayservice_manifest_while_what_its_clusters_finaliz
     """``cdk destroy`` with GCS fault tolerance: KubeRay removes a RayCluster's Redis-cleanup
     finalizer only once its cleanup Job finished (raycluster_controller.go@v1.4.0:198-296). The
     RayService manifest's delete returns only when its teardown guard pod is gone, which its preStop
-    hook holds until the RayClusters are (tests/charts/test_charts_teardown_guard.py); the namespace
+    hook holds until the RayClusters are (tests/cdk8s_charts/test_teardown_guard.py); the namespace
     (where the Job runs), the Redis Service, password Secret and egress policy (the GCS chart), the
     guard's own account and program, the operator, the device plugins and the nodes are deleted
     after it. Without GCS fault tolerance the same order lets the Ray pods end on their nodes before

@@ -1,5 +1,5 @@
 """The cdk8s chart scenarios and the upstream checkers the chart tests use (the fixtures of
-tests/charts/conftest.py hand out the scenarios, each built once per session).
+tests/cdk8s_charts/conftest.py hand out the scenarios, each built once per session).
 
 The checkers are the upstream ones: the KubeRay v1.4.0 CRD schema (closed, as
 ``kubectl apply --validate=strict`` would be), Ray 2.58's ``LLMConfig`` and
@@ -76,7 +76,7 @@ SCENARIOS: dict[str, Deployment] = {
                                 namespace="llm", service_name="qwen", client_cidrs=("10.50.0.0/16",),
                                 client_namespaces=("apps",)),
         nixl=NixlSpec(kv_buffer_device="cuda", backends=("LIBFABRIC",)),
-        # Strict requires the device plugins' images by digest too (shaped, not real: tests/test_pins.py).
+        # Strict requires the device plugins' images by digest too (shaped, not real: tests/constructs/test_cluster_pins.py).
         versions=Versions(nvidia_device_plugin_image_digest="sha256:" + "d" * 64,
                           efa_device_plugin_image_digest="sha256:" + "e" * 64),
         strict=True,

@@ -1,5 +1,5 @@
 """The reference deployment composed from the constructs, as a user's own app would compose it
-(``tests/test_declared_model.py`` checks it gets the configuration's rules; the verification tests
+(``tests/base/test_deployment.py`` checks it gets the configuration's rules; the verification tests
 verify it)."""
 
 from __future__ import annotations

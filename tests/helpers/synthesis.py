@@ -107,3 +107,18 @@ def synthesize(config: Deployment, outdir: Path, *, nag: bool = False) -> Synthe
             validation_runs=recorder.runs,
         )
     return _cache[key]
+
+
+def nodegroups_by_role(synthesized: Synthesized) -> dict[str, dict]:
+    """Each EKS node group's properties by its ``role`` label (tests/constructs/test_cluster.py and
+    tests/test_hardware_builds.py read the node groups this way)."""
+    return {
+        n["Properties"]["Labels"]["role"]: n["Properties"]
+        for n in synthesized.resources("AWS::EKS::Nodegroup").values()
+    }
+
+
+def launch_template_of(synthesized: Synthesized, nodegroup: dict) -> dict:
+    """The ``LaunchTemplateData`` of a node group's launch template."""
+    lt_id = nodegroup["LaunchTemplate"]["Id"]["Ref"]
+    return synthesized.template_json["Resources"][lt_id]["Properties"]["LaunchTemplateData"]

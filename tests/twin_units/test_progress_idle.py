@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-SHIM = Path(__file__).resolve().parents[1] / "ray_llm_eks" / "twin" / "progress_idle.c"
+SHIM = Path(__file__).resolve().parents[2] / "ray_llm_eks" / "twin" / "progress_idle.c"
 PROGRAM = r"""
 #include <dlfcn.h>
 #include <pthread.h>
