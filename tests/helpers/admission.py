@@ -10,6 +10,7 @@ label selector semantics).
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import celpy
@@ -46,7 +47,37 @@ def selects(selector: dict, labels: dict[str, str]) -> bool:
     return True
 
 
-_environment = celpy.Environment()
+class _ShortCircuit(celpy.evaluation.Evaluator):
+    """celpy's evaluator, but ``||`` stops at a true left side and ``&&`` at a false one, as cel-go
+    (Kubernetes' CEL) does (google/cel-go interpreter/interpretable.go:254-262, 297-305 @v0.28.1).
+    celpy 0.5 evaluates both sides, then combines them with ``logical_or``/``logical_and``, which
+    return that left side whatever the right one is (celpy/celtypes.py:303-387): the values are the
+    same, without the right side's work (most of the policy's disjunctions are one per role)."""
+
+    def conditionalor(self, tree):
+        return self._logical(tree, "_||_", True) if len(tree.children) == 2 else super().conditionalor(tree)
+
+    def conditionaland(self, tree):
+        return self._logical(tree, "_&&_", False) if len(tree.children) == 2 else super().conditionaland(tree)
+
+    def _logical(self, tree, operator: str, decides: bool):
+        left = self.visit(tree.children[0])
+        if isinstance(left, celtypes.BoolType) and bool(left) is decides:
+            return left
+        right = self.visit(tree.children[1])
+        try:
+            return self.activation.resolve_function(operator)(left, right)
+        except TypeError as error:
+            return celpy.CELEvalError(f"found no matching overload for {operator} applied to "
+                                      f"'({type(left)}, {type(right)})'", error.__class__, error.args, tree=tree)
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context):
+        return _ShortCircuit(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
+_environment = celpy.Environment(runner_class=_Runner)
 _programs: dict[str, Any] = {}
 
 
@@ -84,6 +115,19 @@ def denials(policy_and_bindings, namespace: str, pod: dict, *, operation: str = 
     first (Kubernetes too stops at a denial). ``request`` as the API server sends it
     (``k8s.io/api/admission/v1`` ``AdmissionRequest``): the resource from ``pod``'s kind,
     ``name`` (default the object's), ``subResource`` and the user's ``groups``."""
+    key = json.dumps([policy_and_bindings, namespace, pod, operation, old, user, first, groups, name, sub_resource],
+                     sort_keys=True)
+    if key not in _denials:  # the same request, evaluated once per process (many tests build the same pods)
+        _denials[key] = _denials_of(policy_and_bindings, namespace, pod, operation=operation, old=old, user=user,
+                                    first=first, groups=groups, name=name, sub_resource=sub_resource)
+    return list(_denials[key])
+
+
+_denials: dict[str, list[str]] = {}
+
+
+def _denials_of(policy_and_bindings, namespace: str, pod: dict, *, operation: str, old: dict | None, user: str,
+                first: bool, groups: tuple[str, ...], name: str | None, sub_resource: str) -> list[str]:
     vap, bindings = policy_and_bindings
     labels = {"kubernetes.io/metadata.name": namespace}
     if not any(selects(b["spec"]["matchResources"]["namespaceSelector"], labels) for b in bindings):

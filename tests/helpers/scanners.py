@@ -19,7 +19,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import yaml
@@ -88,13 +88,18 @@ class Finding:
     """checkov: its resource id; trivy: ``<file>: <resource or message>``."""
 
 
-def run_checkov(builds: dict[str, list[Path]]) -> dict[str, list[dict]]:
-    """One checkov run over every build's files; its reports, by build."""
+def start_checkov(builds: dict[str, list[Path]]) -> subprocess.Popen[str]:
+    """One checkov run over every build's files, started (:func:`checkov_reports` waits for it)."""
     files = [f for paths in builds.values() for f in paths]
-    result = subprocess.run([str(CHECKOV), *(a for f in files for a in ("-f", str(f))),
+    return subprocess.Popen([str(CHECKOV), *(a for f in files for a in ("-f", str(f))),
                              "--framework", "cloudformation", "kubernetes", "-o", "json", "--skip-download"],
-                            capture_output=True, text=True, timeout=600)
-    reports = json.loads(result.stdout)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def checkov_reports(run: subprocess.Popen[str], builds: dict[str, list[Path]]) -> dict[str, list[dict]]:
+    """The started checkov run's reports, by build."""
+    stdout, _ = run.communicate(timeout=600)
+    reports = json.loads(stdout)
     reports = reports if isinstance(reports, list) else [reports]
     owner = {str(f): build for build, paths in builds.items() for f in paths}
     by_build: dict[str, list[dict]] = {build: [] for build in builds}
@@ -116,13 +121,19 @@ def _checkov_file(check: dict, owner: dict[str, str]) -> str:
 
 # --- trivy ---------------------------------------------------------------------------------------
 
-def run_trivy(root: Path, cache: Path) -> dict:
-    """``trivy config`` over every build's directory under ``root``, offline (its built-in checks)."""
-    result = subprocess.run([str(TRIVY), "config", "--format", "json", "--quiet", "--skip-check-update",
-                             "--cache-dir", str(cache), str(root)], capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        raise RuntimeError(f"trivy failed ({result.returncode}): {result.stderr[-2000:]}")
-    return json.loads(result.stdout)
+def start_trivy(root: Path, cache: Path) -> subprocess.Popen[str]:
+    """``trivy config`` over every build's directory under ``root``, offline (its built-in checks),
+    started (:func:`trivy_report` waits for it)."""
+    return subprocess.Popen([str(TRIVY), "config", "--format", "json", "--quiet", "--skip-check-update",
+                             "--cache-dir", str(cache), str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trivy_report(run: subprocess.Popen[str]) -> dict:
+    stdout, stderr = run.communicate(timeout=600)
+    if run.returncode != 0:
+        raise RuntimeError(f"trivy failed ({run.returncode}): {stderr[-2000:]}")
+    return json.loads(stdout)
 
 
 def _template_resource(template_text: str, lines: str) -> str:
@@ -188,21 +199,31 @@ def describe(findings: list[Finding]) -> str:
 # --- fixtures (registered in tests/conftest.py) ----------------------------------------------------
 
 @pytest.fixture(scope="session")
-def checkov_scan(scan_inputs) -> dict[str, list[dict]]:
-    """Every check checkov ran, by build, each with its ``outcome`` (passed_checks / failed_checks)."""
-    if not CHECKOV.exists():
-        pytest.fail(f"{CHECKOV} is missing: `make test` creates it (see the Makefile)")
-    _, files = scan_inputs
-    return run_checkov(files)
+def scans(scan_inputs, tmp_path_factory) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """checkov and trivy, started side by side as soon as the builds are written: whichever test asks
+    first waits for its own scanner only, while the other one runs on."""
+    for program in (CHECKOV, TRIVY):
+        if not program.exists():
+            pytest.fail(f"{program} is missing: `make test` creates it (see the Makefile)")
+    root, files = scan_inputs
+    started = {"checkov": start_checkov(files), "trivy": start_trivy(root, tmp_path_factory.mktemp("trivy-cache"))}
+    yield started
+    for run in started.values():  # a session that failed before asking for a scan
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
 
 
 @pytest.fixture(scope="session")
-def trivy_scan(scan_inputs, tmp_path_factory) -> tuple[list[Finding], dict[str, dict[str, int]]]:
+def checkov_scan(scans, scan_inputs) -> dict[str, list[dict]]:
+    """Every check checkov ran, by build, each with its ``outcome`` (passed_checks / failed_checks)."""
+    return checkov_reports(scans["checkov"], scan_inputs[1])
+
+
+@pytest.fixture(scope="session")
+def trivy_scan(scans, scan_inputs) -> tuple[list[Finding], dict[str, dict[str, int]]]:
     """trivy's failures as findings, and its passed/failed figures by build."""
-    if not TRIVY.exists():
-        pytest.fail(f"{TRIVY} is missing: `make test` creates it (see the Makefile)")
-    root, _ = scan_inputs
-    return trivy_findings(run_trivy(root, tmp_path_factory.mktemp("trivy-cache")), root)
+    return trivy_findings(trivy_report(scans["trivy"]), scan_inputs[0])
 
 
 def checkov_failures(scan: dict[str, list[dict]]) -> list[Finding]:

@@ -986,3 +986,18 @@ def kubeconfig_for(tmp: Path, server: str, token: str = "test-token", fail: bool
     path = tmp / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``ray-llm-eks ARGS`` in this process (typer's CliRunner), as :func:`subprocess.run` would
+    report it: each entry point keeps one test that starts it as its own process; the others need
+    not pay for a Python and a jsii start each. An exception the command did not turn into an
+    exit code is raised here (in a process of its own it would be a traceback and exit 1)."""
+    from typer.testing import CliRunner
+
+    from ray_llm_eks.cli import app
+
+    result = CliRunner().invoke(app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["ray-llm-eks", *args], result.exit_code, result.stdout, result.stderr)

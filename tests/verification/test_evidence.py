@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from fake_cluster import run_cli
 
 from ray_llm_eks.verification.evidence import classify, classify_logs
 
@@ -117,7 +118,10 @@ def test_every_worker_must_show_the_path():
     assert result["by_source"]["prefill"]["problems"] == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """In this process (``run_cli``), or with ``process`` as the program started on its own."""
+    if not process:
+        return run_cli(*args)
     return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", *args], capture_output=True, text=True, timeout=60)
 
 
@@ -125,7 +129,7 @@ def test_verify_logs_passes_on_efa_evidence(tmp_path):
     prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
     prefill.write_text("\n".join(HEALTHY) + "\n")
     decode.write_text("\n".join(HEALTHY) + "\n")
-    done = _cli("verify-logs", "--json", str(prefill), str(decode))
+    done = _cli("verify-logs", "--json", str(prefill), str(decode), process=True)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["verdict"] == "pass" and result["reasons"] == []

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_cluster import run_cli
 from ray._private.worker import print_worker_logs
 from ray.serve._private.constants import SERVE_LOG_REQUEST_ID, SERVE_LOG_ROUTE, SERVE_LOGGER_NAME
 from ray.serve._private.logging_utils import access_log_msg, configure_component_logger
@@ -256,8 +257,8 @@ def test_an_empty_worker_log_fails_the_transport_verdict():
 # --- verify-logs, end to end --------------------------------------------------------------------------------
 
 def _verify_logs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "verify-logs", *args], capture_output=True,
-                          text=True, timeout=60)
+    """In this process (``run_cli``): tests/verification/test_evidence.py starts the program."""
+    return run_cli("verify-logs", *args)
 
 
 def test_verify_logs_passes_a_healthy_log_carrying_forged_access_lines(tmp_path):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fake_cluster import FakeDeployment
+from fake_cluster import FakeDeployment, run_cli
 from helpers.gate import Deployed
 from helpers.loopback_tls import ConnectProxy, Recorder, make_pki
 
@@ -209,7 +209,10 @@ PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe
                    "serve_settle_seconds": 0.3})
 
 
-def _verify(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def _verify(env: dict[str, str], *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """In this process (``run_cli``), or with ``process`` as the program started on its own."""
+    if not process:
+        return run_cli("verify", "--pace", PACE, *args, env=env)
     return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "verify", "--pace", PACE, *args],
                           capture_output=True, text=True, timeout=120, env={**os.environ, **env})
 
@@ -246,7 +249,7 @@ def test_verify_as_typed_with_kubeconfig_merged_over_tls_and_a_proxy(fake: FakeD
     assert proxy.tunnels and {target for target, _ in proxy.tunnels} == {f"127.0.0.1:{port}"}
     assert set(server_names) == {"kube.test"}
     # The report's table in a 60-column terminal: every figure whole, nothing cut.
-    text = _verify({"KUBECONFIG": f"{a}{os.pathsep}{b}", "COLUMNS": "60"}, "--timeout", "20")
+    text = _verify({"KUBECONFIG": f"{a}{os.pathsep}{b}", "COLUMNS": "60"}, "--timeout", "20", process=True)
     assert text.returncode == 0, text.stdout + text.stderr
     assert "…" not in text.stdout and "PASS" in text.stdout
     kv = report["kv"]

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from fake_cluster import TCP_LINES, FakeDeployment, Scenario, kubeconfig_for as _kubeconfig
+from fake_cluster import TCP_LINES, FakeDeployment, Scenario, kubeconfig_for as _kubeconfig, run_cli
 from helpers.gate import Deployed
 
 from ray_llm_eks.base import wire
@@ -25,8 +25,8 @@ local configuration's, as on a cluster."""
 
 
 def _verify(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "verify", "--pace", PACE, *args],
-                          capture_output=True, text=True, timeout=120)
+    """In this process (``run_cli``); test_verify_passes_through_the_api_server_proxy starts the program."""
+    return run_cli("verify", "--pace", PACE, *args)
 
 
 def _apply_deployed(fake: FakeDeployment, deployed: Deployed) -> None:
@@ -42,7 +42,9 @@ def _proxy_ports(policy: dict) -> set[int]:
 
 def test_verify_passes_through_the_api_server_proxy(fake: FakeDeployment, disaggregated, tmp_path):
     _apply_deployed(fake, disaggregated)
-    done = _verify("--kubeconfig", str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20")
+    done = subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "verify", "--pace", PACE, "--kubeconfig",
+                           str(_kubeconfig(tmp_path, fake.api_url)), "--json", "--timeout", "20"],
+                          capture_output=True, text=True, timeout=120)
     report = json.loads(done.stdout)
     assert done.returncode == 0, report.get("reasons") or done.stderr
     assert report["probes"]["via_api_server_proxy"] is True
