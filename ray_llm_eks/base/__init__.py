@@ -44,7 +44,6 @@ from .placement import (
 from .pools import Capacity, RootVolume, SystemPool, WorkerPool
 from .routing import RequestRouter, RouterPolicy
 from .serving import (
-    DisaggregationSpec,
     EndpointType,
     ImageSpec,
     ModelSpec,
@@ -70,7 +69,6 @@ __all__ = [
     "WORKER_ROLES",
     "ClusterSettings",
     "Deployment",
-    "DisaggregationSpec",
     "Leg",
     "Network",
     "ServiceSettings",

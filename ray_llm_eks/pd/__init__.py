@@ -1,1 +1,0 @@
-"""Conditional disaggregation: the Ray Serve code the Ray nodes import (:mod:`.conditional`) and its archive (:mod:`.bundle`)."""
