@@ -82,6 +82,7 @@ class StampedLog:
         self.path = path
         self.lock = threading.Lock()
         self.lines: list[tuple[float, str]] = []
+        self.pumps: list[threading.Thread] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = path.open("a", encoding="utf-8")
 
@@ -96,7 +97,15 @@ class StampedLog:
                     self.file.flush()
         thread = threading.Thread(target=pump, daemon=True)
         thread.start()
+        self.pumps.append(thread)
         return thread
+
+    def drained(self, timeout: float) -> bool:
+        """Whether every stream this log follows reached its end (its writers exited) within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        for thread in self.pumps:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self.pumps)
 
     def text(self, since: float | None = None) -> str:
         with self.lock:

@@ -331,4 +331,5 @@ def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(
     with pytest.raises(TwinError, match="the Ray head's `ray start` exited with code 3 before its dashboard answered"):
         twin.start_node("head", timeout=60.0)
     assert twin.processes[-1].restartable
+    assert twin.node_logs["head"].drained(timeout=60.0)  # the exited script's output, all of it read
     assert "ray start --block" in twin.node_logs["head"].text()
