@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -84,6 +85,20 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def read_json(path: Path):
     return json.loads(path.read_text())
+
+
+def keep_run(out: Path, target: Path, files: tuple[str, ...]) -> None:
+    """Copy a bench run's ``files`` from ``out`` to the committed ``target``, the machine-specific
+    settings of run.json (the mock's URL, the local tokenizer, AIPerf's path) replaced."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for file in files:
+        data = json.loads((out / file).read_text())
+        if file == "run.json":  # machine-specific paths out of the committed copy
+            data["settings"]["url"] = "http://127.0.0.1:PORT"
+            data["settings"]["tokenizer"] = "<local test tokenizer>"
+            data["settings"]["aiperf"] = None
+        (target / file).write_text(json.dumps(data, indent=2) + "\n")
 
 
 

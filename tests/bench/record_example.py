@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from loopback import MockServers, run_cli  # noqa: E402
+from loopback import MockServers, keep_run, run_cli  # noqa: E402
 
 from ray_llm_eks.bench import cost, runner  # noqa: E402
 from ray_llm_eks.twin.tiny_model import build_tokenizer  # noqa: E402
@@ -62,15 +62,7 @@ BENCH = ["--isl", "128", "--osl", "64", "--concurrency", "1,2,4,8,16,32", "--req
 
 
 def _keep(out: Path, target: Path) -> None:
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    for file in ("summary.json", "run.json", "agreement.json"):
-        data = json.loads((out / file).read_text())
-        if file == "run.json":  # machine-specific paths out of the committed copy
-            data["settings"]["url"] = "http://127.0.0.1:PORT"
-            data["settings"]["tokenizer"] = "<local test tokenizer>"
-            data["settings"]["aiperf"] = None
-        (target / file).write_text(json.dumps(data, indent=2) + "\n")
+    keep_run(out, target, ("summary.json", "run.json", "agreement.json"))
 
 
 def price_per_token(out: Path) -> None:

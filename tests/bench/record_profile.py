@@ -15,9 +15,7 @@ output stays in the temporary directory).
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from loopback import MockServers  # noqa: E402
+from loopback import MockServers, keep_run  # noqa: E402
 
 from ray_llm_eks.twin.tiny_model import build_tokenizer  # noqa: E402
 
@@ -54,15 +52,7 @@ def main() -> None:
         finished.check_returncode()
     finally:
         servers.stop()
-    shutil.rmtree(TARGET, ignore_errors=True)
-    TARGET.mkdir(parents=True)
-    for file in ("profile.json", "summary.json", "run.json"):
-        data = json.loads((out / file).read_text())
-        if file == "run.json":  # machine-specific paths out of the committed copy
-            data["settings"]["url"] = "http://127.0.0.1:PORT"
-            data["settings"]["tokenizer"] = "<local test tokenizer>"
-            data["settings"]["aiperf"] = None
-        (TARGET / file).write_text(json.dumps(data, indent=2) + "\n")
+    keep_run(out, TARGET, ("profile.json", "summary.json", "run.json"))
 
 
 if __name__ == "__main__":
