@@ -19,6 +19,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections import Counter
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -326,7 +327,8 @@ def _check_expansion(root: yaml.Node) -> None:
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
-    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    counts = Counter(keys)  # list.count per key was quadratic in an object's size
+    repeated = next((key for key in keys if counts[key] > 1), None)
     if repeated is not None:
         raise ValueError(f"key {repeated!r} is given twice in one object; accepted: each key once in its section")
     return dict(pairs)
