@@ -181,7 +181,7 @@ twin-gpu: bootstrap
 	$(BIN)/python -m ray_llm_eks.cli twin --gpu $(if $(CONFIG),--config $(CONFIG)) $(if $(WHEELS),--wheels $(WHEELS)) $(TWIN_ARGS)
 
 test-twin: twin-install
-	$(BIN)/python -m pytest -m twin tests/twin -p no:cacheprovider -s; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
+	$(BIN)/python -m pytest -m twin tests/pd tests/twin -p no:cacheprovider -s; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
 
 snapshot-update: bootstrap
 	$(BIN)/python -m pytest --snapshot-update

@@ -246,7 +246,7 @@ def test_the_base_layer_imports_by_one_path_and_its_classes_have_one_name():
 # programs' files (the gate's ConfigMap); the AWS constructs above the charts because
 # RayLlmServing applies them. The package root holds the application (configuration, stack, CLI,
 # plan, preflight).
-TIERS = {"base": 0, "verification": 1, "bench": 1, "teardown": 1, "cdk8s_charts": 2, "constructs": 3, "twin": 4}
+TIERS = {"base": 0, "verification": 1, "bench": 1, "teardown": 1, "pd": 1, "cdk8s_charts": 2, "constructs": 3, "twin": 4}
 
 
 def _tier_of(module: str) -> int | None:

@@ -44,6 +44,7 @@ from .placement import (
 from .pools import Capacity, RootVolume, SystemPool, WorkerPool
 from .routing import RequestRouter, RouterPolicy
 from .serving import (
+    DisaggregationSpec,
     EndpointType,
     ImageSpec,
     ModelSpec,
@@ -69,6 +70,7 @@ __all__ = [
     "WORKER_ROLES",
     "ClusterSettings",
     "Deployment",
+    "DisaggregationSpec",
     "Leg",
     "Network",
     "ServiceSettings",

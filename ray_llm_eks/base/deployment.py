@@ -29,6 +29,7 @@ from .placement import DECODE, PREFILL, WORKER_ROLES
 from .pools import SystemPool, WorkerPool
 from .serving import (
     DEFAULT_RAY_VERSION,
+    DisaggregationSpec,
     ImageSpec,
     Leg,
     ModelSpec,
@@ -235,6 +236,8 @@ class Deployment:
     """Pinned versions of Ray and the Helm charts."""
     nixl: NixlSpec = field(default_factory=NixlSpec)
     """NIXL KV-transfer settings."""
+    disaggregation: DisaggregationSpec = field(default_factory=DisaggregationSpec)
+    """When a request takes the prefill leg: ``min_prompt_tokens`` sends shorter prompts to a decode replica, which prefills them itself with no KV transfer (ray_llm_eks/pd/conditional.py)."""
     serving: ServiceSettings = field(default_factory=ServiceSettings)
     """Kubernetes-side serving settings."""
     verification: VerificationSpec = field(default_factory=VerificationSpec)
@@ -273,6 +276,7 @@ class Deployment:
                 specs = compose(
                     region=self.region, prefill=self.prefill, decode=self.decode, system=self.system, model=self.model,
                     image=self.image, nixl=self.nixl, topology=self.topology, service=self.serving,
+                    disaggregation=self.disaggregation,
                     ray_version=self.versions.ray, kuberay_version=self.versions.kuberay, strict=self.strict,
                     verification=verification, observability=self.observability, spend=self.spend,
                     footprint=self.footprint(), vpc_cidrs=[self.network.vpc_cidr])

@@ -138,6 +138,19 @@ SERVING_METRICS: dict[str, tuple[str, str]] = {
 """Window figure -> (CloudWatch metric, unit), with the dimensions of ``TransportVerified``; each
 published only when it has a value (``verification/serving_window.py``)."""
 
+PD_REQUESTS_METRIC = "rayllmeks_pd_requests"
+"""Requests the decode replicas of a conditional P/D application took, by where their prompt was
+prefilled (:data:`PD_PATH_TAG`): a ``ray.util.metrics.Counter`` of ``ray_llm_eks.pd.conditional``,
+which Ray exports on each node's metrics port (:data:`METRICS_PORT`) as
+``ray_rayllmeks_pd_requests_total`` (Ray's ``ray_`` prefix; ``_total`` on counters)."""
+PD_PATH_TAG = "prefill"
+"""The counter's tag: :data:`PD_LOCAL` (prefilled on the decode replica, no KV transfer) or :data:`PD_REMOTE`
+(the prefill leg, and a NIXL read)."""
+PD_LOCAL = "local"
+PD_REMOTE = "remote"
+PD_THRESHOLD_KEY = "rayllmeks_min_prompt_tokens"
+"""Where the decode leg's ``LLMConfig.experimental_configs`` carries ``disaggregation.min_prompt_tokens``."""
+
 # --- the gate's settings ----------------------------------------------------------------------------------
 
 EXPECTED_BACKEND = "LIBFABRIC"

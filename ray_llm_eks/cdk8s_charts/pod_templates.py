@@ -82,6 +82,27 @@ from .gcs_redis import head_env as gcs_head_env
 from .hf_token import HF_TOKEN_DIR, HF_TOKEN_FILE, HF_TOKEN_VOLUME, hf_token_init_container
 from .labels import NODE_POOL_ANNOTATION, pod_labels
 from .model_cache import HF_CACHE_MOUNT_PATH, HF_CACHE_VOLUME, hf_cache_init_container, hf_cache_volume
+from ..pd import bundle as pd_bundle
+
+PD_PROGRAM_VOLUME = "pd-program"
+
+
+def pd_program_config_map(spec: ServingSpec) -> str:
+    """The ConfigMap that carries the conditional P/D program's archive (:mod:`ray_llm_eks.pd.bundle`)."""
+    return f"{spec.service_name}-pd-program"
+
+
+def _pd_program(spec: ServingSpec) -> tuple[list[k8s.Volume], list[k8s.VolumeMount]]:
+    """The archive's read-only mount on a Ray pod, only with ``disaggregation.min_prompt_tokens``:
+    Serve builds the application wherever it runs the build task and places the decode replicas on
+    the workers, and each node's runtime-env agent copies the ``file://`` URI from its own disk, so
+    every Ray pod mounts it."""
+    if not spec.disaggregation.min_prompt_tokens:
+        return [], []
+    name = pd_bundle.archive_name()
+    return ([k8s.Volume(name=PD_PROGRAM_VOLUME, config_map=k8s.ConfigMapVolumeSource(
+                name=pd_program_config_map(spec), items=[k8s.KeyToPath(key=name, path=name)]))],
+            [k8s.VolumeMount(name=PD_PROGRAM_VOLUME, mount_path=pd_bundle.MOUNT_DIR, read_only=True)])
 
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 """Cluster Autoscaler's pod annotation; ``"false"`` keeps it from removing the pod's node (its FAQ)."""
@@ -230,7 +251,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
             service_account_name=service_account,
             automount_service_account_token=False,  # the account's own setting, stated on the pod too
             security_context=head_pod_security_context(spec),
-            volumes=[autoscaler_api_volume()] if spec.autoscaling else None,
+            volumes=[*([autoscaler_api_volume()] if spec.autoscaling else []), *_pd_program(spec)[0]] or None,
             node_selector=spec.system.labels,
             containers=[
                 k8s.Container(
@@ -240,6 +261,7 @@ def head_template(spec: ServingSpec, service_account: str) -> k8s.PodTemplateSpe
                     ports=_ports(HEAD_PORTS),
                     resources=guaranteed(spec.head_resources),
                     security_context=head_security_context(),
+                    volume_mounts=_pd_program(spec)[1] or None,
                 )
             ],
         ),
@@ -306,6 +328,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                         k8s.VolumeMount(name=HF_CACHE_VOLUME, mount_path=HF_CACHE_MOUNT_PATH),
                         *([k8s.VolumeMount(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR, read_only=True)]
                           if with_token else []),
+                        *_pd_program(spec)[1],
                     ],
                 )
             ],
@@ -319,6 +342,7 @@ def worker_template(spec: ServingSpec, role: str, service_account: str) -> k8s.P
                 hf_cache_volume(),
                 *([k8s.Volume(name=HF_TOKEN_VOLUME, empty_dir=k8s.EmptyDirVolumeSource(
                     medium="Memory", size_limit=k8s.Quantity.from_string("1Mi")))] if with_token else []),
+                *_pd_program(spec)[0],
             ],
         ),
     )

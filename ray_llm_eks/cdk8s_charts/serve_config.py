@@ -9,6 +9,11 @@ Field names follow Ray 2.58's own models, which the tests validate against:
   ``PDServingArgs``). The deprecated ``proxy_*`` args are never emitted: Ray 2.58 ignores them
   with a warning and 2.59 rejects them. Both legs share ``model_id`` (PDServingArgs refuses a
   mismatch) and carry ``engine_kwargs.kv_transfer_config`` (it refuses a missing one).
+  With ``disaggregation.min_prompt_tokens`` above 0, the builder is
+  ``rayllmeks_pd.conditional:build_pd_openai_app`` (the same graph and ``PDServingArgs``, with a decode
+  deployment that prefills short prompts itself: :mod:`ray_llm_eks.pd.conditional`), the threshold
+  rides in the decode leg's ``experimental_configs`` (``wire.PD_THRESHOLD_KEY``), and the application's
+  ``runtime_env.py_modules`` names the archive the Ray pods mount (:mod:`ray_llm_eks.pd.bundle`).
 - ``colocated``: ``ray.serve.llm:build_openai_app`` with one ``llm_configs`` entry and no KV
   connector: the baseline a benchmark compares against, on the same GPUs.
 
@@ -70,6 +75,8 @@ from ..base.instance_types import InstanceType
 from ..base.placement import DECODE, PREFILL, require_worker_role
 from ..base.serving import NIXL_SIDE_CHANNEL_PORT_BASE, SERVE_PORT, ServingSpec, Topology
 from ..base.upstream_defects import PULL_KV_CONNECTOR
+from ..base.wire import PD_THRESHOLD_KEY
+from ..pd import bundle as pd_bundle
 
 PD_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 COLOCATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
@@ -270,6 +277,8 @@ class LlmConfig:
     placement_group_config: PlacementGroupConfig | None = None
     autoscaling: ReplicaAutoscaling | None = None
     request_router: RequestRouterConfig | None = None
+    experimental: Mapping[str, Any] = field(default_factory=dict)
+    """More ``experimental_configs`` (the decode leg's conditional-disaggregation threshold)."""
 
     @property
     def deployment_config(self) -> dict[str, Any]:
@@ -284,8 +293,9 @@ class LlmConfig:
         experimental = (
             {"NIXL_SIDE_CHANNEL_PORT_BASE": self.nixl_side_channel_port_base}
             if self.nixl_side_channel_port_base is not None
-            else None
+            else {}
         )
+        experimental = {**experimental, **self.experimental} or None
         return _without_none(
             {
                 "model_loading_config": {"model_id": self.model_id, "model_source": self.model_source},
@@ -306,9 +316,16 @@ class ServeApplication:
     import_path: str
     args: dict[str, Any]
     route_prefix: str = "/"
+    runtime_env: dict[str, Any] | None = None
+    """Ray's ``runtime_env`` of the application (every deployment inherits it): the conditional
+    P/D program's archive (:mod:`ray_llm_eks.pd.bundle`), or None."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "route_prefix": self.route_prefix, "import_path": self.import_path, "args": self.args}
+        document = {"name": self.name, "route_prefix": self.route_prefix, "import_path": self.import_path,
+                    "args": self.args}
+        if self.runtime_env is not None:
+            document["runtime_env"] = self.runtime_env
+        return document
 
 
 @dataclass(frozen=True)
@@ -404,7 +421,9 @@ def request_router_config(spec: ServingSpec, role: str) -> RequestRouterConfig |
 
 
 def pd_leg(spec: ServingSpec, role: str) -> LlmConfig:
+    threshold = spec.disaggregation.min_prompt_tokens
     return LlmConfig(
+        experimental={PD_THRESHOLD_KEY: threshold} if threshold and role == DECODE else {},
         model_id=spec.model.served_name,
         model_source=spec.model.source,
         engine_kwargs=engine_kwargs(spec, role, with_kv_transfer=True),
@@ -449,13 +468,15 @@ def colocated_model(spec: ServingSpec) -> LlmConfig:
 
 def build_serve_config(spec: ServingSpec) -> ServeConfig:
     if spec.topology is Topology.disaggregated:
+        conditional = spec.disaggregation.min_prompt_tokens > 0
         application = ServeApplication(
             name=APPLICATION_NAME,
-            import_path=PD_IMPORT_PATH,
+            import_path=pd_bundle.IMPORT_PATH if conditional else PD_IMPORT_PATH,
             args={
                 "prefill_config": pd_leg(spec, PREFILL).to_dict(),
                 "decode_config": pd_leg(spec, DECODE).to_dict(),
             },
+            runtime_env={"py_modules": [pd_bundle.uri()]} if conditional else None,
         )
     else:
         application = ServeApplication(

@@ -15,6 +15,7 @@ that apply them. Switching topology changes only what is inside ``serving-rayser
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 import cdk8s
@@ -24,6 +25,7 @@ from cdk8s_plus_35 import k8s
 from ..base.placement import WORKER_ROLES
 from ..base.serving import SERVE_PORT, EndpointType, RayAuth, ServingSpec
 from ..base.wire import INSTANCE_LABEL, RAY_ROLE_LABEL, SERVES_HTTP_LABEL, SERVING_INSTANCE_NAMESPACE_LABEL
+from ..pd import bundle as pd_bundle
 from . import gcs_redis, pod_templates, serve_config
 from .labels import APP_INSTANCE_LABEL, APP_NAME_LABEL, NAME
 from .teardown_guard import TeardownGuard, TeardownGuardAccess
@@ -165,6 +167,12 @@ class RayServiceChart(cdk8s.Chart):
                                              if spec.service.gcs_fault_tolerance.enabled else None),
             ),
         )
+        if spec.disaggregation.min_prompt_tokens:
+            # The conditional P/D program the Ray pods mount (pod_templates._pd_program).
+            archive = pd_bundle.archive()
+            k8s.KubeConfigMap(self, "PdProgram", metadata=k8s.ObjectMeta(
+                name=pod_templates.pd_program_config_map(spec), labels={APP_NAME_LABEL: NAME, APP_INSTANCE_LABEL: name}),
+                binary_data={pd_bundle.archive_name(archive): base64.b64encode(archive).decode()})
         self.ray_service = RayService(
             self,
             "RayService",

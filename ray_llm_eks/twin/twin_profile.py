@@ -51,6 +51,8 @@ CHANGES: tuple[tuple[str, str], ...] = (
      "it polls without pause, one core per engine, and the twin's two cores run two engines and all else"),
     ("env: HF_HOME, HF_HUB_CACHE", "the run's own folder instead of the node's host path"),
     ("env: VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND", "vLLM's CPU KV pool in GiB; one core per engine"),
+    ("serve: runtime_env.py_modules file://", "with disaggregation.min_prompt_tokens: the conditional P/D archive "
+     "from the rendered ConfigMap, written to the run's folder, instead of the Ray pods' mount (pd_program_for_twin)"),
     ("gate: openai_url", "the head node's address in the twin's network"),
     ("gate: serve_args, worker_env", "what this profile changed, which the gate compares with what runs"),
     ("gate: expected_provider tcp", "the provider the twin's links offer"),
@@ -238,3 +240,24 @@ def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_ob
     service = {**service, "spec": {**service["spec"], "serveConfigV2": json.dumps(serve, indent=2)}}
     return TwinDeployment(topology=settings["topology"], nodes=nodes, serve_config=serve, gate_settings=settings,
                           rayservice=service)
+
+
+def pd_program_for_twin(serve_config: Mapping[str, Any], rayservice_objects: list[Mapping[str, Any]],
+                        directory: str) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """``serve_config`` with each ``file://`` archive of ``runtime_env.py_modules`` moved from the Ray
+    pods' mount to ``directory``, and the files to write there (name -> bytes), from the rendered
+    ConfigMaps' ``binaryData``: the twin's Ray nodes have no pod and no mount, but the same archive."""
+    import base64
+
+    archives = {name: base64.b64decode(data) for obj in rayservice_objects if obj.get("kind") == "ConfigMap"
+                for name, data in ((obj.get("binaryData") or {}).items())}
+    config = copy.deepcopy(dict(serve_config))
+    files: dict[str, bytes] = {}
+    for application in config["applications"]:
+        modules = (application.get("runtime_env") or {}).get("py_modules") or []
+        for index, uri in enumerate(modules):
+            name = uri.rsplit("/", 1)[-1]
+            if uri.startswith("file://") and name in archives:
+                files[name] = archives[name]
+                modules[index] = f"file://{directory}/{name}"
+    return config, files

@@ -22,6 +22,7 @@ from ray_llm_eks.base.deployment import Deployment, Versions
 from ray_llm_eks.base.placement import DECODE, PREFILL
 from ray_llm_eks.base.pools import WorkerPool
 from ray_llm_eks.base.serving import (
+    DisaggregationSpec,
     EndpointType,
     ImageSpec,
     Leg,
@@ -83,6 +84,8 @@ SCENARIOS: dict[str, Deployment] = {
     # Four L4s per node, two tensor-parallel replicas per node, two nodes per leg, a non-hybrid model.
     "multi_gpu": unpinned(model=_LLAMA, **_TWO_G6_12XL),
     "multi_gpu_colocated": unpinned(topology=Topology.colocated, model=_LLAMA, **_TWO_G6_12XL),
+    # Conditional disaggregation: prompts under 1,024 tokens prefilled on decode (ray_llm_eks/pd).
+    "conditional": unpinned(disaggregation=DisaggregationSpec(min_prompt_tokens=1024)),
 }
 """The chart scenarios, built directly from the model's parts (the YAML adapter is tested in
 tests/test_config.py)."""

@@ -23,6 +23,7 @@ from ray_llm_eks.twin.run import Environment, TwinRun, terminate_gracefully  # n
 MODULE_ORDER = (
     "test_twin_disaggregated.py",
     "test_twin_ray_auth.py",
+    "test_twin_conditional.py",
     "test_twin_topologies.py",
     "test_twin_traps.py",
     "test_twin_under_faults.py",
@@ -30,7 +31,8 @@ MODULE_ORDER = (
 )
 """The order the modules run in, each deploying what it needs. Every change of Serve config is a
 deploy of 80 to 340 s on the twin, so the order keeps them few: the modules that serve the
-rendered disaggregated config run one after another, the drills (which leave new pods and
+rendered disaggregated config run one after another, then conditional disaggregation (its one
+deploy; test_twin_topologies deploys colocated first anyway, so it costs nothing more), the drills (which leave new pods and
 restarted nodes behind) after everything that wants the nodes as started, and prefix routing,
 which needs two prefill replicas deployed on an empty Serve, last: anywhere else the module after
 it would have to deploy from empty again."""

@@ -1,0 +1,103 @@
+"""Conditional disaggregation on the twin: ``disaggregation.min_prompt_tokens`` rendered, run through
+the twin profile, and served by Ray Serve LLM with ``rayllmeks_pd`` imported from the rendered archive.
+
+A mixed workload: short prompts are prefilled on the decode replica (no NIXL read: decode's
+``nixl_bytes_transferred`` histogram does not count them), long ones on the prefill leg (it does);
+greedy answers on both paths equal those of the plain P/D application; the requests-per-path counter
+says which path each took. Written to need one deploy: the module before it leaves the plain
+disaggregated application running (MODULE_ORDER in conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers.twin import chat, wait_until
+from ray_llm_eks.base import wire
+from ray_llm_eks.twin import render, twin_profile
+from ray_llm_eks.verification import metrics
+
+pytestmark = pytest.mark.twin
+
+THRESHOLD = 64
+SHORT = ["hello", "what is a key value cache", "decode reads it"]
+"""Each well under THRESHOLD tokens after the tiny model's chat template."""
+LONG = ["the prefill computes the key value cache and decode reads it " * 20,
+        "long prompts still take the prefill leg and move their cache " * 20]
+"""Each well over THRESHOLD tokens and under the twin's max_model_len."""
+
+
+def decode_metrics(run) -> list[metrics.Sample]:
+    from test_twin_disaggregated import worker_metrics
+    return metrics.parse(worker_metrics(run, "decode"))
+
+
+def path_count(samples: list[metrics.Sample], path: str) -> float:
+    return sum(s.value for s in samples if wire.PD_REQUESTS_METRIC in s.name and (wire.PD_PATH_TAG, path) in s.labels)
+
+
+def answers(run, prompts: list[str]) -> list[str]:
+    return [chat(run.openai_url, "tiny", prompt, max_tokens=8)["choices"][0]["message"]["content"] for prompt in prompts]
+
+
+@pytest.fixture(scope="module")
+def conditional(twin, tmp_path_factory):
+    """Plain P/D's greedy answers, then the conditional application deployed (fresh: the twin's fixed
+    nodes cannot roll the decode replica over, see TwinRun.use)."""
+    twin.use("disaggregated")
+    plain = {"short": answers(twin, SHORT), "long": answers(twin, LONG)}
+    out = tmp_path_factory.mktemp("conditional")
+    config = yaml.safe_load(Path(twin.tiny.path).read_text())
+    config["disaggregation"] = {"min_prompt_tokens": THRESHOLD}
+    (out / "config.yaml").write_text(yaml.safe_dump(config))
+    charts = render.render(out / "config.yaml", "disaggregated", out / "rendered")
+    service = next(o for o in charts[render.RAYSERVICE_CHART] if o.get("kind") == "RayService")
+    serve = twin_profile.serve_for_cpu(yaml.safe_load(service["spec"]["serveConfigV2"]), str(twin.environment.model))
+    serve, files = twin_profile.pd_program_for_twin(serve, charts[render.RAYSERVICE_CHART], str(out))
+    assert len(files) == 1 and serve["applications"][0]["import_path"].startswith("rayllmeks_pd.")
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    twin.use("disaggregated", serve, fresh=True)
+    try:
+        yield twin, plain
+    finally:
+        # The next module deploys the plain application from an empty Serve, not by a rolling update
+        # of another import path over these replicas (as after the prefix-routing module).
+        twin.twin.remove_applications()
+
+
+def nixl_transfers(run) -> float:
+    from test_twin_disaggregated import worker_metrics
+    return metrics.NixlTotals.of(worker_metrics(run, "decode")).transfers or 0.0
+
+
+def test_short_prompts_move_no_kv_and_long_ones_do(conditional):
+    run, plain = conditional
+
+    def counted(before, path: str, at_least: float):
+        def check():
+            samples = decode_metrics(run)
+            return samples if path_count(samples, path) - path_count(before, path) >= at_least else None
+        return check
+
+    before = decode_metrics(run)
+    transfers_before = nixl_transfers(run)
+    short = answers(run, SHORT)
+    after_short = wait_until(counted(before, wire.PD_LOCAL, len(SHORT)), 60,
+                             "the local-path counter to count the short prompts")
+    # No NIXL read for a prompt prefilled on decode: the transfer histogram did not count them.
+    assert nixl_transfers(run) == transfers_before
+    assert path_count(after_short, wire.PD_LOCAL) - path_count(before, wire.PD_LOCAL) == len(SHORT)
+    assert path_count(after_short, wire.PD_REMOTE) == path_count(before, wire.PD_REMOTE)
+
+    long = answers(run, LONG)
+    wait_until(counted(after_short, wire.PD_REMOTE, len(LONG)), 60, "the remote-path counter to count the long prompts")
+    wait_until(lambda: nixl_transfers(run) >= transfers_before + len(LONG), 60,
+               "decode's NIXL transfers to count the long prompts")
+    assert nixl_transfers(run) == transfers_before + len(LONG)  # one read per long prompt, none for the short ones
+
+    # Greedy answers agree with plain P/D on both paths.
+    assert short == plain["short"]
+    assert long == plain["long"]
