@@ -35,16 +35,22 @@ so with ``None`` it reports no external tokens and the scheduler computes the wh
 ``request_finished`` returns ``(False, None)`` for ``not params`` (``:192-201``): blocks are freed at
 once, nothing is held for a reader. No NIXL read, so vLLM's ``nixl_*`` histograms do not count it.
 
-What is counted: the prompt tokens the decode engine itself would see. ``LLMServer.tokenize`` on this
-replica (vLLM's ``/tokenize`` serving path, ``OpenAIServingTokenization``) with a
-``TokenizeChatRequest`` built from the chat request's own fields of the same names (``messages``,
-``chat_template``, ``chat_template_kwargs``, ``add_generation_prompt``, ``continue_final_message``,
-``tools``, ``add_special_tokens``, ``mm_processor_kwargs``, ``media_io_kwargs``): the model's tokenizer
-after its chat template, rendered as vLLM's chat endpoint renders it; its ``count`` is the length.
-A completion's text prompt is tokenized the same way (``TokenizeCompletionRequest``, with the request's
-``add_special_tokens``); token ids are counted as given; a batch of prompts counts its longest. A
-request that cannot be counted (the tokenizer answers an error, or a prompt given as embeddings)
-takes the prefill leg, today's path, which reports any error as before.
+What is counted: the prompt's tokens as this replica's engine renders them for the request, through
+the same call its chat and completions endpoints make before generating: ``render_chat_request`` of
+vLLM's ``OpenAIServingChat`` (the chat template with the request's ``chat_template``,
+``chat_template_kwargs``, tools and generation-prompt settings, then the tokenizer) or
+``render_completion_request`` of ``OpenAIServingCompletion``, and ``_extract_prompt_len`` of each engine
+input (vllm 0.26.0 ``entrypoints/openai/chat_completion/serving.py:212-237``,
+``entrypoints/openai/completion/serving.py:88-111``; the same in 0.27.1). Ray's engine keeps those two
+serving objects as ``_oai_serving_chat`` and ``_oai_serving_completion``
+(``ray/llm/_internal/serve/engines/vllm/vllm_engine.py:430-433``@2.58.0). Not ``LLMServer.tokenize``:
+Ray 2.58 reads the tokenizer's serving object from ``state.openai_serving_tokenization``
+(``vllm_engine.py:438-440``) while vLLM 0.26 sets ``state.serving_tokenization``
+(``vllm/entrypoints/openai/api_server.py:442``@v0.26.0), so on this image that path only ever answers
+"does not support the 'tokenization' task". A batch of completion prompts counts its longest. The request
+is rendered from a copy, so the call that serves it renders it again exactly as without this module. A
+request that cannot be rendered (the renderer answers an error) takes the prefill leg, today's path,
+which reports the error as before.
 """
 
 from __future__ import annotations
@@ -58,9 +64,6 @@ from ray.llm._internal.serve.constants import RAY_SERVE_LLM_ENABLE_DIRECT_STREAM
 from ray.llm._internal.serve.core.configs.openai_api_models import (
     ChatCompletionRequest,
     CompletionRequest,
-    ErrorResponse,
-    TokenizeChatRequest,
-    TokenizeCompletionRequest,
     to_model_metadata,
 )
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
@@ -99,25 +102,23 @@ def route(prompt_tokens: Optional[int], threshold: int) -> str:
     return wire.PD_REMOTE
 
 
-def tokenize_requests(request: Any) -> tuple[list[Any], int]:
-    """What :meth:`ConditionalPDDecodeServer.prompt_tokens` tokenizes for ``request``: the tokenize
-    requests to send, and the longest prompt given as token ids (0 when none). Raises ValueError for
-    a prompt it cannot count (embeddings)."""
+async def rendered_prompt_tokens(engine: Any, request: Any) -> Optional[int]:
+    """The longest prompt of ``request`` in tokens as ``engine`` (Ray's ``VLLMEngine``) renders it for
+    its chat or completions endpoint, or None when the renderer answers an error or the request is
+    neither."""
     if isinstance(request, ChatCompletionRequest):
-        shared = {name: getattr(request, name) for name in TokenizeChatRequest.model_fields
-                  if name in type(request).model_fields}
-        return [TokenizeChatRequest(**shared)], 0
-    if isinstance(request, CompletionRequest):
-        prompt = request.prompt
-        if prompt is None:
-            raise ValueError("a completion without a text or token prompt")
-        prompts = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
-        texts = [p for p in prompts if isinstance(p, str)]
-        ids = [len(p) for p in prompts if not isinstance(p, str)]
-        requests = [TokenizeCompletionRequest(model=request.model, prompt=text,
-                                              add_special_tokens=request.add_special_tokens) for text in texts]
-        return requests, max(ids, default=0)
-    raise ValueError(f"not a chat or completion request: {type(request).__name__}")
+        serving = engine._oai_serving_chat
+        rendered = await serving.render_chat_request(request.model_copy(deep=True))
+        inputs = rendered if not isinstance(rendered, tuple) else rendered[1]
+    elif isinstance(request, CompletionRequest):
+        serving = engine._oai_serving_completion
+        inputs = await serving.render_completion_request(request.model_copy(deep=True))
+    else:
+        return None
+    if not isinstance(inputs, list):  # vLLM's ErrorResponse
+        logger.warning("cannot count the prompt's tokens (%s): the prefill leg takes it", inputs)
+        return None
+    return max((serving._extract_prompt_len(one) for one in inputs), default=0)
 
 
 def requests_counter() -> metrics.Counter:
@@ -138,18 +139,12 @@ class ConditionalPDDecodeServer(PDDecodeServer):
                                model_downloader=model_downloader)
 
     async def prompt_tokens(self, request: Any) -> Optional[int]:
-        """The prompt's length as this replica's engine tokenizes it, or None when it cannot be counted."""
+        """The prompt's length as this replica's engine renders it, or None when it cannot be counted."""
         try:
-            tokenize, longest = tokenize_requests(request)
-        except ValueError:
+            return await rendered_prompt_tokens(self.engine, request)
+        except Exception as error:  # noqa: BLE001 - any failure to count keeps today's path, which reports it
+            logger.warning("cannot count the prompt's tokens (%r): the prefill leg takes it", error)
             return None
-        for one in tokenize:
-            async for response in await LLMServer.tokenize(self, one):
-                if isinstance(response, ErrorResponse):
-                    logger.warning("cannot count the prompt's tokens (%s): the prefill leg takes it", response)
-                    return None
-                longest = max(longest, response.count)
-        return longest
 
     async def _path(self, request: Any) -> str:
         path = route(await self.prompt_tokens(request), self._min_prompt_tokens) if self._min_prompt_tokens \

@@ -1,6 +1,6 @@
 """Checks of ray_llm_eks.pd.conditional against Ray Serve LLM 2.58's own classes, run by the twin's
 Python (Ray Serve LLM's protocol models need vLLM, which only .venv-twin has):
-``.venv-twin/bin/python tests/pd/conditional_checks.py NAME[,NAME...] [ARGS]`` (tests/pd/test_conditional_server.py runs each)."""
+``.venv-twin/bin/python tests/pd/conditional_checks.py NAME[,NAME...] PD_SERVING_ARGS_JSON MODEL_DIR`` (tests/pd/test_conditional_server.py runs each)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
-    ChatCompletionRequest, CompletionRequest, TokenizeChatRequest, TokenizeCompletionRequest)
+    ChatCompletionRequest, CompletionRequest)
 from ray.llm._internal.serve.core.server.llm_server import LLMServer  # noqa: E402
 from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import PDOrchestratorMixin  # noqa: E402
 
@@ -37,31 +37,93 @@ def check_threshold_key() -> None:
             raise AssertionError(bad)
 
 
-def check_chat_tokenize_request_carries_the_template_inputs() -> None:
-    request = ChatCompletionRequest(
-        model="m", messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-        chat_template="{{ messages[0].content }}", chat_template_kwargs={"enable_thinking": False},
-        add_generation_prompt=False, continue_final_message=True, add_special_tokens=True,
-        tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
-    (tokenize,), ids = conditional.tokenize_requests(request)
-    assert isinstance(tokenize, TokenizeChatRequest) and ids == 0
-    for name in ("model", "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
-                 "add_special_tokens", "tools", "mm_processor_kwargs"):
-        assert getattr(tokenize, name) == getattr(request, name), name
-    assert [m["content"] for m in tokenize.messages] == ["be brief", "hi"]
-    # What vLLM's chat endpoint defaults to, unchanged when the client says nothing.
-    (plain,), _ = conditional.tokenize_requests(ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}]))
-    assert plain.add_generation_prompt is True and plain.add_special_tokens is False
+def _engine_on(model: str):
+    """What :func:`conditional.rendered_prompt_tokens` reads from Ray's ``VLLMEngine`` (its
+    ``_oai_serving_chat`` and ``_oai_serving_completion``), made of vLLM's own parts for ``model``: a real
+    ``OnlineRenderer`` with the model's tokenizer and chat template, and vLLM's own
+    ``render_chat_request``/``render_completion_request``/``_extract_prompt_len`` bodies bound to an
+    object that has what those bodies read. Only the engine is missing (``_check_model`` accepts the
+    request and ``engine_client`` says it is alive): nothing here needs one."""
+    import types
+
+    from vllm.config import ModelConfig, VllmConfig
+    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+    from vllm.entrypoints.serve.engine.serving import BaseServing
+    from vllm.renderers import renderer_from_config
+    from vllm.renderers.online_renderer import OnlineRenderer
+
+    model_config = ModelConfig(model=model, tokenizer=model)
+    online = OnlineRenderer(model_config=model_config, renderer=renderer_from_config(VllmConfig(model_config=model_config)),
+                            request_logger=None, chat_template=None, chat_template_content_format="auto",
+                            trust_request_chat_template=False, enable_auto_tools=False,
+                            exclude_tools_when_tool_choice_none=False, tool_parser=None, reasoning_parser=None,
+                            default_chat_template_kwargs=None, log_error_stack=False)
+
+    async def accepted(_request):
+        return None
+
+    def serving(cls):
+        one = types.SimpleNamespace(online_renderer=online, model_config=model_config, _check_model=accepted,
+                                    engine_client=types.SimpleNamespace(errored=False))
+        for name in ("render_chat_request", "render_completion_request"):
+            if name in vars(cls):
+                setattr(one, name, types.MethodType(vars(cls)[name], one))
+        one._extract_prompt_len = types.MethodType(BaseServing._extract_prompt_len, one)
+        return one
+    return (types.SimpleNamespace(_oai_serving_chat=serving(OpenAIServingChat),
+                                  _oai_serving_completion=serving(OpenAIServingCompletion)),
+            online.renderer.get_tokenizer())
 
 
-def check_completion_prompts() -> None:
-    (text,), ids = conditional.tokenize_requests(CompletionRequest(model="m", prompt="hello", add_special_tokens=False))
-    assert isinstance(text, TokenizeCompletionRequest) and text.prompt == "hello" and not text.add_special_tokens
-    assert ids == 0
-    assert conditional.tokenize_requests(CompletionRequest(model="m", prompt=[5, 6, 7])) == ([], 3)
-    assert conditional.tokenize_requests(CompletionRequest(model="m", prompt=[[1], [1, 2, 3, 4]])) == ([], 4)
-    texts, ids = conditional.tokenize_requests(CompletionRequest(model="m", prompt=["a", "b c"]))
-    assert [t.prompt for t in texts] == ["a", "b c"] and ids == 0
+def check_the_count_is_the_prompt_the_engine_renders() -> None:
+    """The count is the chat template's output in tokens (what the engine prefills), not the text's."""
+    import asyncio
+
+    engine, tokenizer = _engine_on(sys.argv[3])
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
+
+    def count(request):
+        return asyncio.run(conditional.rendered_prompt_tokens(engine, request))
+    templated = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    expected = len(tokenizer.encode(templated, add_special_tokens=False))
+    chat = ChatCompletionRequest(model="tiny", messages=messages)
+    assert count(chat) == expected > len(tokenizer.encode("hello there", add_special_tokens=False))
+    assert chat.messages == ChatCompletionRequest(model="tiny", messages=messages).messages  # rendered from a copy
+    # The request's template settings are the ones counted, as the chat endpoint renders them.
+    bare = tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+    assert count(ChatCompletionRequest(model="tiny", messages=messages, add_generation_prompt=False)) \
+        == len(tokenizer.encode(bare, add_special_tokens=False)) < expected
+    # A template in the request is refused by the chat endpoint (trust_request_chat_template is off, as
+    # rendered), so it is not counted either: the prefill leg answers it, with the endpoint's own error.
+    assert count(ChatCompletionRequest(model="tiny", messages=messages, chat_template="{{ messages[1].content }}")) \
+        is None
+    # Completions: text with the request's special-token setting, token ids as given, a batch's longest.
+    assert count(CompletionRequest(model="tiny", prompt="hello there", add_special_tokens=False)) \
+        == len(tokenizer.encode("hello there", add_special_tokens=False))
+    assert count(CompletionRequest(model="tiny", prompt=[5, 6, 7])) == 3
+    assert count(CompletionRequest(model="tiny", prompt=[[1], [1, 2, 3, 4]])) == 4
+    # A model the engine does not serve: vLLM's error, so the prefill leg (today's path) answers it.
+    async def refused(_request):
+        from vllm.entrypoints.openai.engine.protocol import ErrorInfo, ErrorResponse
+        return ErrorResponse(error=ErrorInfo(message="no such model", type="NotFoundError", code=404))
+    engine._oai_serving_chat._check_model = refused
+    assert count(chat) is None
+    assert conditional.route(count(chat), 1024) == wire.PD_REMOTE
+
+
+def check_rays_tokenize_path_is_still_unusable() -> None:
+    """Why the count does not use ``LLMServer.tokenize``: Ray 2.58's engine looks for the tokenizer's
+    serving object under a name vLLM no longer sets. When this fails, Ray or vLLM changed: the count
+    may then use Ray's path."""
+    import inspect
+
+    from ray.llm._internal.serve.engines.vllm import vllm_engine
+    from vllm.entrypoints.openai import api_server
+    assert 'getattr(\n            state, "openai_serving_tokenization", None\n        )' in inspect.getsource(vllm_engine)
+    source = inspect.getsource(api_server.init_app_state)
+    assert "state.serving_tokenization = ServingTokenization(" in source
+    assert "openai_serving_tokenization" not in source
 
 
 def check_local_path_is_the_orchestrators_own_local_call() -> None:
@@ -72,7 +134,7 @@ def check_local_path_is_the_orchestrators_own_local_call() -> None:
     mro = cls.__mro__
     assert mro.index(PDOrchestratorMixin) < mro.index(LLMServer)
     after_mixin = mro[mro.index(PDOrchestratorMixin) + 1:]
-    for method in ("chat", "completions", "tokenize"):
+    for method in ("chat", "completions"):
         owner = next(c for c in after_mixin if method in vars(c))
         assert owner is LLMServer, (method, owner)
     assert {"chat", "completions"} <= set(vars(cls))

@@ -11,18 +11,21 @@ from pathlib import Path
 import pytest
 
 from helpers.charts import SCENARIOS, render
+from ray_llm_eks.twin.run import Environment
 
 ROOT = Path(__file__).resolve().parents[2]
-TWIN_PYTHON = ROOT / ".venv-twin" / "bin" / "python"
+TWIN = Environment.default()
+TWIN_PYTHON = TWIN.venv / "bin" / "python"
 CHECKS = Path(__file__).with_name("conditional_checks.py")
 
 # The twin's environment exists only once `make twin-install` ran: `make test-twin` runs these (CI
 # installs it first); `make test`, which runs before that install in CI, never collects them.
 pytestmark = [pytest.mark.twin,
-              pytest.mark.skipif(not TWIN_PYTHON.exists(), reason="needs .venv-twin (make twin-install)")]
+              pytest.mark.skipif(not (TWIN_PYTHON.exists() and TWIN.model.exists()),
+                                 reason="needs .venv-twin and the twin's model (make twin-install)")]
 
-CHECKS_NAMED = ["route_boundary", "threshold_key", "chat_tokenize_request_carries_the_template_inputs",
-                "completion_prompts", "local_path_is_the_orchestrators_own_local_call",
+CHECKS_NAMED = ["route_boundary", "threshold_key", "the_count_is_the_prompt_the_engine_renders",
+                "rays_tokenize_path_is_still_unusable", "local_path_is_the_orchestrators_own_local_call",
                 "the_graph_is_rays_with_the_decode_class_swapped"]
 
 
@@ -31,7 +34,8 @@ def outcomes() -> dict[str, str]:
     """Every check's outcome from one run of the twin's Python (its imports take most of a minute)."""
     args = render(SCENARIOS["conditional"]).application["args"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run([str(TWIN_PYTHON), str(CHECKS), ",".join(CHECKS_NAMED), json.dumps(args)],
+    done = subprocess.run([str(TWIN_PYTHON), str(CHECKS), ",".join(CHECKS_NAMED), json.dumps(args),
+                           str(TWIN.model)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith(("ok ", "failed "))]
