@@ -37,6 +37,22 @@ twin's API stand-in answers from this machine with Serve's state as the head rep
 gate looks as often as KubeRay requeues (``ServiceDefaultRequeueDuration``, 2 s), and a Serve
 status is still believed only once it held ``serve_settle_seconds`` (6 s, as rendered)."""
 
+METRICS_REPORT_INTERVAL_MS = 2000
+"""How often each Ray process exports its metrics to its node's ``/metrics`` on the twin
+(``RAY_metrics_report_interval_ms``; Ray 2.58's default is 10,000, floored at 1,000 by
+``src/ray/stats/stats.h`` ``SetReportInterval``, as ``_private/telemetry/open_telemetry_metric_recorder.py:95-115``
+mirrors). Every wait for a figure to appear there is sized to this period: the gate's
+:data:`GATE_METRICS_SETTLE_SECONDS`, the tests' :data:`METRICS_QUIET_SECONDS`, the bench's
+:data:`BENCH_METRICS_FLUSH_SECONDS`."""
+GATE_METRICS_SETTLE_SECONDS = 5.0
+"""The gate's wait for the probes' metrics (``metrics_settle_seconds``, 15 s rendered: 1.5 export
+periods of 10 s); 2.5 periods of :data:`METRICS_REPORT_INTERVAL_MS` here."""
+METRICS_QUIET_SECONDS = 4.0
+"""How long a counter must stay unchanged before a twin test believes every request is counted:
+two export periods (a test used 12 s with Ray's 10 s)."""
+BENCH_METRICS_FLUSH_SECONDS = 4.0
+"""``bench --metrics-flush-s`` on the twin: two export periods (the bench's default is 12 s for 10 s)."""
+
 CHANGES: tuple[tuple[str, str], ...] = (
     ("serve: model_loading_config.model_source", "the tiny model built on this machine, never a hub download"),
     ("serve: accelerator_type removed", "Ray 2.58 refuses an accelerator type on the CPU (llm_config.py)"),
@@ -51,12 +67,16 @@ CHANGES: tuple[tuple[str, str], ...] = (
      "it polls without pause, one core per engine, and the twin's two cores run two engines and all else"),
     ("env: HF_HOME, HF_HUB_CACHE", "the run's own folder instead of the node's host path"),
     ("env: VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND", "vLLM's CPU KV pool in GiB; one core per engine"),
+    ("env: RAY_metrics_report_interval_ms 2000", "every Ray node exports its metrics every 2 s instead of 10 s, so each "
+     "wait for the probes' or the bench's figures is 2 export periods instead of 10 s and more (METRICS_REPORT_INTERVAL_MS)"),
     ("serve: runtime_env.py_modules file://", "with disaggregation.min_prompt_tokens: the conditional P/D archive "
      "from the rendered ConfigMap, written to the run's folder, instead of the Ray pods' mount (pd_program_for_twin)"),
     ("gate: openai_url", "the head node's address in the twin's network"),
     ("gate: serve_args, worker_env", "what this profile changed, which the gate compares with what runs"),
     ("gate: expected_provider tcp", "the provider the twin's links offer"),
     ("gate: as_deploy_job false, deadline_seconds", "no Job, no wait condition; bounded for a local run"),
+    ("gate: metrics_settle_seconds 5", "the gate waits 2.5 of the twin's 2 s export periods for the probes' metrics "
+     "(15 s rendered: 1.5 of Ray's 10 s periods)"),
     ("gate: poll_seconds 2", "the API stand-in answers from this machine: the gate reads the RayService as often as "
      "KubeRay requeues (2 s) instead of every 10 s; a Serve status must still hold 6 s before it is believed"),
 )
@@ -176,6 +196,7 @@ def worker_env_for_twin(env: Mapping[str, str], paths: Paths) -> dict[str, str]:
     changed["LD_LIBRARY_PATH"] = paths.library_path
     changed["LD_PRELOAD"] = paths.preload
     changed["VLLM_CPU_KVCACHE_SPACE"] = str(KV_CACHE_SPACE_GIB)
+    changed["RAY_metrics_report_interval_ms"] = str(METRICS_REPORT_INTERVAL_MS)
     return changed
 
 
@@ -211,7 +232,8 @@ def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_ob
     settings = gate_settings_of(verification_objects)
     head_template = cluster["headGroupSpec"]["template"]
     nodes = {"head": RayNode("head", "headgroup", addresses["head"], dict(cluster["headGroupSpec"]["rayStartParams"]),
-                             {**_container_env(head_template), "HF_HOME": paths.hf_home}, head_template)}
+                             {**_container_env(head_template), "HF_HOME": paths.hf_home,
+                              "RAY_metrics_report_interval_ms": str(METRICS_REPORT_INTERVAL_MS)}, head_template)}
     worker_env: dict[str, str] = {}
     for core, group in enumerate(cluster["workerGroupSpecs"]):
         role = group["groupName"]
@@ -234,6 +256,7 @@ def twin_deployment(rayservice_objects: list[Mapping[str, Any]], verification_ob
         as_deploy_job=False,
         deadline_seconds=GATE_DEADLINE_SECONDS,
         poll_seconds=GATE_POLL_SECONDS,
+        metrics_settle_seconds=GATE_METRICS_SETTLE_SECONDS,
     )
     # The RayService the KubeRay stand-in serves carries the config it submits, as KubeRay's does:
     # the gate compares the stored serveConfigV2 with its serve_args (verification.rollout).

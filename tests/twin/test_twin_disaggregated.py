@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.twin import capture, chat, get, wait_until
-from ray_llm_eks.twin import tiny_model
+from ray_llm_eks.twin import tiny_model, twin_profile
 from ray_llm_eks.verification import efa, metrics
 
 pytestmark = pytest.mark.twin
@@ -46,9 +46,9 @@ def served_requests(run) -> float:
     return metrics.total(samples, "request_success") or 0.0
 
 
-def settled(run, quiet_seconds: float = 12.0) -> float:
-    """Wait until decode's finished-request count stops moving for ``quiet_seconds`` (longer than
-    Ray's metrics export period), so a reading holds every request served before it."""
+def settled(run, quiet_seconds: float = twin_profile.METRICS_QUIET_SECONDS) -> float:
+    """Wait until decode's finished-request count stops moving for ``quiet_seconds`` (two of the
+    twin's metrics export periods, twin_profile.METRICS_REPORT_INTERVAL_MS), so a reading holds every request served before it."""
     last, since = served_requests(run), time.monotonic()
 
     def quiet():

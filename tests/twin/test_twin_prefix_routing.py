@@ -30,7 +30,7 @@ import yaml
 from helpers.twin import capture, chat, get, wait_until
 from ray_llm_eks.cdk8s_charts.serve_config import request_router_config
 from ray_llm_eks.config import parse_config
-from ray_llm_eks.twin import tiny_model
+from ray_llm_eks.twin import tiny_model, twin_profile
 from ray_llm_eks.verification import metrics
 
 pytestmark = pytest.mark.twin
@@ -85,9 +85,9 @@ def prefill_counters(run) -> dict[str, dict[str, float]]:
     return {name: metrics.series(samples, f"prefix_cache_{name}") for name in ("queries", "hits")}
 
 
-def settled_counters(run, what: str, quiet_seconds: float = 12.0) -> dict[str, dict[str, float]]:
-    """The prefill node's counters once they have not moved for ``quiet_seconds`` (longer than
-    Ray's metrics export period), so a reading holds every request served before it."""
+def settled_counters(run, what: str, quiet_seconds: float = twin_profile.METRICS_QUIET_SECONDS) -> dict[str, dict[str, float]]:
+    """The prefill node's counters once they have not moved for ``quiet_seconds`` (two of the
+    twin's metrics export periods, twin_profile.METRICS_REPORT_INTERVAL_MS), so a reading holds every request served before it."""
     last, since = prefill_counters(run), time.monotonic()
 
     def quiet():

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from ray_llm_eks.bench import agreement, compare, runner
+from ray_llm_eks.twin import twin_profile
 from ray_llm_eks.verification import efa
 
 pytestmark = pytest.mark.twin
@@ -35,6 +36,7 @@ def bench(twin, topology: str, out):
                "--model", settings["model"], "--tokenizer", str(twin.environment.model), "--isl", str(ISL),
                "--osl", str(OSL), "--concurrency", "1,2", "--requests", str(REQUESTS), "--out", str(out),
                "--slo-ttft-ms", "5000", "--slo-e2e-ms", "30000",
+               "--metrics-flush-s", str(twin_profile.BENCH_METRICS_FLUSH_SECONDS),
                *[arg for address in workers for arg in ("--metrics-url", f"http://{address}:{settings['metrics_port']}/metrics")],
                *[arg for pair in counters for arg in ("--efa-counters-url", pair)]]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
@@ -77,7 +79,7 @@ def test_every_request_of_both_topologies_is_served(runs):
 
 
 def test_the_engines_count_the_measured_requests_and_no_warm_up(runs):
-    """Ray exports 10 s late: the bench warms up before AIPerf starts and AIPerf scrapes until Ray's
+    """Ray exports a period late (2 s on the twin): the bench warms up before AIPerf starts and AIPerf scrapes until Ray's
     next export, so no warm-up is counted and, disaggregated, every measured token is. A prefill
     engine generates one token per request (``max_tokens`` 1) besides the decode engine's.
 

@@ -120,7 +120,8 @@ def test_the_ray_nodes_start_as_kuberay_would_with_the_cpu_changes(rendered, twi
                         if "value" in e}
         changed = {k for k in set(rendered_env) | set(node.env) if rendered_env.get(k) != node.env.get(k)}
         assert changed == {"FI_PROVIDER", "HF_HOME", "HF_HUB_CACHE", "LD_LIBRARY_PATH", "LD_PRELOAD", "VLLM_CPU_KVCACHE_SPACE",
-                           "VLLM_CPU_OMP_THREADS_BIND"}
+                           "VLLM_CPU_OMP_THREADS_BIND", "RAY_metrics_report_interval_ms"}
+        assert node.env["RAY_metrics_report_interval_ms"] == str(twin_profile.METRICS_REPORT_INTERVAL_MS) == "2000"
         assert node.env["FI_PROVIDER"] == "tcp" and node.env["NIXL_LOG_LEVEL"] == "INFO"
     assert twin.nodes["prefill"].env["VLLM_CPU_OMP_THREADS_BIND"] != twin.nodes["decode"].env["VLLM_CPU_OMP_THREADS_BIND"]
 
@@ -137,7 +138,7 @@ def test_the_gate_settings_follow_the_profile(rendered, twins):
     assert settings["worker_env"] == {k: twins["disaggregated"].nodes["decode"].env[k] for k in original["worker_env"]}
     unchanged = {k for k in original if k not in {"openai_url", "serve_args", "worker_env",
                                                    "expected_provider", "as_deploy_job", "deadline_seconds",
-                                                   "poll_seconds"}}
+                                                   "poll_seconds", "metrics_settle_seconds"}}
     assert {k: settings[k] for k in unchanged} == {k: original[k] for k in unchanged}
     # The stand-in answers from this machine: the gate reads it every 2 s (the rendered settings leave
     # poll_seconds at the wire contract's default, 10 s); the Serve settle it must wait out stays.
@@ -145,6 +146,10 @@ def test_the_gate_settings_follow_the_profile(rendered, twins):
     twin = wire.GateSettings.from_json(settings)
     assert (rendered.poll_seconds, twin.poll_seconds) == (10.0, twin_profile.GATE_POLL_SECONDS) == (10.0, 2.0)
     assert twin.serve_settle_seconds == rendered.serve_settle_seconds
+    # The probes' metrics are waited for in the twin's export periods (2 s), as rendered in Ray's (10 s).
+    assert (rendered.metrics_settle_seconds, twin.metrics_settle_seconds) == (15.0, 5.0)
+    assert twin.metrics_settle_seconds / (twin_profile.METRICS_REPORT_INTERVAL_MS / 1000) \
+        > rendered.metrics_settle_seconds / 10.0
     # The planner's figures for the tiny model (2 x 2 layers x 4 KV heads x 64 x 2 bytes), not Qwen's.
     assert settings["kv_bytes_per_token"] == 2048 and settings["kv_bytes_per_sequence"] == 0
 
