@@ -401,17 +401,18 @@ class DisaggregationSpec:
 
     A prompt shorter than ``min_prompt_tokens`` is prefilled on the decode replica that generates its
     answer, with no KV transfer; a longer one is prefilled on the prefill leg and its KV cache read
-    over NIXL, as without this setting. Short prompts gain little from disaggregation and pay the
-    transfer: ai-dynamo/dynamo ``docs/kubernetes/disagg-communication-guide.md`` measured P/D on AWS p5
-    over EFA at about 0 % throughput gain and a worse TTFT at 1,000 input tokens, against +22 % at
-    8,000. SageMaker HyperPod's inference operator (``pdSpec.routingThreshold``) and llm-d's
-    ``pd-profile-handler`` (``threshold``) route the same way. How the Serve side does it and what
-    is counted: :mod:`ray_llm_eks.pd.conditional`."""
+    over NIXL, as without this setting. Short prompts gain little from disaggregation and still pay
+    the transfer: ai-dynamo/dynamo ``docs/kubernetes/disagg-communication-guide.md`` measured P/D on AWS
+    p5 over EFA at about 0 % throughput gain at 1,000 input tokens, against +22 % at 8,000. SageMaker
+    HyperPod's inference operator (``pdSpec.routingThreshold``) routes the same way. How the Serve
+    side does it and what is counted: :mod:`ray_llm_eks.pd.conditional` and
+    docs/conditional-disaggregation.md; a threshold for the deployment: ``ray-llm-eks plan``
+    (docs/plan.md, "The threshold")."""
 
     __pydantic_config__ = {"extra": "forbid"}
 
     min_prompt_tokens: int = 0
-    """Prompts with fewer tokens than this (counted after the chat template, by the decode replica's own tokenizer) are prefilled on the decode replica, with no KV transfer; 0 (the default) sends every request through the prefill leg. At most ``model.max_model_len``; disaggregated topology only."""
+    """Prompts with fewer tokens than this (counted as the decode replica's engine renders the request: the chat template, then the tokenizer) are prefilled on the decode replica, with no KV transfer; 0 (the default) sends every request through the prefill leg. At most ``model.max_model_len``; disaggregated topology only."""
 
     def __post_init__(self) -> None:
         found = Collector()
