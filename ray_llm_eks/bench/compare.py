@@ -167,7 +167,8 @@ def responses_per_dollar(entry: dict[str, Any]) -> float:
 def _workload(run: Run) -> dict[str, Any]:
     """What must be equal for two runs to measure the same work."""
     s = run.settings
-    return {"isl": None if s.get("trace") else s.get("isl"), "osl": None if s.get("trace") else s.get("osl"),
+    lengths = not (s.get("trace") or s.get("mix"))  # a trace or a mix sets each request's lengths
+    return {"isl": s.get("isl") if lengths else None, "osl": s.get("osl") if lengths else None, "mix": s.get("mix"),
             "trace": Path(s["trace"]).name if s.get("trace") else None,
             "replay_timestamps": bool(s.get("replay_timestamps")), "ignore_eos": s.get("ignore_eos"),
             "tokenizer": s.get("tokenizer"), "tokenizer_revision": s.get("tokenizer_revision")}
@@ -293,6 +294,80 @@ def transfer(entry: dict[str, Any]) -> dict[str, Any]:
             "kv_share_of_ttft": mean / ttft if mean is not None and ttft else None,
             "efa_source": (entry.get("utilization") or {}).get("efa_source"),
             "efa_bytes": None if per_node is None else sum(n["sent"] + n["received"] for n in per_node.values())}
+
+
+PATHS = ("local", "remote")
+"""The prefill paths of ``by_prefill_path`` (``runner.by_prefill_path``; ``base/wire.py`` PD_LOCAL, PD_REMOTE)."""
+
+
+def prefill_paths(runs: Sequence[Run], min_attainment: float = DEFAULT_MIN_ATTAINMENT) -> list[dict[str, Any]]:
+    """Each run's requests by prefill path: the classes at its best level (the level the decision
+    reads), and the mix over every level (what share of the workload took each path). A run without
+    classes says why: a colocated deployment prefills every request where it decodes it (all local
+    by definition), a run without a threshold sent every request through the prefill leg, a managed
+    endpoint's path is not known."""
+    rows = []
+    for run in runs:
+        split = [e for e in run.entries if e.get("by_prefill_path")]
+        row: dict[str, Any] = {"run": run.label, "topology": run.topology, "min_prompt_tokens": None,
+                               "concurrency": None, "classes": None, "pd_requests": None, "mix": None, "note": None}
+        if not split:
+            row["note"] = (
+                "no classes: a colocated deployment prefills every request where it decodes it (all local by "
+                "definition)" if run.topology == COLOCATED else
+                "no classes: no prefill threshold (disaggregation.min_prompt_tokens 0, no --min-prompt-tokens): "
+                "every request took the prefill leg" if run.topology == DISAGGREGATED else
+                "no classes: the bench had no prefill threshold for this run")
+            rows.append(row)
+            continue
+        counts = {path: sum(e["by_prefill_path"][path]["requests"] for e in split) for path in PATHS}
+        total = sum(counts.values())
+        row.update(min_prompt_tokens=split[0]["by_prefill_path"]["min_prompt_tokens"],
+                   mix={**counts, **{f"{path}_share": counts[path] / total if total else None for path in PATHS}})
+        best = run.best(min_attainment)
+        if best is not None and best.get("by_prefill_path"):
+            row.update(concurrency=best["concurrency"], pd_requests=best.get("pd_requests"),
+                       classes={path: best["by_prefill_path"][path] for path in PATHS})
+        rows.append(row)
+    return rows
+
+
+def mix_statement(rows: list[dict[str, Any]], candidate: str | None) -> dict[str, Any] | None:
+    """What the decision is on when a run has classes: its whole workload, the mix of both paths
+    (the candidate's, else the first run with classes); None when no run has classes."""
+    with_mix = [r for r in rows if r["mix"]]
+    if not with_mix:
+        return None
+    row = next((r for r in with_mix if r["run"] == candidate), with_mix[0])
+    local, remote = row["mix"]["local_share"], row["mix"]["remote_share"]
+    text = (f"The decision is on the mix of {_pct(local)} local / {_pct(remote)} remote ({row['run']}: "
+            f"{row['mix']['local']} requests under {row['min_prompt_tokens']} prompt tokens, {row['mix']['remote']} "
+            "at or above, over every level), the whole workload as without classes; the per-class figures are "
+            "stated, not decided on.")
+    return {"run": row["run"], "local_share": local, "remote_share": remote, "text": text}
+
+
+def _pct(share: float | None) -> str:
+    return "n/a" if share is None else f"{share * 100:.0f} %"
+
+
+def class_line(row: dict[str, Any]) -> str:
+    """One run's classes in a line: ``disaggregated c4: local 24 (60 %) TTFT p50/p90/p99 ... ms, ...``."""
+    if row["note"]:
+        return f"{row['run']}: {row['note']}"
+    if row["classes"] is None:
+        return (f"{row['run']}: no level meeting the goal; over every level {row['mix']['local']} local, "
+                f"{row['mix']['remote']} remote (threshold {row['min_prompt_tokens']} prompt tokens)")
+    parts = []
+    for path in PATHS:
+        c = row["classes"][path]
+        parts.append(f"{path} {c['requests']} ({_pct(c['share'])}) TTFT p50/p90/p99 "
+                     f"{'/'.join(_num(c['ttft_ms'][p], 1) for p in ('p50', 'p90', 'p99'))} ms, ITL p50 "
+                     f"{_num(c['itl_ms']['p50'], 2)} ms")
+    counted = row["pd_requests"]
+    server = "" if counted is None else f"; the decode replica counted local {counted['local']}, remote {counted['remote']}"
+    level = "the trace replay" if row["concurrency"] is None else f"concurrency {row['concurrency']}"
+    return (f"{row['run']} at {level} (threshold {row['min_prompt_tokens']} prompt tokens): " + "; ".join(parts) + server)
 
 
 # --- the decision ---------------------------------------------------------------------------------
@@ -531,7 +606,9 @@ def verdict(runs: Sequence[Run], min_gain: float = DEFAULT_MIN_GAIN,
             "rival": at_goal["rival"], "gain": at_goal["gain"], "best": at_goal["best"],
             "ranking": [row["run"] for row in at_goal["ranking"]],
             "without_level": [run.label for run in runs if run.best(goal) is None]})
-    return {**decision, "sensitivity": sensitivity}
+    paths = prefill_paths(runs, min_attainment)
+    return {**decision, "sensitivity": sensitivity, "prefill_paths": paths,
+            "mix": mix_statement(paths, decision["candidate"])}
 
 
 def sensitivity_line(decision: dict[str, Any]) -> str:
@@ -650,6 +727,17 @@ def _utilization_rows(runs: Sequence[Run]) -> list[str]:
     return lines
 
 
+def _prefill_path_lines(decision: dict[str, Any]) -> list[str]:
+    """The report's section on prefill paths, when a run has classes (``bench`` with a threshold)."""
+    if not decision.get("mix"):
+        return []
+    lines = ["## By prefill path", "", "Each request is classed by the server's prompt count: local below the "
+             "deployment's threshold (prefilled on the decode replica), remote at or above it (the prefill leg). "
+             "Figures at each run's best level.", ""]
+    lines += [f"- {class_line(row)}" for row in decision["prefill_paths"]]
+    return lines + ["", f"**{decision['mix']['text']}**", ""]
+
+
 def _reason_lines(reasons: list[dict[str, Any]]) -> list[str]:
     return [f"- **{r['rule']}**: {r['text']}" + (f" Figures: `{json.dumps(r['figures'], sort_keys=True)}`"
                                                  if r["figures"] else "") for r in reasons]
@@ -743,6 +831,7 @@ def markdown(runs: Sequence[Run], decision: dict[str, Any]) -> str:
               *_utilization_rows(runs), "",
               "## Plots", "", f"![TTFT and end-to-end latency against throughput]({LATENCY_PLOT})", "",
               f"![Cost per accepted response against concurrency]({COST_PLOT})", "",
+              *_prefill_path_lines(decision),
               f"## Decision: {decision['decision']}", "", *_reason_lines(decision["reasons"])]
     if decision["caveats"]:
         lines += ["", "Also stated (not deciding):", "", *_reason_lines(decision["caveats"])]

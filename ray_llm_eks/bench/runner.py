@@ -13,6 +13,11 @@ a published interface, its command line and export files are (``profile_export_a
 - Accepted responses are counted per request from ``profile_export.jsonl``: no error, at least one
   output token, TTFT and end-to-end latency within both SLOs. AIPerf's ``--goodput`` applies the
   same SLOs and is kept in the raw output as a cross-check.
+- With a prefill threshold (``min_prompt_tokens``), each measured request is put in a class by the
+  server's prompt count (``usage.prompt_tokens``, after the chat template): ``local`` below the
+  threshold (prefilled on the decode replica), ``remote`` at or above it (the prefill leg), with TTFT
+  and ITL percentiles per class (``by_prefill_path``), and the decode replica's own count of each
+  path (``pd_requests``) when its metrics are scraped.
 - KV-transfer time is vLLM's ``nixl_xfer_time_seconds`` histogram (any of the spellings in
   :data:`METRIC_PREFIXES`), merged over every ``/metrics`` endpoint AIPerf scraped, as are the
   engines' own token counts, queue time, peak KV-cache use and failed transfers (``server``).
@@ -41,6 +46,10 @@ try:  # the in-cluster bundle: beside this module (bundle.SHARED)
     from . import histogram  # type: ignore[attr-defined]
 except ImportError:  # the repository: the base layer's, which the gate reads percentiles with too
     from ..base import histogram  # type: ignore[no-redef]
+try:
+    from . import wire  # type: ignore[attr-defined]
+except ImportError:
+    from ..base import wire  # type: ignore[no-redef]
 from .metrics_relay import MetricsRelay
 
 AIPERF_VERSION = "0.13.0"
@@ -67,6 +76,19 @@ PERCENTILES = ("p50", "p95", "p99")
 METRIC_PREFIXES = ("vllm:", "ray_vllm_", "vllm_")
 """vLLM's own spelling, and Ray's re-export of it (``ray_`` prefix, ``:`` to ``_``)."""
 KV_TRANSFER_METRIC = "nixl_xfer_time_seconds"
+PD_REQUESTS_SERIES = "ray_" + wire.PD_REQUESTS_METRIC
+"""The conditional decode replica's counter (``ray_llm_eks.pd.conditional``) as AIPerf exports it: Ray
+prefixes ``ray_`` and exposes ``..._total``, and AIPerf names a counter by its family, whose ``_total``
+the Prometheus parser strips (``prometheus_client/parser.py``, the family of
+``ray_rayllmeks_pd_requests_total`` is ``ray_rayllmeks_pd_requests``)."""
+PATH_PERCENTILES = ("p50", "p90", "p99")
+"""The per-class TTFT and ITL percentiles (``by_prefill_path``): p90 is what the planner sizes for."""
+PROMPT_TOKENS_SOURCE = ("usage.prompt_tokens: the server's count after the chat template (AIPerf's "
+                        "input_sequence_length under --use-server-token-count)")
+"""What a request is classed by: the count the decode replica compares with its threshold."""
+MIX_FORM = ("ISL,OSL:PCT pairs separated by ';' (whole numbers of tokens >= 1, percentages above 0 "
+            "summing to 100), e.g. 32,64:70;512,64:30")
+"""The one form ``--mix`` takes: AIPerf 0.13's ``--seq-dist`` semicolon form without its stddev."""
 MAX_METRICS_FLUSH_S = 30.0
 """AIPerf 0.13's bound on ``AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD`` (``common/environment.py``)."""
 
@@ -148,6 +170,14 @@ class BenchSettings:
     model_record: dict[str, Any] | None = None
     """``run.json``'s ``model`` block (source, revision, served name, image and digest, licence):
     the command line reads it from the deployment; carried here so the in-cluster Job writes it too."""
+    mix: str | None = None
+    """A mixed workload (``--mix``, :data:`MIX_FORM`): each request's prompt and answer lengths are
+    drawn from these pairs by AIPerf's ``--seq-dist`` instead of ``isl``/``osl``, which then hold the
+    mix's means (what the warm-up sends)."""
+    min_prompt_tokens: int | None = None
+    """The deployment's prefill threshold (``disaggregation.min_prompt_tokens``): each level's requests
+    are split into ``local`` (fewer prompt tokens) and ``remote`` (at least as many) in
+    ``by_prefill_path``. None: no split."""
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []
@@ -200,6 +230,21 @@ class BenchSettings:
         elif len(set(self.profile_isls)) != len(self.profile_isls):
             problems.append(("profile_isls", f"prompt lengths repeat (got {list(self.profile_isls)}); accepted: "
                                              "distinct lengths"))
+        if self.mix is not None:
+            try:
+                parse_mix(self.mix)
+            except ValueError as error:
+                problems.append(("mix", f"{error} (got {self.mix!r}); accepted: {MIX_FORM}"))
+            if self.trace:
+                problems.append(("mix", "a trace brings its own lengths; accepted: --mix without --trace"))
+            if self.profile_isls:
+                problems.append(("profile_isls", "a profile measures one prompt length per level, not a mix; "
+                                                 "accepted: without --mix"))
+        if self.min_prompt_tokens is not None and (not isinstance(self.min_prompt_tokens, int)
+                                                   or isinstance(self.min_prompt_tokens, bool)
+                                                   or self.min_prompt_tokens < 1):
+            problems.append(("min_prompt_tokens", f"a prompt length in tokens, a whole number >= 1 (got "
+                                                  f"{self.min_prompt_tokens!r})"))
         if self.profile_isls and (self.trace or self.replay_timestamps):
             problems.append(("profile_isls", "a profile measures synthetic prompts of each length, not a trace; "
                                              "accepted: without --trace"))
@@ -228,6 +273,40 @@ class BenchSettings:
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)
+
+
+def parse_mix(text: str) -> list[tuple[int, int, float]]:
+    """``ISL,OSL:PCT;...`` as ``(isl, osl, percent)`` pairs, or ValueError with the first problem.
+
+    AIPerf 0.13 parses the same form (``DistributionParser._parse_pairs_from_semicolon``,
+    ``aiperf/common/models/sequence_distribution.py``) and requires the percentages to sum to 100
+    within 1e-6 (``_validate_probability_sum``); this refuses at the command line what it would
+    refuse after its start-up, and also what it would take but the bench does not: a stddev (a class
+    split needs lengths that stay on their side of the threshold) and a pair of 0 %."""
+    pairs = []
+    for part in text.split(";"):
+        match = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*:\s*(\d+(?:\.\d+)?)\s*", part)
+        if not match:
+            raise ValueError(f"{part.strip()!r} is not ISL,OSL:PCT")
+        isl, osl, percent = int(match[1]), int(match[2]), float(match[3])
+        if isl < 1 or osl < 1:
+            raise ValueError(f"{part.strip()!r}: token counts must be >= 1")
+        if not 0 < percent <= 100:
+            raise ValueError(f"{part.strip()!r}: a percentage above 0 and at most 100")
+        pairs.append((isl, osl, percent))
+    total = sum(p for _, _, p in pairs)
+    if abs(total - 100) > 1e-6:
+        raise ValueError(f"the percentages sum to {total:g}, not 100")
+    return pairs
+
+
+def mix_means(pairs: list[tuple[int, int, float]]) -> tuple[int, int]:
+    """The mean prompt and answer lengths of a mix (whole tokens, at least 1)."""
+    return (max(1, round(sum(i * p for i, _, p in pairs) / 100)), max(1, round(sum(o * p for _, o, p in pairs) / 100)))
+
+
+def canonical_mix(pairs: list[tuple[int, int, float]]) -> str:
+    return ";".join(f"{isl},{osl}:{percent:g}" for isl, osl, percent in pairs)
 
 
 def find_aiperf(explicit: str | None = None) -> str:
@@ -447,6 +526,10 @@ def aiperf_command(settings: BenchSettings, concurrency: int | None, artifact_di
     if settings.trace:
         command += ["--custom-dataset-type", "mooncake_trace", "--input-file", settings.trace]
         command += ["--fixed-schedule"] if concurrency is None else ["--no-fixed-schedule"]
+    elif settings.mix:
+        # AIPerf draws each request's pair from the distribution and ignores --isl/--osl
+        # (``BaseDatasetComposer._get_turn_sequence_lengths``, aiperf/dataset/composer/base.py@0.13.0).
+        command += ["--seq-dist", settings.mix]
     else:
         command += ["--isl", str(settings.isl), "--osl", str(settings.osl)]
     if concurrency is not None:
@@ -562,6 +645,62 @@ def _gauge_max(server_metrics: dict[str, Any] | None, name: str) -> float | None
     return max(values) if values else None
 
 
+def pd_requests(server_metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The decode replica's count of requests per prefill path over the level: the per-series delta
+    AIPerf recorded (``stats.total``, as :func:`_counter_total` reads vLLM's counters), summed over the
+    series of each ``prefill`` tag (one per Ray worker); None when no scraped endpoint exports it."""
+    series = (((server_metrics or {}).get("metrics") or {}).get(PD_REQUESTS_SERIES) or {}).get("series")
+    if not series:
+        return None
+    counts = {wire.PD_LOCAL: 0.0, wire.PD_REMOTE: 0.0}
+    for s in series:
+        path = (s.get("labels") or {}).get(wire.PD_PATH_TAG)
+        if path in counts:
+            counts[path] += (s.get("stats") or {}).get("total") or 0.0
+    return {"metric": PD_REQUESTS_SERIES, "series": len(series), **{k: int(v) for k, v in counts.items()}}
+
+
+def _percentile(values: list[float], p: float) -> float | None:
+    """Linear interpolation between the closest ranks, as AIPerf's percentiles (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = p / 100 * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def by_prefill_path(records: list[dict[str, Any]], threshold: int | None) -> dict[str, Any] | None:
+    """The measured requests in two classes by the server's prompt count: ``local`` (fewer than
+    ``threshold`` tokens, prefilled on the decode replica) and ``remote`` (the prefill leg), each with
+    its count, share, prompt lengths and TTFT/ITL percentiles. A request without a server count (a
+    failed one: no ``usage``) is ``unclassified``. None without a threshold."""
+    if not threshold:
+        return None
+    classes: dict[str, list[dict[str, Any]]] = {wire.PD_LOCAL: [], wire.PD_REMOTE: []}
+    unclassified = 0
+    for record in records:
+        tokens = _value(record, "input_sequence_length")
+        if record.get("error") or tokens is None:
+            unclassified += 1
+            continue
+        classes[wire.PD_LOCAL if tokens < threshold else wire.PD_REMOTE].append(record)
+    classified = sum(len(rows) for rows in classes.values())
+
+    def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        lengths = [_value(r, "input_sequence_length") for r in rows]
+        out: dict[str, Any] = {"requests": len(rows), "share": len(rows) / classified if classified else None,
+                               "prompt_tokens": {"min": min(lengths, default=None), "max": max(lengths, default=None)}}
+        for key, metric in (("ttft_ms", "time_to_first_token"), ("itl_ms", "inter_token_latency")):
+            values = [v for v in (_value(r, metric) for r in rows) if v is not None]
+            out[key] = {p: _percentile(values, float(p[1:])) for p in PATH_PERCENTILES}
+        return out
+
+    return {"min_prompt_tokens": threshold, "prompt_tokens_source": PROMPT_TOKENS_SOURCE,
+            "unclassified": unclassified, **{path: figures(rows) for path, rows in classes.items()}}
+
+
 def server_figures(server_metrics: dict[str, Any] | None, endpoint_names: dict[str, str] | None = None) -> dict[str, Any] | None:
     """What the engines say about the same phase: tokens (to check the client's count), time
     queued before prefill, peak KV-cache use, and failed KV transfers."""
@@ -635,6 +774,8 @@ def summarize_level(artifact_dir: Path, settings: BenchSettings, concurrency: in
         "slo_ttft_ms": settings.slo_ttft_ms,
         "slo_e2e_ms": settings.slo_e2e_ms,
         "server": server_figures(server, endpoint_names),
+        "by_prefill_path": by_prefill_path(records, settings.min_prompt_tokens),
+        "pd_requests": pd_requests(server),
         "raw": f"{RAW_DIR}/{level_name(concurrency)}",
         "aiperf_exit_code": aiperf_exit_code,
         "utilization": level_utilization if level_utilization is not None else utilization.absent(duration_s),

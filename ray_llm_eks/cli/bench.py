@@ -67,6 +67,14 @@ def bench(
                                                              "short-chat, long-prompt, long-answer.")] = "short-chat",
     isl: Annotated[int | None, typer.Option("--isl", min=1, help="Mean input tokens; default: the preset's.")] = None,
     osl: Annotated[int | None, typer.Option("--osl", min=1, help="Mean output tokens; default: the preset's.")] = None,
+    mix: Annotated[str | None, typer.Option(
+        "--mix", metavar="ISL,OSL:PCT;...",
+        help="A mixed workload instead of --isl/--osl: each request's prompt and answer lengths drawn from these "
+             "pairs (AIPerf's --seq-dist), e.g. 32,64:70;512,64:30 (docs/benchmark.md).")] = None,
+    min_prompt_tokens: Annotated[int | None, typer.Option(
+        "--min-prompt-tokens", min=1,
+        help="The deployment's prefill threshold: TTFT reported per class, local (fewer prompt tokens) and remote; "
+             "default with --config: its disaggregation.min_prompt_tokens.")] = None,
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="One level or a comma list for a sweep; "
                                                                             "default 1,4,16 (1 with --replay-timestamps).")] = None,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Measured requests per level.")] = 100,
@@ -132,6 +140,9 @@ def bench(
     specs = deployment.specs()
     serving = specs.serving
     preset = PRESETS[workload]
+    mix_pairs = _mix_pairs(mix, isl, osl, trace)
+    if mix_pairs:
+        isl, osl = runner.mix_means(mix_pairs)
     isl, osl = isl or preset.isl, osl or preset.osl
     per_token = price_input is not None or price_output is not None
     # Per-token prices without --config: a managed endpoint, not this deployment. Nothing of the
@@ -143,7 +154,13 @@ def bench(
     if managed and (model is None or tokenizer is None):
         fail(ExitCode.CONFIG_ERROR, "--model and --tokenizer: a managed endpoint (per-token prices without "
                                     "--config) needs both; accepted: its model id and a tokenizer of the model", False)
-    if not managed and not trace and isl + osl > serving.model.max_model_len:
+    too_long_pairs = [f"{i},{o}" for i, o, _ in mix_pairs if i + o > serving.model.max_model_len]
+    if not managed and too_long_pairs:
+        fail(ExitCode.CONFIG_ERROR, f"--mix: {'; '.join(too_long_pairs)} (ISL,OSL) exceed model.max_model_len "
+                                    f"({serving.model.max_model_len}) (got {mix!r}); accepted: pairs whose ISL + OSL "
+                                    "is within it", False)
+    threshold = _threshold(min_prompt_tokens, serving if config else None)
+    if not managed and not mix_pairs and not trace and isl + osl > serving.model.max_model_len:
         fail(ExitCode.CONFIG_ERROR, f"--isl + --osl: {isl} + {osl} tokens exceed model.max_model_len "
                                     f"({serving.model.max_model_len}); accepted: a sum within it", False)
     too_long = [n for n in profile_isls if n + runner.PREFILL_LEVEL_OSL > serving.model.max_model_len]
@@ -201,7 +218,8 @@ def bench(
             price_per_million_input_tokens_usd=price_input, price_per_million_output_tokens_usd=price_output,
             efa_counters_urls=efa_urls, gpu_metrics_urls=gpu_urls,
             nodes=_node_facts(sorted({*efa_urls, *gpu_urls}), specs if config else None),
-            model_record=model_record, profile_isls=profile_isls)
+            model_record=model_record, profile_isls=profile_isls,
+            mix=runner.canonical_mix(mix_pairs) if mix_pairs else None, min_prompt_tokens=threshold)
     except BenchError as error:
         fail(ExitCode.CONFIG_ERROR, with_flags(error), False)
     if emit_job:
@@ -239,8 +257,11 @@ def bench(
     console = make_console()
     price = (f"${price_input:g} / ${price_output:g} per million input / output tokens" if per_token
              else f"hourly cost ${hourly:.2f} ({escape(described['hourly_cost_source'])})")
-    console.print(f"bench {escape(url)} model {escape(settings.model)}: {workload if not trace else 'trace'} "
-                  f"(isl {isl}, osl {osl}), concurrency {', '.join(map(str, levels))}, {price}; licence "
+    shape = (f"mix {settings.mix} (mean isl {isl}, osl {osl})" if settings.mix
+             else f"{workload if not trace else 'trace'} (isl {isl}, osl {osl})")
+    classes = (f", prefill threshold {threshold} prompt tokens (TTFT per class: local below, remote at or above)"
+               if threshold else "")
+    console.print(f"bench {escape(url)} model {escape(settings.model)}: {escape(shape)}{classes}, concurrency {', '.join(map(str, levels))}, {price}; licence "
                   f"{escape(licence_line(model_record['license']))}")
     try:
         entries = run(settings, out, progress=lambda line: console.print(escape(line)),
@@ -255,6 +276,41 @@ def bench(
         console.print(f"profile: {escape(str(out / runner.PROFILE_FILE))} (TTFT at concurrency 1 for prompts of "
                       f"{', '.join(map(str, profile_isls))} tokens, ITL at concurrency {', '.join(map(str, levels))}); "
                       f"plan it with `ray-llm-eks plan --profile {escape(str(out))} --slo-ttft-ms ... --slo-itl-ms ...`")
+
+
+def _mix_pairs(mix: str | None, isl: int | None, osl: int | None, trace: Path | None) -> list[tuple[int, int, float]]:
+    """``--mix`` parsed, or [] without it; a bad value, or one beside --isl/--osl/--trace, exits 2."""
+    from ..bench import runner
+
+    if mix is None:
+        return []
+    beside = [flag for flag, value in (("--isl", isl), ("--osl", osl), ("--trace", trace)) if value is not None]
+    if beside:
+        fail(ExitCode.CONFIG_ERROR, f"--mix: not with {' or '.join(beside)} (got --mix {mix!r}); accepted: --mix "
+                                    "alone (its pairs set every request's lengths), or --isl/--osl without it", False)
+    try:
+        return runner.parse_mix(mix)
+    except ValueError as error:
+        fail(ExitCode.CONFIG_ERROR, f"--mix: {error} (got {mix!r}); accepted: {runner.MIX_FORM}", False)
+
+
+def _threshold(flag: int | None, serving: Any) -> int | None:
+    """The prefill threshold the requests are classed by: ``--min-prompt-tokens``, else (with
+    --config) ``disaggregation.min_prompt_tokens``; None when neither sets one (0 in the
+    configuration: every request takes the prefill leg, there is nothing to split). A flag that
+    contradicts --config exits 2."""
+    if serving is None:
+        return flag
+    configured = serving.disaggregation.min_prompt_tokens if serving.topology.value == "disaggregated" else 0
+    if flag is not None and serving.topology.value != "disaggregated":
+        fail(ExitCode.CONFIG_ERROR, f"--min-prompt-tokens: topology {serving.topology.value} of --config has no "
+                                    f"prefill leg: every request is prefilled where it is decoded (got {flag}); "
+                                    "accepted: leave it out", False)
+    if flag is not None and flag != configured:
+        fail(ExitCode.CONFIG_ERROR, f"--min-prompt-tokens: {flag} differs from --config's "
+                                    f"disaggregation.min_prompt_tokens ({configured}) (got {flag}); accepted: "
+                                    f"{configured or 'leave it out'}, or leave it out to use the configuration's", False)
+    return configured or None
 
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -339,3 +395,26 @@ def _print_summary(console: Console, out: Path, entries: list[dict[str, Any]]) -
                 [(column, True) for column in ("concurrency", "ok", "failed", "accepted", "TTFT p50/p99 ms",
                                                "e2e p99 ms", "output tok/s", "KV p50 ms", "$ / accepted",
                                                "GPU % / EFA Gbps")], rows)
+    _print_prefill_paths(console, entries)
+
+
+def _print_prefill_paths(console: Console, entries: list[dict[str, Any]]) -> None:
+    """The per-class table (``by_prefill_path``): one row per level and class, with the decode
+    replica's own count of that path when its metrics were scraped (``pd_requests``)."""
+    split = [e for e in entries if e.get("by_prefill_path")]
+    if not split:
+        return
+    rows = []
+    for e in split:
+        classes, counted = e["by_prefill_path"], e.get("pd_requests")
+        for path in ("local", "remote"):
+            c = classes[path]
+            ttft = " / ".join("n/a" if c["ttft_ms"][p] is None else f"{c['ttft_ms'][p]:.1f}" for p in ("p50", "p90", "p99"))
+            itl = "n/a" if c["itl_ms"]["p50"] is None else f"{c['itl_ms']['p50']:.2f}"
+            share = "n/a" if c["share"] is None else f"{c['share']:.0%}"
+            rows.append([str(e["concurrency"]), path, f"{c['requests']} ({share})", ttft, itl,
+                         "n/a" if counted is None else str(counted[path])])
+    threshold = split[0]["by_prefill_path"]["min_prompt_tokens"]
+    print_table(console, escape(f"by prefill path: local < {threshold} prompt tokens (the server's count) <= remote"),
+                [(column, column != "class") for column in ("concurrency", "class", "requests (share)", "TTFT p50/p90/p99 ms",
+                                               "ITL p50 ms", "server count")], rows)

@@ -33,7 +33,7 @@ def compare(
     Exit codes: 0 trial or reject (a measured decision); 1 wait (an unresolved condition: the report
     lists each with its figures); 2 a run directory or option that cannot be read.
     """
-    from ..bench.compare import REPORT_FILE, WAIT, compare as compare_runs, sensitivity_line
+    from ..bench.compare import REPORT_FILE, WAIT, class_line, compare as compare_runs, sensitivity_line
     from ..bench.runner import BenchError
 
     if len(runs) < 2:
@@ -50,8 +50,13 @@ def compare(
         ranking = ", ".join(f"{row['run']} {row['responses_per_dollar']:,.0f}" if row["responses_per_dollar"]
                             else f"{row['run']} none" for row in decision["ranking"])
         reasons = "\n".join(f"- {reason['rule']}: {reason['text']}" for reason in decision["reasons"])
+        # With per-class figures (a bench with a prefill threshold): each run's classes, and the mix
+        # the decision is on (the whole workload, as without classes).
+        classes = "" if not decision["mix"] else (
+            "by prefill path, at each run's best level:\n"
+            + "".join(f"- {class_line(row)}\n" for row in decision["prefill_paths"]) + decision["mix"]["text"] + "\n")
         make_console().print(f"[bold]{escape(decision['decision'])}[/]\n{escape(reasons)}\n"
                              f"accepted responses per dollar: {escape(ranking)}\n"
-                             f"{escape(sensitivity_line(decision))}\n"
+                             f"{escape(classes)}{escape(sensitivity_line(decision))}\n"
                              f"report: {escape(str(out / REPORT_FILE))}")
     raise typer.Exit(int(ExitCode.CHECK_FAILED if decision["decision"] == WAIT else ExitCode.OK))

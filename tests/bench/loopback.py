@@ -113,3 +113,21 @@ whose libuv clock counts whole milliseconds (``uv_now``, truncated) and is read 
 wakes, so a timer armed after that reading fires up to 1 ms before the wall-clock delay; each later
 sleep of the same request is armed after the previous one fired, so the shortfall does not add up."""
 LEVELS, REQUESTS = (1, 4), 24
+
+
+def pd_requests_page(counts: dict[tuple[str, str], int]) -> str:
+    """The conditional decode replica's counter as a Ray node's ``/metrics`` serves it: rendered by
+    prometheus_client (Ray 2.58's exporter, ``ray/_private/prometheus_exporter.py``, writes through it),
+    ``ray_`` prefixed, ``_total`` on the counter, Ray's own labels on each worker's series.
+    ``counts``: (worker id, prefill path) -> requests so far."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from ray_llm_eks.base import wire
+
+    registry = CollectorRegistry()
+    counter = Counter("ray_" + wire.PD_REQUESTS_METRIC, "Requests by where their prompt was prefilled.",
+                      ["Component", "SessionName", "Version", "WorkerId", wire.PD_PATH_TAG], registry=registry)
+    for (worker, path), value in counts.items():
+        counter.labels(Component="core_worker", SessionName="session_test", Version="2.58.1", WorkerId=worker,
+                       **{wire.PD_PATH_TAG: path}).inc(value)
+    return generate_latest(registry).decode()

@@ -303,3 +303,49 @@ def test_a_profile_sweep_records_ttft_by_prompt_length_and_itl_by_concurrency(mo
     for level in profile["prefill"]:
         command = (out / level["raw"] / "command.txt").read_text()
         assert f"--isl {level['isl']} --osl {runner.PREFILL_LEVEL_OSL}" in command and "--concurrency 1 " in command
+
+
+MIX, THRESHOLD = "8,16:50;160,16:50", 64
+
+
+@pytest.fixture(scope="module")
+def mixed_sweep(mock_servers, tokenizer_dir, tmp_path_factory, cli):
+    """``bench --mix`` with ``--min-prompt-tokens`` against the mock, scraping a page of the decode
+    replica's counter (Ray's format, :func:`loopback.pd_requests_page`) that does not move: AIPerf's
+    delta of each series is then known, 0 (the recorded run, ``record_mixed.py``, has a moving one)."""
+    from loopback import pd_requests_page
+    from utilization_servers import DcgmServer
+
+    url = mock_servers.start("mixed", "--ttft-ms", str(TTFT_MS), "--ttft-ms-std", "0", "--itl-ms", str(ITL_MS),
+                             "--output-tokens", str(OUTPUT_TOKENS))
+    page = DcgmServer(pd_requests_page({("worker-a", "local"): 5, ("worker-a", "remote"): 3}))
+    out = tmp_path_factory.mktemp("mixed")
+    try:
+        result = cli("bench", "--url", url, "--model", "tiny", "--tokenizer", str(tokenizer_dir), "--mix", MIX,
+                     "--min-prompt-tokens", str(THRESHOLD), "--concurrency", "2", "--requests", str(REQUESTS),
+                     "--agreement-prompts", "0", "--metrics-url", page.url, "--metrics-flush-s", "1", "--out", str(out))
+    finally:
+        page.stop()
+    return out, result
+
+
+def test_a_mixed_sweep_classes_every_request_by_the_server_s_prompt_count(mixed_sweep):
+    out, result = mixed_sweep
+    (entry,) = read_json(out / runner.SUMMARY_FILE)
+    rows = records(out, entry)
+    command = (out / entry["raw"] / "command.txt").read_text()
+    assert f"--seq-dist '{MIX}'" in command and "--isl" not in command
+    split = entry["by_prefill_path"]
+    assert split["local"]["requests"] + split["remote"]["requests"] + split["unclassified"] == len(rows) == REQUESTS
+    for path, keep in (("local", lambda n: n < THRESHOLD), ("remote", lambda n: n >= THRESHOLD)):
+        mine = [r for r in rows if keep(r["metrics"]["input_sequence_length"]["value"])]
+        assert split[path]["requests"] == len(mine)
+        ttfts = sorted(r["metrics"]["time_to_first_token"]["value"] for r in mine)
+        if ttfts:
+            assert split[path]["ttft_ms"]["p50"] == pytest.approx(statistics.median(ttfts), rel=1e-9)
+            assert split[path]["ttft_ms"]["p50"] >= TTFT_MS - LOOP_CLOCK_MS
+    # Both pairs were drawn: AIPerf's prompts of 8 and of 160 tokens are on either side of 64 as the mock counts.
+    assert split["local"]["requests"] > 0 and split["remote"]["requests"] > 0
+    # The page never moved during the level: every series' delta is 0, counted per path, not dropped.
+    assert entry["pd_requests"] == {"metric": runner.PD_REQUESTS_SERIES, "series": 2, "local": 0, "remote": 0}
+    assert "by prefill path: local < 64 prompt tokens" in result.stdout

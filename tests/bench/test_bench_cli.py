@@ -44,6 +44,56 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path, args, message):
     assert message in " ".join(result.output.split())
 
 
+CONDITIONAL = str(Path(__file__).resolve().parents[1] / "data" / "bench" / "conditional.yaml")
+"""The disaggregated reference deployment with disaggregation.min_prompt_tokens 64."""
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "benchmark"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mix", "32,64:70;512,64:20"], "--mix: the percentages sum to 90, not 100 (got '32,64:70;512,64:20'); "
+                                      "accepted: ISL,OSL:PCT pairs separated by ';' (whole numbers of tokens >= 1, "
+                                      "percentages above 0 summing to 100), e.g. 32,64:70;512,64:30"),
+    (["--mix", "32|4,64:100"], "--mix: '32|4,64:100' is not ISL,OSL:PCT (got '32|4,64:100'); accepted: ISL,OSL:PCT"),
+    (["--mix", "32,64:100", "--isl", "32"], "--mix: not with --isl (got --mix '32,64:100'); accepted: --mix alone"),
+    (["--mix", "32,64:100", "--osl", "8", "--isl", "8"], "--mix: not with --isl or --osl"),
+    (["--config", CONDITIONAL, "--mix", "4000,200:50;32,64:50"],
+     "--mix: 4000,200 (ISL,OSL) exceed model.max_model_len (4096) (got '4000,200:50;32,64:50'); accepted: pairs "
+     "whose ISL + OSL is within it"),
+    (["--mix", "32,64:100", "--profile-isl", "64"], "--profile-isl: a profile measures one prompt length per level, "
+                                                     "not a mix; accepted: without --mix"),
+    (["--config", str(EXAMPLES / "colocated.yaml"), "--min-prompt-tokens", "64"],
+     "--min-prompt-tokens: topology colocated of --config has no prefill leg: every request is prefilled where it "
+     "is decoded (got 64); accepted: leave it out"),
+    (["--config", CONDITIONAL, "--min-prompt-tokens", "32"],
+     "--min-prompt-tokens: 32 differs from --config's disaggregation.min_prompt_tokens (64) (got 32); accepted: 64"),
+    (["--config", str(EXAMPLES / "disaggregated.yaml"), "--min-prompt-tokens", "32"],
+     "--min-prompt-tokens: 32 differs from --config's disaggregation.min_prompt_tokens (0) (got 32); accepted: "
+     "leave it out"),
+])
+def test_a_bad_mix_or_threshold_exits_2_with_one_line_naming_the_flag(tmp_path, args, message):
+    result = invoke("bench", "--url", "http://x", *args, "--out", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_emit_job_carries_the_mix_and_the_configuration_s_threshold(tmp_path):
+    result = invoke("bench", "--emit-job", "--config", CONDITIONAL, "--mix", "32,64:70;512,64:30", "--out",
+                    str(tmp_path))
+    assert result.exit_code == 0, result.output
+    config_map = next(yaml.safe_load_all(result.stdout.split("kubectl apply")[0]))
+    settings = json.loads(config_map["data"]["bench.json"])
+    assert (settings["mix"], settings["min_prompt_tokens"]) == ("32,64:70;512,64:30", 64)
+    assert (settings["isl"], settings["osl"]) == (176, 64)  # the mix's means: 0.7 x 32 + 0.3 x 512, 64
+
+
+def test_emit_job_carries_the_threshold_flag_without_a_config(tmp_path):
+    result = invoke("bench", "--emit-job", "--min-prompt-tokens", "48", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    settings = json.loads(next(yaml.safe_load_all(result.stdout.split("kubectl apply")[0]))["data"]["bench.json"])
+    assert (settings["mix"], settings["min_prompt_tokens"]) == (None, 48)
+
+
 def test_emit_job_carries_the_trace_in_its_config_map(tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [0]}\n')
@@ -182,3 +232,22 @@ def test_compare_s_plots_mark_levels_below_the_goal_and_never_draw_backward(tmp_
             assert "level below the 90% attainment goal" in [t.get_text() for t in axis.get_legend().get_texts()]
     (cost_axis,) = saved["cost_per_accepted_response.png"].axes
     assert {int(x) for c in cost_axis.collections if c.get_gid() == "below-goal" for x, _ in c.get_offsets()} == below
+
+
+def test_compare_prints_each_run_s_classes_and_decides_on_the_mix(tmp_path):
+    from ray_llm_eks.bench.compare import class_line
+
+    result = invoke("compare", str(RUNS / "mixed-disaggregated"), str(RUNS / "mixed-colocated"), "--out", str(tmp_path))
+    decision = json.loads((tmp_path / "verdict.json").read_text())
+    output = " ".join(result.output.split())
+    assert result.exit_code == (1 if decision["decision"] == "wait" else 0), result.output
+    rows = {row["run"]: row for row in decision["prefill_paths"]}
+    assert ("by prefill path, at each run's best level: - " + " ".join(class_line(rows["disaggregated"]).split())
+            + " - colocated: no classes: a colocated deployment prefills every request where it decodes it (all "
+            "local by definition) The decision is on the mix of ") in output
+    assert " ".join(decision["mix"]["text"].split()) in output
+
+
+def test_compare_without_classes_prints_no_class_lines(tmp_path):
+    result = invoke("compare", str(RUNS / "disaggregated"), str(RUNS / "colocated"), "--out", str(tmp_path))
+    assert "by prefill path" not in result.output and "decision is on the mix" not in result.output

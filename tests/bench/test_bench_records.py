@@ -102,7 +102,11 @@ def test_an_hourly_run_keeps_its_formula_and_says_its_basis():
 def test_the_recorded_entry_is_what_summarize_level_makes_of_aiperf_s_files(name):
     run, entry, _ = recorded(name)
     again = runner.summarize_level(LEVELS / name / entry["raw"], settings_of(run), entry["concurrency"])
-    assert {k: v for k, v in again.items() if k != "utilization"} == {k: v for k, v in entry.items() if k != "utilization"}
+    # Recorded before the per-class figures: a run without a threshold or a scrape has them null.
+    added = set(again) - set(entry)
+    assert added <= {"by_prefill_path", "pd_requests"} and all(again[key] is None for key in added)
+    assert {k: v for k, v in again.items() if k not in {"utilization", *added}} \
+        == {k: v for k, v in entry.items() if k != "utilization"}
     # Summarized again without a meter: every utilization figure is absent, none is 0.
     assert all(again["utilization"][key] is None for key in GPU_KEYS + EFA_KEYS)
 
@@ -368,3 +372,122 @@ def test_the_summary_table_has_a_utilization_column_that_is_never_cut():
         cell = f"49% / {max(u['efa_gbps_per_node'].values()):.3f} ({u['efa_line_rate_share_max']:.1%})"
         # A figure never wraps: whole in the wide table, and in the turned one at 80 columns.
         assert cell in text and "n/a / n/a" in text, text
+
+
+# --- by prefill path: a mixed workload against a threshold -------------------------------------------
+
+MIXED = Path(__file__).resolve().parents[1] / "data" / "bench" / "runs"
+"""``record_mixed.py``'s two runs: ``mixed-disaggregated`` (threshold 64, the decode counter scraped) and
+``mixed-colocated`` (no threshold), AIPerf's per-request records of each level kept under ``raw/``."""
+
+
+def mixed(name: str) -> tuple[dict, list[dict]]:
+    run = json.loads((MIXED / name / runner.RUN_FILE).read_text())
+    return run, json.loads((MIXED / name / runner.SUMMARY_FILE).read_text())
+
+
+def measured(run_dir: Path, entry: dict) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / entry["raw"] / "profile_export.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["metadata"]["benchmark_phase"] == "profiling"]
+
+
+def prompt_tokens(record: dict) -> int:
+    return record["metrics"]["input_sequence_length"]["value"]
+
+
+def test_a_mixed_run_records_its_mix_its_means_and_the_configuration_s_threshold():
+    run, _ = mixed("mixed-disaggregated")
+    settings = run["settings"]
+    assert (settings["mix"], settings["min_prompt_tokens"]) == ("8,16:60;160,16:40", 64)
+    assert (settings["isl"], settings["osl"]) == (69, 16)  # 0.6 x 8 + 0.4 x 160 = 68.8; 16
+    assert settings["deployment"]["topology"] == "disaggregated"
+
+
+def test_each_level_s_classes_add_up_to_its_requests_split_by_the_server_s_prompt_count():
+    run_dir = MIXED / "mixed-disaggregated"
+    _, summary = mixed("mixed-disaggregated")
+    for entry in summary:
+        split, rows = entry["by_prefill_path"], measured(run_dir, entry)
+        assert split["min_prompt_tokens"] == 64 and split["unclassified"] == 0
+        assert split["local"]["requests"] + split["remote"]["requests"] == entry["requests_ok"] + entry["requests_failed"]
+        assert split["local"]["requests"] == sum(1 for r in rows if prompt_tokens(r) < 64) > 0
+        assert split["remote"]["requests"] == sum(1 for r in rows if prompt_tokens(r) >= 64) > 0
+        assert split["local"]["prompt_tokens"]["max"] < 64 <= split["remote"]["prompt_tokens"]["min"]
+        assert split["local"]["share"] + split["remote"]["share"] == pytest.approx(1.0)
+        # The class follows the server's count (after the chat template), not the pair AIPerf drew:
+        # the mock's count of a 160-token prompt is not 160.
+        assert {prompt_tokens(r) for r in rows} - {8, 160}
+        assert "usage.prompt_tokens" in split["prompt_tokens_source"]
+
+
+def test_a_prompt_of_exactly_the_threshold_takes_the_prefill_leg():
+    """The decode replica prefills locally only below the threshold (``pd/conditional.py``): a
+    threshold equal to a recorded count puts that request in ``remote``, one more token in ``local``."""
+    _, summary = mixed("mixed-disaggregated")
+    rows = measured(MIXED / "mixed-disaggregated", summary[0])
+    counts = sorted({prompt_tokens(r) for r in rows})
+    boundary = counts[len(counts) // 2]
+    at = sum(1 for r in rows if prompt_tokens(r) == boundary)
+    split = runner.by_prefill_path(rows, boundary)
+    above = runner.by_prefill_path(rows, boundary + 1)
+    assert split["remote"]["prompt_tokens"]["min"] == boundary and split["local"]["prompt_tokens"]["max"] < boundary
+    assert above["local"]["requests"] == split["local"]["requests"] + at
+    assert above["local"]["prompt_tokens"]["max"] == boundary
+
+
+def test_one_class_holding_every_request_has_aiperf_s_own_percentiles():
+    """A threshold of one token puts every request in ``remote``: its percentiles, interpolated here,
+    are AIPerf's of the whole level (``profile_export_aiperf.json``)."""
+    run_dir = MIXED / "mixed-disaggregated"
+    _, summary = mixed("mixed-disaggregated")
+    for entry in summary:
+        aggregate = json.loads((run_dir / entry["raw"] / "profile_export_aiperf.json").read_text())
+        every = runner.by_prefill_path(measured(run_dir, entry), 1)
+        assert every["local"]["requests"] == 0 and every["local"]["ttft_ms"] == {"p50": None, "p90": None, "p99": None}
+        for key, metric in (("ttft_ms", "time_to_first_token"), ("itl_ms", "inter_token_latency")):
+            for p in runner.PATH_PERCENTILES:
+                assert every["remote"][key][p] == pytest.approx(aggregate[metric][p], rel=1e-9), (key, p)
+
+
+def test_the_decode_replica_s_counts_are_the_per_series_deltas_aiperf_scraped():
+    run_dir = MIXED / "mixed-disaggregated"
+    _, summary = mixed("mixed-disaggregated")
+    for entry in summary:
+        exported = json.loads((run_dir / entry["raw"] / "server_metrics_export.json").read_text())
+        series = exported["metrics"]["ray_rayllmeks_pd_requests"]["series"]
+        assert exported["metrics"]["ray_rayllmeks_pd_requests"]["type"] == "counter" and len(series) == 4
+        for path in ("local", "remote"):
+            assert entry["pd_requests"][path] == sum(s["stats"]["total"] for s in series
+                                                     if s["labels"]["prefill"] == path) > 0
+        assert entry["pd_requests"]["metric"] == runner.PD_REQUESTS_SERIES and entry["pd_requests"]["series"] == 4
+
+
+def test_a_run_without_a_threshold_or_a_scrape_has_neither_figure():
+    _, summary = mixed("mixed-colocated")
+    assert all(e["by_prefill_path"] is None and e["pd_requests"] is None for e in summary)
+
+
+@pytest.mark.parametrize("name", ["mixed-disaggregated", "mixed-colocated"])
+def test_the_recorded_mixed_entry_is_what_summarize_level_makes_of_aiperf_s_files(name):
+    run, summary = mixed(name)
+    for entry in summary:
+        again = runner.summarize_level(MIXED / name / entry["raw"], settings_of(run), entry["concurrency"])
+        assert {k: v for k, v in again.items() if k not in ("utilization", "server")} \
+            == {k: v for k, v in entry.items() if k not in ("utilization", "server")}
+
+
+def test_bench_prints_a_row_per_level_and_class():
+    from ray_llm_eks.cli.bench import _print_summary
+
+    _, summary = mixed("mixed-disaggregated")
+    console = Console(width=200, record=True)
+    _print_summary(console, MIXED / "mixed-disaggregated", summary)
+    text = console.export_text()
+    assert "by prefill path: local < 64 prompt tokens (the server's count) <= remote" in text
+    for entry in summary:
+        for path in ("local", "remote"):
+            c = entry["by_prefill_path"][path]
+            ttft = " / ".join(f"{c['ttft_ms'][p]:.1f}" for p in ("p50", "p90", "p99"))
+            cells = [str(entry["concurrency"]), path, f"{c['requests']} ({c['share']:.0%})", ttft,
+                     f"{c['itl_ms']['p50']:.2f}", str(entry["pd_requests"][path])]
+            assert any([cell.strip() for cell in line.split("│")[1:-1]] == cells for line in text.splitlines()), cells

@@ -164,6 +164,69 @@ def test_a_trace_replaces_the_synthetic_lengths():
     assert "--fixed-schedule" in command
 
 
+def test_a_mix_goes_to_aiperf_s_seq_dist_instead_of_the_lengths():
+    command = runner.aiperf_command(settings(mix="32,64:70;512,64:30", isl=166, osl=64), 4, Path("/o"))
+    assert command[command.index("--seq-dist") + 1] == "32,64:70;512,64:30"
+    assert "--isl" not in command and "--osl" not in command
+
+
+@pytest.mark.parametrize("text", ["32,64:70;512,64:30", " 8 , 16 : 60 ; 160,16:40 ", "100,10:33.5;200,20:66.5",
+                                  "64,8:100"])
+def test_a_mix_the_bench_takes_is_one_aiperf_parses_to_the_same_pairs(text):
+    """AIPerf 0.13's own parser of --seq-dist (what it runs on the value at its start-up)."""
+    from aiperf.common.models.sequence_distribution import DistributionParser
+
+    ours = runner.parse_mix(text)
+    theirs = DistributionParser.validate(runner.canonical_mix(ours))
+    assert [(p.input_seq_len, p.output_seq_len, p.probability) for p in theirs] == ours
+    assert all(p.input_seq_len_stddev == 0 == p.output_seq_len_stddev for p in theirs)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("32,64:70;512,64:20", "the percentages sum to 90, not 100"),
+    ("32,64", "'32,64' is not ISL,OSL:PCT"),
+    ("32|4,64:100", "'32|4,64:100' is not ISL,OSL:PCT"),
+    ("[(32,64):100]", "'[(32,64):100]' is not ISL,OSL:PCT"),  # AIPerf's bracket form
+    ("0,64:100", "'0,64:100': token counts must be >= 1"),
+    ("32,64:0;32,8:100", "'32,64:0': a percentage above 0 and at most 100"),
+    ("32,64:70;;512,64:30", "'' is not ISL,OSL:PCT"),
+])
+def test_a_bad_mix_is_refused_with_its_first_problem(text, says):
+    with pytest.raises(ValueError) as caught:
+        runner.parse_mix(text)
+    assert str(caught.value) == says or str(caught.value).startswith(says + " ")
+
+
+def test_aiperf_refuses_a_mix_whose_percentages_do_not_sum_to_100_too():
+    from aiperf.common.models.sequence_distribution import DistributionParser
+
+    with pytest.raises(ValueError, match="Probabilities must sum to 100.0"):
+        DistributionParser.validate("32,64:70;512,64:20")
+
+
+def test_a_mix_s_means_weigh_each_pair_by_its_share():
+    assert runner.mix_means(runner.parse_mix("32,64:70;512,16:30")) == (176, 50)  # 22.4+153.6, 44.8+4.8
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"mix": "32,64:50"}, "mix: the percentages sum to 50, not 100 (got '32,64:50'); accepted: ISL,OSL:PCT"),
+    ({"mix": "32,64:100", "trace": "t.jsonl"}, "mix: a trace brings its own lengths"),
+    ({"mix": "32,64:100", "profile_isls": (64,)}, "profile_isls: a profile measures one prompt length per level, "
+                                                  "not a mix"),
+    ({"min_prompt_tokens": 0}, "min_prompt_tokens: a prompt length in tokens, a whole number >= 1 (got 0)"),
+])
+def test_bad_mix_and_threshold_settings_are_refused_naming_the_setting(overrides, message):
+    with pytest.raises(BenchError) as caught:
+        settings(**overrides)
+    assert message in str(caught.value)
+
+
+def test_the_mix_and_the_threshold_round_trip_through_json_for_the_in_cluster_job():
+    original = settings(mix="32,64:70;512,64:30", isl=176, osl=64, min_prompt_tokens=64)
+    again = BenchSettings.from_json(json.loads(json.dumps(original.to_json())))
+    assert again == original and (again.mix, again.min_prompt_tokens) == ("32,64:70;512,64:30", 64)
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"concurrency": ()}, "concurrency: each level must be a whole number >= 1"),
     ({"concurrency": (0, 4)}, "concurrency: each level must be a whole number >= 1 (got [0, 4])"),

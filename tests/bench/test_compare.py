@@ -821,3 +821,75 @@ def test_at_a_lower_goal_the_same_levels_are_not_marked():
         assert all(not t.get_text().startswith("level below") for t in axis.get_legend().get_texts())
     finally:
         plt.close(figure)
+
+
+# --- by prefill path: the recorded mixed runs (tests/bench/record_mixed.py) --------------------------
+
+MIXED_D, MIXED_C = RUNS / "mixed-disaggregated", RUNS / "mixed-colocated"
+
+
+def without_classes(run, entries, completions):
+    for entry in entries:
+        entry.pop("by_prefill_path")
+        entry.pop("pd_requests")
+
+
+def test_compare_decides_on_the_mix_as_it_did_without_classes(tmp_path):
+    """The classes are stated, not decided on: the same runs stripped of them get the same decision,
+    reasons and ranking."""
+    with_classes = compare.compare([MIXED_D, MIXED_C], out=tmp_path / "with", plots=False)
+    stripped = [copy_run(run, tmp_path / run.name, without_classes) for run in (MIXED_D, MIXED_C)]
+    plain = compare.compare(stripped, out=tmp_path / "without", plots=False)
+    for key in ("decision", "reasons", "ranking", "candidate", "rival", "gain"):
+        assert with_classes[key] == plain[key], key
+    assert plain["mix"] is None and all(row["note"] for row in plain["prefill_paths"])
+
+
+def test_the_mix_is_the_disaggregated_run_s_share_of_each_path_over_every_level(tmp_path):
+    decision = compare.compare([MIXED_D, MIXED_C], out=tmp_path, plots=False)
+    local = sum(e["by_prefill_path"]["local"]["requests"] for e in summary(MIXED_D))
+    remote = sum(e["by_prefill_path"]["remote"]["requests"] for e in summary(MIXED_D))
+    assert local + remote == sum(e["requests_ok"] + e["requests_failed"] for e in summary(MIXED_D))
+    mix = decision["mix"]
+    assert mix["run"] == "disaggregated"
+    assert (mix["local_share"], mix["remote_share"]) == (local / (local + remote), remote / (local + remote))
+    assert mix["text"].startswith(f"The decision is on the mix of {round(100 * local / (local + remote))} % local / "
+                                  f"{round(100 * remote / (local + remote))} % remote (disaggregated: {local} requests "
+                                  f"under 64 prompt tokens, {remote} at or above, over every level)")
+
+
+def test_each_run_s_classes_are_its_best_level_s_and_a_colocated_run_has_none(tmp_path):
+    decision = compare.compare([MIXED_D, MIXED_C], out=tmp_path, plots=False)
+    rows = {row["run"]: row for row in decision["prefill_paths"]}
+    best = best_entry(MIXED_D)
+    ours = rows["disaggregated"]
+    assert ours["concurrency"] == best["concurrency"] == decision["best"]["disaggregated"]
+    assert ours["classes"] == {path: best["by_prefill_path"][path] for path in ("local", "remote")}
+    assert ours["pd_requests"] == best["pd_requests"] and ours["min_prompt_tokens"] == 64
+    theirs = rows["colocated"]
+    assert theirs["classes"] is None and theirs["mix"] is None
+    assert theirs["note"] == ("no classes: a colocated deployment prefills every request where it decodes it (all "
+                              "local by definition)")
+    report = (tmp_path / compare.REPORT_FILE).read_text()
+    assert "## By prefill path" in report and f"**{decision['mix']['text']}**" in report
+    assert f"- {compare.class_line(ours)}" in report and f"- {compare.class_line(theirs)}" in report
+
+
+def test_a_class_line_gives_each_path_s_figures_and_the_replica_s_count(tmp_path):
+    decision = compare.compare([MIXED_D, MIXED_C], out=tmp_path, plots=False)
+    row = next(r for r in decision["prefill_paths"] if r["run"] == "disaggregated")
+    local, remote, counted = row["classes"]["local"], row["classes"]["remote"], row["pd_requests"]
+    line = compare.class_line(row)
+    assert line.startswith(f"disaggregated at concurrency {row['concurrency']} (threshold 64 prompt tokens): local "
+                           f"{local['requests']} ({local['share'] * 100:.0f} %) TTFT p50/p90/p99 "
+                           f"{local['ttft_ms']['p50']:,.1f}/{local['ttft_ms']['p90']:,.1f}/{local['ttft_ms']['p99']:,.1f} ms")
+    assert f"; remote {remote['requests']} ({remote['share'] * 100:.0f} %)" in line
+    assert line.endswith(f"; the decode replica counted local {counted['local']}, remote {counted['remote']}")
+
+
+def test_a_mixed_run_and_one_of_fixed_lengths_are_different_workloads(tmp_path):
+    fixed = copy_run(MIXED_C, tmp_path / "fixed", lambda run, entries, completions: run["settings"].update(mix=None))
+    decision = compare.compare([MIXED_D, fixed], out=tmp_path / "out", plots=False)
+    differ = next(r for r in decision["reasons"] if r["rule"] == "workloads-differ")
+    assert differ["figures"]["mix"] == {"disaggregated": "8,16:60;160,16:40", "colocated": None}
+    assert set(differ["figures"]) == {"isl", "osl", "mix"}  # a mix's means are not its lengths
