@@ -120,6 +120,7 @@ class TwinRun:
         self.deployments: dict[str, twin_profile.TwinDeployment] = {}
         self.tiny: render.TinyConfig | None = None
         self.network: netns.Network | None = None
+        self.paths: twin_profile.Paths | None = None
         self.twin: cluster.Twin | None = None
         self.api: kube_api.KubeApi | None = None
         self.api_url = ""
@@ -158,11 +159,11 @@ class TwinRun:
         for topology in render.TOPOLOGIES:
             self.rendered[topology] = render.render(self.tiny.path, topology, self.workdir / topology)
         self.network = netns.Network(HOSTS, loopback_only=LOOPBACK_ONLY).up()
-        paths = twin_profile.Paths(model=str(self.environment.model), library_path=self.environment.library_path,
-                                   hf_home=str(self.workdir / "hf"), preload=str(self.environment.preload))
+        self.paths = twin_profile.Paths(model=str(self.environment.model), library_path=self.environment.library_path,
+                                        hf_home=str(self.workdir / "hf"), preload=str(self.environment.preload))
         for topology, charts in self.rendered.items():
             self.deployments[topology] = twin_profile.twin_deployment(
-                charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART], self.network.addresses, paths)
+                charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART], self.network.addresses, self.paths)
         first = self.deployments[render.TOPOLOGIES[0]]
         program = self.workdir / "gate-program"
         package = program / bundle.IN_CLUSTER_PACKAGE
@@ -382,6 +383,26 @@ class TwinRun:
         self.topology = topology
         self.log(f"{topology}: Serve app {state.get('status')} after {time.monotonic() - started:.0f} s")
         return state
+
+    def add(self, name: str, config: Path, topology: str = "disaggregated") -> twin_profile.TwinDeployment:
+        """Another deployment for the running nodes, under ``name`` (``use(name)``, ``settings(name)``):
+        ``config`` rendered for ``topology`` and run through the same profile, with each ``file://``
+        archive of its Serve config written to its own folder (:func:`twin_profile.pd_program_for_twin`).
+        The nodes were started for the first deployment, so ``config`` must render the same worker
+        groups (a setting of the Serve application, such as ``disaggregation``, not of the pools)."""
+        assert self.network is not None and self.paths is not None
+        folder = self.workdir / name
+        charts = render.render(config, topology, folder)
+        deployment = twin_profile.twin_deployment(charts[render.RAYSERVICE_CHART], charts[render.VERIFICATION_CHART],
+                                                  self.network.addresses, self.paths)
+        serve, files = twin_profile.pd_program_for_twin(deployment.serve_config, charts[render.RAYSERVICE_CHART],
+                                                        str(folder))
+        for file, data in files.items():
+            (folder / file).write_bytes(data)
+        deployment.serve_config = serve
+        deployment.rayservice["spec"]["serveConfigV2"] = json.dumps(serve, indent=2)
+        self.rendered[name], self.deployments[name] = charts, deployment
+        return deployment
 
     @property
     def openai_url(self) -> str:

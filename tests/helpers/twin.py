@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -57,3 +59,42 @@ def capture(name: str, text: str) -> None:
         path = Path(CAPTURE) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+
+THRESHOLD = 64
+"""``disaggregation.min_prompt_tokens`` of the twin's conditional deployment (tests/twin/conftest.py):
+between the tiny model's short and long prompts once its chat template is added."""
+BENCH_REQUESTS = 12
+"""Requests per concurrency level of every twin bench."""
+MIX = "16,16:50;256,16:50"
+"""The mixed workload of the conditional-disaggregation tests (``bench --mix``): half the prompts far
+under their 64-token threshold once the tiny model's chat template is added, half far over it."""
+
+
+def bench(twin, deployment: str, out: Path, *extra: str, config: Path | None = None) -> Path:
+    """``ray-llm-eks bench`` from the client namespace against ``deployment`` (deployed by the caller),
+    scraping both workers' metrics and EFA counter readers, at concurrency 1 and 2; ``extra`` adds
+    the workload (``--isl/--osl`` or ``--mix``) and any other flag. ``config``: the configuration
+    bench prices and checks against (default: the twin's, with the deployment's topology)."""
+    from ray_llm_eks.twin import twin_profile
+    from ray_llm_eks.verification import efa
+
+    settings = twin.settings(deployment)
+    topology = settings["topology"]
+    if config is None:
+        config = twin.workdir / f"{topology}.yaml"
+        config.write_text(twin.config.read_text() + f"\ntopology: {topology}\n")
+    nodes = {name: n for name, n in twin.deployments[deployment].nodes.items() if name != "head"}
+    # Each worker's EFA counter reader (the twin's serves the node veth's bytes), named by its role.
+    counters = [f"{name}=http://{n.address}:{settings['efa_counter_port']}{efa.COUNTER_PATH}" for name, n in nodes.items()]
+    command = [sys.executable, "-m", "ray_llm_eks.cli", "bench", "--config", str(config), "--url", twin.openai_url,
+               "--model", settings["model"], "--tokenizer", str(twin.environment.model),
+               "--concurrency", "1,2", "--requests", str(BENCH_REQUESTS), "--out", str(out),
+               "--slo-ttft-ms", "5000", "--slo-e2e-ms", "30000",
+               "--metrics-flush-s", str(twin_profile.BENCH_METRICS_FLUSH_SECONDS),
+               *[arg for n in nodes.values() for arg in ("--metrics-url", f"http://{n.address}:{settings['metrics_port']}/metrics")],
+               *[arg for pair in counters for arg in ("--efa-counters-url", pair)], *extra]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(result.stdout[-2500:])
+    return out

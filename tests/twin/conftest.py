@@ -32,7 +32,8 @@ MODULE_ORDER = (
 """The order the modules run in, each deploying what it needs. Every change of Serve config is a
 deploy of 80 to 340 s on the twin, so the order keeps them few: the modules that serve the
 rendered disaggregated config run one after another, then conditional disaggregation (its one
-deploy; test_twin_topologies deploys colocated first anyway, so it costs nothing more), the drills (which leave new pods and
+deploy, removed after it; test_twin_topologies deploys colocated first anyway, so it costs nothing
+more, and compares the mixed run it leaves with colocated's), the drills (which leave new pods and
 restarted nodes behind) after everything that wants the nodes as started, and prefix routing,
 which needs two prefill replicas deployed on an empty Serve, last: anywhere else the module after
 it would have to deploy from empty again."""
@@ -57,3 +58,39 @@ def twin(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("twin")
     with TwinRun(workdir, log=lambda line: print(f"[twin] {line}", flush=True)) as run:
         yield run
+
+
+@pytest.fixture(scope="session")
+def conditional_config(twin, tmp_path_factory) -> Path:
+    """The twin's configuration with ``disaggregation.min_prompt_tokens``, rendered and run through the
+    profile as the deployment ``conditional`` (``twin.use("conditional")``); not deployed here."""
+    import yaml
+
+    from helpers.twin import THRESHOLD
+
+    config = yaml.safe_load(Path(twin.tiny.path).read_text())
+    config["topology"] = "disaggregated"
+    config["disaggregation"] = {"min_prompt_tokens": THRESHOLD}
+    path = tmp_path_factory.mktemp("conditional") / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    deployment = twin.add("conditional", path)
+    assert deployment.serve_config["applications"][0]["import_path"].startswith("rayllmeks_pd.")
+    return path
+
+
+@pytest.fixture(scope="session")
+def conditional_mixed_run(twin, conditional_config, tmp_path_factory) -> Path:
+    """``bench --mix`` against the conditional deployment: test_twin_conditional asks for it while that
+    runs; test_twin_topologies compares it with colocated's run of the same mix. Alone, this deploys
+    the conditional application and removes it after (the next deploy starts from an empty Serve)."""
+    from helpers.twin import MIX, bench
+
+    running = twin.topology == "conditional"
+    if not running:
+        twin.use("conditional", fresh=True)
+    try:
+        return bench(twin, "conditional", tmp_path_factory.mktemp("mixed") / "conditional", "--mix", MIX,
+                     "--agreement-prompts", "0", config=conditional_config)
+    finally:
+        if not running:
+            twin.twin.remove_applications()

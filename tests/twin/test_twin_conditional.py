@@ -4,24 +4,23 @@ the twin profile, and served by Ray Serve LLM with ``rayllmeks_pd`` imported fro
 A mixed workload: short prompts are prefilled on the decode replica (no NIXL read: decode's
 ``nixl_bytes_transferred`` histogram does not count them), long ones on the prefill leg (it does);
 greedy answers on both paths equal those of the plain P/D application; the requests-per-path counter
-says which path each took. Written to need one deploy: the module before it leaves the plain
-disaggregated application running (MODULE_ORDER in conftest.py)."""
+says which path each took; ``bench --mix`` classes each request by the server's prompt count and
+the decode replica's counter agrees. Written to need one deploy: the module before it leaves the
+plain disaggregated application running (MODULE_ORDER in conftest.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 import pytest
-import yaml
 
-from helpers.twin import chat, wait_until
+from helpers.twin import BENCH_REQUESTS, THRESHOLD, chat, wait_until
 from ray_llm_eks.base import wire
-from ray_llm_eks.twin import render, twin_profile
+from ray_llm_eks.bench import runner
 from ray_llm_eks.verification import metrics
 
 pytestmark = pytest.mark.twin
 
-THRESHOLD = 64
 SHORT = ["hello", "what is a key value cache", "decode reads it"]
 """Each well under THRESHOLD tokens after the tiny model's chat template."""
 LONG = ["the prefill computes the key value cache and decode reads it " * 20,
@@ -43,23 +42,12 @@ def answers(run, prompts: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def conditional(twin, tmp_path_factory):
+def conditional(twin, conditional_config):
     """Plain P/D's greedy answers, then the conditional application deployed (fresh: the twin's fixed
     nodes cannot roll the decode replica over, see TwinRun.use)."""
     twin.use("disaggregated")
     plain = {"short": answers(twin, SHORT), "long": answers(twin, LONG)}
-    out = tmp_path_factory.mktemp("conditional")
-    config = yaml.safe_load(Path(twin.tiny.path).read_text())
-    config["disaggregation"] = {"min_prompt_tokens": THRESHOLD}
-    (out / "config.yaml").write_text(yaml.safe_dump(config))
-    charts = render.render(out / "config.yaml", "disaggregated", out / "rendered")
-    service = next(o for o in charts[render.RAYSERVICE_CHART] if o.get("kind") == "RayService")
-    serve = twin_profile.serve_for_cpu(yaml.safe_load(service["spec"]["serveConfigV2"]), str(twin.environment.model))
-    serve, files = twin_profile.pd_program_for_twin(serve, charts[render.RAYSERVICE_CHART], str(out))
-    assert len(files) == 1 and serve["applications"][0]["import_path"].startswith("rayllmeks_pd.")
-    for name, data in files.items():
-        (out / name).write_bytes(data)
-    twin.use("disaggregated", serve, fresh=True)
+    twin.use("conditional", fresh=True)
     try:
         yield twin, plain
     finally:
@@ -101,3 +89,20 @@ def test_short_prompts_move_no_kv_and_long_ones_do(conditional):
     # Greedy answers agree with plain P/D on both paths.
     assert short == plain["short"]
     assert long == plain["long"]
+
+
+def test_bench_reports_ttft_per_prefill_path_and_the_decode_replica_agrees(conditional, conditional_mixed_run):
+    """A mixed workload (helpers.twin.MIX) against the conditional deployment: every request of each
+    level is classed by the server's own prompt count, both classes are served, and the decode
+    replica counted the same requests on the same paths (its counter, scraped by the bench)."""
+    summary = json.loads((conditional_mixed_run / runner.SUMMARY_FILE).read_text())
+    assert [entry["concurrency"] for entry in summary] == [1, 2]
+    for entry in summary:
+        paths = entry["by_prefill_path"]
+        assert paths["min_prompt_tokens"] == THRESHOLD and paths["unclassified"] == 0, paths
+        local, remote = paths["local"]["requests"], paths["remote"]["requests"]
+        assert local + remote == entry["requests_ok"] == BENCH_REQUESTS and local and remote, paths
+        assert paths["local"]["prompt_tokens"]["max"] < THRESHOLD <= paths["remote"]["prompt_tokens"]["min"], paths
+        assert paths["local"]["ttft_ms"]["p50"] > 0 and paths["remote"]["ttft_ms"]["p50"] > 0, paths
+        counted = entry["pd_requests"]
+        assert (counted["local"], counted["remote"]) == (local, remote), counted

@@ -15,33 +15,14 @@ import sys
 
 import pytest
 
+from helpers.twin import BENCH_REQUESTS, MIX, THRESHOLD, bench
 from ray_llm_eks.bench import agreement, compare, runner
-from ray_llm_eks.twin import twin_profile
-from ray_llm_eks.verification import efa
 
 pytestmark = pytest.mark.twin
-ISL, OSL, REQUESTS = 128, 16, 12
-
-
-def bench(twin, topology: str, out):
-    twin.use(topology)
-    config = twin.workdir / f"{topology}.yaml"
-    config.write_text(twin.config.read_text() + f"\ntopology: {topology}\n")
-    settings = twin.settings(topology)
-    workers = [n.address for name, n in twin.deployments[topology].nodes.items() if name != "head"]
-    # Each worker's EFA counter reader (the twin's serves the node veth's bytes), named by its role.
-    counters = [f"{name}=http://{n.address}:{settings['efa_counter_port']}{efa.COUNTER_PATH}"
-                for name, n in twin.deployments[topology].nodes.items() if name != "head"]
-    command = [sys.executable, "-m", "ray_llm_eks.cli", "bench", "--config", str(config), "--url", twin.openai_url,
-               "--model", settings["model"], "--tokenizer", str(twin.environment.model), "--isl", str(ISL),
-               "--osl", str(OSL), "--concurrency", "1,2", "--requests", str(REQUESTS), "--out", str(out),
-               "--slo-ttft-ms", "5000", "--slo-e2e-ms", "30000",
-               "--metrics-flush-s", str(twin_profile.BENCH_METRICS_FLUSH_SECONDS),
-               *[arg for address in workers for arg in ("--metrics-url", f"http://{address}:{settings['metrics_port']}/metrics")],
-               *[arg for pair in counters for arg in ("--efa-counters-url", pair)]]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return out
+ISL, OSL, REQUESTS = 128, 16, BENCH_REQUESTS
+PROFILE_ISLS = (64, 512)
+"""The disaggregated run also measures TTFT at these prompt lengths (``bench --profile-isl``), so
+``plan --profile`` can size each leg from what the twin measured."""
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +31,14 @@ def runs(twin, tmp_path_factory):
     colocated_gate = None
     paths = {}
     for topology in ("colocated", "disaggregated"):
-        paths[topology] = bench(twin, topology, out / topology)
+        twin.use(topology)
+        extra = ("--profile-isl", ",".join(map(str, PROFILE_ISLS))) if topology == "disaggregated" else ()
+        paths[topology] = bench(twin, topology, out / topology, "--isl", str(ISL), "--osl", str(OSL), *extra)
         if topology == "colocated":
             colocated_gate = twin.gate(twin.settings("colocated"))
+            # The baseline of conditional disaggregation's mixed run (conftest.py), while colocated runs.
+            paths["colocated-mixed"] = bench(twin, "colocated", out / "colocated-mixed", "--mix", MIX,
+                                             "--agreement-prompts", "0")
     return paths, colocated_gate
 
 
@@ -64,7 +50,7 @@ def test_the_gate_passes_the_colocated_baseline(runs):
 
 def test_every_request_of_both_topologies_is_served(runs):
     paths, _ = runs
-    for topology, path in paths.items():
+    for topology, path in ((t, paths[t]) for t in ("colocated", "disaggregated")):
         summary = json.loads((path / runner.SUMMARY_FILE).read_text())
         assert [e["concurrency"] for e in summary] == [1, 2]
         for entry in summary:
@@ -87,7 +73,7 @@ def test_the_engines_count_the_measured_requests_and_no_warm_up(runs):
     during the level, and AIPerf counts a series from its first scrape, so its first requests are
     missed (seen: 160 of 192 tokens at concurrency 1). Only the upper bound holds there."""
     paths, _ = runs
-    for topology, path in paths.items():
+    for topology, path in ((t, paths[t]) for t in ("colocated", "disaggregated")):
         for entry in json.loads((path / runner.SUMMARY_FILE).read_text()):
             generated = entry["server"]["generation_tokens"]
             if topology == "colocated":
@@ -130,7 +116,7 @@ def test_summary_json_holds_the_veth_bytes_and_no_gpu_figure(runs):
     keys hold them; the twin has no GPU and no DCGM exporter, so every GPU key is null, not 0. The
     veth is not an EFA port: no line rate applies, whatever instance type the config names."""
     paths, _ = runs
-    for topology, path in paths.items():
+    for topology, path in ((t, paths[t]) for t in ("colocated", "disaggregated")):
         for entry in json.loads((path / runner.SUMMARY_FILE).read_text()):
             u = entry["utilization"]
             assert [u[key] for key in ("gpu_source", "gpu_utilization_pct", "gpu_memory_used_mib",
@@ -149,3 +135,49 @@ def test_summary_json_holds_the_veth_bytes_and_no_gpu_figure(runs):
                 # the requests, the answers and Ray's own traffic.
                 for node in ("prefill", "decode"):
                     assert u["efa_bytes_per_node"][node]["sent"] > 0 and u["efa_bytes_per_node"][node]["received"] > 0, u
+
+
+def test_plan_sizes_each_leg_from_the_twins_measured_profile(runs, twin):
+    """``plan --profile`` on the twin's own bench run: TTFT by prompt length from the profile's
+    prefill levels, ITL by concurrency from its concurrency levels (docs/plan.md shows this run)."""
+    paths, _ = runs
+    profile = json.loads((paths["disaggregated"] / runner.PROFILE_FILE).read_text())
+    assert [level["isl"] for level in profile["prefill"]] == list(PROFILE_ISLS)
+    assert [level["concurrency"] for level in profile["decode"]] == [1, 2]
+    assert all(level["ttft_ms"]["p90"] > 0 for level in profile["prefill"])
+    workload = ["--slo-ttft-ms", "3000", "--slo-itl-ms", "250", "--rate", "0.5", "--isl", "256", "--osl", str(OSL)]
+    plan = [sys.executable, "-m", "ray_llm_eks.cli", "plan", "--config", str(twin.workdir / "disaggregated.yaml"),
+            "--profile", str(paths["disaggregated"]), *workload]
+    done = subprocess.run([*plan, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: no replica count meets the targets (said)
+    slo = json.loads(done.stdout)["slo_plan"]
+    assert slo["performance_model"] == "measured profile" and slo["profile"] == str(paths["disaggregated"])
+    if slo["feasible"]:
+        assert slo["prefill_replicas"] >= 1 and slo["decode_replicas"] >= 1 and done.returncode == 0
+        assert slo["ttft_ms_p90"] <= 3000 and slo["itl_ms_p90"] <= 250
+        assert slo["hourly_cost_usd"] > 0 and slo["cost_per_million_output_tokens_usd"] > 0
+    text = subprocess.run(plan, capture_output=True, text=True, timeout=120)
+    assert "(measured profile)" in text.stdout
+    print("\nplan --profile on the twin's bench run:\n" + text.stdout)
+
+
+def test_compare_decides_on_the_mix_of_conditional_disaggregation(runs, conditional_mixed_run, tmp_path):
+    """compare on the same mixed workload: the conditional deployment's run (its requests classed
+    local and remote) against the colocated one (no classes: every prompt prefills where it decodes)."""
+    paths, _ = runs
+    decision = compare.compare([conditional_mixed_run, paths["colocated-mixed"]], tmp_path)
+    rules = {reason["rule"] for reason in decision["reasons"] + decision["caveats"]}
+    assert "workloads-differ" not in rules, decision["reasons"]
+    assert decision["decision"] != compare.TRIAL  # the twin's transport is a veth, never verified EFA
+    rows = {row["run"]: row for row in decision["prefill_paths"]}
+    # compare labels a run by its topology
+    assert rows["colocated"]["note"].endswith("(all local by definition)"), rows
+    assert rows["disaggregated"]["min_prompt_tokens"] == THRESHOLD, rows
+    summary = json.loads((conditional_mixed_run / runner.SUMMARY_FILE).read_text())
+    local = sum(entry["by_prefill_path"]["local"]["requests"] for entry in summary)
+    remote = sum(entry["by_prefill_path"]["remote"]["requests"] for entry in summary)
+    assert local and remote
+    assert decision["mix"]["run"] == "disaggregated"
+    assert (decision["mix"]["local_share"], decision["mix"]["remote_share"]) == \
+        pytest.approx((local / (local + remote), remote / (local + remote)))
+    print(f"\ncompare on the conditional mix: {decision['decision']}: {decision['reason']}")
