@@ -18,6 +18,9 @@ The rules that cross parts:
   parallelism, the KV path, scaling, pins);
 - a leg that may scale to zero against continuous verification
   (:meth:`~.serving.ServingSpec.scale_to_zero_conflicts`);
+- ``disaggregation.min_prompt_tokens`` against the gate's probe: a prompt of at least that many
+  tokens and the probe's answer must fit ``model.max_model_len``
+  (:meth:`~.verification.VerificationSpec.remote_probe_problem`);
 - spend limits: a budget needs the observability topic (:func:`~.spend.needs_topic_problem`), and
   the hourly cost at every GPU node group's max size stays under ``max_hourly_usd``
   (:func:`check_max_hourly`).
@@ -80,6 +83,7 @@ def compose(*, verification: VerificationSpec | None = None, observability: Obse
     specs: Specs | None = None
     if spec is not None:
         found.errors.extend(spec.scale_to_zero_conflicts(verification.every_minutes))
+        found.add(verification.remote_probe_problem(spec.model.max_model_len, spec.disaggregation.min_prompt_tokens))
         specs = Specs(serving=spec, verification=verification,
                       observability=observability if observability is not None else ObservabilitySpec(enabled=False),
                       spend=spend)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import Collector, problem
+from .errors import Collector, SpecError, problem
 
 WAIT_CONDITION_MAX_MINUTES = 720
 """``AWS::CloudFormation::WaitCondition`` ``Timeout`` is at most 43200 seconds (12 hours)."""
@@ -98,7 +98,28 @@ class VerificationSpec:
     def gate_deadline_seconds(self) -> int:
         return self.timeout_seconds - GATE_MARGIN_SECONDS
 
-    def probe_prompt_words(self, max_model_len: int) -> int:
-        """Filler words per probe prompt, so prompt plus answer stay inside ``max_model_len``."""
-        room = max_model_len - self.probe_max_tokens - PROBE_PROMPT_OVERHEAD_TOKENS
-        return max(1, min(int(max_model_len * self.probe_prompt_fraction), room))
+    def probe_prompt_words(self, max_model_len: int, min_prompt_tokens: int = 0) -> int:
+        """Filler words per probe prompt, so prompt plus answer stay inside ``max_model_len``; with
+        ``disaggregation.min_prompt_tokens``, at least that many, so that the probe takes the prefill
+        leg (each filler word is at least one token, and the preamble and chat template add more).
+        :meth:`remote_probe_problem` refuses a threshold that leaves no room for that."""
+        room = self._probe_room(max_model_len)
+        return max(1, min(int(max_model_len * self.probe_prompt_fraction), room), min_prompt_tokens)
+
+    def _probe_room(self, max_model_len: int) -> int:
+        return max_model_len - self.probe_max_tokens - PROBE_PROMPT_OVERHEAD_TOKENS
+
+    def remote_probe_problem(self, max_model_len: int, min_prompt_tokens: int) -> SpecError | None:
+        """A ``disaggregation.min_prompt_tokens`` above which no probe prompt can take the prefill leg:
+        a prompt of at least that many tokens, the probe's preamble and chat template and its answer
+        must fit ``max_model_len`` (vLLM refuses a request whose prompt plus ``max_tokens`` do not).
+        Without such a probe the gate could not prove the KV path."""
+        room = self._probe_room(max_model_len)
+        if min_prompt_tokens <= room:
+            return None
+        return problem("disaggregation.min_prompt_tokens", min_prompt_tokens,
+                       f"leaves no room for the gate's remote-prefill probe: a prompt of at least {min_prompt_tokens} "
+                       f"tokens, {PROBE_PROMPT_OVERHEAD_TOKENS} more of preamble and chat template and its "
+                       f"{self.probe_max_tokens}-token answer (verification.probe_max_tokens) exceed "
+                       f"model.max_model_len ({max_model_len})",
+                       f"0 to {max(0, room)}, or a smaller verification.probe_max_tokens")

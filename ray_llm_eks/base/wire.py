@@ -150,6 +150,17 @@ PD_LOCAL = "local"
 PD_REMOTE = "remote"
 PD_THRESHOLD_KEY = "rayllmeks_min_prompt_tokens"
 """Where the decode leg's ``LLMConfig.experimental_configs`` carries ``disaggregation.min_prompt_tokens``."""
+PD_IMPORT_PATH = "rayllmeks_pd.conditional:build_pd_openai_app"
+"""The Serve application's ``import_path`` with ``disaggregation.min_prompt_tokens`` (``ray_llm_eks.pd.bundle.IMPORT_PATH``),
+which the gate names when no decode worker exports :data:`PD_REQUESTS_METRIC`."""
+
+
+def prefill_path(prompt_tokens: int, min_prompt_tokens: int) -> str:
+    """Where a prompt of ``prompt_tokens`` (as the server counts it, after the chat template) is
+    prefilled: :data:`PD_LOCAL` below ``min_prompt_tokens``, :data:`PD_REMOTE` from it on (a prompt of
+    exactly the threshold takes the prefill leg); with 0, every prompt is remote. The decode
+    replica's rule (``ray_llm_eks.pd.conditional.route``), which the gate classifies its probes by."""
+    return PD_LOCAL if prompt_tokens < min_prompt_tokens else PD_REMOTE
 
 # --- the gate's settings ----------------------------------------------------------------------------------
 
@@ -252,7 +263,9 @@ class GateSettings:
     The fields without a default are the spec's: the chart writes every one, and the gate refuses
     settings that lack one. The fields with a default are the run's options: the deploy's Job runs
     with the defaults, ``ray-llm-eks verify`` and continuous verification override them
-    (:func:`read_only_run`), and :meth:`to_json` leaves out an option at its default.
+    (:func:`read_only_run`), and :meth:`to_json` leaves out an option at its default. So is
+    ``min_prompt_tokens``, a spec field added since, whose default is the behaviour before it: a spec
+    without it renders the ``gate.json`` it rendered before.
     """
 
     namespace: str
@@ -289,6 +302,12 @@ class GateSettings:
     """``token``: the RayService must carry ``authOptions.mode: token`` as stored (a CRD older
     than KubeRay 1.5.1 drops the field silently). The gate never needs the token: it reads Serve's
     state from the RayService, not from Ray's dashboard (``verification.rollout``)."""
+    min_prompt_tokens: int = 0
+    """``disaggregation.min_prompt_tokens``: the decode replicas prefill a prompt of fewer tokens
+    themselves, with no KV transfer. Above 0, the gate also sends a short probe (the local class),
+    predicts KV bytes only for the probes of at least this many tokens (the remote class), and reads
+    each path's count from the decode workers' :data:`PD_REQUESTS_METRIC` (docs/verification.md).
+    0: every probe takes the prefill leg, and the setting is left out of ``gate.json``."""
     rollout: bool = True
     """Delete an active RayCluster whose pods run another cluster spec (the deploy's Job does; ``verify`` never)."""
     as_deploy_job: bool = True

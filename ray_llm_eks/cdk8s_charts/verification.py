@@ -110,7 +110,8 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
     serve = rayservice.serve_config.to_dict()["applications"][0]
     namespace, name = spec.namespace, spec.service_name
     disaggregated = spec.topology is Topology.disaggregated
-    probe_words = verification.probe_prompt_words(spec.model.max_model_len)
+    threshold = spec.disaggregation.min_prompt_tokens
+    probe_words = verification.probe_prompt_words(spec.model.max_model_len, threshold)
     return GateSettings(
         namespace=namespace,
         ray_service=name,
@@ -148,6 +149,7 @@ def gate_settings(spec: ServingSpec, verification: VerificationSpec, charts: Ser
         expected_backend=EXPECTED_BACKEND,
         expected_provider=EXPECTED_PROVIDER,
         ray_auth=spec.service.ray_auth.value,
+        min_prompt_tokens=threshold,
     )
 
 

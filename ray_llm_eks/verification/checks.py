@@ -4,11 +4,13 @@
    its launch template attaches (``efa_per_node``: one per network card); each pod's
    image (and digest) and worker environment; the Serve application's deployed arguments against
    the rendered Serve config.
-4. **Probes.** ``probes`` streamed chat completions through the OpenAI Service; EFA byte counters
-   of every GPU node and NIXL metrics of every worker read before and after (and, for continuous
-   verification, kept as the serving window's reading: :mod:`.serving_window`).
+4. **Probes.** ``probes`` streamed chat completions through the OpenAI Service (with
+   ``min_prompt_tokens``, one short one more, for the decode replicas' own prefill); EFA byte
+   counters of every GPU node and NIXL metrics of every worker read before and after (and, for
+   continuous verification, kept as the serving window's reading: :mod:`.serving_window`).
 5. **Transport** (disaggregated only). NIXL evidence in every worker's log (:mod:`.evidence`);
-   EFA bytes moved against the planner's predicted KV bytes; failed NIXL transfers.
+   EFA bytes moved against the planner's predicted KV bytes (of the remote-prefill probes);
+   failed NIXL transfers; with ``min_prompt_tokens``, each path's request count (``paths``).
 """
 
 from __future__ import annotations
@@ -190,7 +192,7 @@ class Checks(Phase):
             try:
                 text = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port, "/metrics"),
                                           reads.METRICS, self._read_timeout()).decode(errors="replace")
-                metrics.NixlTotals.of(text), serving_window.read_worker(text)
+                metrics.NixlTotals.of(text), serving_window.read_worker(text), metrics.path_series(metrics.parse(text))
             except (reads.TooLarge, metrics.Invalid) as error:
                 self.report.fail(f"the metrics of {name} cannot be used: {error}")
             except Exception as error:  # noqa: BLE001
@@ -242,7 +244,8 @@ class Checks(Phase):
             cluster=self.active_cluster, carried=unread)
         if previous is not None:
             try:
-                self.report.sections["window"] = serving_window.window(previous, current, c.disaggregated)
+                self.report.sections["window"] = serving_window.window(previous, current, c.disaggregated,
+                                                                           bool(c.min_prompt_tokens))
             except Exception as error:  # noqa: BLE001
                 self.report.warnings.append(f"replaced an unusable previous reading in {c.state_config_map}: {error}")
         try:
@@ -253,17 +256,25 @@ class Checks(Phase):
                              f"compute its serving metrics: {error}")
 
     def run_probes(self) -> bool:
-        """Send the probes, each bounded by the time left; False when the deadline cut them short."""
+        """Send the probes, each bounded by the time left; False when the deadline cut them short.
+
+        ``probes`` long prompts (``probe_prompt_words``, at least ``min_prompt_tokens`` words), and
+        with ``min_prompt_tokens`` one short prompt more (:func:`.probe.short_prompt`), so that both
+        paths of the conditional decode server are taken; each successful probe is then classified by
+        the server's own ``usage.prompt_tokens`` (:meth:`probe_paths`)."""
         c = self.config
         url = self.endpoints.service_url(c.openai_url, c.namespace)
+        prompts = [lambda: probe.probe_prompt(c.probe_prompt_words)] * c.probes
+        if c.min_prompt_tokens:
+            prompts.append(probe.short_prompt)
         results = []
         reserve = c.post_probe_reserve_seconds if c.disaggregated else 0.0
-        for index in range(c.probes):
+        for index, prompt in enumerate(prompts):
             if self._remaining() - reserve <= 1.0:
-                self.report.fail(f"the deadline passed after {index} of {c.probes} probes")
+                self.report.fail(f"the deadline passed after {index} of {len(prompts)} probes")
                 break
             timeout = min(300.0, self._remaining() - reserve)
-            results.append(probe.chat_probe(url, c.model, probe.probe_prompt(c.probe_prompt_words), c.probe_max_tokens,
+            results.append(probe.chat_probe(url, c.model, prompt(), c.probe_max_tokens,
                                             timeout=timeout, opener=self.endpoints.open))
         ok = [r for r in results if r.ok]
         self.report.sections["probes"] = {
@@ -272,10 +283,64 @@ class Checks(Phase):
             "via_api_server_proxy": self.endpoints.via_api_proxy,
             "results": [r.to_json() for r in results],
         }
+        if c.min_prompt_tokens:
+            for index, path in self.probe_paths().items():
+                self.report.sections["probes"]["results"][index]["prefill"] = path
         for index, result in enumerate(results):
             if not result.ok:
                 self.report.fail(f"probe {index + 1} failed: {result.error}")
-        return len(results) == c.probes
+        return len(results) == len(prompts)
+
+    def probe_paths(self) -> dict[int, str]:
+        """Where each successful probe that reported its ``usage.prompt_tokens`` was prefilled, by
+        its index: ``local`` below ``min_prompt_tokens``, ``remote`` from it on, the decode
+        server's own rule on the server's own count (:func:`wire.prefill_path`). Every one is remote
+        without a threshold."""
+        results = self.report.sections.get("probes", {}).get("results", [])
+        return {index: wire.prefill_path(r["prompt_tokens"], self.config.min_prompt_tokens)
+                for index, r in enumerate(results) if r.get("ok") and r.get("prompt_tokens")}
+
+    def check_paths(self, texts_before: Mapping[str, str], texts_after: Mapping[str, str],
+                    workers: list[dict[str, Any]]) -> None:
+        """With ``min_prompt_tokens``: the decode workers' requests per path
+        (:data:`.metrics.PD_COUNTER`), per series read before and after the probes, must count at
+        least the probes of each class (more: other traffic during continuous verification). No
+        decode worker exporting the counter means the conditional decode server is not what runs."""
+        c = self.config
+        paths = self.probe_paths()
+        sent = {path: sum(1 for p in paths.values() if p == path) for path in metrics.PATHS}
+        decode = sorted(pod["metadata"]["name"] for pod in workers
+                        if objects.label(pod, wire.RAY_GROUP_LABEL) == "decode" and pod["metadata"]["name"] in texts_after)
+        after = {pod: metrics.path_series(metrics.parse(texts_after[pod])) for pod in decode}
+        by_pod: dict[str, dict[str, float]] = {}
+        for pod, series in after.items():
+            # A delta needs both readings: counting from zero would credit every request since boot.
+            if series is not None and pod in texts_before:
+                before = metrics.path_series(metrics.parse(texts_before[pod])) or {}
+                by_pod[pod] = {path: metrics.series_delta(before.get(path, {}), series.get(path, {}))
+                               for path in metrics.PATHS}
+        counted = {path: sum(d[path] for d in by_pod.values()) for path in metrics.PATHS} if by_pod else None
+        self.report.sections["paths"] = {
+            "min_prompt_tokens": c.min_prompt_tokens, "counter": metrics.PD_COUNTER,
+            "probes": {path: [i + 1 for i, p in sorted(paths.items()) if p == path] for path in metrics.PATHS},
+            "counted": counted, "by_pod": by_pod,
+        }
+        if all(series is None for series in after.values()):  # none read, or none exports it
+            self.report.fail(f"no decode worker exports {metrics.PD_COUNTER} ({', '.join(decode) or 'none read'}) "
+                             f"with disaggregation.min_prompt_tokens {c.min_prompt_tokens}: the conditional decode "
+                             f"server is not running (the Serve application must import {wire.PD_IMPORT_PATH})")
+            return
+        if not sent[wire.PD_LOCAL]:
+            self.report.warnings.append(f"no probe had fewer than {c.min_prompt_tokens} prompt tokens: the decode "
+                                        "replicas' own prefill was not probed")
+        if counted is None:
+            self.report.fail(f"{metrics.PD_COUNTER} was not read before the probes, so their paths are unknown")
+            return
+        for path, what in ((wire.PD_LOCAL, "under"), (wire.PD_REMOTE, "at least")):
+            if counted[path] < sent[path]:
+                self.report.fail(f'{metrics.PD_COUNTER}{{prefill="{path}"}} grew by {counted[path]:.0f} on the decode '
+                                 f"workers during the probes, fewer than the {sent[path]} probe(s) of {what} "
+                                 f"{c.min_prompt_tokens} prompt tokens (disaggregation.min_prompt_tokens)")
 
     def check_transport_logs(self, workers: list[dict[str, Any]]) -> None:
         c = self.config
@@ -314,7 +379,9 @@ class Checks(Phase):
         KV cache: prefill exports none, and a decode worker exports them from its first transfer."""
         c = self.config
         probes_json = self.report.sections.get("probes", {}).get("results", [])
-        counted = [r for r in probes_json if r.get("ok")]
+        # Only the remote class moves KV bytes: a prompt shorter than min_prompt_tokens is prefilled
+        # on the decode replica (ray_llm_eks.pd.conditional), with no NIXL read.
+        remote = [probes_json[i] for i, path in sorted(self.probe_paths().items()) if path == wire.PD_REMOTE]
         uncounted = [i + 1 for i, r in enumerate(probes_json) if r.get("ok") and not r.get("prompt_tokens")]
         if uncounted:
             # Counting them as 0 tokens would lower the bar to the sequence state alone.
@@ -323,7 +390,7 @@ class Checks(Phase):
         predicted = sum(wire.kv_transfer_bytes(r["prompt_tokens"], bytes_per_token=c.kv_bytes_per_token,
                                                bytes_per_sequence=c.kv_bytes_per_sequence,
                                                block_tokens=c.kv_block_tokens, tokens_withheld=c.kv_tokens_withheld)
-                        for r in counted if r.get("prompt_tokens"))
+                        for r in remote)
         role_of_node = {}
         for entry in self.report.sections.get("nodes", []):
             role_of_node[entry["name"]] = entry["role"]
@@ -355,13 +422,18 @@ class Checks(Phase):
             "nixl_fraction_of_predicted": (round(nixl["bytes_transferred"] / predicted, 4)
                                            if predicted and nixl["bytes_transferred"] is not None else None),
         }
+        if c.min_prompt_tokens:
+            self.report.sections["kv"]["predicted_probes"] = len(remote)
         prefill_nodes = {n for n, r in role_of_node.items() if r == "prefill"}
         decode_nodes = {n for n, r in role_of_node.items() if r == "decode"}
         missing = sorted((prefill_nodes | decode_nodes) - set(read_twice) - self.doubled_readers)
         if missing:
             self.report.fail(f"no EFA counter reading before and after the probes from {', '.join(missing)} "
                              "(is the efa-counters DaemonSet running there?)")
-        if not predicted:
+        if not predicted and self.probe_paths():
+            self.report.fail(f"no successful probe had {c.min_prompt_tokens} prompt tokens or more "
+                             "(disaggregation.min_prompt_tokens), so none took the prefill leg")
+        elif not predicted:
             self.report.fail("no successful probe reported its prompt tokens, so the KV bytes cannot be predicted")
         elif fraction is not None and fraction < c.min_kv_fraction:
             self.report.fail(f"EFA counters moved {moved} bytes (prefill sent {sent}, decode received {received}) "

@@ -6,7 +6,8 @@ One run, bounded by ``deadline_seconds``, in this order (docs/verification.md):
    another cluster spec, so KubeRay builds it anew from the RayService's, then wait until the
    RayService is Ready on the expected spec and its Serve application runs the rendered config.
 3. **Nodes, pods, engine**, 4. **Probes** and 5. **Transport** (:mod:`.checks`): what runs is
-   what the spec says, the endpoint answers, and (disaggregated) the KV cache crossed EFA.
+   what the spec says, the endpoint answers, and (disaggregated) the KV cache crossed EFA; with
+   ``disaggregation.min_prompt_tokens``, each probe took the path its prompt length says (``paths``).
 
 Each phase writes its section of the :class:`~.report.Report`; the settings are the wire
 contract's :class:`GateSettings` (``gate.json``). Standard library only: it runs in the cluster,
@@ -78,9 +79,12 @@ class Gate:
         if settle:
             self.state.sleep(settle)  # Ray's metrics agent exports periodically
         efa_after = checks.read_efa(counter_pods)
-        nixl_after = {pod: metrics.NixlTotals.of(text) for pod, text in checks.read_metrics(workers).items()}
+        texts_after = checks.read_metrics(workers)
+        nixl_after = {pod: metrics.NixlTotals.of(text) for pod, text in texts_after.items()}
         checks.check_transport_logs(workers)
         checks.check_kv(efa_before, efa_after, nixl_before, nixl_after, workers)
+        if config.min_prompt_tokens:
+            checks.check_paths(texts_before, texts_after, workers)
         return self.report
 
     def _anchor_deadline_to_job(self) -> None:

@@ -41,6 +41,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from .shared import wire
+
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -107,14 +109,15 @@ def parse(text: str) -> list[Sample]:
     return samples
 
 
-def exported_name(samples: Iterable[Sample], metric: str, suffix: str = "") -> str | None:
+def exported_name(samples: Iterable[Sample], metric: str, suffix: str = "",
+                  prefixes: tuple[str, ...] = PREFIXES) -> str | None:
     """The one sample name ``metric`` + ``suffix`` is exported under here: the first known prefix
     present, and for a counter (no suffix) ``_total`` before the bare name. Ray's OpenCensus
     exporter also exports each counter as a gauge under the bare name, with the same value
     (``RAY_EXPORT_COUNTER_AS_GAUGE``, on by default: "DEPRECATED, use <name>_total"), so adding
     both would count it twice."""
     present = {s.name for s in samples}
-    for prefix in PREFIXES:
+    for prefix in prefixes:
         candidates = [f"{prefix}{metric}_total", f"{prefix}{metric}"] if suffix == "" else [f"{prefix}{metric}{suffix}"]
         for name in candidates:
             if name in present:
@@ -136,11 +139,12 @@ def series_key(labels: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(sorted((k, v) for k, v in labels if k != "le"), separators=(",", ":"))
 
 
-def series(samples: Iterable[Sample], metric: str, suffix: str = "") -> dict[str, float]:
+def series(samples: Iterable[Sample], metric: str, suffix: str = "",
+           prefixes: tuple[str, ...] = PREFIXES) -> dict[str, float]:
     """``metric`` + ``suffix`` per label set (:func:`series_key`), under its one exported name;
     empty when the endpoint does not export it."""
     samples = list(samples)
-    name = exported_name(samples, metric, suffix)
+    name = exported_name(samples, metric, suffix, prefixes)
     found: dict[str, float] = {}
     for sample in samples:
         if sample.name == name:
@@ -160,6 +164,33 @@ def series_delta(before: Mapping[str, float], after: Mapping[str, float]) -> flo
         old = before.get(key)
         moved += value if old is None or value < old else value - old
     return moved
+
+
+PD_PREFIXES = ("ray_",)
+"""Ray's Prometheus namespace for a ``ray.util.metrics`` metric (``NAMESPACE = "ray"``,
+``ray/_private/telemetry/open_telemetry_metric_recorder.py:21``@2.58.1), such as the conditional
+decode server's :data:`wire.PD_REQUESTS_METRIC`."""
+PD_COUNTER = f"{PD_PREFIXES[0]}{wire.PD_REQUESTS_METRIC}_total"
+"""The name the gate's report gives it: ``ray_rayllmeks_pd_requests_total``. Ray exports a
+``Counter`` with ``_total`` (and, with ``RAY_EXPORT_COUNTER_AS_GAUGE`` on, the same value again as
+a gauge under the bare name: ``ray/util/metrics.py`` ``Counter``, ``ray/_private/metrics_agent.py:419-433``
+@2.58.1), which :func:`exported_name` reads once."""
+PATHS = (wire.PD_LOCAL, wire.PD_REMOTE)
+
+
+def path_series(samples: Iterable[Sample]) -> dict[str, dict[str, float]] | None:
+    """The conditional decode server's requests per path (its ``prefill`` tag), each per series
+    (:func:`series_key`); None when the endpoint does not export the counter. Ray exports a series
+    only once it counts (``ray.util.metrics.Counter``: the tag set's first ``inc``), so a path
+    absent here took no request since the replica started."""
+    found = series(samples, wire.PD_REQUESTS_METRIC, "", PD_PREFIXES)
+    if not found:
+        return None
+    paths: dict[str, dict[str, float]] = {path: {} for path in PATHS}
+    for key, value in found.items():
+        path = dict(json.loads(key)).get(wire.PD_PATH_TAG, "")
+        paths.setdefault(path, {})[key] = value
+    return paths
 
 
 def exports_vllm(samples: Iterable[Sample]) -> bool:

@@ -34,6 +34,16 @@ def probe_prompt(words: int, nonce: str | None = None) -> str:
     return f"Probe {nonce}. Ignore the following filler and reply with one short sentence. {body}"
 
 
+def short_prompt(nonce: str | None = None) -> str:
+    """The local-class probe's prompt (``disaggregation.min_prompt_tokens``): a few words and an
+    8-hex nonce, so that its tokens after the chat template stay below the smallest threshold a
+    deployment uses: 35 tokens with the twin's tiny model and its chat template, where
+    :func:`probe_prompt` with one filler word is 90 (its 32-hex nonce costs about a token a
+    character there). Which class a probe fell in is decided by the server's own
+    ``usage.prompt_tokens``, not by this estimate."""
+    return f"Probe {(nonce or uuid.uuid4().hex)[:8]}. Say hi."
+
+
 @dataclass
 class ProbeResult:
     status: int | None

@@ -3,7 +3,9 @@
 Each run of continuous verification reads every Ray worker's Prometheus endpoint and every GPU
 node's EFA counters (it does so for its probes anyway), keeps that reading in a ConfigMap, and
 subtracts the previous run's. The difference is the window's traffic: requests, tokens, the
-latency histograms' bucket counts, the NIXL figures and each node's EFA bytes. Publishing
+latency histograms' bucket counts, the NIXL figures, each node's EFA bytes and, with
+``disaggregation.min_prompt_tokens``, the requests that took each path (prefilled on decode, or
+on the prefill leg with a KV transfer). Publishing
 percentiles computed here, rather than letting the CloudWatch agent scrape the workers, is what
 keeps the histograms: the agent's Prometheus pipeline publishes counters, gauges and summaries,
 not histogram buckets (docs/observability.md, "Why continuous verification publishes latency").
@@ -59,6 +61,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "nixl_failed_notifications": (metrics.FAILED_NOTIFICATIONS, ""),
     "nixl_kv_expired": (metrics.KV_EXPIRED, ""),
 }
+PATH_COUNTERS = {f"{path}_prefill_requests": path for path in metrics.PATHS}
+"""Requests per path of the conditional decode server (``disaggregation.min_prompt_tokens``), from
+its :data:`.metrics.PD_COUNTER` (:func:`.metrics.path_series`): window figures
+``local_prefill_requests`` and ``remote_prefill_requests``."""
 ABSENT_WHILE_ZERO = ("nixl_failed", "nixl_failed_notifications", "nixl_kv_expired")
 """Counters Ray Serve LLM exports only once they count: on a disaggregated deployment whose workers
 were read, a window in which no pod exports one saw none."""
@@ -82,6 +88,8 @@ def read_worker(text: str) -> Reading:
     samples = metrics.parse(text)
     counters = {key: found for key, (metric, suffix) in COUNTERS.items()
                 if (found := metrics.series(samples, metric, suffix))}
+    paths = metrics.path_series(samples) or {}
+    counters.update({key: paths[path] for key, path in PATH_COUNTERS.items() if paths.get(path)})
     buckets: dict[str, dict[str, dict[str, float]]] = {}
     for figure, candidates in HISTOGRAMS.items():
         for metric in candidates:
@@ -195,8 +203,12 @@ def _added(*values: float | None) -> float | None:
     return None if any(v is None for v in values) else round(sum(values), 3)  # type: ignore[arg-type]
 
 
-def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregated: bool) -> dict[str, Any]:
-    """The figures of the window between two snapshots (None where nothing was exported)."""
+def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregated: bool,
+           conditional: bool = False) -> dict[str, Any]:
+    """The figures of the window between two snapshots (None where nothing was exported).
+
+    ``conditional`` (``disaggregation.min_prompt_tokens`` set): also the requests that took each path,
+    as the decode workers counted them; of these, only the remote ones moved KV bytes."""
     seconds = float(current["at"]) - float(previous["at"])
     old_workers = previous.get("workers", {})
     deltas, skipped = {}, []
@@ -256,6 +268,13 @@ def window(previous: Mapping[str, Any], current: Mapping[str, Any], disaggregate
             "nixl_kv_expired_reqs": failures["nixl_kv_expired"],
         })
         figures.update(_efa(previous.get("nodes", {}), current.get("nodes", {})))
+        if conditional:
+            decode = by_role.get("decode", [])
+            # Ray exports a path's series from its first request on: decode workers that were read and
+            # export vLLM's metrics, with no series of a path, took no request on it.
+            read = any(delta["counters"] or delta["buckets"] for delta in decode)
+            figures.update({key: 0.0 if value is None and read else value
+                            for key, value in ((key, _sum(decode, key)) for key in PATH_COUNTERS)})
     # The current reading's values are counts (metrics.checked), but the previous one comes back from a
     # ConfigMap: huge values there can still overflow a difference or a sum.
     infinite = sorted(key for key, value in figures.items() if isinstance(value, float) and not math.isfinite(value))

@@ -89,3 +89,25 @@ def test_the_label_keys_share_one_prefix():
             wire.GATE_RUN_LABEL, wire.SERVING_INSTANCE_NAMESPACE_LABEL, wire.CLUSTER_SPEC_HASH_ANNOTATION]
     assert wire.LABEL_PREFIX == "ray-llm-eks/" and all(k.startswith(wire.LABEL_PREFIX) for k in keys)
     assert wire.report_config_map("ray-llm-gate-1a2b3c4d") == "ray-llm-gate-1a2b3c4d-report"
+
+
+def test_the_threshold_is_left_out_at_zero_and_read_back_above():
+    assert "min_prompt_tokens" not in wire.GateSettings.from_json(settings()).to_json()  # gate.json as before it
+    parsed = wire.GateSettings.from_json(settings(min_prompt_tokens=1024))
+    assert parsed.min_prompt_tokens == 1024 and parsed.to_json()["min_prompt_tokens"] == 1024
+    with pytest.raises(ValueError, match="min_prompt_tokens must be int"):
+        wire.GateSettings.from_json(settings(min_prompt_tokens="1024"))
+
+
+@pytest.mark.parametrize(("tokens", "threshold", "path"), [
+    (1023, 1024, wire.PD_LOCAL), (1024, 1024, wire.PD_REMOTE), (1025, 1024, wire.PD_REMOTE),
+    (1, 0, wire.PD_REMOTE),  # no threshold: every prompt through the prefill leg
+])
+def test_a_prompt_of_exactly_the_threshold_takes_the_prefill_leg(tokens, threshold, path):
+    assert wire.prefill_path(tokens, threshold) == path
+
+
+def test_the_gate_names_the_import_path_the_serve_config_renders():
+    from ray_llm_eks.pd import bundle as pd_bundle
+
+    assert wire.PD_IMPORT_PATH == pd_bundle.IMPORT_PATH

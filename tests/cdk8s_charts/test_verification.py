@@ -373,3 +373,29 @@ def test_autoscaled_roles_give_the_gate_their_bounds():
     roles = GatePlan.of(specs.serving, specs.verification, charts).settings.to_json()["roles"]
     assert (roles["prefill"]["nodes"], roles["prefill"]["min_nodes"], roles["prefill"]["max_nodes"]) == (1, 1, 3)
     assert "min_nodes" not in roles["decode"]  # fixed: exactly its nodes
+
+
+def test_with_a_threshold_the_settings_carry_it_and_the_long_probe_reaches_it():
+    from ray_llm_eks.base.serving import DisaggregationSpec
+
+    assert "min_prompt_tokens" not in json.loads(json.dumps(Rendered(Deployment()).plan.settings.to_json()))
+    conditional = Rendered(Deployment(disaggregation=DisaggregationSpec(min_prompt_tokens=1024)))
+    assert conditional.plan.settings.min_prompt_tokens == 1024
+    assert conditional.plan.settings.probe_prompt_words == 2048  # half of max_model_len 4096 already reaches it
+    # A threshold above the probe's usual length: the long probes grow to it, inside max_model_len.
+    high = Rendered(Deployment(disaggregation=DisaggregationSpec(min_prompt_tokens=4000)))
+    assert high.plan.settings.probe_prompt_words == 4000
+    assert 4000 + 64 + high.plan.settings.probe_max_tokens <= 4096
+
+
+def test_a_threshold_that_leaves_no_room_for_a_remote_probe_is_refused_by_name():
+    from ray_llm_eks.base import SpecErrors
+    from ray_llm_eks.base.serving import DisaggregationSpec
+
+    with pytest.raises(SpecErrors) as caught:
+        Deployment(disaggregation=DisaggregationSpec(min_prompt_tokens=4017))
+    assert [e.field for e in caught.value] == ["disaggregation.min_prompt_tokens"]
+    assert "leaves no room for the gate's remote-prefill probe" in str(caught.value)
+    assert "accepted: 0 to 4016, or a smaller verification.probe_max_tokens" in str(caught.value)
+    Deployment(disaggregation=DisaggregationSpec(min_prompt_tokens=4016))  # the largest that fits
+    Deployment(disaggregation=DisaggregationSpec(min_prompt_tokens=4031), verification=VerificationSpec(probe_max_tokens=1))

@@ -19,7 +19,8 @@ HTTP server on its own loopback address, serving what the real one serves:
 - each GPU node's EFA counter reader (``127.0.0.4``/``127.0.0.5``): the package's own server
   over a fixture sysfs tree.
 
-Serving a completion moves the KV bytes of its prompt: the fixture counters of the prefill
+Serving a completion moves the KV bytes of its prompt (unless the scenario's conditional decode
+server prefills it on decode, ``Scenario.pd_threshold``): the fixture counters of the prefill
 node (``tx_bytes``) and the decode node (``rx_bytes``) and the decode worker's
 ``ray_vllm_nixl_bytes_transferred`` grow by the reference model's KV bytes for the prompt
 (:func:`kv_bytes_moved`, stated from the model's shape, not computed with the gate's formula or
@@ -98,6 +99,8 @@ def kv_bytes_moved(prompt_tokens: int) -> int:
 RAY_LABELS = ("Component", "NodeAddress", "ReplicaId", "SessionName", "Version", "WorkerId", "engine", "model_name")
 """The labels Ray Serve LLM's vLLM metrics carry on a Ray node's metrics port (Ray's own tags, the
 Serve replica's, and vLLM's ``engine`` and ``model_name``)."""
+PD_RAY_LABELS = ("Component", "NodeAddress", "SessionName", "Version", "WorkerId")
+"""Ray's own tags on an application's ``ray.util.metrics`` metric (without vLLM's and Serve's)."""
 
 
 KUBERAY_HASH_ANNOTATION = "ray.io/hash-without-replicas-and-workers-to-delete"
@@ -267,6 +270,11 @@ class Scenario:
     at work); the endpoint answers 503 while a role has no Ready pod, as Serve does without a replica."""
     evictions_refused: int = 0
     """Evictions a PodDisruptionBudget refuses (HTTP 429) before it admits one."""
+    pd_threshold: int | None = None
+    """The conditional decode server's ``min_prompt_tokens`` (``ray_llm_eks.pd.conditional``): a prompt of
+    fewer tokens is prefilled on decode (no KV bytes, no NIXL read) and each request counted by path in
+    ``ray_rayllmeks_pd_requests_total``. None: Ray's own P/D decode server, every prompt through the
+    prefill leg and no such counter."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -376,6 +384,11 @@ class FakeDeployment:
             "notifications": Counter("ray_vllm_nixl_num_failed_notifications", "failed", RAY_LABELS, registry=decode),
             "expired": Counter("ray_vllm_nixl_num_kv_expired_reqs", "expired", RAY_LABELS, registry=prefill),
         }
+        # The conditional decode server's ray.util.metrics Counter as Ray exports it: the "ray_" namespace,
+        # "_total" (prometheus_client adds it to a Counter, as Ray's exporter does), Ray's own labels and
+        # the counter's tag; a path's series appears with its first request (ray/util/metrics.py@2.58.1).
+        self.pd_requests = Counter(f"ray_{wire.PD_REQUESTS_METRIC}", "requests by path",
+                                   (*PD_RAY_LABELS, wire.PD_PATH_TAG), registry=decode)
         # vLLM's serving metrics under Ray's names, with vLLM's own bucket bounds (a subset).
         self.serving_metrics = {
             pod: {"ttft": Histogram("ray_vllm_time_to_first_token_seconds", "ttft", ["model_name"], registry=r,
@@ -894,25 +907,31 @@ class FakeDeployment:
         sent = scenario.efa_sent_bytes if scenario.efa_sent_bytes is not None else int(kv * scenario.efa_fraction)
         received = scenario.efa_received_bytes if scenario.efa_received_bytes is not None else \
             int(kv * scenario.efa_fraction)
+        # The conditional decode server's rule: fewer tokens than its threshold, prefilled on decode.
+        local = scenario.pd_threshold is not None and prompt_tokens < scenario.pd_threshold
         with self.lock:
             self.requests_served += 1
-            self._bump(PREFILL_NODE, "tx_bytes", sent)
-            self._bump(DECODE_NODE, "rx_bytes", received)
             decode_labels, prefill_labels = self.ray_labels("decode"), self.ray_labels("prefill")
-            if self.scenario.nixl_fraction:
-                self.nixl["bytes"].labels(**decode_labels).observe(kv * self.scenario.nixl_fraction)
-                self.nixl["seconds"].labels(**decode_labels).observe(0.031)
-            if self.scenario.failed_transfers:
-                self.nixl["failed"].labels(**decode_labels).inc(self.scenario.failed_transfers)
-            if self.scenario.failed_notifications:
-                self.nixl["notifications"].labels(**decode_labels).inc(self.scenario.failed_notifications)
-            if self.scenario.kv_expired_reqs:
-                self.nixl["expired"].labels(**prefill_labels).inc(self.scenario.kv_expired_reqs)
             model = self.settings["model"]
-            # Prefill runs each request to one token, decode streams the rest (4 tokens here).
-            self.serving_metrics["prefill"]["ttft"].labels(model).observe(self.scenario.prefill_ttft_seconds)
-            self.serving_metrics["prefill"]["success"].labels(model, "length").inc()
-            self.serving_metrics["prefill"]["tokens"].labels(model).inc()
+            if scenario.pd_threshold is not None:
+                labels = {k: decode_labels[k] for k in PD_RAY_LABELS}
+                self.pd_requests.labels(**labels, **{wire.PD_PATH_TAG: wire.PD_LOCAL if local else wire.PD_REMOTE}).inc()
+            if not local:  # the prefill leg, and decode's NIXL read of its KV cache over EFA
+                self._bump(PREFILL_NODE, "tx_bytes", sent)
+                self._bump(DECODE_NODE, "rx_bytes", received)
+                if self.scenario.nixl_fraction:
+                    self.nixl["bytes"].labels(**decode_labels).observe(kv * self.scenario.nixl_fraction)
+                    self.nixl["seconds"].labels(**decode_labels).observe(0.031)
+                if self.scenario.failed_transfers:
+                    self.nixl["failed"].labels(**decode_labels).inc(self.scenario.failed_transfers)
+                if self.scenario.failed_notifications:
+                    self.nixl["notifications"].labels(**decode_labels).inc(self.scenario.failed_notifications)
+                if self.scenario.kv_expired_reqs:
+                    self.nixl["expired"].labels(**prefill_labels).inc(self.scenario.kv_expired_reqs)
+                # Prefill runs each request to one token, decode streams the rest (4 tokens here).
+                self.serving_metrics["prefill"]["ttft"].labels(model).observe(self.scenario.prefill_ttft_seconds)
+                self.serving_metrics["prefill"]["success"].labels(model, "length").inc()
+                self.serving_metrics["prefill"]["tokens"].labels(model).inc()
             decode = self.serving_metrics["decode"]
             decode["ttft"].labels(model).observe(self.scenario.decode_ttft_seconds)
             for _ in range(3):

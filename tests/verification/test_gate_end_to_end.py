@@ -508,7 +508,8 @@ def test_continuous_verification_reads_only_its_window_and_only_disqualifying_li
     assert report["verdict"] == "fail" and any("no NIXL backend evidence" in r for r in report["reasons"])
 
 
-def _published_figures(fake: FakeDeployment, monkeypatch, runs: int, between) -> tuple[list[dict], dict[str, list[float]]]:
+def _published_figures(fake: FakeDeployment, monkeypatch, runs: int, between,
+                       **settings: Any) -> tuple[list[dict], dict[str, list[float]]]:
     """``runs`` continuous verification runs (as the CronJob runs them, with its state ConfigMap),
     ``between()`` after each but the last; every metric they published, from moto's CloudWatch."""
     import datetime
@@ -527,7 +528,7 @@ def _published_figures(fake: FakeDeployment, monkeypatch, runs: int, between) ->
                         "AWS_SECRET_ACCESS_KEY": "testing"}.items():
         monkeypatch.setenv(name, value)
     overrides = {"rollout": False, "as_deploy_job": False, "deadline_seconds": 60, "log_window_seconds": 900,
-                 "state_config_map": state}
+                 "state_config_map": state, **settings}
     reports, now = [], datetime.datetime.now(datetime.timezone.utc)
     with mock_aws():
         for run in range(runs):
@@ -578,6 +579,7 @@ def test_continuous_verification_publishes_what_was_served_between_runs(fake: Fa
     assert set(window["efa_bytes_by_node"]) == {"ip-10-0-1-11.prefill", "ip-10-0-1-12.decode"}
     assert window["min_node_efa_bytes"] == min(window["efa_bytes_by_node"].values()) > 0
     assert window["kv_transfer_bytes"] == window["efa_bytes_by_node"]["ip-10-0-1-12.decode"]
+    assert "local_prefill_requests" not in window and "remote_prefill_requests" not in window  # no threshold
     assert values["TransportVerified"] == [1.0]
     assert values["Requests"] == [8.0]
     assert values["TtftP99"] == [pytest.approx(99.6)]
@@ -642,3 +644,117 @@ def test_a_run_that_cannot_keep_its_state_fails(fake: FakeDeployment, monkeypatc
     TransportNotVerified says why."""
     code, published = _continuous(fake, monkeypatch, log_window_seconds=900, state_config_map="missing-state")
     assert code == 1 and published == [0.0]
+
+
+
+# --- disaggregation.min_prompt_tokens: the conditional decode server's two paths ------------------------
+
+LONG_PROBE_TOKENS = 2 + 10 + 300 + 12
+"""A long probe's tokens on the fake: "Probe <nonce>." and the 10-word request, the 300 filler words of
+``gate_settings``, and the fake's 12 of chat template."""
+SHORT_PROBE_TOKENS = 4 + 12
+"""The short probe's ("Probe <nonce>. Say hi.")."""
+
+
+def test_both_paths_pass_and_only_the_remote_probes_are_predicted(in_cluster_copy, fake: FakeDeployment):
+    from fake_cluster import kv_bytes_moved
+
+    fake.scenario = Scenario(pd_threshold=100)
+    result = run_gate(in_cluster_copy, fake, fake.gate_settings(min_prompt_tokens=100))
+    report = _report(result)
+    assert result.returncode == 0, report["reasons"]
+    results = report["probes"]["results"]
+    assert [(r["prompt_tokens"], r["prefill"]) for r in results] == [(LONG_PROBE_TOKENS, "remote")] * 3 + [
+        (SHORT_PROBE_TOKENS, "local")]
+    assert report["probes"]["count"] == 4 and fake.requests_served == 4
+    paths = report["paths"]
+    assert paths["counter"] == "ray_rayllmeks_pd_requests_total" and paths["min_prompt_tokens"] == 100
+    assert paths["probes"] == {"local": [4], "remote": [1, 2, 3]}
+    assert paths["counted"] == {"local": 1.0, "remote": 3.0}
+    kv = report["kv"]
+    # The short probe moved nothing and is not predicted: every predicted byte crossed, no more.
+    assert kv["predicted_probes"] == 3
+    assert kv["predicted_bytes"] == 3 * kv_bytes_moved(LONG_PROBE_TOKENS)
+    assert kv["efa_moved_bytes"] == kv["predicted_bytes"] and kv["efa_fraction_of_predicted"] == 1.0
+    assert kv["nixl"]["transfers"] == 3
+
+
+def test_the_kv_fraction_is_the_same_with_and_without_the_local_probe(in_cluster_copy, fake: FakeDeployment):
+    fake.scenario = Scenario(pd_threshold=100)
+    without = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    with_local = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(min_prompt_tokens=100)))
+    assert (without["verdict"], with_local["verdict"]) == ("pass", "pass"), with_local["reasons"]
+    assert with_local["probes"]["count"] == without["probes"]["count"] + 1
+    for key in ("predicted_bytes", "efa_moved_bytes", "efa_fraction_of_predicted"):
+        assert with_local["kv"][key] == without["kv"][key], key
+
+
+def test_without_a_threshold_the_report_is_what_it_was(in_cluster_copy, fake: FakeDeployment):
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings()))
+    assert report["verdict"] == "pass"
+    assert "paths" not in report and "predicted_probes" not in report["kv"]
+    assert report["probes"]["count"] == 3 and all("prefill" not in r for r in report["probes"]["results"])
+    assert set(report["probes"]["results"][0]) == {"status", "ok", "ttft_ms", "e2e_ms", "prompt_tokens",
+                                                   "completion_tokens", "completion", "error"}
+
+
+def test_a_short_probe_the_decode_server_sent_to_the_prefill_leg_fails(in_cluster_copy, fake: FakeDeployment):
+    # A decode server that miscounts every prompt as long (the twin once found one: every short prompt went remote).
+    fake.scenario = Scenario(pd_threshold=0)
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(min_prompt_tokens=100)))
+    assert report["verdict"] == "fail"
+    assert report["paths"]["counted"] == {"local": 0.0, "remote": 4.0}
+    assert ('ray_rayllmeks_pd_requests_total{prefill="local"} grew by 0 on the decode workers during the probes, '
+            "fewer than the 1 probe(s) of under 100 prompt tokens (disaggregation.min_prompt_tokens)") in report["reasons"]
+    assert len(report["reasons"]) == 1  # the extra KV bytes it moved pass the EFA check (a floor, not a ceiling)
+
+
+def test_a_long_probe_prefilled_on_decode_fails_naming_the_remote_path(in_cluster_copy, fake: FakeDeployment):
+    fake.scenario = Scenario(pd_threshold=1000)  # the server's threshold above the long probes': all local
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(min_prompt_tokens=100)))
+    assert report["verdict"] == "fail"
+    assert any('{prefill="remote"} grew by 0' in r and "fewer than the 3 probe(s) of at least 100 prompt tokens"
+               in r for r in report["reasons"]), report["reasons"]
+    assert any("must cross EFA" in r for r in report["reasons"])  # and no KV bytes crossed
+
+
+def test_no_counter_on_any_decode_worker_says_the_conditional_server_is_not_running(in_cluster_copy,
+                                                                                   fake: FakeDeployment):
+    fake.scenario = Scenario(pd_threshold=None)  # Ray's own P/D application: every prompt remote, no counter
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(min_prompt_tokens=100)))
+    assert report["verdict"] == "fail"
+    decode_pod = next(p["name"] for p in report["pods"] if p["role"] == "decode")
+    assert report["reasons"] == [
+        f"no decode worker exports ray_rayllmeks_pd_requests_total ({decode_pod}) with disaggregation.min_prompt_tokens "
+        "100: the conditional decode server is not running (the Serve application must import "
+        "rayllmeks_pd.conditional:build_pd_openai_app)"]
+
+
+@pytest.mark.parametrize(("threshold", "verdict"), [(LONG_PROBE_TOKENS, "pass"), (LONG_PROBE_TOKENS + 1, "fail")])
+def test_a_probe_of_exactly_the_threshold_is_remote(in_cluster_copy, fake: FakeDeployment, threshold, verdict):
+    """``<`` and not ``<=``: the decode server prefills a prompt of exactly the threshold on the prefill
+    leg (ray_llm_eks.pd.conditional.route), and the gate predicts its KV bytes."""
+    fake.scenario = Scenario(pd_threshold=threshold)
+    report = _report(run_gate(in_cluster_copy, fake, fake.gate_settings(min_prompt_tokens=threshold)))
+    assert report["verdict"] == verdict, report["reasons"]
+    if verdict == "pass":
+        assert report["paths"]["probes"] == {"local": [4], "remote": [1, 2, 3]}
+        assert report["kv"]["predicted_probes"] == 3 and report["kv"]["efa_fraction_of_predicted"] == 1.0
+    else:  # one token short of it: every probe local, no KV path probed
+        assert report["paths"]["probes"] == {"local": [1, 2, 3, 4], "remote": []}
+        assert (f"no successful probe had {threshold} prompt tokens or more (disaggregation.min_prompt_tokens), so "
+                "none took the prefill leg") in report["reasons"]
+
+
+def test_continuous_verification_counts_the_requests_of_each_path_in_its_window(fake: FakeDeployment, monkeypatch):
+    """The window's requests split by path: the first run's 3 long and 1 short probes, 5 long and 2 short
+    client requests; only the long ones moved KV bytes."""
+    fake.scenario = Scenario(pd_threshold=100)
+    reports, values = _published_figures(fake, monkeypatch, runs=2, min_prompt_tokens=100,
+                                         between=lambda: [_chat(fake, words) for words in (200,) * 5 + (10,) * 2])
+    window = reports[1]["window"]
+    assert (window["local_prefill_requests"], window["remote_prefill_requests"]) == (1 + 2, 3 + 5)
+    assert window["requests"] == 4 + 7  # every request finishes on decode
+    assert window["kv_transfer_bytes"] == window["efa_bytes_by_node"]["ip-10-0-1-12.decode"]
+    assert reports[1]["paths"]["counted"] == {"local": 1.0, "remote": 3.0}  # this run's own probes
+    assert "LocalPrefillRequests" not in values  # in the report's window, not a CloudWatch metric

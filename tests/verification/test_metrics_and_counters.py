@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from ray_llm_eks.base import wire
 from ray_llm_eks.verification import efa, metrics
 
 
@@ -123,3 +124,41 @@ def test_the_counter_server_serves_the_tree(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _ray_counter(values: dict[tuple[str, str], float]) -> str:
+    """A ``ray.util.metrics.Counter`` as Ray 2.58.1's OpenCensus proxy exports it: a
+    ``CounterMetricFamily`` (prometheus_client adds ``_total``) and, for bug compatibility, the same
+    values again as a ``GaugeMetricFamily`` under the bare name (``ray/_private/metrics_agent.py:396-440``)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    name = f"ray_{wire.PD_REQUESTS_METRIC}"
+    keys = ["Component", "SessionName", "WorkerId", wire.PD_PATH_TAG]
+
+    class Collector:
+        def collect(self):
+            counter = CounterMetricFamily(name, "requests", labels=keys)
+            gauge = GaugeMetricFamily(name, f"(DEPRECATED, use {name}_total metric instead) requests", labels=keys)
+            for (worker, path), value in values.items():
+                for family in (counter, gauge):
+                    family.add_metric(["core_worker", "session_1", worker, path], value)
+            return [counter, gauge]
+
+    registry = CollectorRegistry()
+    registry.register(Collector())
+    return generate_latest(registry).decode()
+
+
+def test_the_requests_per_path_are_read_once_per_series_from_rays_counter():
+    text = _ray_counter({("w1", wire.PD_LOCAL): 2, ("w1", wire.PD_REMOTE): 5, ("w2", wire.PD_REMOTE): 1})
+    assert f"{metrics.PD_COUNTER}{{" in text and "ray_rayllmeks_pd_requests{" in text  # both spellings exported
+    paths = metrics.path_series(metrics.parse(text))
+    assert {path: sum(series.values()) for path, series in paths.items()} == {wire.PD_LOCAL: 2, wire.PD_REMOTE: 6}
+    assert len(paths[wire.PD_REMOTE]) == 2  # one series per worker, each its own delta
+
+
+def test_a_path_without_a_request_reads_empty_and_no_counter_reads_none():
+    assert metrics.path_series(metrics.parse(_ray_counter({("w1", wire.PD_REMOTE): 3}))) == {
+        wire.PD_LOCAL: {}, wire.PD_REMOTE: {'[["Component","core_worker"],["SessionName","session_1"],'
+                                            '["WorkerId","w1"],["prefill","remote"]]': 3.0}}
+    assert metrics.path_series(metrics.parse(_exposition("ray_vllm_"))) is None

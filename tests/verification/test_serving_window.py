@@ -410,3 +410,20 @@ def test_a_replaced_replicas_frozen_series_do_not_double_the_window():
     assert figures["kv_transfer_bytes"] == 10 * 2e6 and figures["kv_transfer_mean_ms"] == pytest.approx(20.0)
     assert figures["nixl_failed_transfers"] == 0
     assert figures["ttft_p99_floor_ms"] == 20.0  # decode's 0.03 s in (0.02, 0.04]: none of the old replica's 4 s
+
+
+def test_a_conditional_window_counts_each_path_and_a_path_not_yet_exported_took_none():
+    """Ray exports a path's series from its first request on (``ray.util.metrics.Counter``): a decode
+    worker read twice that never prefilled a prompt itself took 0 local requests, not an unknown number."""
+    decode = Worker()
+    paths = Counter(f"ray_{wire.PD_REQUESTS_METRIC}", "", ["WorkerId", wire.PD_PATH_TAG], registry=decode.registry)
+    decode.serve(ttft=0.03)
+    paths.labels("w", wire.PD_REMOTE).inc()
+    before = snapshot({"d": ("decode", decode.text)}, {}, at=1000.0)
+    for _ in range(3):
+        decode.serve(ttft=0.03)
+        paths.labels("w", wire.PD_REMOTE).inc()
+    after = snapshot({"d": ("decode", decode.text)}, {}, at=1300.0)
+    figures = window(before, after, disaggregated=True, conditional=True)
+    assert (figures["local_prefill_requests"], figures["remote_prefill_requests"], figures["requests"]) == (0.0, 3.0, 3)
+    assert "local_prefill_requests" not in window(before, after, disaggregated=True)  # no threshold: as before
