@@ -106,3 +106,28 @@ def test_bench_reports_ttft_per_prefill_path_and_the_decode_replica_agrees(condi
         assert paths["local"]["ttft_ms"]["p50"] > 0 and paths["remote"]["ttft_ms"]["p50"] > 0, paths
         counted = entry["pd_requests"]
         assert (counted["local"], counted["remote"]) == (local, remote), counted
+
+
+def test_the_gate_proves_both_paths_on_the_conditional_deployment(conditional):
+    """The rendered gate, as the conditional deployment renders it (its threshold, its long probes of at
+    least the threshold's words, one short probe): each probe is classed by the server's own prompt
+    count, the decode replica's counter grew by each class's probes, and only the long probes are
+    predicted and read over NIXL."""
+    run, _ = conditional
+    settings = run.settings("conditional")
+    assert settings["min_prompt_tokens"] == THRESHOLD and settings["probe_prompt_words"] >= THRESHOLD
+    gate = run.gate(settings)
+    assert (gate.returncode, gate.verdict) == (0, "pass"), gate.reasons
+    probes, paths, kv = gate.report["probes"], gate.report["paths"], gate.report["kv"]
+    long_count = probes["count"] - 1  # the rendered number of long probes, then the short one
+    assert paths["counter"] == "ray_rayllmeks_pd_requests_total" and paths["min_prompt_tokens"] == THRESHOLD
+    assert paths["probes"] == {"local": [probes["count"]], "remote": list(range(1, probes["count"]))}
+    short = probes["results"][-1]
+    assert short["prefill"] == "local" and short["prompt_tokens"] < THRESHOLD
+    assert all(r["prefill"] == "remote" and r["prompt_tokens"] >= THRESHOLD for r in probes["results"][:-1])
+    # Nothing else runs on the twin during the gate: the counter grew by exactly the probes of each class.
+    assert paths["counted"] == {"local": 1.0, "remote": float(long_count)}
+    assert kv["predicted_probes"] == long_count
+    assert kv["nixl"]["transfers"] == long_count  # one NIXL read per long probe, none for the short one
+    print(f"\ngate paths on the twin: {paths['counted']}, kv: predicted {kv['predicted_bytes']} B, "
+          f"moved {kv['efa_moved_bytes']} B ({kv['efa_fraction_of_predicted']})")
