@@ -193,6 +193,15 @@ class KubeApi:
                              "labels": {"ray.io/originated-from-cr-name": self.name}},
                 "spec": copy.deepcopy(self.rayservice["spec"]["rayClusterConfig"])}
 
+    def recreate_cluster(self, rayservice: Mapping[str, Any]) -> None:
+        """Another RayService spec whose ``rayClusterConfig`` differs (another rendered deployment):
+        KubeRay would build a new RayCluster for it; the stand-in serves that spec under a new
+        generation and a new RayCluster uid. The run re-adds the pods from the new templates."""
+        with self.lock:
+            self.rayservice = {**copy.deepcopy(dict(rayservice)), "metadata": copy.deepcopy(self.rayservice["metadata"])}
+            self.cluster_uid = secrets.token_hex(8)
+            self.generation += 1
+
     def submitted(self, serve_config: Mapping[str, Any], when: float) -> None:
         """The run submitted ``serve_config`` (KubeRay submits what the RayService carries): the
         stored spec carries it, as JSON text like the chart's, under a new generation."""

@@ -373,6 +373,15 @@ class TwinRun:
         self.twin.deployment = deployment
         if fresh:
             self.twin.remove_applications()
+        if deployment.rayservice["spec"]["rayClusterConfig"] != self.api.rayservice["spec"]["rayClusterConfig"]:
+            # Another cluster spec (e.g. a deployment that mounts another ConfigMap): KubeRay would
+            # roll a new RayCluster; the stand-in serves its spec and its pods' templates (hash
+            # annotation included) on the running nodes, which need no change of their own.
+            self.api.recreate_cluster(deployment.rayservice)
+            for name, node in deployment.nodes.items():
+                self.api.add_pod(self.pod_of[name], template=node.template, group=node.group,
+                                 node=self.twin.node_name(name), ip=node.address, env=node.env,
+                                 created=self.twin.started_at[name])
         started = time.monotonic()
         self.deployed_at = time.time()
         # What KubeRay submits is what the RayService carries: the stand-in's now carries this.
@@ -402,6 +411,8 @@ class TwinRun:
         deployment.serve_config = serve
         deployment.rayservice["spec"]["serveConfigV2"] = json.dumps(serve, indent=2)
         self.rendered[name], self.deployments[name] = charts, deployment
+        if self.api is not None:
+            self.api.finished_job(deployment.gate_settings["job_name"], time.time())
         return deployment
 
     @property

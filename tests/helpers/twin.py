@@ -64,6 +64,8 @@ def capture(name: str, text: str) -> None:
 THRESHOLD = 64
 """``disaggregation.min_prompt_tokens`` of the twin's conditional deployment (tests/twin/conftest.py):
 between the tiny model's short and long prompts once its chat template is added."""
+MIX_CONCURRENCY = "2"
+"""The mixed runs' one level: both classes in flight together, at half the time of two levels."""
 BENCH_REQUESTS = 12
 """Requests per concurrency level of every twin bench."""
 MIX = "16,16:50;256,16:50"
@@ -71,9 +73,10 @@ MIX = "16,16:50;256,16:50"
 under their 64-token threshold once the tiny model's chat template is added, half far over it."""
 
 
-def bench(twin, deployment: str, out: Path, *extra: str, config: Path | None = None) -> Path:
+def bench(twin, deployment: str, out: Path, *extra: str, config: Path | None = None,
+          concurrency: str = "1,2") -> Path:
     """``ray-llm-eks bench`` from the client namespace against ``deployment`` (deployed by the caller),
-    scraping both workers' metrics and EFA counter readers, at concurrency 1 and 2; ``extra`` adds
+    scraping both workers' metrics and EFA counter readers, at each ``concurrency``; ``extra`` adds
     the workload (``--isl/--osl`` or ``--mix``) and any other flag. ``config``: the configuration
     bench prices and checks against (default: the twin's, with the deployment's topology)."""
     from ray_llm_eks.twin import twin_profile
@@ -89,7 +92,7 @@ def bench(twin, deployment: str, out: Path, *extra: str, config: Path | None = N
     counters = [f"{name}=http://{n.address}:{settings['efa_counter_port']}{efa.COUNTER_PATH}" for name, n in nodes.items()]
     command = [sys.executable, "-m", "ray_llm_eks.cli", "bench", "--config", str(config), "--url", twin.openai_url,
                "--model", settings["model"], "--tokenizer", str(twin.environment.model),
-               "--concurrency", "1,2", "--requests", str(BENCH_REQUESTS), "--out", str(out),
+               "--concurrency", concurrency, "--requests", str(BENCH_REQUESTS), "--out", str(out),
                "--slo-ttft-ms", "5000", "--slo-e2e-ms", "30000",
                "--metrics-flush-s", str(twin_profile.BENCH_METRICS_FLUSH_SECONDS),
                *[arg for n in nodes.values() for arg in ("--metrics-url", f"http://{n.address}:{settings['metrics_port']}/metrics")],

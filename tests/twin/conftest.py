@@ -83,14 +83,14 @@ def conditional_mixed_run(twin, conditional_config, tmp_path_factory) -> Path:
     """``bench --mix`` against the conditional deployment: test_twin_conditional asks for it while that
     runs; test_twin_topologies compares it with colocated's run of the same mix. Alone, this deploys
     the conditional application and removes it after (the next deploy starts from an empty Serve)."""
-    from helpers.twin import MIX, bench
+    from helpers.twin import MIX, MIX_CONCURRENCY, bench
 
     running = twin.topology == "conditional"
     if not running:
         twin.use("conditional", fresh=True)
     try:
         return bench(twin, "conditional", tmp_path_factory.mktemp("mixed") / "conditional", "--mix", MIX,
-                     "--agreement-prompts", "0", config=conditional_config)
+                     "--agreement-prompts", "0", config=conditional_config, concurrency=MIX_CONCURRENCY)
     finally:
         if not running:
             twin.twin.remove_applications()

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from helpers.twin import BENCH_REQUESTS, THRESHOLD, chat, wait_until
+from helpers.twin import BENCH_REQUESTS, MIX_CONCURRENCY, THRESHOLD, chat, wait_until
 from ray_llm_eks.base import wire
 from ray_llm_eks.bench import runner
 from ray_llm_eks.verification import metrics
@@ -96,7 +96,7 @@ def test_bench_reports_ttft_per_prefill_path_and_the_decode_replica_agrees(condi
     level is classed by the server's own prompt count, both classes are served, and the decode
     replica counted the same requests on the same paths (its counter, scraped by the bench)."""
     summary = json.loads((conditional_mixed_run / runner.SUMMARY_FILE).read_text())
-    assert [entry["concurrency"] for entry in summary] == [1, 2]
+    assert [str(entry["concurrency"]) for entry in summary] == MIX_CONCURRENCY.split(",")
     for entry in summary:
         paths = entry["by_prefill_path"]
         assert paths["min_prompt_tokens"] == THRESHOLD and paths["unclassified"] == 0, paths

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from helpers.twin import BENCH_REQUESTS, MIX, THRESHOLD, bench
+from helpers.twin import BENCH_REQUESTS, MIX, MIX_CONCURRENCY, THRESHOLD, bench
 from ray_llm_eks.bench import agreement, compare, runner
 
 pytestmark = pytest.mark.twin
@@ -38,7 +38,7 @@ def runs(twin, tmp_path_factory):
             colocated_gate = twin.gate(twin.settings("colocated"))
             # The baseline of conditional disaggregation's mixed run (conftest.py), while colocated runs.
             paths["colocated-mixed"] = bench(twin, "colocated", out / "colocated-mixed", "--mix", MIX,
-                                             "--agreement-prompts", "0")
+                                             "--agreement-prompts", "0", concurrency=MIX_CONCURRENCY)
     return paths, colocated_gate
 
 

@@ -68,3 +68,25 @@ def test_the_counter_readers_are_controlled_by_the_daemonset_the_api_serves():
     controlled = {p["metadata"]["name"]: objects.controlled_by(p, "DaemonSet", daemon_set["metadata"]["uid"])
                   for p in pods["items"]}
     assert controlled == {"ray-llm-efa-counters-decode": True, "by-hand": False}
+
+
+def test_another_cluster_spec_is_served_as_a_new_raycluster_with_its_pods_templates():
+    """A deployment whose ``rayClusterConfig`` differs (conditional disaggregation mounts its archive):
+    the stand-in serves that spec, a new RayCluster uid and generation, and the pods re-added from the
+    new templates carry their hash annotation and name the new RayCluster as their controller."""
+    api = _api()
+    old_uid, old_generation = api.cluster_uid, api.generation
+    template = {"metadata": {"annotations": {"ray.io/hash": "old"}}, "spec": {"containers": [{"name": "ray", "image": "i"}]}}
+    api.add_pod("ray-llm-head", template=template, group="headgroup", node="n", ip="10.0.0.1", env={}, created=0.0)
+    other = {**RAYSERVICE, "metadata": {"name": "ignored"},
+             "spec": {**RAYSERVICE["spec"], "rayClusterConfig": {"authOptions": {"mode": "token"}, "x": 1}}}
+    api.recreate_cluster(other)
+    api.add_pod("ray-llm-head", template={**template, "metadata": {"annotations": {"ray.io/hash": "new"}}},
+                group="headgroup", node="n", ip="10.0.0.1", env={}, created=0.0)
+    service = _get(api, "/apis/ray.io/v1/namespaces/inference/rayservices/ray-llm")[1]
+    assert service["spec"]["rayClusterConfig"] == other["spec"]["rayClusterConfig"]
+    assert service["metadata"]["name"] == "ray-llm" and service["metadata"]["generation"] == old_generation + 1
+    assert api.cluster_uid != old_uid and api.ray_cluster_object()["spec"] == other["spec"]["rayClusterConfig"]
+    (pod,) = api.pods
+    assert pod["metadata"]["annotations"] == {"ray.io/hash": "new"}
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == api.cluster_uid
