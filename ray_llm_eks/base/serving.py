@@ -412,7 +412,7 @@ class DisaggregationSpec:
     __pydantic_config__ = {"extra": "forbid"}
 
     min_prompt_tokens: int = 0
-    """Prompts with fewer tokens than this (counted as the decode replica's engine renders the request: the chat template, then the tokenizer) are prefilled on the decode replica, with no KV transfer; 0 (the default) sends every request through the prefill leg. At most ``model.max_model_len``; disaggregated topology only."""
+    """Prompts with fewer tokens than this (counted as the decode replica's engine renders the request: the chat template, then the tokenizer) are prefilled on the decode replica, with no KV transfer; 0 (the default) sends every request through the prefill leg. At most ``model.max_model_len`` less the gate probe's answer (``verification.probe_max_tokens``) and 64 tokens of preamble and chat template, so that the gate can still send a probe through the prefill leg (4016 for the reference); disaggregated topology only."""
 
     def __post_init__(self) -> None:
         found = Collector()

@@ -35,6 +35,9 @@ def plain():
                                                       "prefill leg (got 4097); accepted: 0 to 4096"),
     ({"topology": "colocated", "disaggregation": {"min_prompt_tokens": 1}}, "topology colocated has no prefill leg"),
     ({"disaggregation": {"min_prompt_tokens": "many"}}, "not a whole number (got 'many')"),
+    # Up to max_model_len, but the gate must still send a probe that takes the prefill leg.
+    ({"disaggregation": {"min_prompt_tokens": 4017}}, "leaves no room for the gate's remote-prefill probe"),
+    ({"disaggregation": {"min_prompt_tokens": 4096}}, "accepted: 0 to 4016, or a smaller verification.probe_max_tokens"),
 ])
 def test_refused_naming_the_field(data, says):
     with pytest.raises(ConfigError) as refused:
@@ -43,8 +46,8 @@ def test_refused_naming_the_field(data, says):
     assert line.startswith("  disaggregation.min_prompt_tokens: ") and says in line
 
 
-@pytest.mark.parametrize("value", [0, 1, 1024, 4096])
-def test_accepted_from_zero_to_max_model_len(value):
+@pytest.mark.parametrize("value", [0, 1, 1024, 4016])
+def test_accepted_from_zero_to_what_leaves_the_gate_a_remote_probe(value):
     assert parse_config({"strict": False, "disaggregation": {"min_prompt_tokens": value}}) \
         .specs().serving.disaggregation.min_prompt_tokens == value
 
