@@ -26,10 +26,13 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 
 SHARED_FIXTURES = {"synth": "synth", "default": "synth", "example": "synth", "scan_inputs": "synth",
                    "scenario": "charts",
+                   "entry_point_refusals": "one_validation", "stack_in": "one_validation",
                    "mock_servers": "bench", "tokenizer_dir": "bench", "sweep": "bench"}
 """Session fixtures that are expensive to build (CDK synths, the chart scenarios, AIPerf against the
-mock servers), and the xdist group of the tests that use them: under ``--dist loadgroup`` (`make
-test`) each group runs on one worker, so each scenario is still built once per run."""
+mock servers; and module fixtures, which each worker running a test of their module would build
+again: tests/test_one_validation.py's bad configurations through both entry points and its stack per
+region), and the xdist group of the tests that use them: under ``--dist loadgroup`` (`make test`)
+each group runs on one worker, so each scenario is still built once per run."""
 
 
 GROUPS_DIR = "xdist_groups_dir"
