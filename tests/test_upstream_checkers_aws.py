@@ -25,7 +25,7 @@ def cfn_lint(template_path: Path) -> list[tuple[str, str]]:
 
     runner = _cfn_lint_runner()
     # lint_file is ``Runner(ConfigMixIn(["--template", path], **config)).run()`` (cfnlint/api.py
-    # @v1.51.0); the Runner's rules depend on the options only, so one Runner serves each template.
+    # @v1.58.0, as installed); the Runner's rules depend on the options only, so one Runner serves each template.
     runner.config = ConfigMixIn(["--template", str(template_path)], **CFN_LINT_OPTIONS)
     return [(match.rule.id, match.message) for match in runner.run()]
 
