@@ -114,11 +114,10 @@ def _program_files() -> set[tuple[str, str]]:
     """(ConfigMap key, text) of every file the library's in-cluster programs (the deployment gate,
     the bench) carry into the cluster."""
     from .bench import bundle as bench_bundle
+    from .cdk8s_charts.verification import program_archive
     from .verification import bundle as gate_bundle
 
-    import base64
-
-    archive = (gate_bundle.ARCHIVE, base64.b64encode(gate_bundle.archive()).decode())
+    archive = (gate_bundle.ARCHIVE, program_archive())
     return {archive, *(item for bundle in (gate_bundle, bench_bundle) for item in bundle.files().items())}
 
 

@@ -26,10 +26,13 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 
 SHARED_FIXTURES = {"synth": "synth", "default": "synth", "example": "synth", "scan_inputs": "synth",
                    "scenario": "charts",
+                   "entry_point_refusals": "one_validation", "stack_in": "one_validation",
                    "mock_servers": "bench", "tokenizer_dir": "bench", "sweep": "bench"}
 """Session fixtures that are expensive to build (CDK synths, the chart scenarios, AIPerf against the
-mock servers), and the xdist group of the tests that use them: under ``--dist loadgroup`` (`make
-test`) each group runs on one worker, so each scenario is still built once per run."""
+mock servers; and module fixtures, which each worker running a test of their module would build
+again: tests/test_one_validation.py's bad configurations through both entry points and its stack per
+region), and the xdist group of the tests that use them: under ``--dist loadgroup`` (`make test`)
+each group runs on one worker, so each scenario is still built once per run."""
 
 
 GROUPS_DIR = "xdist_groups_dir"
@@ -45,9 +48,22 @@ def pytest_collection_modifyitems(config, items):
         if groups:
             grouped[item.nodeid] = groups.pop()
             item.add_marker(pytest.mark.xdist_group(grouped[item.nodeid]))
+    _scanners_first_results_last(items, grouped)
     directory = getattr(config, "workerinput", {}).get(GROUPS_DIR)
     if directory:  # an xdist worker: tell the controller's scheduler (below)
         (Path(directory) / f"{config.workerinput['workerid']}.json").write_text(json.dumps(grouped))
+
+
+def _scanners_first_results_last(items, grouped: dict[str, str]) -> None:
+    """checkov and trivy (``scans``: about 30 s of CPU in programs of their own) start with the synth
+    group's first test and run beside the group's other tests; the tests that read their results run
+    last, when the results are in. Otherwise the first of those tests starts them midway and waits."""
+    reading = [item for item in items if "scans" in item.fixturenames]
+    if not reading:
+        return
+    items[:] = [item for item in items if "scans" not in item.fixturenames] + reading
+    first = next(item for item in items if grouped.get(item.nodeid) == "synth")
+    first.fixturenames = ["scans", *first.fixturenames]  # a new list: parametrized tests share theirs
 
 
 def _groups_dir(config) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ def imports_of(path: Path, package: Path = PACKAGE) -> set[str]:
     return names
 
 
+@functools.cache  # each parametrized test reads one file's entry: the folder is parsed once per process
 def folder_imports(folder: str) -> dict[str, set[str]]:
     return {str(p.relative_to(PACKAGE)): imports_of(p) for p in sorted((PACKAGE / folder).glob("*.py"))}
 

@@ -329,7 +329,7 @@ def _lines(output: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def refusals(tmp_path_factory):
+def entry_point_refusals(tmp_path_factory):
     """Each bad configuration once through each entry point: (synth exit, synth lines, plan exit, plan lines)."""
     import contextlib
     import io
@@ -352,9 +352,9 @@ def test_the_battery_is_large_enough():
 
 
 @pytest.mark.parametrize("index", range(len(BAD_CONFIGS)), ids=[f for _, f, _ in BAD_CONFIGS])
-def test_synth_and_plan_refuse_it_with_the_same_sentences(refusals, index):
+def test_synth_and_plan_refuse_it_with_the_same_sentences(entry_point_refusals, index):
     _, field, fragment = BAD_CONFIGS[index]
-    synth_exit, synth_err, plan_exit, plan_out, plan_exception = refusals[index]
+    synth_exit, synth_err, plan_exit, plan_out, plan_exception = entry_point_refusals[index]
     assert synth_exit == 2, synth_err
     assert plan_exit in (1, 2), plan_out
     assert not isinstance(plan_exception, Exception) or isinstance(plan_exception, SystemExit), plan_exception
@@ -376,9 +376,9 @@ def test_the_new_battery_is_at_least_thirty_distinct_inputs():
 
 
 @pytest.mark.parametrize("index", range(len(NEW_BAD_INPUTS)), ids=[f for _, f, *_ in NEW_BAD_INPUTS])
-def test_new_inputs_name_the_value_and_what_is_accepted_in_synth_and_plan(refusals, index):
+def test_new_inputs_name_the_value_and_what_is_accepted_in_synth_and_plan(entry_point_refusals, index):
     _, field, _, *_ = NEW_BAD_INPUTS[index]
-    _, synth_err, _, plan_out, _ = refusals[NEW_FROM + index]
+    _, synth_err, _, plan_out, _ = entry_point_refusals[NEW_FROM + index]
     for output in (synth_err, plan_out):
         named = [line for line in _lines(output) if line.startswith(f"{field}: ")]
         assert named, output
@@ -434,9 +434,9 @@ def test_a_spec_object_built_outside_a_construct_names_its_type_and_the_dict_for
         _serving(model="Qwen/Qwen3.5-9B")(stack_in, "StrModel")
 
 
-def test_plan_exits_1_only_when_the_model_does_not_fit(refusals):
+def test_plan_exits_1_only_when_the_model_does_not_fit(entry_point_refusals):
     for index, (_, field, fragment) in enumerate(BAD_CONFIGS):
-        _, _, plan_exit, _, _ = refusals[index]
+        _, _, plan_exit, _, _ = entry_point_refusals[index]
         assert plan_exit == (1 if fragment in ("do not fit", "less than one request") else 2), BAD_CONFIGS[index]
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
-
-from cfnlint.api import ManualArgs, lint_file
 
 # Warnings cfn-lint may raise on our templates, each with the reason it is acceptable.
 ACCEPTED_CFN_LINT_WARNINGS = {
@@ -20,9 +19,27 @@ ACCEPTED_CFN_LINT_WARNINGS = {
 
 
 def cfn_lint(template_path: Path) -> list[tuple[str, str]]:
-    """(rule id, message) of every cfn-lint finding."""
-    matches = lint_file(template_path, config=ManualArgs(regions=["us-west-2"]))
-    return [(match.rule.id, match.message) for match in matches]
+    """(rule id, message) of every cfn-lint finding: what ``cfnlint.api.lint_file(template_path,
+    config=ManualArgs(regions=["us-west-2"]))`` returns, with the rules loaded once per process."""
+    from cfnlint.config import ConfigMixIn
+
+    runner = _cfn_lint_runner()
+    # lint_file is ``Runner(ConfigMixIn(["--template", path], **config)).run()`` (cfnlint/api.py
+    # @v1.58.0, as installed); the Runner's rules depend on the options only, so one Runner serves each template.
+    runner.config = ConfigMixIn(["--template", str(template_path)], **CFN_LINT_OPTIONS)
+    return [(match.rule.id, match.message) for match in runner.run()]
+
+
+CFN_LINT_OPTIONS = {"regions": ["us-west-2"]}
+
+
+@functools.cache
+def _cfn_lint_runner():
+    # Imported here: cfnlint takes about 1 s of CPU to import, and only the synth worker lints.
+    from cfnlint.config import ConfigMixIn
+    from cfnlint.runner import Runner
+
+    return Runner(ConfigMixIn([], **CFN_LINT_OPTIONS))  # loading the rules is about 0.6 s of CPU
 
 
 # W3005 is accepted only where aws-cdk-lib adds the redundant DependsOn itself: its VPC

@@ -210,6 +210,10 @@ class InferenceObservability(Construct):
                 "WHERE ClusterName = '", cluster_name, "'"]),
             label="Ready nodes", period=Duration.minutes(1))
         self.alarms: dict[str, cloudwatch.Alarm] = {}
+        # One action object for every alarm: SnsAction.bind only hands back the topic's ARN (aws-cdk
+        # packages/aws-cdk-lib/aws-cloudwatch-actions/lib/sns.ts:15-17; the same in aws-cdk-lib 2.275.0's
+        # aws-cloudwatch-actions/lib/sns.js), so one jsii object serves them all.
+        on_topic = actions.SnsAction(self.topic)
 
         def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, threshold: float = 1,
                   below: bool = False, above: bool = False, evaluation_periods: int = 1, datapoints_to_alarm: int | None = None,
@@ -223,8 +227,8 @@ class InferenceObservability(Construct):
                                      else cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD),
                 treat_missing_data=missing,
                 alarm_description=f"{description} ({namespace}/{service_name}; docs/observability.md, {name})")
-            created.add_alarm_action(actions.SnsAction(self.topic))
-            created.add_ok_action(actions.SnsAction(self.topic))
+            created.add_alarm_action(on_topic)
+            created.add_ok_action(on_topic)
             self.alarms[name] = created
 
         alarm("TransportFallback", lines_metric("TransportFallbackLines"),

@@ -458,19 +458,21 @@ class RayLlmServing(Construct):
         previous: eks.KubernetesManifest | None = None
         applied = self.charts if self.kubernetes_owner is KubernetesOwner.cdk else []
         for chart in applied:
-            manifest = target.add_cdk8s_chart(chart.node.id, chart)
-            if chart is self.serving_charts.rayservice:
-                for group in node_groups:
-                    manifest.node.add_dependency(group)
+            chart_id = chart.node.id
+            manifest = target.add_cdk8s_chart(chart_id, chart)
+            dependencies = list(node_groups) if chart is self.serving_charts.rayservice else []
             for dependency in after:
                 if namespace_first and chart is self.serving_charts.namespace and kuberay is not None \
                         and dependency is kuberay.chart:
                     kuberay.chart.node.add_dependency(manifest)
                     continue
-                manifest.node.add_dependency(dependency)
+                dependencies.append(dependency)
             if previous is not None:
-                manifest.node.add_dependency(previous)
-            self.manifests[chart.node.id] = manifest
+                dependencies.append(previous)
+            if dependencies:
+                # One call through jsii, not one per dependency: constructs' addDependency takes them all.
+                manifest.node.add_dependency(*dependencies)
+            self.manifests[chart_id] = manifest
             previous = manifest
         return previous
 

@@ -6,13 +6,14 @@ import re
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from ray_llm_eks.base.instance_types import INSTANCE_TYPES
 
 
 @pytest.fixture(scope="module")
 def described() -> dict[str, dict]:
+    from moto import mock_aws
+
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-west-2")
         pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=sorted(INSTANCE_TYPES))

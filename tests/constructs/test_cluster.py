@@ -20,6 +20,16 @@ def props(resource: dict) -> dict:
     return resource["Properties"]
 
 
+ADMIN_ROLE_ARN = "arn:aws:iam::123456789012:role/platform-admins"
+CUSTOM_CLUSTER = {
+    "network": {"flow_log_retention_days": 7, "nat_gateways": 2},
+    "cluster": {"control_plane_log_retention_days": 365, "endpoint_access": "public-and-private",
+                "public_access_cidrs": ["203.0.113.0/24"], "admin_role_arn": ADMIN_ROLE_ARN},
+}
+"""The network and cluster options set away from their defaults in one build (each test below reads
+its own option; none of them touches another's resources), so they cost one synthesis, not four."""
+
+
 # --- VPC ---------------------------------------------------------------------------------
 
 
@@ -47,7 +57,7 @@ def test_vpc_flow_logs_go_to_cloudwatch_with_configured_retention(default, synth
     group_id = props(flow_log)["LogGroupName"]["Ref"]
     assert props(default.template_json["Resources"][group_id])["RetentionInDays"] == 30
 
-    custom = synth({"network": {"flow_log_retention_days": 7, "nat_gateways": 2}})
+    custom = synth(CUSTOM_CLUSTER)
     flow_log = single(custom.resources("AWS::EC2::FlowLog"))
     assert props(custom.template_json["Resources"][props(flow_log)["LogGroupName"]["Ref"]])["RetentionInDays"] == 7
     assert len(custom.resources("AWS::EC2::NatGateway")) == 2
@@ -86,7 +96,7 @@ def test_control_plane_logs_expire_after_the_configured_retention(default, synth
                               if k.startswith("ClusterControlPlane")}))
     assert retention["LogGroupName"] == {"Fn::Join": ["", ["/aws/eks/", {"Ref": cluster_id}, "/cluster"]]}
     assert retention["RetentionInDays"] == 90
-    custom = synth({"cluster": {"control_plane_log_retention_days": 365}})
+    custom = synth(CUSTOM_CLUSTER)
     assert props(single({k: r for k, r in custom.resources("Custom::LogRetention").items()
                          if k.startswith("ClusterControlPlane")}))["RetentionInDays"] == 365
 
@@ -97,7 +107,7 @@ def test_the_endpoint_is_private_by_default_and_public_only_for_named_cidrs(defa
     assert access["EndpointPrivateAccess"] is True
     assert "PublicAccessCidrs" not in access
 
-    opened = synth({"cluster": {"endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24"]}})
+    opened = synth(CUSTOM_CLUSTER)
     access = props(single(opened.resources("AWS::EKS::Cluster")))["ResourcesVpcConfig"]
     assert (access["EndpointPublicAccess"], access["EndpointPrivateAccess"]) == (True, True)
     assert access["PublicAccessCidrs"] == ["203.0.113.0/24"]
@@ -195,8 +205,8 @@ def test_admin_role_gets_cluster_admin_through_an_access_entry(default, synth):
     # By default the only access entry is the one aws-cdk-lib gives its kubectl handler.
     principals = [props(e)["PrincipalArn"] for e in default.resources("AWS::EKS::AccessEntry").values()]
     assert len(principals) == 1 and "KubectlProviderHandler" in json.dumps(principals)
-    arn = "arn:aws:iam::123456789012:role/platform-admins"
-    with_admin = synth({"cluster": {"admin_role_arn": arn}})
+    arn = ADMIN_ROLE_ARN
+    with_admin = synth(CUSTOM_CLUSTER)
     entries = [props(e) for e in with_admin.resources("AWS::EKS::AccessEntry").values() if props(e)["PrincipalArn"] == arn]
     assert len(entries) == 1
     policies = [p["PolicyArn"] for p in entries[0]["AccessPolicies"]]

@@ -16,6 +16,14 @@ from ray_llm_eks.constructs.cluster import DNS_ADDON, NETWORKING_ADDONS
 # Shaped like real values, not claimed to be real: the tests check the plumbing, not a release.
 VERSION = "v1.99.0-eksbuild.1"
 DIGEST = "sha256:" + "d" * 64
+ADDON_VERSIONS = {"vpc_cni": VERSION, "coredns": "v1.98.0-eksbuild.2"}
+NVIDIA_DIGEST = "sha256:" + "a" * 64
+EFA_DIGEST = "sha256:" + "b" * 64
+PLUGINS_PINNED = {"nvidia_device_plugin_image_digest": NVIDIA_DIGEST, "efa_device_plugin_image_digest": EFA_DIGEST}
+ALL_PINS = {"cluster": {"addon_versions": ADDON_VERSIONS},
+            "versions": {"kuberay_image_digest": DIGEST, **PLUGINS_PINNED}}
+"""Every pin of this file in one build (each test reads its own pin; they reach different resources),
+so the three tests cost one synthesis."""
 
 
 def test_the_core_addons_are_the_ones_the_cluster_installs():
@@ -23,7 +31,7 @@ def test_the_core_addons_are_the_ones_the_cluster_installs():
 
 
 def test_addon_versions_reach_each_addon_and_only_the_ones_given(synth):
-    built = synth({"cluster": {"addon_versions": {"vpc_cni": VERSION, "coredns": "v1.98.0-eksbuild.2"}}})
+    built = synth(ALL_PINS)
     versions = {r["Properties"]["AddonName"]: r["Properties"].get("AddonVersion")
                 for r in built.resources("AWS::EKS::Addon").values() if r["Properties"]["AddonName"] in infra.CORE_ADDONS}
     assert versions == {"vpc-cni": VERSION, "coredns": "v1.98.0-eksbuild.2", "kube-proxy": None,
@@ -37,7 +45,7 @@ def test_the_default_leaves_every_core_addon_at_eks_default(default):
 
 
 def test_the_kuberay_image_goes_by_digest_on_the_charts_tag(synth):
-    built = synth({"versions": {"kuberay_image_digest": DIGEST}})
+    built = synth(ALL_PINS)
     (chart,) = [r["Properties"] for r in built.resources("Custom::AWSCDK-EKS-HelmChart").values()
                 if r["Properties"]["Chart"] == "kuberay-operator"]
     values = json.loads(chart["Values"])
@@ -74,9 +82,6 @@ def test_the_commands_that_resolve_them():
 
 # --- the device plugins' images (privileged, on every GPU node), by digest, required by strict ----
 
-NVIDIA_DIGEST = "sha256:" + "a" * 64
-EFA_DIGEST = "sha256:" + "b" * 64
-PLUGINS_PINNED = {"nvidia_device_plugin_image_digest": NVIDIA_DIGEST, "efa_device_plugin_image_digest": EFA_DIGEST}
 PINNED = {"image": {"digest": DIGEST}, "model": {"revision": "0123456789abcdef0123456789abcdef01234567"},
           "versions": PLUGINS_PINNED}
 
@@ -88,7 +93,7 @@ def _plugin_values(built) -> dict[str, dict]:
 
 
 def test_the_device_plugin_images_go_by_digest_on_each_charts_tag(synth, default):
-    values = _plugin_values(synth({"versions": PLUGINS_PINNED}))
+    values = _plugin_values(synth(ALL_PINS))
     # NVIDIA's chart writes repository:tag, its tag v<appVersion> = v<chart version> (_helpers.tpl
     # fullimage at v0.20.0); the EFA chart v0.5.20 deploys its image v0.5.13 (eks-charts values.yaml).
     assert values["nvidia-device-plugin"]["image"] == {"tag": f"v0.20.1@{NVIDIA_DIGEST}"}

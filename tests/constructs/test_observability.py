@@ -23,6 +23,12 @@ def props(resource: dict) -> dict:
     return resource["Properties"]
 
 
+ANOTHER_STACK = {"stack_name": "RayLlmEksStaging",
+                 "prefill": {"min_size": 2, "desired_size": 2, "max_size": 2}, "system": {"count": 2}}
+"""Another stack with more nodes: one build for the namespace test and the node-count test (the
+stack's name reaches no node count, and the node counts reach no namespace)."""
+
+
 def joined(value) -> str:
     """A CloudFormation string as text, references shown as ${Ref}/${GetAtt}."""
     if isinstance(value, str):
@@ -255,7 +261,7 @@ def test_each_deployment_has_its_own_namespace_no_other_monitor_may_write(defaul
     """Another stack (or another namespace or service) in the same account: another namespace, so
     its monitor role's condition does not admit this deployment's TransportVerified."""
     assert default.stack.serving.metric_namespace == OWN
-    other = synth({"stack_name": "RayLlmEksStaging"})
+    other = synth(ANOTHER_STACK)
     assert other.stack.serving.metric_namespace == "RayLlmEks/RayLlmEksStaging/inference/ray-llm"
     (policy,) = [p for k, p in other.resources("AWS::IAM::Policy").items() if k.startswith("ServingMonitorRole")]
     [statement] = props(policy)["PolicyDocument"]["Statement"]
@@ -310,7 +316,7 @@ def test_the_published_metric_is_the_one_the_alarm_watches():
 
 
 def test_the_node_count_follows_the_node_groups(synth):
-    bigger = synth({"prefill": {"min_size": 2, "desired_size": 2, "max_size": 2}, "system": {"count": 2}})
+    bigger = synth(ANOTHER_STACK)
     (alarm,) = [a for a in bigger.resources("AWS::CloudWatch::Alarm").values()
                 if "NodeNotReady" in joined(props(a)["AlarmDescription"])]
     assert props(alarm)["Threshold"] == 5

@@ -72,6 +72,23 @@ class _ShortCircuit(celpy.evaluation.Evaluator):
                                       f"'({type(left)}, {type(right)})'", error.__class__, error.args, tree=tree)
 
 
+class _ErasedGeneric:
+    """Stands for ``typing.Union``, ``Tuple``, ``List``, ``Dict`` and ``Iterable`` inside celpy's
+    evaluator, where they only build the first argument of ``typing.cast`` (which returns its second
+    unchanged) and annotations of attributes (evaluated, then dropped): celpy 0.5 writes, e.g.,
+    ``cast(Union[Result, NameContainer], referent.value)`` on every name and
+    ``cast(Tuple[Result, Result], ...)`` on every comparison (celpy/evaluation.py:1304, 1736, 1770,
+    1819 @0.5.0), and typing's cache hashes the big ``Result`` union each time: a sixth of the
+    evaluation's CPU. ``Sequence`` is left alone (celpy tests ``isinstance`` against it)."""
+
+    def __getitem__(self, item):
+        return None
+
+
+for _name in ("Union", "Tuple", "List", "Dict", "Iterable"):
+    setattr(celpy.evaluation, _name, _ErasedGeneric())
+
+
 class _Runner(celpy.InterpretedRunner):
     def evaluate(self, context):
         return _ShortCircuit(ast=self.ast, activation=self.new_activation()).evaluate(context)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
-from moto.servicequotas.models import ServiceQuotasBackend
 
 from ray_llm_eks.preflight import CDK_DEFAULT_QUALIFIER
 
@@ -20,6 +18,8 @@ BOOTSTRAP_PARAMETER = f"/cdk-bootstrap/{CDK_DEFAULT_QUALIFIER}/version"
 @pytest.fixture
 def aws(monkeypatch):
     """Fake credentials and moto for every AWS call in the test."""
+    from moto import mock_aws  # here, not at import: conftest imports this module on every worker
+
     for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                         "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(name, value)
@@ -30,6 +30,8 @@ def aws(monkeypatch):
 @pytest.fixture
 def ec2_quotas(monkeypatch):
     """Seed EC2 vCPU quotas into moto's Service Quotas backend (it only knows VPC quotas)."""
+    from moto.servicequotas.models import ServiceQuotasBackend
+
     seeded: dict[str, float] = {}
     original = ServiceQuotasBackend.get_service_quota
 
