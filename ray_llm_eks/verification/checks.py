@@ -192,7 +192,7 @@ class Checks(Phase):
             try:
                 text = self.endpoints.get(self.endpoints.pod_url(pod, self.config.metrics_port, "/metrics"),
                                           reads.METRICS, self._read_timeout()).decode(errors="replace")
-                metrics.NixlTotals.of(text), serving_window.read_worker(text), metrics.path_series(metrics.parse(text))
+                metrics.NixlTotals.of(text), serving_window.read_worker(text)  # read_worker reads the path counter too
             except (reads.TooLarge, metrics.Invalid) as error:
                 self.report.fail(f"the metrics of {name} cannot be used: {error}")
             except Exception as error:  # noqa: BLE001
