@@ -203,8 +203,7 @@ def program_archive() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _archive_of(files: tuple[tuple[str, str], ...]) -> str:
-    # ``files`` is the cache key only: archive() reads the same files again.
-    return base64.b64encode(bundle.archive()).decode()
+    return base64.b64encode(bundle.archive(dict(files))).decode()
 
 
 class VerificationChart(cdk8s.Chart):

@@ -19,11 +19,9 @@ timestamps, deflate; byte for byte the same for the same files).
 from __future__ import annotations
 
 import hashlib
-import io
-import zipfile
 from pathlib import Path
 
-from ..verification.bundle import shipped
+from ..verification.bundle import deterministic_zip, shipped
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 IN_CLUSTER_PACKAGE = "rayllmeks_pd"
@@ -36,7 +34,6 @@ MOUNT_DIR = "/opt/rayllmeks-pd"
 IMPORT_PATH = f"{IN_CLUSTER_PACKAGE}.conditional:build_pd_openai_app"
 SHARED = (PACKAGE_DIR.parent / "base" / "wire.py",)
 """The wire contract (standard library only), for the metric's name and the threshold's key."""
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 def files() -> dict[str, str]:
@@ -46,15 +43,8 @@ def files() -> dict[str, str]:
 
 
 def archive() -> bytes:
-    """``py_modules/rayllmeks_pd/<file>``, deflated, byte for byte the same for the same files."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as bundle:
-        for name, text in sorted(files().items()):
-            entry = zipfile.ZipInfo(f"{TOP_LEVEL}/{IN_CLUSTER_PACKAGE}/{name}", date_time=_FIXED_TIME)
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            entry.external_attr = 0o644 << 16
-            bundle.writestr(entry, text.encode(), compresslevel=9)
-    return buffer.getvalue()
+    """``py_modules/rayllmeks_pd/<file>``, made as the gate's archive is (:func:`deterministic_zip`)."""
+    return deterministic_zip({f"{TOP_LEVEL}/{IN_CLUSTER_PACKAGE}/{name}": text for name, text in files().items()})
 
 
 def archive_name(data: bytes | None = None) -> str:

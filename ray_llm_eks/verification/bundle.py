@@ -16,6 +16,7 @@ import io
 import tokenize
 import zipfile
 from pathlib import Path
+from typing import Mapping
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 IN_CLUSTER_PACKAGE = "rayllmeks_gate"
@@ -87,23 +88,30 @@ def shipped(text: str, *, keep_module_docstring: bool = False) -> str:
     return text
 
 
-def shipped_files() -> dict[str, str]:
-    """:func:`files` as the archive carries them (:func:`shipped`)."""
+def shipped_files(sources: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``sources`` (by default :func:`files`) as the archive carries them (:func:`shipped`)."""
     return {name: shipped(text, keep_module_docstring=name in KEEPS_MODULE_DOCSTRING)
-            for name, text in files().items()}
+            for name, text in (files() if sources is None else sources).items()}
 
 
-def archive() -> bytes:
-    """:func:`shipped_files` as a zip of ``rayllmeks_gate/<file>``, deflated, byte for byte the same
-    for the same files."""
+def deterministic_zip(entries: Mapping[str, str]) -> bytes:
+    """``entries`` (path in the archive -> text), deflated at level 9 with a fixed time and mode,
+    in path order: byte for byte the same for the same entries. The gate's archive and the
+    conditional P/D archive (:mod:`ray_llm_eks.pd.bundle`) are both made so."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as bundle:
-        for name, text in sorted(shipped_files().items()):
-            entry = zipfile.ZipInfo(f"{IN_CLUSTER_PACKAGE}/{name}", date_time=_FIXED_TIME)
+        for path, text in sorted(entries.items()):
+            entry = zipfile.ZipInfo(path, date_time=_FIXED_TIME)
             entry.compress_type = zipfile.ZIP_DEFLATED
             entry.external_attr = 0o644 << 16
             bundle.writestr(entry, text.encode(), compresslevel=9)
     return buffer.getvalue()
+
+
+def archive(sources: Mapping[str, str] | None = None) -> bytes:
+    """:func:`shipped_files` of ``sources`` (by default :func:`files`) as a zip of
+    ``rayllmeks_gate/<file>`` (:func:`deterministic_zip`)."""
+    return deterministic_zip({f"{IN_CLUSTER_PACKAGE}/{name}": text for name, text in shipped_files(sources).items()})
 
 
 def unpack(data: bytes) -> dict[str, str]:
