@@ -685,7 +685,7 @@ def by_prefill_path(records: list[dict[str, Any]], threshold: int | None) -> dic
         if record.get("error") or tokens is None:
             unclassified += 1
             continue
-        classes[wire.PD_LOCAL if tokens < threshold else wire.PD_REMOTE].append(record)
+        classes[wire.prefill_path(tokens, threshold)].append(record)  # the decode replica's rule
     classified = sum(len(rows) for rows in classes.values())
 
     def figures(rows: list[dict[str, Any]]) -> dict[str, Any]:

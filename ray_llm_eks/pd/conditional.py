@@ -97,9 +97,7 @@ def threshold_of(experimental_configs: dict[str, Any]) -> int:
 def route(prompt_tokens: Optional[int], threshold: int) -> str:
     """Where a prompt of ``prompt_tokens`` is prefilled: :data:`wire.PD_LOCAL` below ``threshold``,
     :data:`wire.PD_REMOTE` otherwise, and when the length is unknown (None)."""
-    if prompt_tokens is not None and prompt_tokens < threshold:
-        return wire.PD_LOCAL
-    return wire.PD_REMOTE
+    return wire.PD_REMOTE if prompt_tokens is None else wire.prefill_path(prompt_tokens, threshold)
 
 
 async def rendered_prompt_tokens(engine: Any, request: Any) -> Optional[int]:
