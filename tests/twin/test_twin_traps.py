@@ -3,8 +3,12 @@
 Every trap is a change a deploy could make (the UCX backend, ``FI_PROVIDER=efa`` on a node
 without the device, an image whose LIBFABRIC plugin cannot load libfabric, a node whose network
 never came up, a worker lost mid-run) applied to the healthy twin, and every one must fail the
-gate with its root cause in the first reason a person reads. The healthy deployment is restored
-after each.
+gate with its root cause in the first reason a person reads.
+
+The traps that need the healthy deployment (a planted counter reader, a worker lost) run first, on
+the deployment the module before left running (not sent again: ``TwinRun.use``); the traps that
+deploy a config of their own follow, each over the last, and the healthy deployment is restored
+once, after the module.
 """
 
 from __future__ import annotations
@@ -20,14 +24,25 @@ import pytest
 
 from helpers.twin import capture
 from ray_llm_eks.twin import netns, twin_profile
+from ray_llm_eks.verification import rollout
 
 pytestmark = pytest.mark.twin
 
 
 @pytest.fixture(scope="module")
 def healthy(twin):
+    """The healthy deployment, running (the module before left it so); restored after the traps.
+
+    A failed trap's replicas go on printing until they stop, even after Serve reports DEPLOY_FAILED
+    (seen: the prefill engine's ``createBackend`` error 6 s after it), and the gate reads the worker
+    lines from the deployment's time less ``LOG_SINCE_MARGIN_SECONDS`` (clock skew): a restore sent
+    while they print, or within that margin after, leaves a trap's error in the next gates' window
+    (the drills' gates then failed for 12 minutes). So the restore removes the trap's application,
+    which waits until its replicas have stopped, and is sent once the margin has passed."""
     twin.use("disaggregated")
     yield twin
+    twin.twin.remove_applications()
+    time.sleep(rollout.LOG_SINCE_MARGIN_SECONDS)
     twin.use("disaggregated")
 
 
@@ -55,6 +70,62 @@ def trap(twin, config, name: str, **gate_overrides):
         capture(f"logs/trap-{name}-{role}.log", twin.twin.node_logs[role].text(twin.deployed_at))
     print(f"\n{name}: {result.reasons}")
     return result
+
+
+def test_a_planted_counter_reader(healthy):
+    """Pods with the readers' labels beside the DaemonSet's (the twin's API stand-in lists them with
+    the real readers): one made by hand is ignored and named, one claiming the DaemonSet's uid on a
+    node that has its reader fails that node. Neither is read, so neither needs to answer."""
+    api, settings = healthy.api, healthy.settings("disaggregated", deadline_seconds=300.0)
+    selector = healthy.deployments["disaggregated"].gate_settings["efa_counter_selector"]
+    decode = healthy.twin.node_name("decode")
+    address = healthy.deployments["disaggregated"].nodes["decode"].address
+    try:
+        api.add_counter_pod("efa-counters-by-hand", selector, decode, address, controller_uid=None)
+        ignored = healthy.gate(settings)
+        print(f"\nreader by hand: {ignored.verdict} {ignored.reasons} {ignored.report.get('warnings')}")
+        assert ignored.verdict == "pass", ignored.reasons
+        assert any("efa-counters-by-hand on " + decode in w for w in ignored.report["warnings"])
+        api.add_counter_pod("ray-llm-efa-counters-forged", selector, decode, address)
+        doubled = healthy.gate(settings)
+        print(f"\nforged reader: {doubled.reasons}")
+        assert doubled.verdict == "fail"
+        assert doubled.reasons[0].startswith(f"node {decode} has 2 EFA counter readers controlled by DaemonSet"), \
+            doubled.reasons
+        assert "ray-llm-efa-counters-forged" in doubled.reasons[0]
+    finally:
+        api.remove_pod("efa-counters-by-hand")
+        api.remove_pod("ray-llm-efa-counters-forged")
+
+
+def test_a_worker_lost_during_the_probes(healthy):
+    """The prefill engine is killed once the gate starts probing: a failed probe or vLLM's
+    failed-transfer counter must fail the gate."""
+    settings = healthy.settings("disaggregated", probes=6, deadline_seconds=300.0)
+    api = healthy.api
+    selector = "ray-llm-eks/component=efa-counters"
+    started = time.time()
+
+    def kill_when_probing() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(t >= started and selector in urllib.parse.unquote(path) for t, _, path in list(api.requests)):
+                time.sleep(3.0)  # the counters and metrics reads, then the first probes
+                killed = netns.kill_namespace_processes(healthy.network.namespace("prefill"), match="EngineCore")
+                print(f"\nkilled {killed} prefill engine process(es)")
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_when_probing, daemon=True)
+    killer.start()
+    result = healthy.gate(settings)
+    killer.join(5)
+    for role in ("prefill", "decode"):
+        capture(f"logs/trap-worker-lost-{role}.log", healthy.twin.node_logs[role].text(started))
+    print(f"\nworker lost: {result.reasons}")
+    assert result.verdict == "fail"
+    assert any("probe" in r and "failed" in r for r in result.reasons) or \
+        any("failed NIXL transfer" in r for r in result.reasons), result.reasons
 
 
 def test_ucx_backend(healthy):
@@ -105,64 +176,3 @@ def test_a_node_with_loopback_only(healthy):
     print(f"\nloopback only: {verdict.stdout[-1500:]}")
     assert verdict.returncode == 1, verdict.stdout + verdict.stderr
     assert "rail" in verdict.stdout.lower() or "network device" in verdict.stdout.lower(), verdict.stdout
-
-
-def test_a_planted_counter_reader(healthy):
-    """Pods with the readers' labels beside the DaemonSet's (the twin's API stand-in lists them with
-    the real readers): one made by hand is ignored and named, one claiming the DaemonSet's uid on a
-    node that has its reader fails that node. Neither is read, so neither needs to answer."""
-    # Fresh: the gate reads the workers' startup lines since the last submission, and after the
-    # traps before it the running replicas may predate this one (KubeRay's resubmission of an
-    # unchanged config restarts no replica).
-    healthy.use("disaggregated", fresh=True)
-    api, settings = healthy.api, healthy.settings("disaggregated", deadline_seconds=300.0)
-    selector = healthy.deployments["disaggregated"].gate_settings["efa_counter_selector"]
-    decode = healthy.twin.node_name("decode")
-    address = healthy.deployments["disaggregated"].nodes["decode"].address
-    try:
-        api.add_counter_pod("efa-counters-by-hand", selector, decode, address, controller_uid=None)
-        ignored = healthy.gate(settings)
-        print(f"\nreader by hand: {ignored.verdict} {ignored.reasons} {ignored.report.get('warnings')}")
-        assert ignored.verdict == "pass", ignored.reasons
-        assert any("efa-counters-by-hand on " + decode in w for w in ignored.report["warnings"])
-        api.add_counter_pod("ray-llm-efa-counters-forged", selector, decode, address)
-        doubled = healthy.gate(settings)
-        print(f"\nforged reader: {doubled.reasons}")
-        assert doubled.verdict == "fail"
-        assert doubled.reasons[0].startswith(f"node {decode} has 2 EFA counter readers controlled by DaemonSet"), \
-            doubled.reasons
-        assert "ray-llm-efa-counters-forged" in doubled.reasons[0]
-    finally:
-        api.remove_pod("efa-counters-by-hand")
-        api.remove_pod("ray-llm-efa-counters-forged")
-
-
-def test_a_worker_lost_during_the_probes(healthy):
-    """The prefill engine is killed once the gate starts probing: a failed probe or vLLM's
-    failed-transfer counter must fail the gate."""
-    healthy.use("disaggregated")  # after the traps before it
-    settings = healthy.settings("disaggregated", probes=6, deadline_seconds=300.0)
-    api = healthy.api
-    selector = "ray-llm-eks/component=efa-counters"
-    started = time.time()
-
-    def kill_when_probing() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if any(t >= started and selector in urllib.parse.unquote(path) for t, _, path in list(api.requests)):
-                time.sleep(3.0)  # the counters and metrics reads, then the first probes
-                killed = netns.kill_namespace_processes(healthy.network.namespace("prefill"), match="EngineCore")
-                print(f"\nkilled {killed} prefill engine process(es)")
-                return
-            time.sleep(0.2)
-
-    killer = threading.Thread(target=kill_when_probing, daemon=True)
-    killer.start()
-    result = healthy.gate(settings)
-    killer.join(5)
-    for role in ("prefill", "decode"):
-        capture(f"logs/trap-worker-lost-{role}.log", healthy.twin.node_logs[role].text(started))
-    print(f"\nworker lost: {result.reasons}")
-    assert result.verdict == "fail"
-    assert any("probe" in r and "failed" in r for r in result.reasons) or \
-        any("failed NIXL transfer" in r for r in result.reasons), result.reasons

@@ -315,12 +315,9 @@ def test_the_twin_runs_ray_with_the_token_kuberay_1_5_1_would_set(twins, tmp_pat
     assert Twin(twins["disaggregated"], None, tmp_path, tmp_path, tmp_path).ray_auth_token != twin.ray_auth_token
 
 
-def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(rendered, tmp_path):
-    """A replacement head whose ``ray start --block`` exits (its ports still taken) is reported as
-    such, so the kubelet stand-in retries it, instead of waiting out the dashboard's whole timeout:
-    under the stand-in a Ray node's process is restartable, which the generic wait never counts as
-    dead (twin/run.py ``_pod_deleted``)."""
-    from ray_llm_eks.twin.cluster import Twin, TwinError
+def twin_with_a_fake_ray(rendered, tmp_path, exit_code: int):
+    """A Twin of the rendered disaggregated deployment whose ``ray`` only echoes its arguments."""
+    from ray_llm_eks.twin.cluster import Twin
     from ray_llm_eks.twin.host_network import HostNetwork
 
     network = HostNetwork(("head", "prefill", "decode"))
@@ -329,12 +326,43 @@ def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(
                                               network.addresses, PATHS)
     ray_bin = tmp_path / "bin"
     ray_bin.mkdir()
-    (ray_bin / "ray").write_text("#!/bin/sh\necho \"ray $*\"\nexit 3\n")
+    (ray_bin / "ray").write_text(f"#!/bin/sh\necho \"ray $*\"\nexit {exit_code}\n")
     (ray_bin / "ray").chmod(0o755)
-    twin = Twin(deployment, network, tmp_path, ray_bin, tmp_path, log=lambda line: None)
+    return Twin(deployment, network, tmp_path, ray_bin, tmp_path, log=lambda line: None)
+
+
+def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(rendered, tmp_path):
+    """A replacement head whose ``ray start --block`` exits (its ports still taken) is reported as
+    such, so the kubelet stand-in retries it, instead of waiting out the dashboard's whole timeout:
+    under the stand-in a Ray node's process is restartable, which the generic wait never counts as
+    dead (twin/run.py ``_pod_deleted``)."""
+    from ray_llm_eks.twin.cluster import TwinError
+
+    twin = twin_with_a_fake_ray(rendered, tmp_path, exit_code=3)
     twin.restarts_exited = True  # what TwinRun.kubelet() sets while drills run
     with pytest.raises(TwinError, match="the Ray head's `ray start` exited with code 3 before its dashboard answered"):
         twin.start_node("head", timeout=60.0)
     assert twin.processes[-1].restartable
     assert twin.node_logs["head"].drained(timeout=60.0)  # the exited script's output, all of it read
     assert "ray start --block" in twin.node_logs["head"].text()
+
+
+def test_each_pod_of_a_node_starts_ray_in_a_temp_dir_of_its_own(rendered, tmp_path):
+    """A replacement pod starts on a fresh filesystem, so its ``ray start`` finds no
+    ``ray_current_cluster`` of the pod before (which made a new head refuse to start while the other
+    nodes' raylets still named the old GCS: cluster.Twin.ray_temp_dir); a container restarted in its
+    pod keeps the pod's directory."""
+    def temp_dirs(log) -> list[str]:
+        assert log.drained(timeout=60.0)
+        return [line.split("--temp-dir=")[1].split()[0] for line in log.text().splitlines() if "--temp-dir=" in line]
+
+    twin = twin_with_a_fake_ray(rendered, tmp_path, exit_code=0)
+    twin.start_node("decode")
+    first_pod = twin.node_logs["decode"]
+    first = twin.ray_temp_dir("decode")
+    twin.start_node("decode", log=first_pod)  # the container restarted in the same pod
+    twin.start_node("decode")  # a replacement pod
+    second = twin.ray_temp_dir("decode")
+    assert second != first and second.parent == first.parent == twin.ray_temp_dir("prefill").parent
+    assert temp_dirs(first_pod) == [str(first), str(first)]
+    assert temp_dirs(twin.node_logs["decode"]) == [str(second)]
