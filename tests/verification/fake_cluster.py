@@ -458,8 +458,8 @@ class FakeDeployment:
             "openai_url": f"{self.api_url}/openai",
             "metrics_port": self.metrics_port,
             "efa_counter_port": self.counter_port,
-            "poll_seconds": 0.2,
-            "serve_settle_seconds": 0.3,  # two reads of the same status at least
+            "poll_seconds": 0.05,
+            "serve_settle_seconds": 0.1,  # two reads of the same status at least
             "metrics_settle_seconds": 0,
             "post_probe_reserve_seconds": 1,
             "deadline_seconds": 20,

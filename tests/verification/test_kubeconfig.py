@@ -205,8 +205,8 @@ def test_a_failing_plugin_is_no_access_with_its_own_words(tmp_path):
 
 # --- verify as typed ----------------------------------------------------------------------------
 
-PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
-                   "serve_settle_seconds": 0.3})
+PACE = json.dumps({"poll_seconds": 0.05, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
+                   "serve_settle_seconds": 0.1})
 
 
 def _verify(env: dict[str, str], *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ from helpers.gate import Deployed
 from ray_llm_eks.base import wire
 
 
-PACE = json.dumps({"poll_seconds": 0.2, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
-                   "serve_settle_seconds": 0.3})
+PACE = json.dumps({"poll_seconds": 0.05, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
+                   "serve_settle_seconds": 0.1})
 """Poll and wait times only (``verify.PACE_SETTINGS``): the fake answers at once. What is checked is the
 local configuration's, as on a cluster."""
 
