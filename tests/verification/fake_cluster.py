@@ -458,10 +458,7 @@ class FakeDeployment:
             "openai_url": f"{self.api_url}/openai",
             "metrics_port": self.metrics_port,
             "efa_counter_port": self.counter_port,
-            "poll_seconds": 0.05,
-            "serve_settle_seconds": 0.1,  # two reads of the same status at least
-            "metrics_settle_seconds": 0,
-            "post_probe_reserve_seconds": 1,
+            **PACE,
             "deadline_seconds": 20,
             "probes": 3,
             "probe_prompt_words": 300,
@@ -967,6 +964,12 @@ class FakeDeployment:
         length = int(handler.headers.get("Content-Length") or 0)
         self.signals.append((dict(handler.headers), handler.rfile.read(length)))
         handler.reply(200, b"", "text/plain")
+
+
+PACE = {"poll_seconds": 0.05, "serve_settle_seconds": 0.1, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1}
+"""The poll and wait times (``verify.PACE_SETTINGS``) of every gate, ``verify`` and ``drill`` run against the fake,
+which answers at once: a Serve settle of two polls at least (two reads of the same status); the KubeRay
+stand-in promotes after a count of polls, not a time."""
 
 
 def run_gate(program: Path, fake: FakeDeployment, settings: dict[str, Any], *extra: str,

@@ -14,13 +14,13 @@ import json
 import subprocess
 import sys
 
+import fake_cluster
 from fake_cluster import DECODE_NODE, FakeDeployment, kubeconfig_for, run_cli
 from helpers.gate import render_deployment
 
 from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
 
-PACE = json.dumps({"poll_seconds": 0.05, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
-                   "serve_settle_seconds": 0.1})
+PACE = json.dumps(fake_cluster.PACE)
 """Poll and wait times only (``verify.PACE_SETTINGS``); the settings are the local configuration's. The
 drill's own reads and retries go at ``poll_seconds`` too (``drill.drill_deployment``)."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+import fake_cluster
 from fake_cluster import FakeDeployment, run_cli
 from helpers.gate import Deployed
 from helpers.loopback_tls import ConnectProxy, Recorder, make_pki
@@ -205,8 +206,7 @@ def test_a_failing_plugin_is_no_access_with_its_own_words(tmp_path):
 
 # --- verify as typed ----------------------------------------------------------------------------
 
-PACE = json.dumps({"poll_seconds": 0.05, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
-                   "serve_settle_seconds": 0.1})
+PACE = json.dumps(fake_cluster.PACE)
 
 
 def _verify(env: dict[str, str], *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:

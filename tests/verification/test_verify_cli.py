@@ -12,14 +12,14 @@ import sys
 import time
 
 import pytest
+import fake_cluster
 from fake_cluster import TCP_LINES, FakeDeployment, Scenario, kubeconfig_for as _kubeconfig, run_cli
 from helpers.gate import Deployed
 
 from ray_llm_eks.base import wire
 
 
-PACE = json.dumps({"poll_seconds": 0.05, "metrics_settle_seconds": 0, "post_probe_reserve_seconds": 1,
-                   "serve_settle_seconds": 0.1})
+PACE = json.dumps(fake_cluster.PACE)
 """Poll and wait times only (``verify.PACE_SETTINGS``): the fake answers at once. What is checked is the
 local configuration's, as on a cluster."""
 
