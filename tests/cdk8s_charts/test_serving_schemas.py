@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from helpers.charts import CRD_FILE, KUBERNETES_VERSION, SCENARIOS
+from helpers.charts import CRD_FILE, KUBERNETES_VERSION, SCENARIOS, crd_document
 
 ALL = sorted(SCENARIOS)
 
@@ -36,10 +36,7 @@ def test_the_strict_schema_rejects_an_unknown_field_anywhere(disaggregated, stri
 
 
 def test_upgrade_strategy_none_is_a_value_the_crd_knows(disaggregated):
-    import yaml
-
-    crd = yaml.load(CRD_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    (v1,) = [v for v in crd_document(CRD_FILE)["spec"]["versions"] if v["name"] == "v1"]
     upgrade = v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["upgradeStrategy"]
     # The CRD only types it as a string; KubeRay's webhook/controller accept NewCluster and None.
     assert upgrade["properties"]["type"]["type"] == "string"

@@ -9,6 +9,7 @@ The checkers are the upstream ones: the KubeRay v1.4.0 CRD schema (closed, as
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -166,12 +167,20 @@ def _close(schema: Any) -> None:
             _close(item)
 
 
+@functools.cache
+def crd_document(crd_file: Path) -> dict:
+    """A CRD file parsed, once per process: a KubeRay CRD is about 1 MB of YAML, about a second of
+    CPU to load even with libyaml, and five tests on a worker read the same one. Read-only."""
+    return yaml.load(crd_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+@functools.cache
 def strict_validator(crd_file: Path):
-    """The CRD's ``v1`` schema, closed like ``kubectl --validate=strict``."""
+    """The CRD's ``v1`` schema, closed like ``kubectl --validate=strict`` (one validator per CRD file
+    and process: a jsonschema validator holds no state between ``iter_errors`` calls)."""
     import jsonschema
 
-    crd = yaml.load(crd_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    (version,) = [v for v in crd_document(crd_file)["spec"]["versions"] if v["name"] == "v1"]
     schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
     _close(schema)
     return jsonschema.Draft7Validator(schema)
