@@ -27,10 +27,6 @@ from pathlib import Path
 
 import pytest
 from fake_cluster import run_cli
-from ray._private.worker import print_worker_logs
-from ray.serve._private.constants import SERVE_LOG_REQUEST_ID, SERVE_LOG_ROUTE, SERVE_LOGGER_NAME
-from ray.serve._private.logging_utils import access_log_msg, configure_component_logger
-from ray.serve.schema import LoggingConfig
 
 from ray_llm_eks.verification import evidence
 from ray_llm_eks.verification.evidence import classify, classify_logs
@@ -75,6 +71,12 @@ def serve_access_line(request_id: str, *, component: str, method: str, route: st
     """The access line a Serve replica prints for one request, by Ray's own logger and formatter: the
     replica's stream handler (``configure_component_logger``), the message and ``extra`` as
     ``replica.py`` ``_record_errors_and_metrics`` passes them (text encoding)."""
+    # Imported here, not at collection: ray.serve takes about a second of CPU to import, and every
+    # worker collects this module while one runs its tests.
+    from ray.serve._private.constants import SERVE_LOG_REQUEST_ID, SERVE_LOG_ROUTE, SERVE_LOGGER_NAME
+    from ray.serve._private.logging_utils import access_log_msg, configure_component_logger
+    from ray.serve.schema import LoggingConfig
+
     logger = logging.getLogger(SERVE_LOGGER_NAME)
     saved = (list(logger.handlers), logger.level, logger.propagate)
     stderr, sys.stderr = sys.stderr, io.StringIO()
@@ -96,6 +98,8 @@ def serve_access_line(request_id: str, *, component: str, method: str, route: st
 
 def ray_prefixed(lines: list[str], monkeypatch) -> list[str]:
     """``lines`` as a Ray driver prints another node's worker output (``print_worker_logs``, no colour)."""
+    from ray._private.worker import print_worker_logs
+
     monkeypatch.setenv("RAY_COLOR_PREFIX", "0")
     out = io.StringIO()
     print_worker_logs({"pid": 412, "actor_name": DECODE, "ip": "10.0.1.12", "localhost": "10.0.1.11",
