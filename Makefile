@@ -104,7 +104,8 @@ TEST_TOOLS := node_modules/.installed $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.
 test-tools: $(VENV)/.installed
 	$(MAKE) --no-print-directory -j3 $(TEST_TOOLS)
 
-# Two workers on two cores (pytest-xdist): tests/conftest.py groups the tests of each expensive
+# pytest-xdist with one worker more than the cores (three on two: tests/conftest.py,
+# pytest_xdist_auto_num_workers, says why); tests/conftest.py groups the tests of each expensive
 # session fixture (the CDK synths, the chart scenarios, the bench's AIPerf runs) on one worker.
 PYTEST_WORKERS ?= auto
 # PYTHONDONTWRITEBYTECODE emptied for pytest: the package's and the tests' own bytecode (and
