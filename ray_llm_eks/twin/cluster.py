@@ -333,7 +333,9 @@ class Twin:
         Returns the application's details; raises :class:`TwinError` with Serve's message when the
         deploy fails or the wait runs out. ``require_running=False`` (a trap) also returns once
         the deploy has failed."""
-        config = self.submit(serve_config) if submit else dict(serve_config or self.deployment.serve_config)
+        config = dict(serve_config or self.deployment.serve_config)
+        if submit:
+            self.submit(config)
         name = config["applications"][0]["name"]
         state: dict[str, Any] = {}
 
