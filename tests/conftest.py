@@ -109,9 +109,11 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
     quarter of the workers' time is spent waiting, not computing: the gate's own process polling
     the fake cluster, the deadline tests of tests/verification/test_bounded_reads.py, the CLI and
     scanner subprocesses (measured at stop 46: 357 s of worker time for 260 s of CPU with two
-    workers on two cores). A third worker computes while the other two wait: 184 -> 168 s for the
-    whole suite on the same clone; a fourth took 181 s, each worker adding its own collection,
-    jsii kernel and module fixtures (``xdist.plugin.pytest_xdist_auto_num_workers`` counts cores)."""
+    workers on two cores). A third worker computes while the other two wait: about 0.57 s of wall
+    time per second of CPU in four runs of the suite, against 0.63 to 0.67 with two in three runs
+    (this machine's speed varies too much for single runs to compare); a fourth was slower than
+    three, each worker adding its own collection, jsii kernel and module fixtures
+    (``xdist.plugin.pytest_xdist_auto_num_workers`` counts cores)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own override, read by its hook
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
