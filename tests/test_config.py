@@ -161,6 +161,7 @@ def test_missing_file_is_a_config_error(tmp_path):
         load_config(tmp_path / "absent.yaml")
 
 
+@pytest.mark.integration
 def test_the_app_reports_config_errors_without_a_jsii_traceback(tmp_path):
     bad = write(tmp_path, "prefill: {instance_type: g6.xlarge}\n")
     env = dict(os.environ, CDK_CONTEXT_JSON=json.dumps({"config": str(bad)}), CDK_OUTDIR=str(tmp_path / "out"))
@@ -314,6 +315,7 @@ CLI_CASES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", CLI_CASES)
 def test_plan_reads_or_refuses_each_file_with_exit_2_and_no_traceback(tmp_path, case):
     """Through the real command in a process of its own: ``plan`` loads the file as synth does."""

@@ -326,6 +326,7 @@ def _chart(folder: Path, version: str = "1.5.1") -> Path:
     return folder
 
 
+@pytest.mark.integration
 def test_a_given_chart_is_rendered_with_the_stacks_values(gitops_mode, tmp_path):
     import kubernetes_validate
 
@@ -358,6 +359,7 @@ def test_a_chart_of_another_version_or_name_is_refused(gitops_mode, tmp_path):
 # --- the command as a user types it --------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_render_command_writes_the_gitops_folder(tmp_path):
     config = tmp_path / "gitops.yaml"
     config.write_text("strict: false\nkubernetes_owner: gitops\n")
@@ -438,6 +440,7 @@ def test_a_composed_gitops_app_renders_what_it_would_have_applied(tmp_path):
     assert result.deploy_time_values == []
 
 
+@pytest.mark.integration
 def test_make_render_runs_the_command(tmp_path):
     """`make render` for real, into a temporary folder (``-o bootstrap``: the environment is this one)."""
     import subprocess

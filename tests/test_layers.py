@@ -69,6 +69,7 @@ def test_the_constructs_read_the_spec_not_the_configuration(path):
         assert not _uses(names, ("ray_llm_eks.cdk8s_charts",) + K8S_LIBRARIES), path
 
 
+@pytest.mark.integration
 def test_importing_the_charts_does_not_load_aws_cdk():
     import subprocess
     import sys

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from helpers.scanners import DOC, FIGURES_BEGIN, FIGURES_END, checkov_figures, figures_table, quoted_table
+
+pytestmark = pytest.mark.integration
 
 UPDATE = os.environ.get("RAY_LLM_EKS_UPDATE_SCANNER_FIGURES") == "1"
 

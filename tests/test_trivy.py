@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from helpers.scanners import BUILDS, describe, stale, unexplained
+
+pytestmark = pytest.mark.integration
 
 ALLOWLIST = yaml.safe_load((Path(__file__).parent / "trivy_allowlist.yaml").read_text())
 

@@ -156,6 +156,7 @@ def test_compare_exits_0_on_trial_or_reject_and_1_on_wait(tmp_path, decision_of,
     assert json.loads(result.stdout)["decision"] == decision_of
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("given", [True, False])
 def test_a_tokenizer_that_cannot_load_stops_the_bench_before_aiperf_with_the_reason(tmp_path, monkeypatch, given):
     """Offline (HF_HUB_OFFLINE=1) with an empty Hugging Face cache: no Hub is needed to fail. The
@@ -178,6 +179,7 @@ def test_a_tokenizer_that_cannot_load_stops_the_bench_before_aiperf_with_the_rea
     assert "aiperf exited" not in message and not out.exists()  # AIPerf never started
 
 
+@pytest.mark.integration
 def test_a_local_tokenizer_in_offline_mode_is_refused_with_aiperf_s_rule(tmp_path, monkeypatch, tokenizer_dir):
     """AIPerf 0.13 in offline mode takes every tokenizer name for a cached Hub id, a directory too."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

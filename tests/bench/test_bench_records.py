@@ -275,6 +275,7 @@ def test_a_page_that_is_not_dcgm_s_counts_is_refused(page, says):
 
 # --- the in-cluster bundle ----------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_the_utilization_reader_imports_in_the_cluster_layout(tmp_path):
     """The ConfigMap's files as the pod mounts them: the gate's modules and the base layer's
     histogram beside the bench's, each imported from there (not from the repository)."""

@@ -398,6 +398,7 @@ def test_the_job_writes_that_python_wrapper_where_the_check_looks():
     assert f"exec %s \"$@\"\\n' \"$PY\" > {beside}" in _script(60)
 
 
+@pytest.mark.integration
 def test_a_local_tokenizer_directory_loads_in_aiperf_s_python(tokenizer_dir, monkeypatch):
     for variable in runner.OFFLINE_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
@@ -412,6 +413,7 @@ def test_an_aiperf_whose_python_is_unknown_is_not_checked_and_says_so(tmp_path):
     assert line == f"tokenizer 't': not checked ({program} names no Python); AIPerf loads it itself"
 
 
+@pytest.mark.integration
 def test_a_tokenizer_saved_as_the_docs_say_loads_in_aiperf_s_python(tokenizer_dir, tmp_path, monkeypatch):
     """docs/benchmark.md's recipe, `AutoTokenizer.from_pretrained(...).save_pretrained(DIR)`, from a
     local tokenizer instead of the Hub (no Hub here): the directory it writes is one AIPerf loads."""

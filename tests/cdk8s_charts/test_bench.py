@@ -87,6 +87,7 @@ def test_the_job_fits_beside_the_head_on_the_default_system_node():
     assert room.cpu_millis >= sizing.BENCH_JOB.cpu_millis and room.memory_mib >= sizing.BENCH_JOB.memory_mib
 
 
+@pytest.mark.integration
 def test_the_script_is_valid_shell_pins_aiperf_and_holds_for_the_copy(rendered):
     _, _, objects = rendered
     command = objects["Job"]["spec"]["template"]["spec"]["containers"][0]["command"]

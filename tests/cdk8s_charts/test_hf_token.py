@@ -107,6 +107,7 @@ def test_only_the_secret_id_reaches_the_template_and_the_role_may_read_only_it(s
         "arn:aws:secretsmanager:us-west-2:", {"Ref": "AWS::AccountId"}, ":secret:hf/token-??????"]]}
 
 
+@pytest.mark.integration
 def test_the_script_runs_again_as_a_non_root_user():
     """Init containers run again when the pod sandbox restarts, and the memory volume keeps the
     first run's read-only file: the rerun must replace it, as the image's (non-root) user."""

@@ -490,6 +490,7 @@ def _init_command(deployment: Deployment) -> list[str]:
     return list(init["command"])
 
 
+@pytest.mark.integration
 def test_the_model_cache_init_command_works_as_root_with_its_two_capabilities_on_every_run(tmp_path):
     """As the init container runs it: root, every capability dropped but CHOWN and FOWNER
     (setpriv drops them here), and again for the next pod on the node, when the directory
@@ -514,6 +515,7 @@ def test_the_model_cache_init_command_works_as_root_with_its_two_capabilities_on
     assert refused.returncode != 0 and "Operation not permitted" in refused.stderr
 
 
+@pytest.mark.integration
 def test_the_model_cache_owner_follows_the_image_user(tmp_path):
     """The init command, run on a scratch directory with ids from the configuration (this
     process's own, so it runs without root)."""

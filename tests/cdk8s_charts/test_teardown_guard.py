@@ -106,6 +106,7 @@ def run_guard(env: dict) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.integration
 def test_a_live_rayservice_means_a_deploy_replaced_the_pod_and_nothing_is_waited_for(api_factory):
     api, env = api_factory({"name": SERVICE}, lambda calls: [ray_cluster("ray-llm-raycluster-a", SERVICE)])
     done = run_guard(env)
@@ -114,6 +115,7 @@ def test_a_live_rayservice_means_a_deploy_replaced_the_pod_and_nothing_is_waited
     assert api.lists == 0
 
 
+@pytest.mark.integration
 def test_after_the_rayservice_is_deleted_it_waits_until_its_rayclusters_are_gone(api_factory):
     # Two of its clusters (the active one and a pending one) and another RayService's, which it ignores.
     theirs = ray_cluster("other-raycluster-x", "other")
@@ -128,6 +130,7 @@ def test_after_the_rayservice_is_deleted_it_waits_until_its_rayclusters_are_gone
     assert "no RayCluster of inference/ray-llm is left" in done.stderr
 
 
+@pytest.mark.integration
 def test_a_rayservice_being_deleted_is_a_teardown_too(api_factory):
     api, env = api_factory({"name": SERVICE, "deletionTimestamp": "2026-12-03T08:00:00Z"},
                            lambda calls: [ray_cluster("ray-llm-raycluster-a", SERVICE)] if calls < 2 else [])
@@ -136,6 +139,7 @@ def test_a_rayservice_being_deleted_is_a_teardown_too(api_factory):
     assert api.lists == 3
 
 
+@pytest.mark.integration
 def test_it_gives_up_at_its_deadline_and_says_what_was_left(api_factory):
     api, env = api_factory(None, lambda calls: [ray_cluster("ray-llm-raycluster-a", SERVICE)])
     done = run_guard({**env, "GUARD_DEADLINE_SECONDS": "0.5"})
@@ -144,6 +148,7 @@ def test_it_gives_up_at_its_deadline_and_says_what_was_left(api_factory):
         "gave up after 1 s: waiting for RayClusters ray-llm-raycluster-a" in done.stderr
 
 
+@pytest.mark.integration
 def test_a_refused_read_is_retried_until_the_deadline_and_reported(api_factory):
     api, env = api_factory(None, lambda calls: [], status=403)
     done = run_guard({**env, "GUARD_DEADLINE_SECONDS": "0.5"})

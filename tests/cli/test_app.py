@@ -76,6 +76,7 @@ def test_help_at_80_columns_names_every_option_whole(runner, name):
         assert set(COMMANDS.commands) <= words
 
 
+@pytest.mark.integration
 def test_verify_logs_help_as_typed_starts_no_node():
     """The console script as a user runs it without the virtualenv on PATH (the Node 20 on
     /usr/bin/node printed jsii's 11-line end-of-life banner before any command ran)."""
@@ -106,6 +107,7 @@ with open(sys.argv[3], "w") as out:
 """
 
 
+@pytest.mark.integration
 def test_the_commands_that_need_no_synth_load_no_cdk_library(tmp_path, write_config, no_aws_credentials):
     """Each command's --help, and each command that needs no synth run to its end or to a refusal
     past its configuration, in one interpreter: none loads jsii or a library built on it. (verify

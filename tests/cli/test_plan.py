@@ -187,6 +187,7 @@ def _plan_figures(data: dict) -> list[str]:
     return figures
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("width", [60, 80, 120])
 def test_plan_cuts_no_figure_at_any_width(width, write_config):
     # A GCS cache adds a priced line; a workload adds the capacity table: every table plan prints.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import boto3
+import pytest
 
 from ray_llm_eks.cli import app
 from ray_llm_eks.preflight import G_AND_VT_QUOTA, STANDARD_QUOTA
@@ -42,6 +43,7 @@ def test_preflight_exits_1_and_prints_the_fix_when_a_check_fails(runner, aws, ec
     assert by_name["instance-types-offered"]["status"] == "pass"
 
 
+@pytest.mark.integration
 def test_preflight_exits_3_when_the_credential_process_fails(runner, no_aws_credentials, tmp_path, monkeypatch):
     config_file = tmp_path / "aws-config"
     config_file.write_text("[profile broken]\ncredential_process = /bin/false\n")

@@ -26,7 +26,7 @@ from helpers.twin import capture
 from ray_llm_eks.twin import netns, twin_profile
 from ray_llm_eks.verification import rollout
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.faults]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from ray_llm_eks.drill import SCENARIOS, Drill, DrillResult
 from ray_llm_eks.twin import page_cache
 from ray_llm_eks.verification.kube import Endpoints, Kube, KubeAccess
 
-pytestmark = pytest.mark.twin
+pytestmark = [pytest.mark.twin, pytest.mark.faults]
 RESULTS: dict[str, dict] = {}
 
 

@@ -107,6 +107,7 @@ def test_a_wheel_folder_must_hold_the_image_stack(tmp_path):
     assert "not a folder" in gpu.wheel_folder_problem(tmp_path / "missing")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("args", "message"), [
     (["--wheels", "/w"], "--wheels: only with --gpu (got /w)"),
     (["--keep-libfabric"], "--keep-libfabric: only with --gpu"),

@@ -84,6 +84,7 @@ def _threads(tmp_path: Path, preload: bool) -> dict[str, tuple[str, float]]:
     return {name: (state, float(ms)) for name, state, ms in (line.split() for line in result.stdout.splitlines())}
 
 
+@pytest.mark.integration
 def test_only_the_progress_thread_waits_for_its_sockets(tmp_path):
     threads = _threads(tmp_path, preload=True)
     assert {name: state for name, (state, _) in threads.items()} == {
@@ -93,5 +94,6 @@ def test_only_the_progress_thread_waits_for_its_sockets(tmp_path):
     assert threads["progressThread"][1] >= 5.0, threads
 
 
+@pytest.mark.integration
 def test_without_the_shim_no_thread_is_changed(tmp_path):
     assert {state for state, _ in _threads(tmp_path, preload=False).values()} == {"unchanged"}

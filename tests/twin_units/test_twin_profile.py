@@ -331,6 +331,7 @@ def twin_with_a_fake_ray(rendered, tmp_path, exit_code: int):
     return Twin(deployment, network, tmp_path, ray_bin, tmp_path, log=lambda line: None)
 
 
+@pytest.mark.integration
 def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(rendered, tmp_path):
     """A replacement head whose ``ray start --block`` exits (its ports still taken) is reported as
     such, so the kubelet stand-in retries it, instead of waiting out the dashboard's whole timeout:
@@ -347,6 +348,7 @@ def test_a_head_whose_ray_start_exits_fails_its_start_at_once_under_the_kubelet(
     assert "ray start --block" in twin.node_logs["head"].text()
 
 
+@pytest.mark.integration
 def test_each_pod_of_a_node_starts_ray_in_a_temp_dir_of_its_own(rendered, tmp_path):
     """A replacement pod starts on a fresh filesystem, so its ``ray start`` finds no
     ``ray_current_cluster`` of the pod before (which made a new head refuse to start while the other

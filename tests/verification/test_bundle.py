@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from ray_llm_eks.verification import bundle
 
 
@@ -14,6 +16,7 @@ def _run(root, *args: str) -> subprocess.CompletedProcess[str]:
                           env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
 
 
+@pytest.mark.integration
 def test_the_extracted_bundle_runs_with_no_site_packages(tmp_path):
     package = tmp_path / bundle.IN_CLUSTER_PACKAGE
     package.mkdir()
@@ -50,6 +53,7 @@ def test_what_only_the_workstation_runs_is_left_out_and_imported_by_nothing_ship
                 assert not imported & left_out, (name, imported)
 
 
+@pytest.mark.integration
 def test_the_archive_is_imported_from_as_the_pods_import_it(tmp_path):
     """``PYTHONPATH=<mount>/rayllmeks_gate.zip`` and ``python -S``: zipimport, nothing extracted."""
     (tmp_path / bundle.ARCHIVE).write_bytes(bundle.archive())

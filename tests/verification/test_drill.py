@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ray_llm_eks.drill import REQUIRED_RBAC, SCENARIOS, Sample, engine_reloads, recovery
 
 FIXTURES = Path(__file__).parent / "fixtures" / "drill"
@@ -71,6 +73,7 @@ def test_the_gpu_runner_figure_stands_in_when_the_loader_line_is_missing():
     assert engine_reloads(line) == (141.3, None)
 
 
+@pytest.mark.integration
 def test_an_unknown_scenario_is_refused_with_the_accepted_ones():
     done = subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", "drill", "kill-everything"],
                           capture_output=True, text=True, timeout=60)

@@ -14,11 +14,15 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import fake_cluster
 from fake_cluster import DECODE_NODE, FakeDeployment, kubeconfig_for, run_cli
 from helpers.gate import render_deployment
 
 from helpers.pins import unpinned as Deployment  # strict false (tests/helpers/pins.py)
+
+pytestmark = pytest.mark.integration
 
 PACE = json.dumps(fake_cluster.PACE)
 """Poll and wait times only (``verify.PACE_SETTINGS``); the settings are the local configuration's. The

@@ -125,6 +125,7 @@ def _cli(*args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ray_llm_eks.cli", *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.integration
 def test_verify_logs_passes_on_efa_evidence(tmp_path):
     prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
     prefill.write_text("\n".join(HEALTHY) + "\n")

@@ -300,6 +300,7 @@ def test_verify_logs_fails_an_empty_log(tmp_path):
     assert json.loads(done.stdout)["reasons"] == [f"{empty}: {NO_EVIDENCE}"]
 
 
+@pytest.mark.integration
 def test_the_in_cluster_classify_reads_files_as_verify_logs_does(tmp_path):
     forged = tmp_path / "forged.log"
     forged.write_bytes(FORGED.read_bytes())

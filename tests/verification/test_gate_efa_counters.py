@@ -16,6 +16,8 @@ import pytest
 from fake_cluster import (DECODE_NODE, KV_BYTES_PER_COMPLETION, PREFILL_NODE, FakeDeployment, Scenario, kv_bytes_moved,
                           run_gate)
 
+pytestmark = pytest.mark.integration
+
 PREDICTED = 206_438_400
 """3 probes of 312 tokens (300 words and the chat template's 12) of Qwen3.5-9B: 311 sent, in one
 528-token block each, 528 x 32,768 B + 51,511,296 B = 68,812,800 B a probe (docs/verification.md,

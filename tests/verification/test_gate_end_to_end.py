@@ -19,6 +19,8 @@ from ray_llm_eks.base import wire
 from ray_llm_eks.cdk8s_charts.verification import PROGRAM_DIR
 from ray_llm_eks.verification import evidence
 
+pytestmark = pytest.mark.integration
+
 OWN_NAMESPACE = "RayLlmEks/RayLlmEks/inference/ray-llm"
 """The reference deployment's own metric namespace (``RayLlmServing.metric_namespace``), as its CronJob passes it."""
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fake_cluster import FakeDeployment, Scenario, run_gate
 
 from ray_llm_eks.base import wire
+
+pytestmark = pytest.mark.integration
 
 
 def _report_config_map(fake: FakeDeployment) -> dict:

@@ -12,10 +12,14 @@ import sys
 from typing import Any
 from urllib.request import Request, urlopen
 
+import pytest
+
 from fake_cluster import DECODE_IP, EFA_LINES, PREFILL_IP, TCP_LINES, FakeDeployment, Scenario, program_env, run_gate
 
 from ray_llm_eks.verification import bundle
 from ray_llm_eks.verification.metrics import NixlTotals
+
+pytestmark = pytest.mark.integration
 
 
 def _report(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from fake_cluster import FakeDeployment, Scenario, run_gate
 
+pytestmark = pytest.mark.integration
+
 
 def _report(result: Any) -> dict[str, Any]:
     assert result.stdout, result.stderr

@@ -88,6 +88,7 @@ def test_kubeconfig_files_merge_and_the_context_may_be_in_the_second(tmp_path, m
     assert load_access().server == "https://prod.invalid:6443"
 
 
+@pytest.mark.integration
 def test_an_exec_plugin_gives_the_token_and_runs_again_once_it_expired(tmp_path):
     fresh = _write(tmp_path / "fresh", {"current-context": "eks", **_one("eks", {"server": "https://eks.invalid"},
                                                                            _plugin(tmp_path))})
@@ -194,6 +195,7 @@ def test_a_kubeconfig_that_gives_no_access_says_why(tmp_path, case, text, messag
         load_access(path)
 
 
+@pytest.mark.integration
 def test_a_failing_plugin_is_no_access_with_its_own_words(tmp_path):
     script = tmp_path / "denied.py"
     script.write_text("import sys\nsys.exit('AccessDenied: not authorized')\n")
@@ -217,6 +219,7 @@ def _verify(env: dict[str, str], *args: str, process: bool = False) -> subproces
                           capture_output=True, text=True, timeout=120, env={**os.environ, **env})
 
 
+@pytest.mark.integration
 def test_verify_as_typed_with_kubeconfig_merged_over_tls_and_a_proxy(fake: FakeDeployment, disaggregated: Deployed,
                                                                       tmp_path, pki, proxy):
     rendered = disaggregated.settings_config_map

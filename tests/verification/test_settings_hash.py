@@ -20,6 +20,8 @@ from ray_llm_eks.cdk8s_charts import build_serving_charts
 from ray_llm_eks.cdk8s_charts.verification import GatePlan, build_verification_chart
 from ray_llm_eks.verification import bundle
 
+pytestmark = pytest.mark.integration
+
 OWN_NAMESPACE = "RayLlmEks/RayLlmEks/inference/ray-llm"
 
 

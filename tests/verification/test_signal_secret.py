@@ -175,6 +175,7 @@ def test_an_oversized_answer_is_refused(agent, tmp_path):
         server.server_close()
 
 
+@pytest.mark.integration
 def test_the_gate_signals_through_the_secret(in_cluster_copy, fake: FakeDeployment, agent, moto_server, tmp_path):
     """The in-cluster program (python -S, standard library only) with the Job's environment: the ARN,
     never the URL. It reads the URL with the pod's credentials and signals the verdict there."""

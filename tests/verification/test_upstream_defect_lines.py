@@ -87,6 +87,7 @@ def test_a_defect_leads_even_when_a_backend_failure_is_found_too():
     assert report["reasons"][0].startswith("w: upstream defect vllm-mamba-conv-layout"), report["reasons"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["vllm-hybrid-host-buffer.log", "vllm-mamba-conv-layout.log"])
 def test_the_in_cluster_gate_leads_a_failed_deploy_with_the_defect(in_cluster_copy, fake, name):
     """The engines die at KV registration, so Serve's deploy fails: the gate (run from its archive,

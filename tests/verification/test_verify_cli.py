@@ -18,6 +18,8 @@ from helpers.gate import Deployed
 
 from ray_llm_eks.base import wire
 
+pytestmark = pytest.mark.integration
+
 
 PACE = json.dumps(fake_cluster.PACE)
 """Poll and wait times only (``verify.PACE_SETTINGS``): the fake answers at once. What is checked is the
