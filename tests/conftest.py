@@ -76,11 +76,12 @@ def _only_program_tiers_start_programs(event: str, args: tuple) -> None:
         return
     command = args[1] if event == "subprocess.Popen" else args[0]
     words = [command] if isinstance(command, (str, bytes, os.PathLike)) else list(command)
+    # jsii's kernel: `node --max-old-space-size=4069 <temp>/bin/jsii-runtime.js`
+    # (jsii/_kernel/providers/process.py:259-272@1.142.0)
     if event == "subprocess.Popen" and str(words[-1]).endswith(f"{os.sep}jsii-runtime.js"):
-        return  # jsii's kernel: node --max-old-space-size=4069 <temp>/bin/jsii-runtime.js (jsii/_kernel/providers/process.py:259-272@1.142.0)
+        return
     raise RuntimeError(f"{item.nodeid} starts a program ({' '.join(map(str, words))[:120]}): `make test` runs "
                        "in-process; mark the test `integration` (`make test-integration`) or call the code itself")
-
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -148,19 +149,18 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_xdist_auto_num_workers(config) -> int | None:
-    """``-n auto`` (`make test`): one worker more than the cores this process may run on. About a
-    quarter of the workers' time is spent waiting, not computing: the gate's own process polling
-    the fake cluster, the deadline tests of tests/verification/test_bounded_reads.py, the CLI and
-    scanner subprocesses (measured at stop 46: 357 s of worker time for 260 s of CPU with two
-    workers on two cores). A third worker computes while the other two wait: about 0.57 s of wall
-    time per second of CPU in four runs of the suite, against 0.63 to 0.67 with two in three runs
-    (this machine's speed varies too much for single runs to compare); a fourth was slower than
-    three, each worker adding its own collection, jsii kernel and module fixtures
-    (``xdist.plugin.pytest_xdist_auto_num_workers`` counts cores)."""
+    """``-n auto``: as many workers as the cores this process may run on, and one more for `make
+    test-integration`, whose tests wait on the programs they start (the gate polling the fake cluster,
+    the scanners). Measured back to back in one fresh clone at stop 47 (2026-12-07, `/usr/bin/time
+    .venv/bin/python -m pytest -n N --dist loadgroup -q`): `make test`'s in-process suite took 99 and
+    95 s with two workers against 102 and 99 s with three, at about 20 s less CPU; the integration
+    suite 104 s with two, 100 s with three. Before the split, when `make test` still started those
+    programs, a third worker had paid for itself (0.57 s of wall time per second of CPU against
+    0.63 to 0.67 with two)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own override, read by its hook
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores + 1
+    return cores + 1 if config.getoption("markexpr") == "integration" else cores
 
 
 def pytest_unconfigure(config):
