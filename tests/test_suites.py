@@ -1,6 +1,6 @@
-"""The boundary between `make test` and the suites that start programs (tests/conftest.py,
-``_only_program_tiers_start_programs``): `make test` runs in-process, and a test of it that starts
-a program fails, naming itself and the program."""
+"""The boundary between `make test` and the suites that start programs (tests/helpers/suites.py):
+`make test` runs in-process, and a test of it that starts a program fails, naming itself and the
+program."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import PROGRAM_TIERS, _only_program_tiers_start_programs
+from helpers.suites import PROGRAM_TIERS, only_program_tiers_start_programs
 
 
 def test_a_test_of_make_test_that_starts_a_program_fails_naming_itself_and_the_program(request):
@@ -25,9 +25,9 @@ def test_a_test_of_make_test_that_starts_a_program_fails_naming_itself_and_the_p
 
 def test_jsii_s_kernel_is_the_one_program_it_may_start():
     kernel = ["node", "--max-old-space-size=4069", f"{os.sep}tmp{os.sep}x{os.sep}bin{os.sep}jsii-runtime.js"]
-    assert _only_program_tiers_start_programs("subprocess.Popen", ("node", kernel, None, None)) is None
+    assert only_program_tiers_start_programs("subprocess.Popen", ("node", kernel, None, None)) is None
     with pytest.raises(RuntimeError):
-        _only_program_tiers_start_programs("subprocess.Popen", ("node", ["node", "cdk.js"], None, None))
+        only_program_tiers_start_programs("subprocess.Popen", ("node", ["node", "cdk.js"], None, None))
 
 
 def test_every_suite_that_may_start_programs_is_a_marker_make_test_deselects(pytestconfig):
