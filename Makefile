@@ -112,8 +112,8 @@ PYTEST_WORKERS ?= auto
 # pytest's rewritten test modules) are cached in __pycache__ (git-ignored) after the first run.
 # `make test` runs in-process: every test that starts a program (the CLI as typed, make, helm, the
 # in-cluster programs from their archive, checkov and trivy) is marked `integration` and runs in
-# `make test-integration`, which CI runs next; tests/conftest.py fails a test of `make test` that
-# starts one.
+# `make test-integration`, which CI runs next; tests/helpers/suites.py fails a test of `make test`
+# that starts one.
 test: bootstrap
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 

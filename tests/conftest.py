@@ -73,8 +73,9 @@ def pytest_collection_modifyitems(config, items):
 
 def _scanners_first_results_last(items, grouped: dict[str, str]) -> None:
     """checkov and trivy (``scans``: about 30 s of CPU in programs of their own) start with the synth
-    group's first test and run beside the group's other tests; the tests that read their results run
-    last, when the results are in. Otherwise the first of those tests starts them midway and waits."""
+    group's first `integration` test and run beside the group's other tests; the tests that read
+    their results run last, when the results are in. Otherwise the first of those tests starts them
+    midway and waits."""
     reading = [item for item in items if "scans" in item.fixturenames]
     if not reading:
         return
